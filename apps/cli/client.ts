@@ -1,0 +1,44 @@
+/** Small HTTP client for the CLI's control commands (status, reload, models). */
+export interface ClientOptions {
+  url: string;
+  token?: string;
+  timeoutMs?: number;
+}
+
+export class ClientError extends Error {
+  constructor(
+    message: string,
+    readonly status?: number,
+    readonly body?: unknown,
+  ) {
+    super(message);
+    this.name = 'ClientError';
+  }
+}
+
+export async function callServer(options: ClientOptions, method: 'GET' | 'POST', path: string, body?: unknown): Promise<{ status: number; body: unknown }> {
+  const headers: Record<string, string> = { accept: 'application/json' };
+  if (body !== undefined) headers['content-type'] = 'application/json';
+  if (options.token) headers.authorization = `Bearer ${options.token}`;
+  let response: Response;
+  try {
+    const init: RequestInit = { method, headers, signal: AbortSignal.timeout(options.timeoutMs ?? 30000) };
+    if (body !== undefined) init.body = JSON.stringify(body);
+    response = await fetch(new URL(path, options.url), init);
+  } catch (error) {
+    throw new ClientError(`cannot reach StreamInfer at ${options.url}: ${(error as Error).message}`);
+  }
+  const text = await response.text();
+  let parsed: unknown = text;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    // non-JSON answers (metrics) stay text
+  }
+  return { status: response.status, body: parsed };
+}
+
+export function defaultUrl(): string {
+  const port = process.env.STREAMINFER_PORT?.trim() || '8000';
+  return `http://127.0.0.1:${port}`;
+}

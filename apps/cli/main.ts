@@ -1,0 +1,177 @@
+#!/usr/bin/env node
+/** `streaminfer` command line: serve, status, reload, models. */
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import * as os from 'node:os';
+import { Command, Option } from 'commander';
+import pino from 'pino';
+import { ConfigError, describeSettings, resolveConfig } from '../../libs/config';
+import { assertNativeUws } from '../../libs/inference/uws-check';
+import { Supervisor } from '../supervisor/supervisor';
+import { callServer, ClientError, defaultUrl } from './client';
+
+const program = new Command();
+program.name('streaminfer').description('Real-time ML inference server: WebSocket streaming, batching, backpressure, hot-swap.').showHelpAfterError();
+
+/** commander option name → config key. Flags are left undefined unless given, so env and file can apply. */
+const SERVE_FLAGS: Array<[string, string, string]> = [
+  ['--port <n>', 'port', 'data port (0 = pick a free port)'],
+  ['--host <addr>', 'host', 'address to listen on'],
+  ['--nodes <n>', 'nodes', 'gateway processes sharing the port'],
+  ['--workers <n>', 'workers', 'inference worker threads per node'],
+  ['--device <spec>', 'device', 'cpu | auto | cuda | cuda:N, or one per node: cuda:0,cuda:1'],
+  ['--models-dir <dir>', 'modelsDir', 'model repository'],
+  ['--model <name>', 'defaultModel', 'model for requests that name none'],
+  ['--batch-size <n>', 'batchSize', 'max items per model run (1 = no batching)'],
+  ['--batch-timeout-ms <ms>', 'batchTimeoutMs', 'max wait for a batch to fill'],
+  ['--batch-policy <name>', 'batchPolicy', 'fixed | greedy | adaptive'],
+  ['--max-queue-size <n>', 'maxQueueSize', 'per-client in-flight cap'],
+  ['--rate-limit-rps <n>', 'rateLimitRps', 'per-client request rate'],
+  ['--max-payload-bytes <n>', 'maxPayloadBytes', 'largest WebSocket frame or HTTP body'],
+  ['--request-timeout-ms <ms>', 'requestTimeoutMs', 'default request deadline'],
+  ['--admin-token <token>', 'adminToken', 'token for /api/* (else loopback only)'],
+  ['--intra-op-threads <n>', 'intraOpThreads', 'ONNX Runtime threads per session'],
+  ['--ring-bytes <n>', 'ringBytes', 'bytes per request/response ring (power of two)'],
+  ['--shutdown-timeout-ms <ms>', 'shutdownTimeoutMs', 'how long SIGTERM waits for admitted requests'],
+  ['--log-level <level>', 'logLevel', 'pino log level'],
+];
+
+const serve = program.command('serve').description('start the server: a supervisor and its node processes');
+for (const [flag, , help] of SERVE_FLAGS) serve.addOption(new Option(flag, help));
+serve
+  .option('--config <file>', 'JSON config file (flags > STREAMINFER_* env > file > defaults)')
+  .option('--pid-file <file>', 'write the supervisor pid here (for `kill -HUP`)')
+  .addHelpText('after', () => `\nSettings and their environment variables:\n${describeSettings().map((s) => `  ${s.env.padEnd(34)} default ${JSON.stringify(s.default)}  ${s.help}`).join('\n')}`)
+  .action(async (opts: Record<string, unknown>) => {
+    const flags: Record<string, unknown> = {};
+    for (const [flag, key] of SERVE_FLAGS) {
+      const attribute = flag.slice(2).split(' ')[0]!.replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
+      if (opts[attribute] !== undefined) flags[key] = opts[attribute];
+    }
+    let file: unknown;
+    const filePath = opts.config as string | undefined;
+    try {
+      if (filePath) file = JSON.parse(readFileSync(filePath, 'utf8'));
+    } catch (error) {
+      fail(`cannot read config file ${filePath}: ${(error as Error).message}`);
+    }
+    let config: ReturnType<typeof resolveConfig>;
+    try {
+      config = resolveConfig(filePath ? { flags, env: process.env, file, filePath } : { flags, env: process.env });
+      assertNativeUws();
+    } catch (error) {
+      fail(error instanceof ConfigError ? error.message : (error as Error).message);
+    }
+    const logger = pino({ level: config.logLevel, base: { component: 'supervisor', pid: process.pid } });
+    const explicit = (key: string, env: string): boolean =>
+      flags[key] !== undefined || Boolean(process.env[env]?.trim()) || (typeof file === 'object' && file !== null && key in file);
+    const supervisor = new Supervisor(
+      {
+        config,
+        explicitBatchSize: explicit('batchSize', 'STREAMINFER_BATCH_SIZE'),
+        explicitBatchTimeout: explicit('batchTimeoutMs', 'STREAMINFER_BATCH_TIMEOUT_MS'),
+        testHooks: process.env.STREAMINFER_TEST_HOOKS === '1',
+        cores: os.availableParallelism(),
+      },
+      logger,
+    );
+    const pidFile = opts.pidFile as string | undefined;
+    let exiting = false;
+    const stop = (signal: string): void => {
+      if (exiting) return;
+      exiting = true;
+      logger.info({ signal }, 'stopping');
+      supervisor.shutdown().then(() => {
+        if (pidFile) rmSync(pidFile, { force: true });
+        logger.info('streaminfer stopped');
+        process.exit(0);
+      });
+    };
+    process.on('SIGTERM', () => stop('SIGTERM'));
+    process.on('SIGINT', () => stop('SIGINT'));
+    process.on('SIGHUP', () => {
+      // Re-read the config file and environment; today that can switch the default model.
+      try {
+        const fresh = filePath ? JSON.parse(readFileSync(filePath, 'utf8')) : undefined;
+        const next = resolveConfig(filePath ? { flags, env: process.env, file: fresh, filePath } : { flags, env: process.env });
+        supervisor.setDefaultModel(next.defaultModel).then((result) => logger.info({ result: JSON.parse(result.body) }, 'SIGHUP: configuration re-applied'));
+      } catch (error) {
+        logger.error({ err: (error as Error).message }, 'SIGHUP: configuration rejected; still serving the previous one');
+      }
+    });
+    try {
+      const port = await supervisor.start();
+      if (pidFile) writeFileSync(pidFile, `${process.pid}\n`);
+      logger.info({ port, host: config.host, nodes: config.nodes, workers: config.workers, device: config.device, node_pids: supervisor.nodePids() }, 'streaminfer ready');
+    } catch (error) {
+      logger.error({ err: (error as Error).message }, 'start failed');
+      await supervisor.shutdown();
+      process.exit(1);
+    }
+  });
+
+function addClientOptions(command: Command): Command {
+  return command
+    .option('--url <url>', 'server address', defaultUrl())
+    .option('--token <token>', 'admin token (default: STREAMINFER_ADMIN_TOKEN)')
+    .option('--json', 'machine-readable output');
+}
+
+interface ClientFlags {
+  url: string;
+  token?: string;
+  json?: boolean;
+}
+
+function clientOptions(flags: ClientFlags) {
+  const token = flags.token ?? process.env.STREAMINFER_ADMIN_TOKEN;
+  return token ? { url: flags.url, token } : { url: flags.url };
+}
+
+addClientOptions(program.command('status').description('health of a running server')).action(async (flags: ClientFlags) => {
+  const { status, body } = await callServer(clientOptions(flags), 'GET', '/health');
+  if (flags.json) console.log(JSON.stringify(body, null, 2));
+  else {
+    const health = body as { status: string; default_model: string; device: string; nodes: Array<Record<string, unknown>>; models: Array<{ name: string; default_version: string; versions: Array<{ version: string; execution_provider: string }> }> };
+    console.log(`status: ${health.status}   default model: ${health.default_model}   device: ${health.device}`);
+    for (const node of health.nodes) console.log(`node ${node.node}: ${node.state}, pid ${node.pid}, workers ${node.workers_ready}/${node.workers}, in flight ${node.inflight}`);
+    for (const model of health.models) {
+      console.log(`model ${model.name}: default v${model.default_version}; ${model.versions.map((v) => `v${v.version} on ${v.execution_provider}`).join(', ')}`);
+    }
+  }
+  if (status !== 200) process.exitCode = 1;
+});
+
+addClientOptions(program.command('reload').description('switch the default model on every node of a running server'))
+  .requiredOption('--model <name>', 'model that requests without a "model" field go to')
+  .action(async (flags: ClientFlags & { model: string }) => {
+    const started = Date.now();
+    const { status, body } = await callServer(clientOptions(flags), 'POST', '/api/reload', { model: flags.model });
+    const result = body as { default_model?: string; previous?: string; message?: string; code?: string };
+    if (flags.json) console.log(JSON.stringify({ status, ...result, took_ms: Date.now() - started }));
+    else if (status === 200) console.log(`default model: ${result.previous} -> ${result.default_model} (${Date.now() - started} ms)`);
+    else console.error(`reload failed (${status} ${result.code}): ${result.message}`);
+    if (status !== 200) process.exitCode = 1;
+  });
+
+const models = program.command('models').description('inspect the models of a running server');
+addClientOptions(models.command('list').description('list models and versions')).action(async (flags: ClientFlags) => {
+  const { status, body } = await callServer(clientOptions(flags), 'GET', '/api/models');
+  if (flags.json || status !== 200) console.log(JSON.stringify(body, null, 2));
+  else {
+    const list = body as { default_model: string; models: Array<{ name: string; default_version: string; versions: Array<{ version: string; execution_provider: string }> }> };
+    for (const model of list.models) {
+      const mark = model.name === list.default_model ? ' (default model)' : '';
+      console.log(`${model.name}${mark}: versions ${model.versions.map((v) => v.version).join(', ')}; default v${model.default_version}; ${model.versions[0]?.execution_provider}`);
+    }
+  }
+  if (status !== 200) process.exitCode = 1;
+});
+
+function fail(message: string): never {
+  console.error(`streaminfer: ${message}`);
+  process.exit(2);
+}
+
+program.parseAsync(process.argv).catch((error: Error) => {
+  fail(error instanceof ClientError ? error.message : error.message);
+});

@@ -1,0 +1,93 @@
+/** Messages between the supervisor and its node processes (Node IPC channel, control only — never request bytes). */
+import type { MetricJson } from '../../libs/metrics';
+
+export interface NodeStartOptions {
+  nodeIndex: number;
+  port: number;
+  host: string;
+  device: string;
+  workers: number;
+  intraOpThreads: number;
+  modelsDir: string;
+  defaultModel: string;
+  batch: {
+    policy: 'fixed' | 'greedy' | 'adaptive';
+    maxBatchSize: number;
+    maxQueueDelayMs: number;
+    /** When the operator set the batch size or timeout explicitly, it overrides every model's config.json. */
+    explicitSize: boolean;
+    explicitTimeout: boolean;
+  };
+  maxPayloadBytes: number;
+  requestTimeoutMs: number;
+  ringBytes: number;
+  shutdownTimeoutMs: number;
+  logLevel: string;
+  testHooks: boolean;
+}
+
+export interface ModelVersionStatus {
+  version: string;
+  slot: number;
+  executionProvider: string;
+  loadedWorkers: number;
+  fallbackReason?: string;
+}
+
+export interface ModelStatus {
+  name: string;
+  description: string;
+  defaultVersion: string;
+  versions: ModelVersionStatus[];
+  inputs: unknown[];
+  outputs: unknown[];
+  labels?: string[];
+}
+
+export interface NodeHealth {
+  nodeIndex: number;
+  pid: number;
+  state: 'starting' | 'ready' | 'draining';
+  workers: number;
+  workersReady: number;
+  defaultModel: string;
+  models: ModelStatus[];
+  inflight: number;
+  wsConnections: number;
+  epoch: number;
+}
+
+export interface ControlRequest {
+  method: string;
+  path: string;
+  query: string;
+  body: string;
+  remoteAddress: string;
+  authorization: string;
+}
+
+export interface ControlResponse {
+  status: number;
+  contentType: string;
+  body: string;
+  headers?: Record<string, string>;
+}
+
+/** supervisor → node */
+export type SupervisorMessage =
+  | { type: 'start'; options: NodeStartOptions }
+  | { type: 'control-response'; requestId: number; response: ControlResponse }
+  | { type: 'collect'; requestId: number; what: 'metrics' | 'health' }
+  | { type: 'set-default-model'; requestId: number; model: string }
+  | { type: 'crash-worker'; requestId: number; workerIndex: number }
+  | { type: 'shutdown' };
+
+/** node → supervisor */
+export type NodeMessage =
+  | { type: 'listening'; nodeIndex: number; port: number }
+  | { type: 'ready'; nodeIndex: number; health: NodeHealth }
+  | { type: 'start-failed'; nodeIndex: number; error: string }
+  | { type: 'control-request'; requestId: number; request: ControlRequest }
+  | { type: 'collected'; requestId: number; metrics?: MetricJson[]; health?: NodeHealth }
+  | { type: 'command-result'; requestId: number; ok: boolean; error?: string; data?: unknown }
+  | { type: 'drained'; nodeIndex: number; answered: number; abandoned: number };

@@ -1,0 +1,37 @@
+import type { BatchPolicyOptions } from '../../libs/batching';
+import type { ModelEntry } from '../../libs/registry';
+import type { RingBuffer } from '../../libs/ring';
+import type { NodeStartOptions } from './ipc';
+
+/** One loaded model version on this node: its slot number, its request ring, where it runs. */
+export interface SlotRuntime {
+  slot: number;
+  model: ModelEntry;
+  version: string;
+  ring: RingBuffer;
+  executionProvider: string;
+  fallbackReason?: string;
+  loadedWorkers: number;
+}
+
+export interface ModelRuntime {
+  entry: ModelEntry;
+  versions: Map<string, SlotRuntime>;
+}
+
+/** Operator settings win when given explicitly; otherwise the model's config.json; otherwise server defaults. */
+export function batchOptionsFor(entry: ModelEntry, batch: NodeStartOptions['batch']): BatchPolicyOptions {
+  const fromModel = entry.batching;
+  const maxBatchSize = batch.explicitSize ? batch.maxBatchSize : (fromModel.maxBatchSize ?? batch.maxBatchSize);
+  const options: BatchPolicyOptions = {
+    policy: fromModel.policy ?? batch.policy,
+    maxBatchSize,
+    maxQueueDelayMs: batch.explicitTimeout ? batch.maxQueueDelayMs : (fromModel.maxQueueDelayMs ?? batch.maxQueueDelayMs),
+  };
+  if (fromModel.preferredBatchSizes) {
+    const sizes = fromModel.preferredBatchSizes.filter((size) => size <= maxBatchSize);
+    if (sizes.length > 0) options.preferredBatchSizes = sizes;
+  }
+  if (fromModel.latencySloMs !== undefined) options.latencySloMs = fromModel.latencySloMs;
+  return options;
+}

@@ -1,0 +1,393 @@
+/**
+ * Piscina worker: one long-lived task per thread. It owns one ONNX Runtime session per loaded model version
+ * ("lane") and runs the micro-batcher loop of each lane: wait on the lane's request ring → ask the batch
+ * policy → claim a batch → run → write one response record per item into the node's response ring.
+ */
+import { performance } from 'node:perf_hooks';
+import { threadId } from 'node:worker_threads';
+import type { BatchPolicy } from '../../libs/batching';
+import { createBatchPolicy } from '../../libs/batching';
+import type { LoadedSession } from '../../libs/inference';
+import { compareSignature, loadSession, ort } from '../../libs/inference';
+import { MetricsShard } from '../../libs/metrics';
+import type { ErrorCode, ModelSignature } from '../../libs/protocol';
+import {
+  bytesPerElement,
+  errorResponseBytes,
+  outputSectionHeaderBytes,
+  RESPONSE_HEADER_BYTES,
+  readEnqueuedAt,
+  utf8Length,
+  writeErrorResponse,
+  writeOutputSectionHeader,
+  writeResponseHeader,
+} from '../../libs/protocol';
+import { RingBuffer } from '../../libs/ring';
+import { BatchBuffers } from './batch';
+import type { LoadCommand, WorkerCommand, WorkerEvent, WorkerInit } from './messages';
+import { INFLIGHT_CELLS_PER_WORKER, INFLIGHT_REGION_CELLS, MAX_BATCH_ITEMS, MAX_BATCHES_IN_FLIGHT } from './messages';
+
+const clock = (): number => performance.timeOrigin + performance.now();
+const IDLE_WAIT_MS = 250;
+const utf8 = new TextEncoder();
+
+type TypedArray = Float32Array | Float64Array | Int32Array | BigInt64Array | Uint8Array;
+
+interface Lane {
+  slot: number;
+  model: string;
+  version: string;
+  epoch: number;
+  signature: ModelSignature;
+  ring: RingBuffer;
+  policy: BatchPolicy;
+  loaded: LoadedSession;
+  maxBatch: number;
+  spare: BatchBuffers[];
+  inFlight: number;
+  stopped: boolean;
+  /** Resolves the lane loop's current wait early (a batch finished, or the lane is stopping). */
+  wake: (() => void) | undefined;
+  done: Promise<void>;
+}
+
+class Worker {
+  private readonly lanes = new Map<number, Lane>();
+  private readonly responses: RingBuffer;
+  private readonly metrics: MetricsShard;
+  private readonly inflight: Int32Array;
+  private readonly freeRegions: number[] = [];
+  private draining = false;
+  private finish!: () => void;
+  readonly finished = new Promise<void>((resolve) => {
+    this.finish = resolve;
+  });
+
+  constructor(private readonly init: WorkerInit) {
+    this.responses = RingBuffer.from(init.responseRing);
+    this.responses.setOwnerId(threadId + 1);
+    this.metrics = new MetricsShard(init.metrics, init.metricsShard);
+    this.inflight = new Int32Array(init.inflight, init.workerIndex * INFLIGHT_CELLS_PER_WORKER * 4, INFLIGHT_CELLS_PER_WORKER);
+    for (let region = MAX_BATCHES_IN_FLIGHT - 1; region >= 0; region--) this.freeRegions.push(region);
+    init.port.on('message', (command: WorkerCommand) => {
+      this.handle(command).catch((error: Error) => this.log('error', 'control command failed', { error: error.message }));
+    });
+  }
+
+  private post(event: WorkerEvent): void {
+    this.init.port.postMessage(event);
+  }
+
+  private log(level: 'info' | 'warn' | 'error', msg: string, data?: Record<string, unknown>): void {
+    this.post(data ? { type: 'log', level, msg, data } : { type: 'log', level, msg });
+  }
+
+  private async handle(command: WorkerCommand): Promise<void> {
+    switch (command.type) {
+      case 'load':
+        await this.load(command);
+        return;
+      case 'unload': {
+        const lane = this.lanes.get(command.slot);
+        if (lane) {
+          lane.stopped = true;
+          lane.wake?.();
+          await lane.done;
+          this.lanes.delete(command.slot);
+          await lane.loaded.session.release().catch(() => undefined);
+        }
+        this.post({ type: 'unloaded', slot: command.slot, workerIndex: this.init.workerIndex });
+        return;
+      }
+      case 'drain':
+        this.draining = true;
+        for (const lane of this.lanes.values()) lane.wake?.();
+        await Promise.all([...this.lanes.values()].map((lane) => lane.done));
+        for (const lane of this.lanes.values()) await lane.loaded.session.release().catch(() => undefined);
+        this.post({ type: 'drained', workerIndex: this.init.workerIndex });
+        this.init.port.close();
+        this.finish();
+        return;
+      case 'crash':
+        // Test hook: an uncaught error kills this thread like a native fault would.
+        setImmediate(() => {
+          throw new Error(`worker crash requested: ${command.reason}`);
+        });
+        return;
+    }
+  }
+
+  private async load(command: LoadCommand): Promise<void> {
+    const started = clock();
+    try {
+      const loaded = await loadSession(command.file, { device: this.init.device, intraOpThreads: this.init.intraOpThreads });
+      const problems = compareSignature(command.signature, loaded.session);
+      if (problems.length > 0) {
+        await loaded.session.release().catch(() => undefined);
+        throw new Error(`config.json does not match ${command.file}: ${problems.join('; ')}`);
+      }
+      const ring = RingBuffer.from(command.ring);
+      ring.setOwnerId(threadId + 1);
+      const maxBatch = Math.min(command.batching.maxBatchSize, MAX_BATCH_ITEMS);
+      const lane: Lane = {
+        slot: command.slot,
+        model: command.model,
+        version: command.version,
+        epoch: command.epoch,
+        signature: command.signature,
+        ring,
+        policy: createBatchPolicy(command.batching),
+        loaded,
+        maxBatch,
+        spare: Array.from({ length: MAX_BATCHES_IN_FLIGHT }, () => new BatchBuffers(command.signature, maxBatch)),
+        inFlight: 0,
+        stopped: false,
+        wake: undefined,
+        done: Promise.resolve(),
+      };
+      this.lanes.set(command.slot, lane);
+      lane.done = this.runLane(lane).catch((error: Error) => {
+        this.log('error', 'lane loop failed', { model: lane.model, version: lane.version, error: error.stack ?? error.message });
+      });
+      const event: WorkerEvent = {
+        type: 'loaded',
+        slot: command.slot,
+        workerIndex: this.init.workerIndex,
+        executionProvider: loaded.executionProvider,
+        loadMs: clock() - started,
+      };
+      if (loaded.fallbackReason) event.fallbackReason = loaded.fallbackReason;
+      this.post(event);
+    } catch (error) {
+      this.post({ type: 'load-failed', slot: command.slot, workerIndex: this.init.workerIndex, error: (error as Error).message });
+    }
+  }
+
+  /** Waits until new data, the deadline, or an early wake — whichever comes first. */
+  private async pause(lane: Lane, sequence: number, timeoutMs: number): Promise<void> {
+    let wake!: () => void;
+    const woken = new Promise<void>((resolve) => {
+      wake = resolve;
+    });
+    lane.wake = wake;
+    await Promise.race([lane.ring.waitForData(sequence, Math.max(0, timeoutMs)), woken]);
+    lane.wake = undefined;
+  }
+
+  private async runLane(lane: Lane): Promise<void> {
+    const ring = lane.ring;
+    let oldest = 0;
+    const readOldest = (offset: number): boolean => {
+      oldest = readEnqueuedAt(ring.view, offset);
+      return false;
+    };
+    while (!lane.stopped) {
+      const sequence = ring.writeSequence();
+      const pending = ring.pendingRecords();
+      if (pending === 0) {
+        if (this.draining && lane.inFlight === 0) break;
+        await this.pause(lane, sequence, IDLE_WAIT_MS);
+        continue;
+      }
+      if (lane.inFlight >= MAX_BATCHES_IN_FLIGHT || this.freeRegions.length === 0) {
+        await this.pause(lane, sequence, IDLE_WAIT_MS);
+        continue;
+      }
+      if (ring.peek(readOldest, 1) === 0) continue;
+      const now = clock();
+      const decision = lane.policy.decide({ length: pending, oldestEnqueuedAt: oldest, inFlightBatches: lane.inFlight }, now);
+      if (decision.kind === 'dispatch') {
+        const buffers = lane.spare.pop()!;
+        buffers.claimFrom(ring, Math.min(decision.size, lane.maxBatch), clock());
+        if (buffers.expiredCount > 0) await this.answerExpired(lane, buffers);
+        if (buffers.count === 0) {
+          lane.spare.push(buffers);
+          continue;
+        }
+        const region = this.freeRegions.pop()!;
+        this.publishInflight(region, buffers);
+        lane.inFlight++;
+        void this.runBatch(lane, buffers).finally(() => {
+          Atomics.store(this.inflight, region * INFLIGHT_REGION_CELLS, 0);
+          this.freeRegions.push(region);
+          lane.spare.push(buffers);
+          lane.inFlight--;
+          lane.wake?.();
+        });
+      } else if (decision.kind === 'wait') {
+        await this.pause(lane, sequence, decision.untilMs - now);
+      } else {
+        await this.pause(lane, sequence, IDLE_WAIT_MS);
+      }
+    }
+    while (lane.inFlight > 0) await this.pause(lane, ring.writeSequence(), IDLE_WAIT_MS);
+  }
+
+  private publishInflight(region: number, buffers: BatchBuffers): void {
+    const base = region * INFLIGHT_REGION_CELLS;
+    for (let i = 0; i < buffers.count; i++) this.inflight[base + 1 + i] = buffers.requestIds[i]! | 0;
+    Atomics.store(this.inflight, base, buffers.count);
+  }
+
+  private async answerExpired(lane: Lane, buffers: BatchBuffers): Promise<void> {
+    const now = clock();
+    for (let i = 0; i < buffers.expiredCount; i++) {
+      await this.writeError(lane, buffers.expiredIds[i]!, now - buffers.expiredEnqueuedAt[i]!, 0, 0, 'deadline_exceeded', 'deadline passed before the request was batched; it was not computed');
+    }
+    this.metrics.recordShed(lane.slot, 3);
+  }
+
+  private async runBatch(lane: Lane, buffers: BatchBuffers): Promise<void> {
+    const count = buffers.count;
+    const started = clock();
+    let outputs: ort.InferenceSession.OnnxValueMapType;
+    const fetches = lane.signature.outputs
+      .filter((spec) => spec.from === undefined || buffers.inputMask & (1 << lane.signature.inputs.findIndex((input) => input.name === spec.from)))
+      .map((spec) => spec.name);
+    try {
+      outputs = await lane.loaded.session.run(this.buildFeeds(lane, buffers), fetches);
+    } catch (error) {
+      const computeMs = clock() - started;
+      const message = `model run failed: ${(error as Error).message}`;
+      for (let i = 0; i < count; i++) {
+        await this.writeError(lane, buffers.requestIds[i]!, started - buffers.enqueuedAt[i]!, computeMs, count, 'model_error', message);
+      }
+      return;
+    }
+    const computeMs = clock() - started;
+    this.metrics.recordBatch(lane.slot, count);
+    lane.policy.observe(count, computeMs, clock());
+    await this.writeOutputs(lane, buffers, fetches, outputs, started, computeMs);
+  }
+
+  private buildFeeds(lane: Lane, buffers: BatchBuffers): Record<string, ort.Tensor> {
+    const feeds: Record<string, ort.Tensor> = {};
+    const count = buffers.count;
+    lane.signature.inputs.forEach((spec, index) => {
+      const dims = [count, ...buffers.itemDims[index]!];
+      if (spec.dtype === 'string') {
+        const strings = buffers.inputMask & (1 << index) ? buffers.strings[index]! : new Array<string>(count * buffers.itemElements(index)).fill('');
+        feeds[spec.name] = new ort.Tensor('string', strings, dims);
+        return;
+      }
+      const bytes = buffers.numericBytes(index);
+      feeds[spec.name] = new ort.Tensor(spec.dtype, typedView(spec.dtype, bytes), dims);
+    });
+    return feeds;
+  }
+
+  private async writeOutputs(
+    lane: Lane,
+    buffers: BatchBuffers,
+    fetches: string[],
+    outputs: ort.InferenceSession.OnnxValueMapType,
+    started: number,
+    computeMs: number,
+  ): Promise<void> {
+    const count = buffers.count;
+    const specs = lane.signature.outputs;
+    const tensors: ort.Tensor[] = [];
+    const outputIndexes: number[] = [];
+    const itemElements: number[] = [];
+    for (const name of fetches) {
+      const tensor = outputs[name] as ort.Tensor | undefined;
+      if (!tensor || tensor.dims[0] !== count) {
+        const message = `model output "${name}" has batch dimension ${tensor?.dims[0]} for a batch of ${count}`;
+        for (let i = 0; i < count; i++) {
+          await this.writeError(lane, buffers.requestIds[i]!, started - buffers.enqueuedAt[i]!, computeMs, count, 'model_error', message);
+        }
+        return;
+      }
+      tensors.push(tensor);
+      outputIndexes.push(specs.findIndex((spec) => spec.name === name));
+      itemElements.push(tensor.dims.slice(1).reduce((product, dim) => product * dim, 1));
+    }
+    const ring = this.responses;
+    for (let item = 0; item < count; item++) {
+      let length = RESPONSE_HEADER_BYTES;
+      for (let t = 0; t < tensors.length; t++) {
+        const tensor = tensors[t]!;
+        length += outputSectionHeaderBytes(tensor.dims.length - 1) + itemByteLength(tensor, item, itemElements[t]!);
+      }
+      const queueMs = started - buffers.enqueuedAt[item]!;
+      const requestId = buffers.requestIds[item]!;
+      if (length > ring.maxRecordBytes) {
+        await this.writeError(lane, requestId, queueMs, computeMs, count, 'model_error', `answer of ${length} bytes exceeds the response ring's record limit`);
+        continue;
+      }
+      const offset = await this.reserve(length);
+      const view = ring.view;
+      writeResponseHeader(view, offset, { requestId, slot: lane.slot, queueMs, computeMs, batchSize: count, workerIndex: this.init.workerIndex, epoch: lane.epoch }, 0, tensors.length);
+      let at = offset + RESPONSE_HEADER_BYTES;
+      for (let t = 0; t < tensors.length; t++) {
+        const tensor = tensors[t]!;
+        const elements = itemElements[t]!;
+        const bytes = itemByteLength(tensor, item, elements);
+        at = writeOutputSectionHeader(view, at, outputIndexes[t]!, tensor.dims.slice(1), bytes);
+        if (tensor.type === 'string') {
+          const data = tensor.data as string[];
+          for (let e = item * elements; e < (item + 1) * elements; e++) {
+            const text = data[e] ?? '';
+            const textBytes = utf8Length(text);
+            view.setUint32(at, textBytes, true);
+            if (textBytes > 0) utf8.encodeInto(text, ring.bytes.subarray(at + 4, at + 4 + textBytes));
+            at += 4 + textBytes;
+          }
+        } else {
+          const data = tensor.data as TypedArray;
+          const source = new Uint8Array(data.buffer, data.byteOffset + item * bytes, bytes);
+          ring.bytes.set(source, at);
+          at += bytes;
+        }
+      }
+      ring.commit();
+    }
+  }
+
+  private async reserve(length: number): Promise<number> {
+    let offset = this.responses.reserve(length);
+    while (offset < 0) {
+      await this.responses.waitForSpace(length, IDLE_WAIT_MS);
+      offset = this.responses.reserve(length);
+    }
+    return offset;
+  }
+
+  private async writeError(lane: Lane, requestId: number, queueMs: number, computeMs: number, batchSize: number, code: ErrorCode, message: string): Promise<void> {
+    const length = errorResponseBytes(message);
+    const offset = await this.reserve(length);
+    writeErrorResponse(this.responses.view, this.responses.bytes, offset, { requestId, slot: lane.slot, queueMs, computeMs, batchSize, workerIndex: this.init.workerIndex, epoch: lane.epoch }, code, message);
+    this.responses.commit();
+  }
+}
+
+function itemByteLength(tensor: ort.Tensor, item: number, elements: number): number {
+  if (tensor.type !== 'string') return elements * bytesPerElement(tensor.type as 'float32');
+  const data = tensor.data as string[];
+  let total = 0;
+  for (let e = item * elements; e < (item + 1) * elements; e++) total += 4 + utf8Length(data[e] ?? '');
+  return total;
+}
+
+function typedView(dtype: string, bytes: Uint8Array): TypedArray {
+  const { buffer, byteOffset, byteLength } = bytes;
+  switch (dtype) {
+    case 'float32':
+      return new Float32Array(buffer, byteOffset, byteLength / 4);
+    case 'float64':
+      return new Float64Array(buffer, byteOffset, byteLength / 8);
+    case 'int32':
+      return new Int32Array(buffer, byteOffset, byteLength / 4);
+    case 'int64':
+      return new BigInt64Array(buffer, byteOffset, byteLength / 8);
+    default:
+      return new Uint8Array(buffer, byteOffset, byteLength);
+  }
+}
+
+/** Piscina entry point: resolves only when the node drains this worker. */
+export default async function serve(init: WorkerInit): Promise<string> {
+  const worker = new Worker(init);
+  await worker.finished;
+  return 'drained';
+}

@@ -1,0 +1,124 @@
+import * as ort from 'onnxruntime-node';
+import type { DType, ModelSignature, TensorSpec } from '../protocol';
+import type { DeviceRequest, ExecutionProviderName, ProviderAttempt } from './device';
+import { DeviceError, planProviders } from './device';
+
+export interface SessionOptions {
+  device: DeviceRequest;
+  intraOpThreads: number;
+}
+
+export interface LoadedSession {
+  session: ort.InferenceSession;
+  executionProvider: ExecutionProviderName;
+  deviceId: number;
+  /** Set when the session runs somewhere other than asked (auto → CPU). */
+  fallbackReason?: string;
+}
+
+export function availableBackends(): string[] {
+  try {
+    return ort.listSupportedBackends().map((backend) => backend.name);
+  } catch {
+    return ['cpu'];
+  }
+}
+
+function sessionOptions(attempt: ProviderAttempt, intraOpThreads: number): ort.InferenceSession.SessionOptions {
+  const providers: ort.InferenceSession.ExecutionProviderConfig[] =
+    attempt.provider === 'cuda' ? [{ name: 'cuda', deviceId: attempt.deviceId } as ort.InferenceSession.ExecutionProviderConfig] : ['cpu'];
+  return {
+    executionProviders: providers,
+    intraOpNumThreads: intraOpThreads,
+    interOpNumThreads: 1,
+    executionMode: 'sequential',
+    graphOptimizationLevel: 'all',
+    logSeverityLevel: 3,
+  };
+}
+
+/** Creates a session on the planned provider, falling back to CPU only when the device request allows it. */
+export async function loadSession(modelPath: string, options: SessionOptions): Promise<LoadedSession> {
+  const plan = planProviders(options.device, availableBackends());
+  const failures: string[] = [];
+  for (const attempt of plan.attempts) {
+    try {
+      const session = await ort.InferenceSession.create(modelPath, sessionOptions(attempt, options.intraOpThreads));
+      const loaded: LoadedSession = { session, executionProvider: attempt.provider, deviceId: attempt.deviceId };
+      if (failures.length > 0) loaded.fallbackReason = failures.join('; ');
+      return loaded;
+    } catch (error) {
+      const reason = `${attempt.provider}:${attempt.deviceId}: ${(error as Error).message}`;
+      if (attempt.provider === 'cpu' || plan.strict) {
+        if (attempt.provider === 'cuda') throw new DeviceError(`CUDA session failed (${reason})`);
+        throw error;
+      }
+      failures.push(reason);
+    }
+  }
+  throw new DeviceError(`no execution provider could load ${modelPath}: ${failures.join('; ')}`);
+}
+
+const ORT_TYPE: Record<DType, string> = {
+  float32: 'float32',
+  float64: 'float64',
+  int32: 'int32',
+  int64: 'int64',
+  uint8: 'uint8',
+  bool: 'bool',
+  string: 'string',
+};
+
+interface ValueMetadata {
+  name: string;
+  isTensor?: boolean;
+  type?: string;
+  shape?: ReadonlyArray<number | string>;
+}
+
+/**
+ * Checks that config.json describes what the ONNX file really takes and returns: names, dtypes, ranks, and
+ * fixed dims (the session's leading dim is the batch). Returns a list of problems (empty when they agree).
+ */
+export function compareSignature(signature: ModelSignature, session: ort.InferenceSession): string[] {
+  const problems: string[] = [];
+  const metadata = session as unknown as { inputMetadata?: ValueMetadata[]; outputMetadata?: ValueMetadata[] };
+  compareList('input', signature.inputs, session.inputNames, metadata.inputMetadata, problems);
+  compareList('output', signature.outputs, session.outputNames, metadata.outputMetadata, problems);
+  return problems;
+}
+
+function compareList(
+  kind: string,
+  specs: TensorSpec[],
+  names: readonly string[],
+  metadata: ValueMetadata[] | undefined,
+  problems: string[],
+): void {
+  for (const spec of specs) {
+    if (!names.includes(spec.name)) {
+      problems.push(`${kind} "${spec.name}" is not in the model (it has ${names.join(', ')})`);
+      continue;
+    }
+    const meta = metadata?.find((entry) => entry.name === spec.name);
+    if (!meta?.shape || !meta.type) continue;
+    if (meta.type !== ORT_TYPE[spec.dtype]) problems.push(`${kind} "${spec.name}": config says ${spec.dtype}, model has ${meta.type}`);
+    if (meta.shape.length !== spec.shape.length + 1) {
+      problems.push(`${kind} "${spec.name}": config rank ${spec.shape.length} (+ batch) but model rank ${meta.shape.length}`);
+      continue;
+    }
+    spec.shape.forEach((dim, axis) => {
+      const modelDim = meta.shape![axis + 1];
+      if (dim !== -1 && typeof modelDim === 'number' && modelDim > 0 && modelDim !== dim) {
+        problems.push(`${kind} "${spec.name}": dim ${axis} is ${dim} in config, ${modelDim} in model`);
+      }
+    });
+  }
+  if (kind === 'input') {
+    for (const name of names) {
+      if (!specs.some((spec) => spec.name === name)) problems.push(`model input "${name}" is missing from config.json`);
+    }
+  }
+}
+
+export { ort };

@@ -1,0 +1,13 @@
+export type { MetricJson, NodeGauges, SlotDescription } from './export';
+export { aggregateToText, nodeMetricsJson, PROMETHEUS_CONTENT_TYPE } from './export';
+export type { HistogramTotals, ProtocolName, ShedReason, SlotTotals } from './shared-metrics';
+export {
+  BATCH_SIZE_BUCKETS,
+  DURATION_BUCKETS,
+  MAX_SLOTS,
+  MetricsShard,
+  metricsBufferFor,
+  PROTOCOLS,
+  readSlotTotals,
+  SHED_REASONS,
+} from './shared-metrics';

@@ -1,0 +1,136 @@
+/**
+ * Hot-path metrics in a SharedArrayBuffer. Each writing thread (a node's gateway thread, each worker thread)
+ * owns one shard and is its only writer, so an update is a plain store into a Float64Array: no lock, no
+ * message, no allocation, and integer counts stay exact up to 2^53. Readers sum the shards at scrape time.
+ */
+import { ERROR_CODES } from '../protocol';
+
+export const MAX_SLOTS = 64;
+export const DURATION_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10] as const;
+export const BATCH_SIZE_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024] as const;
+export const PROTOCOLS = ['ws', 'http'] as const;
+export type ProtocolName = (typeof PROTOCOLS)[number];
+export const SHED_REASONS = ['rate_limited', 'client_queue_full', 'model_queue_full', 'deadline', 'slow_consumer', 'ring_full', 'shutting_down'] as const;
+export type ShedReason = (typeof SHED_REASONS)[number];
+
+/** Index 0 = ok; then one per error code. */
+const CODE_COUNT = ERROR_CODES.length + 1;
+const HISTOGRAM_WIDTH = DURATION_BUCKETS.length + 1 + 2; // buckets, +Inf, sum, count
+const BATCH_HISTOGRAM_WIDTH = BATCH_SIZE_BUCKETS.length + 1 + 2;
+
+const REQUESTS = 0;
+const REQUEST_DURATION = REQUESTS + PROTOCOLS.length * CODE_COUNT;
+const QUEUE_DURATION = REQUEST_DURATION + HISTOGRAM_WIDTH;
+const COMPUTE_DURATION = QUEUE_DURATION + HISTOGRAM_WIDTH;
+const BATCH_SIZE = COMPUTE_DURATION + HISTOGRAM_WIDTH;
+const INFLIGHT = BATCH_SIZE + BATCH_HISTOGRAM_WIDTH;
+const SHED = INFLIGHT + 1;
+const BATCHES = SHED + SHED_REASONS.length;
+const SLOT_WIDTH = BATCHES + 1;
+const SHARD_WIDTH = MAX_SLOTS * SLOT_WIDTH;
+
+export class MetricsShard {
+  private readonly cells: Float64Array;
+
+  constructor(buffer: SharedArrayBuffer, shardIndex: number) {
+    const shards = buffer.byteLength / (SHARD_WIDTH * 8);
+    if (!Number.isInteger(shardIndex) || shardIndex < 0 || shardIndex >= shards) {
+      throw new RangeError(`metrics shard ${shardIndex} out of range (0..${shards - 1})`);
+    }
+    this.cells = new Float64Array(buffer, shardIndex * SHARD_WIDTH * 8, SHARD_WIDTH);
+  }
+
+  /** codeIndex: 0 for success, else the protocol's error code index (1-based). */
+  recordRequest(slot: number, protocol: number, codeIndex: number, durationSeconds: number): void {
+    const base = slot * SLOT_WIDTH;
+    this.cells[base + REQUESTS + protocol * CODE_COUNT + codeIndex]!++;
+    observe(this.cells, base + REQUEST_DURATION, DURATION_BUCKETS, durationSeconds);
+  }
+
+  recordQueueAndCompute(slot: number, queueSeconds: number, computeSeconds: number): void {
+    const base = slot * SLOT_WIDTH;
+    observe(this.cells, base + QUEUE_DURATION, DURATION_BUCKETS, queueSeconds);
+    observe(this.cells, base + COMPUTE_DURATION, DURATION_BUCKETS, computeSeconds);
+  }
+
+  recordBatch(slot: number, size: number): void {
+    const base = slot * SLOT_WIDTH;
+    observe(this.cells, base + BATCH_SIZE, BATCH_SIZE_BUCKETS, size);
+    this.cells[base + BATCHES]!++;
+  }
+
+  addInflight(slot: number, delta: number): void {
+    this.cells[slot * SLOT_WIDTH + INFLIGHT]! += delta;
+  }
+
+  recordShed(slot: number, reason: number): void {
+    this.cells[slot * SLOT_WIDTH + SHED + reason]!++;
+  }
+}
+
+function observe(cells: Float64Array, at: number, bounds: readonly number[], value: number): void {
+  let bucket = 0;
+  while (bucket < bounds.length && value > bounds[bucket]!) bucket++;
+  cells[at + bucket]!++;
+  cells[at + bounds.length + 1]! += value;
+  cells[at + bounds.length + 2]!++;
+}
+
+export function metricsBufferFor(shards: number): SharedArrayBuffer {
+  return new SharedArrayBuffer(shards * SHARD_WIDTH * 8);
+}
+
+/** Sums every shard of one slot into plain numbers, at scrape time. */
+export interface SlotTotals {
+  requests: { protocol: ProtocolName; code: string; value: number }[];
+  requestDuration: HistogramTotals;
+  queueDuration: HistogramTotals;
+  computeDuration: HistogramTotals;
+  batchSize: HistogramTotals;
+  inflight: number;
+  shed: { reason: ShedReason; value: number }[];
+  batches: number;
+}
+
+export interface HistogramTotals {
+  /** Cumulative counts per upper bound, ending with +Inf. */
+  buckets: { le: number; count: number }[];
+  sum: number;
+  count: number;
+}
+
+export function readSlotTotals(buffer: SharedArrayBuffer, slot: number): SlotTotals {
+  const cells = new Float64Array(buffer);
+  const shards = cells.length / SHARD_WIDTH;
+  const sum = (offset: number): number => {
+    let total = 0;
+    for (let shard = 0; shard < shards; shard++) total += cells[shard * SHARD_WIDTH + slot * SLOT_WIDTH + offset]!;
+    return total;
+  };
+  const requests: SlotTotals['requests'] = [];
+  PROTOCOLS.forEach((protocol, protocolIndex) => {
+    for (let code = 0; code < CODE_COUNT; code++) {
+      const value = sum(REQUESTS + protocolIndex * CODE_COUNT + code);
+      if (value > 0) requests.push({ protocol, code: code === 0 ? 'ok' : ERROR_CODES[code - 1]!, value });
+    }
+  });
+  const histogram = (offset: number, bounds: readonly number[]): HistogramTotals => {
+    const buckets: HistogramTotals['buckets'] = [];
+    let cumulative = 0;
+    for (let i = 0; i <= bounds.length; i++) {
+      cumulative += sum(offset + i);
+      buckets.push({ le: i < bounds.length ? bounds[i]! : Number.POSITIVE_INFINITY, count: cumulative });
+    }
+    return { buckets, sum: sum(offset + bounds.length + 1), count: sum(offset + bounds.length + 2) };
+  };
+  return {
+    requests,
+    requestDuration: histogram(REQUEST_DURATION, DURATION_BUCKETS),
+    queueDuration: histogram(QUEUE_DURATION, DURATION_BUCKETS),
+    computeDuration: histogram(COMPUTE_DURATION, DURATION_BUCKETS),
+    batchSize: histogram(BATCH_SIZE, BATCH_SIZE_BUCKETS),
+    inflight: sum(INFLIGHT),
+    shed: SHED_REASONS.map((reason, index) => ({ reason, value: sum(SHED + index) })).filter((entry) => entry.value > 0),
+    batches: sum(BATCHES),
+  };
+}

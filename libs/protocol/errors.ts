@@ -1,0 +1,91 @@
+/**
+ * The stable set of error codes a client can see. Codes never change meaning; new ones may be added.
+ * Each maps to one HTTP status so both protocols agree.
+ */
+export const ERROR_CODES = [
+  'bad_request',
+  'unknown_model',
+  'unknown_version',
+  'shape_mismatch',
+  'type_mismatch',
+  'payload_too_large',
+  'rate_limited',
+  'overloaded',
+  'deadline_exceeded',
+  'unavailable',
+  'unauthorized',
+  'not_found',
+  'method_not_allowed',
+  'model_error',
+  'internal',
+] as const;
+
+export type ErrorCode = (typeof ERROR_CODES)[number];
+
+const HTTP_STATUS: Record<ErrorCode, number> = {
+  bad_request: 400,
+  unknown_model: 404,
+  unknown_version: 404,
+  shape_mismatch: 400,
+  type_mismatch: 400,
+  payload_too_large: 413,
+  rate_limited: 429,
+  overloaded: 429,
+  deadline_exceeded: 504,
+  unavailable: 503,
+  unauthorized: 401,
+  not_found: 404,
+  method_not_allowed: 405,
+  model_error: 500,
+  internal: 500,
+};
+
+const STATUS_TEXT: Record<number, string> = {
+  200: '200 OK',
+  400: '400 Bad Request',
+  401: '401 Unauthorized',
+  404: '404 Not Found',
+  405: '405 Method Not Allowed',
+  413: '413 Payload Too Large',
+  429: '429 Too Many Requests',
+  500: '500 Internal Server Error',
+  503: '503 Service Unavailable',
+  504: '504 Gateway Timeout',
+};
+
+export function httpStatusOf(code: ErrorCode): number {
+  return HTTP_STATUS[code];
+}
+
+/** uWS wants the full status line ("404 Not Found"). */
+export function httpStatusLine(status: number): string {
+  return STATUS_TEXT[status] ?? String(status);
+}
+
+const CODE_INDEX = new Map<string, number>(ERROR_CODES.map((code, index) => [code, index]));
+
+/** Wire index of a code (1-based; 0 means "ok" in response records). */
+export function errorCodeIndex(code: ErrorCode): number {
+  return (CODE_INDEX.get(code) ?? ERROR_CODES.indexOf('internal')) + 1;
+}
+
+export function errorCodeFromIndex(index: number): ErrorCode {
+  return ERROR_CODES[index - 1] ?? 'internal';
+}
+
+/** A request-scoped failure: answered to that request only, never fatal to the connection or process. */
+export class ProtocolError extends Error {
+  readonly code: ErrorCode;
+  readonly retryAfterMs: number | undefined;
+
+  constructor(code: ErrorCode, message: string, retryAfterMs?: number) {
+    super(message);
+    this.name = 'ProtocolError';
+    this.code = code;
+    this.retryAfterMs = retryAfterMs;
+  }
+
+  get httpStatus(): number {
+    return HTTP_STATUS[this.code];
+  }
+}

@@ -1,0 +1,2 @@
+export type { ModelBatchingConfig, ModelEntry, ModelVersionEntry } from './repository';
+export { compareVersions, readModel, RepositoryError, scanRepository } from './repository';

@@ -1,0 +1,147 @@
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import * as path from 'node:path';
+import type { ModelSignature } from '../protocol';
+import { ProtocolError, parseSignature } from '../protocol';
+
+/** Per-model batching settings from config.json (snake_case as written there). */
+export interface ModelBatchingConfig {
+  policy?: 'fixed' | 'greedy' | 'adaptive';
+  maxBatchSize?: number;
+  maxQueueDelayMs?: number;
+  preferredBatchSizes?: number[];
+  latencySloMs?: number;
+}
+
+export interface ModelVersionEntry {
+  version: string;
+  file: string;
+}
+
+export interface ModelEntry {
+  name: string;
+  description: string;
+  dir: string;
+  signature: ModelSignature;
+  batching: ModelBatchingConfig;
+  versions: ModelVersionEntry[];
+  defaultVersion: string;
+}
+
+export class RepositoryError extends Error {
+  readonly code = 'ERR_MODEL_REPOSITORY';
+  constructor(message: string) {
+    super(message);
+    this.name = 'RepositoryError';
+  }
+}
+
+const NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
+
+/** Reads every `<dir>/<model>/config.json` and its `<version>/model.onnx` files. Any malformed model stops the scan with a message naming the file. */
+export function scanRepository(dir: string): ModelEntry[] {
+  const root = path.resolve(dir);
+  if (!existsSync(root) || !statSync(root).isDirectory()) throw new RepositoryError(`model repository ${root} is not a directory`);
+  const models: ModelEntry[] = [];
+  for (const name of readdirSync(root).sort()) {
+    const modelDir = path.join(root, name);
+    if (!statSync(modelDir).isDirectory() || !existsSync(path.join(modelDir, 'config.json'))) continue;
+    models.push(readModel(modelDir, name));
+  }
+  if (models.length === 0) throw new RepositoryError(`model repository ${root} holds no model (expected <name>/config.json)`);
+  return models;
+}
+
+export function readModel(modelDir: string, name: string): ModelEntry {
+  const configPath = path.join(modelDir, 'config.json');
+  if (!NAME_PATTERN.test(name)) throw new RepositoryError(`${configPath}: model directory name "${name}" is not a valid model name`);
+  let raw: Record<string, unknown>;
+  try {
+    raw = JSON.parse(readFileSync(configPath, 'utf8')) as Record<string, unknown>;
+  } catch (error) {
+    throw new RepositoryError(`${configPath}: ${(error as Error).message}`);
+  }
+  if (typeof raw !== 'object' || raw === null) throw new RepositoryError(`${configPath}: not a JSON object`);
+  if (raw.name !== undefined && raw.name !== name) {
+    throw new RepositoryError(`${configPath}: "name" is "${String(raw.name)}" but the directory is "${name}"`);
+  }
+  let signature: ModelSignature;
+  try {
+    signature = parseSignature(raw, 'config.json');
+  } catch (error) {
+    const message = error instanceof ProtocolError ? error.message : String(error);
+    throw new RepositoryError(`${configPath}: ${message}`);
+  }
+  const versions = readdirSync(modelDir)
+    .filter((entry) => NAME_PATTERN.test(entry) && existsSync(path.join(modelDir, entry, 'model.onnx')))
+    .sort(compareVersions)
+    .map((version) => ({ version, file: path.join(modelDir, version, 'model.onnx') }));
+  if (versions.length === 0) throw new RepositoryError(`${modelDir}: no version directory with a model.onnx`);
+  const defaultVersion = raw.default_version === undefined ? versions[versions.length - 1]!.version : String(raw.default_version);
+  if (!versions.some((entry) => entry.version === defaultVersion)) {
+    throw new RepositoryError(`${configPath}: default_version "${defaultVersion}" has no model.onnx`);
+  }
+  return {
+    name,
+    description: typeof raw.description === 'string' ? raw.description : '',
+    dir: modelDir,
+    signature,
+    batching: readBatching(raw.batching, configPath),
+    versions,
+    defaultVersion,
+  };
+}
+
+function readBatching(raw: unknown, configPath: string): ModelBatchingConfig {
+  if (raw === undefined || raw === null) return {};
+  if (typeof raw !== 'object') throw new RepositoryError(`${configPath}: "batching" must be an object`);
+  const batching = raw as Record<string, unknown>;
+  const result: ModelBatchingConfig = {};
+  if (batching.policy !== undefined) {
+    if (batching.policy !== 'fixed' && batching.policy !== 'greedy' && batching.policy !== 'adaptive') {
+      throw new RepositoryError(`${configPath}: batching.policy must be fixed, greedy or adaptive`);
+    }
+    result.policy = batching.policy;
+  }
+  const positiveInt = (key: string): number | undefined => {
+    const value = batching[key];
+    if (value === undefined) return undefined;
+    if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > 4096) {
+      throw new RepositoryError(`${configPath}: batching.${key} must be an integer between 1 and 4096`);
+    }
+    return value;
+  };
+  const maxBatch = positiveInt('max_batch_size');
+  if (maxBatch !== undefined) result.maxBatchSize = maxBatch;
+  const delay = batching.max_queue_delay_ms;
+  if (delay !== undefined) {
+    if (typeof delay !== 'number' || !Number.isFinite(delay) || delay < 0 || delay > 60000) {
+      throw new RepositoryError(`${configPath}: batching.max_queue_delay_ms must be between 0 and 60000`);
+    }
+    result.maxQueueDelayMs = delay;
+  }
+  const slo = batching.latency_slo_ms;
+  if (slo !== undefined) {
+    if (typeof slo !== 'number' || !Number.isFinite(slo) || slo <= 0) {
+      throw new RepositoryError(`${configPath}: batching.latency_slo_ms must be a positive number`);
+    }
+    result.latencySloMs = slo;
+  }
+  if (batching.preferred_batch_sizes !== undefined) {
+    const sizes = batching.preferred_batch_sizes;
+    if (!Array.isArray(sizes) || !sizes.every((size) => Number.isInteger(size) && size >= 1)) {
+      throw new RepositoryError(`${configPath}: batching.preferred_batch_sizes must be an array of positive integers`);
+    }
+    result.preferredBatchSizes = sizes as number[];
+  }
+  return result;
+}
+
+/** Numeric versions sort numerically ("2" < "10"); others lexically after them. */
+export function compareVersions(a: string, b: string): number {
+  const numA = /^\d+$/.test(a) ? Number(a) : Number.NaN;
+  const numB = /^\d+$/.test(b) ? Number(b) : Number.NaN;
+  if (!Number.isNaN(numA) && !Number.isNaN(numB)) return numA - numB;
+  if (!Number.isNaN(numA)) return -1;
+  if (!Number.isNaN(numB)) return 1;
+  return a < b ? -1 : a > b ? 1 : 0;
+}

@@ -1,0 +1,182 @@
+/** Starts the real server as a separate process and talks to it with real WebSocket/HTTP clients. */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, symlinkSync } from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import WebSocket from 'ws';
+
+export const REPO_ROOT = path.resolve(__dirname, '../../..');
+export const CLI = path.join(REPO_ROOT, 'dist/apps/cli/main.js');
+export const MODELS_DIR = path.join(REPO_ROOT, 'models');
+
+export interface ServerHandle {
+  port: number;
+  url: string;
+  wsUrl: string;
+  pid: number;
+  nodePids: number[];
+  child: ChildProcess;
+  logs: () => string;
+  stop: (signal?: NodeJS.Signals) => Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+
+export interface StartOptions {
+  args?: string[];
+  env?: Record<string, string>;
+  /** Serve only these shipped models (a temporary repository of symlinks), to keep start-up fast. */
+  models?: string[];
+  timeoutMs?: number;
+}
+
+export function modelsSubset(models: string[]): string {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'streaminfer-models-'));
+  for (const model of models) symlinkSync(path.join(MODELS_DIR, model), path.join(dir, model));
+  return dir;
+}
+
+export function runCli(args: string[], env: Record<string, string> = {}): ChildProcess {
+  return spawn(process.execPath, [CLI, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+}
+
+export async function startServer(options: StartOptions = {}): Promise<ServerHandle> {
+  const args = ['serve', '--port', '0', '--host', '127.0.0.1', ...(options.args ?? [])];
+  if (options.models) args.push('--models-dir', modelsSubset(options.models));
+  const child = runCli(args, { STREAMINFER_TEST_HOOKS: '1', ...options.env });
+  let output = '';
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+    child.on('exit', (code, signal) => resolve({ code, signal }));
+  });
+  const ready = new Promise<{ port: number; nodePids: number[] }>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`server not ready in time; output:\n${output.slice(-4000)}`)), options.timeoutMs ?? 60000);
+    const onData = (chunk: Buffer): void => {
+      output += chunk.toString();
+      for (const line of output.split('\n')) {
+        if (!line.includes('streaminfer ready')) continue;
+        try {
+          const parsed = JSON.parse(line) as { port: number; node_pids: number[] };
+          clearTimeout(timer);
+          resolve({ port: parsed.port, nodePids: parsed.node_pids });
+          return;
+        } catch {
+          // partial line
+        }
+      }
+    };
+    child.stdout!.on('data', onData);
+    child.stderr!.on('data', (chunk: Buffer) => {
+      output += chunk.toString();
+    });
+    void exited.then(({ code, signal }) => {
+      clearTimeout(timer);
+      reject(new Error(`server exited before ready (code ${code}, signal ${signal}); output:\n${output.slice(-4000)}`));
+    });
+  });
+  const { port, nodePids } = await ready;
+  return {
+    port,
+    url: `http://127.0.0.1:${port}`,
+    wsUrl: `ws://127.0.0.1:${port}/ws`,
+    pid: child.pid!,
+    nodePids,
+    child,
+    logs: () => output,
+    exited,
+    stop: async (signal: NodeJS.Signals = 'SIGTERM') => {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      const timer = setTimeout(() => child.kill('SIGKILL'), 45000);
+      const result = await exited;
+      clearTimeout(timer);
+      return result;
+    },
+  };
+}
+
+export interface Answer {
+  id?: unknown;
+  type?: string;
+  code?: string;
+  message?: string;
+  model?: string;
+  version?: string;
+  epoch?: number;
+  result?: unknown;
+  latency_ms?: number;
+  retry_after_ms?: number;
+}
+
+/** A WebSocket client with many requests in flight, matched by id. */
+export class WsClient {
+  private readonly waiting = new Map<string, (answer: Answer) => void>();
+  readonly unmatched: Answer[] = [];
+  readonly closed: Promise<{ code: number; reason: string }>;
+
+  private constructor(readonly socket: WebSocket) {
+    socket.on('message', (data, isBinary) => {
+      const answer = JSON.parse(isBinary ? '{}' : data.toString()) as Answer;
+      const key = JSON.stringify(answer.id ?? null);
+      const waiter = this.waiting.get(key);
+      if (waiter && answer.id !== undefined) {
+        this.waiting.delete(key);
+        waiter(answer);
+      } else {
+        this.unmatched.push(answer);
+        const anyWaiter = this.waiting.get('null');
+        if (anyWaiter) {
+          this.waiting.delete('null');
+          anyWaiter(answer);
+        }
+      }
+    });
+    this.closed = new Promise((resolve) => socket.on('close', (code, reason) => resolve({ code, reason: reason.toString() })));
+  }
+
+  static connect(url: string): Promise<WsClient> {
+    return new Promise((resolve, reject) => {
+      const socket = new WebSocket(url, { maxPayload: 64 * 1024 * 1024 });
+      socket.once('open', () => resolve(new WsClient(socket)));
+      socket.once('error', reject);
+    });
+  }
+
+  request(body: Record<string, unknown>, timeoutMs = 20000): Promise<Answer> {
+    const key = JSON.stringify(body.id ?? null);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no answer for id ${key} within ${timeoutMs} ms`)), timeoutMs);
+      this.waiting.set(key, (answer) => {
+        clearTimeout(timer);
+        resolve(answer);
+      });
+      this.socket.send(JSON.stringify(body));
+    });
+  }
+
+  /** Sends raw data and waits for the next answer without an id match (for garbage frames). */
+  sendRaw(data: string | Buffer, binary = false, timeoutMs = 20000): Promise<Answer> {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error('no answer to raw frame')), timeoutMs);
+      this.waiting.set('null', (answer) => {
+        clearTimeout(timer);
+        resolve(answer);
+      });
+      this.socket.send(data, { binary });
+    });
+  }
+
+  close(): void {
+    this.socket.close();
+  }
+}
+
+export async function postJson(url: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: Answer & Record<string, unknown>; headers: Headers }> {
+  const response = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  return { status: response.status, body: (await response.json()) as Answer & Record<string, unknown>, headers: response.headers };
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
