@@ -4,6 +4,7 @@
  * host, restarts a crashed node with backoff, and drains everything on SIGTERM.
  */
 import { type ChildProcess, fork } from 'node:child_process';
+import { createServer } from 'node:net';
 import * as path from 'node:path';
 import type { Logger } from 'pino';
 import { collectDefaultMetrics, Registry } from 'prom-client';
@@ -86,6 +87,8 @@ export class Supervisor {
   /** Starts node 0 first (it may pick the port when --port 0), then the others on the same port. */
   async start(): Promise<number> {
     this.port = this.options.config.port;
+    // A port picked by the kernel (port 0) is not shared through SO_REUSEPORT: pick one for all nodes first.
+    if (this.port === 0 && this.options.config.nodes > 1) this.port = await pickFreePort(this.options.config.host);
     await this.startNode(0, 0);
     await Promise.all(Array.from({ length: this.options.config.nodes - 1 }, (_, i) => this.startNode(i + 1, 0)));
     return this.port;
@@ -342,6 +345,17 @@ export class Supervisor {
     );
     this.logger.info('all nodes stopped');
   }
+}
+
+function pickFreePort(host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, host, () => {
+      const address = server.address();
+      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
+    });
+  });
 }
 
 function json(status: number, body: unknown): ControlResponse {

@@ -256,6 +256,7 @@ function measureBytes(value: unknown, spec: TensorSpec, rank: number, elements: 
 const FLOAT32_MAX = 3.4028234663852886e38;
 
 function checkElement(element: unknown, dtype: DType, name: string): void {
+  if (Array.isArray(element)) throw new ProtocolError('shape_mismatch', `input "${name}" is ragged: it nests deeper than its shape`);
   switch (dtype) {
     case 'string':
       if (typeof element !== 'string') throw new ProtocolError('type_mismatch', `input "${name}" expects strings`);
