@@ -1,0 +1,57 @@
+import { aggregateToText, MetricsShard, metricsBufferFor, nodeMetricsJson, readSlotTotals } from './index';
+
+describe('shared metrics shards', () => {
+  test('shards written by different threads sum at read time', () => {
+    const buffer = metricsBufferFor(3);
+    const gateway = new MetricsShard(buffer, 0);
+    const worker = new MetricsShard(buffer, 1);
+    const other = new MetricsShard(buffer, 2);
+    gateway.recordRequest(1, 0, 0, 0.003);
+    gateway.recordRequest(1, 1, 0, 0.2);
+    gateway.recordRequest(1, 0, 1, 0.0001);
+    worker.recordBatch(1, 16);
+    other.recordBatch(1, 3);
+    gateway.addInflight(1, 2);
+    const totals = readSlotTotals(buffer, 1);
+    expect(totals.requests).toEqual([
+      { protocol: 'ws', code: 'ok', value: 1 },
+      { protocol: 'ws', code: 'bad_request', value: 1 },
+      { protocol: 'http', code: 'ok', value: 1 },
+    ]);
+    expect(totals.requestDuration.count).toBe(3);
+    expect(totals.requestDuration.sum).toBeCloseTo(0.2031, 6);
+    // cumulative: 0.0001 ≤ 0.0005; 0.003 ≤ 0.005; 0.2 ≤ 0.25
+    const le = (bound: number) => totals.requestDuration.buckets.find((b) => b.le === bound)!.count;
+    expect(le(0.0005)).toBe(1);
+    expect(le(0.005)).toBe(2);
+    expect(le(0.25)).toBe(3);
+    expect(totals.batchSize.count).toBe(2);
+    expect(totals.batchSize.sum).toBe(19);
+    expect(totals.batches).toBe(2);
+    expect(totals.inflight).toBe(2);
+    expect(readSlotTotals(buffer, 2).requests).toEqual([]);
+  });
+
+  test('rejects a shard index outside the buffer', () => {
+    expect(() => new MetricsShard(metricsBufferFor(1), 1)).toThrow(RangeError);
+  });
+
+  test('two nodes aggregate into one Prometheus text: counters and histograms sum', async () => {
+    const nodeA = metricsBufferFor(1);
+    const nodeB = metricsBufferFor(1);
+    new MetricsShard(nodeA, 0).recordRequest(1, 0, 0, 0.01);
+    new MetricsShard(nodeB, 0).recordRequest(1, 0, 0, 0.02);
+    new MetricsShard(nodeB, 0).recordRequest(1, 0, 0, 0.02);
+    const slots = [{ slot: 1, model: 'echo', version: '1', queueDepth: 2, executionProvider: 'cpu', alias: 'stable' }];
+    const text = await aggregateToText([
+      nodeMetricsJson(nodeA, slots, { wsConnections: 1, epoch: 0 }),
+      nodeMetricsJson(nodeB, slots, { wsConnections: 2, epoch: 0 }),
+    ]);
+    expect(text).toContain('streaminfer_requests_total{model="echo",version="1",protocol="ws",code="ok"} 3');
+    expect(text).toContain('streaminfer_request_duration_seconds_count{model="echo",version="1"} 3');
+    expect(text).toContain('streaminfer_request_duration_seconds_bucket{model="echo",version="1",le="0.025"} 3');
+    expect(text).toContain('streaminfer_queue_depth{model="echo",version="1"} 4');
+    expect(text).toContain('streaminfer_ws_connections 3');
+    expect(text).toContain('streaminfer_model_info{model="echo",version="1",alias="stable",execution_provider="cpu"} 1');
+  });
+});

@@ -1,0 +1,59 @@
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { compareVersions, RepositoryError, scanRepository } from './index';
+
+const SHIPPED = path.resolve(__dirname, '../../../models');
+
+function repo(models: Record<string, { config: unknown; versions: string[] }>): string {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'repo-'));
+  for (const [name, model] of Object.entries(models)) {
+    mkdirSync(path.join(dir, name));
+    writeFileSync(path.join(dir, name, 'config.json'), typeof model.config === 'string' ? model.config : JSON.stringify(model.config));
+    for (const version of model.versions) {
+      mkdirSync(path.join(dir, name, version));
+      writeFileSync(path.join(dir, name, version, 'model.onnx'), 'x');
+    }
+  }
+  return dir;
+}
+
+const good = {
+  inputs: [{ name: 'x', dtype: 'float32', shape: [4] }],
+  outputs: [{ name: 'y', dtype: 'float32', shape: [2] }],
+};
+
+test('the shipped repository scans cleanly', () => {
+  const names = scanRepository(SHIPPED).map((model) => model.name);
+  expect(names).toEqual(expect.arrayContaining(['echo', 'upper']));
+});
+
+test('versions sort numerically and the default is the highest unless configured', () => {
+  const [model] = scanRepository(repo({ m: { config: good, versions: ['2', '10', '1'] } }));
+  expect(model!.versions.map((v) => v.version)).toEqual(['1', '2', '10']);
+  expect(model!.defaultVersion).toBe('10');
+  const [pinned] = scanRepository(repo({ m: { config: { ...good, default_version: '2' }, versions: ['1', '2', '3'] } }));
+  expect(pinned!.defaultVersion).toBe('2');
+});
+
+test.each([
+  ['broken JSON', '{', /config.json/],
+  ['no inputs', { outputs: good.outputs }, /inputs/],
+  ['name mismatch', { ...good, name: 'other' }, /directory/],
+  ['bad batching', { ...good, batching: { max_batch_size: 0 } }, /max_batch_size/],
+  ['bad policy', { ...good, batching: { policy: 'fast' } }, /policy/],
+  ['missing default version', { ...good, default_version: '7' }, /default_version/],
+])('%s is refused with the file named', (_name, config, pattern) => {
+  expect(() => scanRepository(repo({ m: { config, versions: ['1'] } }))).toThrow(pattern);
+  expect(() => scanRepository(repo({ m: { config, versions: ['1'] } }))).toThrow(RepositoryError);
+});
+
+test('a model without versions, or an empty repository, is refused', () => {
+  expect(() => scanRepository(repo({ m: { config: good, versions: [] } }))).toThrow(/no version/);
+  expect(() => scanRepository(repo({}))).toThrow(/holds no model/);
+  expect(() => scanRepository('/nonexistent/dir')).toThrow(/not a directory/);
+});
+
+test('compareVersions', () => {
+  expect(['b', '10', '2', 'a', '1'].sort(compareVersions)).toEqual(['1', '2', '10', 'a', 'b']);
+});
