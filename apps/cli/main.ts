@@ -7,10 +7,13 @@ import pino from 'pino';
 import { ConfigError, describeSettings, resolveConfig } from '../../libs/config';
 import { assertNativeUws } from '../../libs/inference/uws-check';
 import { Supervisor } from '../supervisor/supervisor';
-import { callServer, ClientError, defaultUrl } from './client';
+import { ClientError, callServer, defaultUrl } from './client';
 
 const program = new Command();
-program.name('streaminfer').description('Real-time ML inference server: WebSocket streaming, batching, backpressure, hot-swap.').showHelpAfterError();
+program
+  .name('streaminfer')
+  .description('Real-time ML inference server: WebSocket streaming, batching, backpressure, hot-swap.')
+  .showHelpAfterError();
 
 /** commander option name → config key. Flags are left undefined unless given, so env and file can apply. */
 const SERVE_FLAGS: Array<[string, string, string]> = [
@@ -40,11 +43,20 @@ for (const [flag, , help] of SERVE_FLAGS) serve.addOption(new Option(flag, help)
 serve
   .option('--config <file>', 'JSON config file (flags > STREAMINFER_* env > file > defaults)')
   .option('--pid-file <file>', 'write the supervisor pid here (for `kill -HUP`)')
-  .addHelpText('after', () => `\nSettings and their environment variables:\n${describeSettings().map((s) => `  ${s.env.padEnd(34)} default ${JSON.stringify(s.default)}  ${s.help}`).join('\n')}`)
+  .addHelpText(
+    'after',
+    () =>
+      `\nSettings and their environment variables:\n${describeSettings()
+        .map((s) => `  ${s.env.padEnd(34)} default ${s.defaultText}  ${s.help}`)
+        .join('\n')}`,
+  )
   .action(async (opts: Record<string, unknown>) => {
     const flags: Record<string, unknown> = {};
     for (const [flag, key] of SERVE_FLAGS) {
-      const attribute = flag.slice(2).split(' ')[0]!.replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
+      const attribute = flag
+        .slice(2)
+        .split(' ')[0]!
+        .replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
       if (opts[attribute] !== undefined) flags[key] = opts[attribute];
     }
     let file: unknown;
@@ -56,14 +68,18 @@ serve
     }
     let config: ReturnType<typeof resolveConfig>;
     try {
-      config = resolveConfig(filePath ? { flags, env: process.env, file, filePath } : { flags, env: process.env });
+      config = resolveConfig(
+        filePath ? { flags, env: process.env, file, filePath } : { flags, env: process.env },
+      );
       assertNativeUws();
     } catch (error) {
       fail(error instanceof ConfigError ? error.message : (error as Error).message);
     }
     const logger = pino({ level: config.logLevel, base: { component: 'supervisor', pid: process.pid } });
     const explicit = (key: string, env: string): boolean =>
-      flags[key] !== undefined || Boolean(process.env[env]?.trim()) || (typeof file === 'object' && file !== null && key in file);
+      flags[key] !== undefined ||
+      Boolean(process.env[env]?.trim()) ||
+      (typeof file === 'object' && file !== null && key in file);
     const supervisor = new Supervisor(
       {
         config,
@@ -92,16 +108,35 @@ serve
       // Re-read the config file and environment; today that can switch the default model.
       try {
         const fresh = filePath ? JSON.parse(readFileSync(filePath, 'utf8')) : undefined;
-        const next = resolveConfig(filePath ? { flags, env: process.env, file: fresh, filePath } : { flags, env: process.env });
-        supervisor.setDefaultModel(next.defaultModel).then((result) => logger.info({ result: JSON.parse(result.body) }, 'SIGHUP: configuration re-applied'));
+        const next = resolveConfig(
+          filePath ? { flags, env: process.env, file: fresh, filePath } : { flags, env: process.env },
+        );
+        supervisor
+          .setDefaultModel(next.defaultModel)
+          .then((result) =>
+            logger.info({ result: JSON.parse(result.body) }, 'SIGHUP: configuration re-applied'),
+          );
       } catch (error) {
-        logger.error({ err: (error as Error).message }, 'SIGHUP: configuration rejected; still serving the previous one');
+        logger.error(
+          { err: (error as Error).message },
+          'SIGHUP: configuration rejected; still serving the previous one',
+        );
       }
     });
     try {
       const port = await supervisor.start();
       if (pidFile) writeFileSync(pidFile, `${process.pid}\n`);
-      logger.info({ port, host: config.host, nodes: config.nodes, workers: config.workers, device: config.device, node_pids: supervisor.nodePids() }, 'streaminfer ready');
+      logger.info(
+        {
+          port,
+          host: config.host,
+          nodes: config.nodes,
+          workers: config.workers,
+          device: config.device,
+          node_pids: supervisor.nodePids(),
+        },
+        'streaminfer ready',
+      );
     } catch (error) {
       logger.error({ err: (error as Error).message }, 'start failed');
       await supervisor.shutdown();
@@ -127,45 +162,82 @@ function clientOptions(flags: ClientFlags) {
   return token ? { url: flags.url, token } : { url: flags.url };
 }
 
-addClientOptions(program.command('status').description('health of a running server')).action(async (flags: ClientFlags) => {
-  const { status, body } = await callServer(clientOptions(flags), 'GET', '/health');
-  if (flags.json) console.log(JSON.stringify(body, null, 2));
-  else {
-    const health = body as { status: string; default_model: string; device: string; nodes: Array<Record<string, unknown>>; models: Array<{ name: string; default_version: string; versions: Array<{ version: string; execution_provider: string }> }> };
-    console.log(`status: ${health.status}   default model: ${health.default_model}   device: ${health.device}`);
-    for (const node of health.nodes) console.log(`node ${node.node}: ${node.state}, pid ${node.pid}, workers ${node.workers_ready}/${node.workers}, in flight ${node.inflight}`);
-    for (const model of health.models) {
-      console.log(`model ${model.name}: default v${model.default_version}; ${model.versions.map((v) => `v${v.version} on ${v.execution_provider}`).join(', ')}`);
+addClientOptions(program.command('status').description('health of a running server')).action(
+  async (flags: ClientFlags) => {
+    const { status, body } = await callServer(clientOptions(flags), 'GET', '/health');
+    if (flags.json) console.log(JSON.stringify(body, null, 2));
+    else {
+      const health = body as {
+        status: string;
+        default_model: string;
+        device: string;
+        nodes: Array<Record<string, unknown>>;
+        models: Array<{
+          name: string;
+          default_version: string;
+          versions: Array<{ version: string; execution_provider: string }>;
+        }>;
+      };
+      console.log(
+        `status: ${health.status}   default model: ${health.default_model}   device: ${health.device}`,
+      );
+      for (const node of health.nodes)
+        console.log(
+          `node ${node.node}: ${node.state}, pid ${node.pid}, workers ${node.workers_ready}/${node.workers}, in flight ${node.inflight}`,
+        );
+      for (const model of health.models) {
+        console.log(
+          `model ${model.name}: default v${model.default_version}; ${model.versions.map((v) => `v${v.version} on ${v.execution_provider}`).join(', ')}`,
+        );
+      }
     }
-  }
-  if (status !== 200) process.exitCode = 1;
-});
+    if (status !== 200) process.exitCode = 1;
+  },
+);
 
-addClientOptions(program.command('reload').description('switch the default model on every node of a running server'))
+addClientOptions(
+  program.command('reload').description('switch the default model on every node of a running server'),
+)
   .requiredOption('--model <name>', 'model that requests without a "model" field go to')
   .action(async (flags: ClientFlags & { model: string }) => {
     const started = Date.now();
-    const { status, body } = await callServer(clientOptions(flags), 'POST', '/api/reload', { model: flags.model });
+    const { status, body } = await callServer(clientOptions(flags), 'POST', '/api/reload', {
+      model: flags.model,
+    });
     const result = body as { default_model?: string; previous?: string; message?: string; code?: string };
     if (flags.json) console.log(JSON.stringify({ status, ...result, took_ms: Date.now() - started }));
-    else if (status === 200) console.log(`default model: ${result.previous} -> ${result.default_model} (${Date.now() - started} ms)`);
+    else if (status === 200)
+      console.log(
+        `default model: ${result.previous} -> ${result.default_model} (${Date.now() - started} ms)`,
+      );
     else console.error(`reload failed (${status} ${result.code}): ${result.message}`);
     if (status !== 200) process.exitCode = 1;
   });
 
 const models = program.command('models').description('inspect the models of a running server');
-addClientOptions(models.command('list').description('list models and versions')).action(async (flags: ClientFlags) => {
-  const { status, body } = await callServer(clientOptions(flags), 'GET', '/api/models');
-  if (flags.json || status !== 200) console.log(JSON.stringify(body, null, 2));
-  else {
-    const list = body as { default_model: string; models: Array<{ name: string; default_version: string; versions: Array<{ version: string; execution_provider: string }> }> };
-    for (const model of list.models) {
-      const mark = model.name === list.default_model ? ' (default model)' : '';
-      console.log(`${model.name}${mark}: versions ${model.versions.map((v) => v.version).join(', ')}; default v${model.default_version}; ${model.versions[0]?.execution_provider}`);
+addClientOptions(models.command('list').description('list models and versions')).action(
+  async (flags: ClientFlags) => {
+    const { status, body } = await callServer(clientOptions(flags), 'GET', '/api/models');
+    if (flags.json || status !== 200) console.log(JSON.stringify(body, null, 2));
+    else {
+      const list = body as {
+        default_model: string;
+        models: Array<{
+          name: string;
+          default_version: string;
+          versions: Array<{ version: string; execution_provider: string }>;
+        }>;
+      };
+      for (const model of list.models) {
+        const mark = model.name === list.default_model ? ' (default model)' : '';
+        console.log(
+          `${model.name}${mark}: versions ${model.versions.map((v) => v.version).join(', ')}; default v${model.default_version}; ${model.versions[0]?.execution_provider}`,
+        );
+      }
     }
-  }
-  if (status !== 200) process.exitCode = 1;
-});
+    if (status !== 200) process.exitCode = 1;
+  },
+);
 
 function fail(message: string): never {
   console.error(`streaminfer: ${message}`);

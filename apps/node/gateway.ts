@@ -3,9 +3,10 @@
  * requests, writes them into the request ring of their model version, drains the shared response ring and
  * answers. It never runs a model; control endpoints are forwarded to the supervisor.
  */
+
+import * as uWS from 'uWebSockets.js';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
-import * as uWS from 'uWebSockets.js';
 import type { MetricJson, SlotDescription } from '../../libs/metrics';
 import { MetricsShard, nodeMetricsJson } from '../../libs/metrics';
 import type { ErrorCode, InferenceRequest, RequestId } from '../../libs/protocol';
@@ -80,6 +81,8 @@ export class Gateway {
   private readonly hardFrameLimit: number;
   private sweepTimer: NodeJS.Timeout | undefined;
   private onIdle: (() => void) | undefined;
+  private readonly ringsToNotify = new Set<RingBuffer>();
+  private notifyScheduled = false;
   defaultModel: string;
   epoch = 0;
   answered = 0;
@@ -107,7 +110,11 @@ export class Gateway {
     return new Promise((resolve, reject) => {
       this.app.listen(host, port, (socket) => {
         if (!socket) {
-          reject(new Error(`could not listen on ${host}:${port} (port in use by a non-reusable socket, or permission denied)`));
+          reject(
+            new Error(
+              `could not listen on ${host}:${port} (port in use by a non-reusable socket, or permission denied)`,
+            ),
+          );
           return;
         }
         this.listenSocket = socket;
@@ -153,13 +160,20 @@ export class Gateway {
       },
     });
     this.app.post('/predict', (res, req) => this.onHttpPredict(res, req));
-    this.app.any('/predict', (res) => this.replyHttp(res, undefined, 405, encodeError(null, 'method_not_allowed', 'use POST /predict')));
+    this.app.any('/predict', (res) =>
+      this.replyHttp(res, undefined, 405, encodeError(null, 'method_not_allowed', 'use POST /predict')),
+    );
     for (const pattern of ['/health', '/metrics', '/api/*', '/v2/*', '/v2']) {
       this.app.any(pattern, (res, req) => this.onControl(res, req));
     }
     this.app.any('/*', (res, req) => {
       const path = req.getUrl();
-      this.replyHttp(res, undefined, 404, encodeError(null, 'not_found', `no route for ${req.getMethod().toUpperCase()} ${path}`));
+      this.replyHttp(
+        res,
+        undefined,
+        404,
+        encodeError(null, 'not_found', `no route for ${req.getMethod().toUpperCase()} ${path}`),
+      );
     });
   }
 
@@ -168,12 +182,27 @@ export class Gateway {
   private onWsMessage(ws: uWS.WebSocket<Connection>, message: ArrayBuffer, isBinary: boolean): void {
     const startedAt = clock();
     if (isBinary) {
-      this.rejectWs(ws, null, UNROUTED_SLOT, startedAt, new ProtocolError('bad_request', 'binary frames are not supported; send JSON text frames'));
+      this.rejectWs(
+        ws,
+        null,
+        UNROUTED_SLOT,
+        startedAt,
+        new ProtocolError('bad_request', 'binary frames are not supported; send JSON text frames'),
+      );
       return;
     }
     if (message.byteLength > this.options.maxPayloadBytes) {
       const id = sniffId(message);
-      this.rejectWs(ws, id, UNROUTED_SLOT, startedAt, new ProtocolError('payload_too_large', `frame of ${message.byteLength} bytes exceeds the ${this.options.maxPayloadBytes}-byte limit`));
+      this.rejectWs(
+        ws,
+        id,
+        UNROUTED_SLOT,
+        startedAt,
+        new ProtocolError(
+          'payload_too_large',
+          `frame of ${message.byteLength} bytes exceeds the ${this.options.maxPayloadBytes}-byte limit`,
+        ),
+      );
       return;
     }
     // The ArrayBuffer is only valid during this callback: decoding copies it into a string.
@@ -181,9 +210,16 @@ export class Gateway {
     this.admit(text, startedAt, ws, undefined, undefined);
   }
 
-  private rejectWs(ws: uWS.WebSocket<Connection>, id: RequestId, slot: number, startedAt: number, error: ProtocolError): void {
+  private rejectWs(
+    ws: uWS.WebSocket<Connection>,
+    id: RequestId,
+    slot: number,
+    startedAt: number,
+    error: ProtocolError,
+  ): void {
     this.metrics.recordRequest(slot, PROTOCOL_WS, errorCodeIndex(error.code), (clock() - startedAt) / 1000);
-    if (!ws.getUserData().closed) ws.send(encodeError(id, error.code, error.message, error.retryAfterMs), false);
+    if (!ws.getUserData().closed)
+      ws.send(encodeError(id, error.code, error.message, error.retryAfterMs), false);
   }
 
   // ---------------------------------------------------------------- HTTP
@@ -197,13 +233,33 @@ export class Gateway {
     const declared = Number(req.getHeader('content-length') || '0');
     if (declared > this.options.maxPayloadBytes) {
       this.metrics.recordRequest(UNROUTED_SLOT, PROTOCOL_HTTP, errorCodeIndex('payload_too_large'), 0);
-      this.replyHttp(res, state, 413, encodeError(null, 'payload_too_large', `body of ${declared} bytes exceeds the ${this.options.maxPayloadBytes}-byte limit`), true);
+      this.replyHttp(
+        res,
+        state,
+        413,
+        encodeError(
+          null,
+          'payload_too_large',
+          `body of ${declared} bytes exceeds the ${this.options.maxPayloadBytes}-byte limit`,
+        ),
+        true,
+      );
       return;
     }
     this.readBody(res, state, (body) => {
       if (body === undefined) {
         this.metrics.recordRequest(UNROUTED_SLOT, PROTOCOL_HTTP, errorCodeIndex('payload_too_large'), 0);
-        this.replyHttp(res, state, 413, encodeError(null, 'payload_too_large', `body exceeds the ${this.options.maxPayloadBytes}-byte limit`), true);
+        this.replyHttp(
+          res,
+          state,
+          413,
+          encodeError(
+            null,
+            'payload_too_large',
+            `body exceeds the ${this.options.maxPayloadBytes}-byte limit`,
+          ),
+          true,
+        );
         return;
       }
       this.admit(body, startedAt, undefined, res, state);
@@ -231,7 +287,14 @@ export class Gateway {
     });
   }
 
-  private replyHttp(res: uWS.HttpResponse, state: HttpState | undefined, status: number, body: string, close = false, headers?: Record<string, string>): void {
+  private replyHttp(
+    res: uWS.HttpResponse,
+    state: HttpState | undefined,
+    status: number,
+    body: string,
+    close = false,
+    headers?: Record<string, string>,
+  ): void {
     if (state?.aborted) return;
     res.cork(() => {
       res.writeStatus(httpStatusLine(status)).writeHeader('content-type', 'application/json');
@@ -259,7 +322,8 @@ export class Gateway {
         if (state.aborted) return;
         res.cork(() => {
           res.writeStatus(httpStatusLine(response.status)).writeHeader('content-type', response.contentType);
-          if (response.headers) for (const [name, value] of Object.entries(response.headers)) res.writeHeader(name, value);
+          if (response.headers)
+            for (const [name, value] of Object.entries(response.headers)) res.writeHeader(name, value);
           res.end(response.body);
         });
       });
@@ -270,7 +334,13 @@ export class Gateway {
     }
     this.readBody(res, state, (body) => {
       if (body === undefined) {
-        this.replyHttp(res, state, 413, encodeError(null, 'payload_too_large', 'admin request body too large'), true);
+        this.replyHttp(
+          res,
+          state,
+          413,
+          encodeError(null, 'payload_too_large', 'admin request body too large'),
+          true,
+        );
         return;
       }
       request.body = body;
@@ -280,37 +350,70 @@ export class Gateway {
 
   // ---------------------------------------------------------------- admission (both protocols)
 
-  private admit(text: string, startedAt: number, ws: uWS.WebSocket<Connection> | undefined, res: uWS.HttpResponse | undefined, http: HttpState | undefined): void {
+  private admit(
+    text: string,
+    startedAt: number,
+    ws: uWS.WebSocket<Connection> | undefined,
+    res: uWS.HttpResponse | undefined,
+    http: HttpState | undefined,
+  ): void {
     const protocol = ws ? PROTOCOL_WS : PROTOCOL_HTTP;
     let request: InferenceRequest;
     try {
       request = decodeRequest(text, { model: this.defaultModel });
     } catch (error) {
-      this.fail(ws, res, http, protocol, error instanceof RequestError ? error.requestId : null, UNROUTED_SLOT, startedAt, asProtocolError(error));
+      this.fail(
+        ws,
+        res,
+        http,
+        protocol,
+        error instanceof RequestError ? error.requestId : null,
+        UNROUTED_SLOT,
+        startedAt,
+        asProtocolError(error),
+      );
       return;
     }
     let slot = UNROUTED_SLOT;
     try {
-      if (this.draining) throw new ProtocolError('unavailable', 'server is shutting down; retry on another instance');
+      if (this.draining)
+        throw new ProtocolError('unavailable', 'server is shutting down; retry on another instance');
       const runtime = this.resolve(request);
       slot = runtime.slot;
-      const bound = bindRequest(request, runtime.model.signature, { maxElements: Math.floor(this.options.maxPayloadBytes / 4) });
+      const bound = bindRequest(request, runtime.model.signature, {
+        maxElements: Math.floor(this.options.maxPayloadBytes / 4),
+      });
       const length = requestRecordBytes(bound);
       const ring = runtime.ring;
-      if (length > ring.maxRecordBytes) throw new ProtocolError('payload_too_large', `request of ${length} bytes exceeds the model's record limit`);
+      if (length > ring.maxRecordBytes)
+        throw new ProtocolError(
+          'payload_too_large',
+          `request of ${length} bytes exceeds the model's record limit`,
+        );
       const offset = ring.reserve(length);
       if (offset < 0) {
         this.metrics.recordShed(slot, 5);
-        throw new ProtocolError('overloaded', `model ${runtime.model.name} version ${runtime.version} queue is full`, 100);
+        throw new ProtocolError(
+          'overloaded',
+          `model ${runtime.model.name} version ${runtime.version} queue is full`,
+          100,
+        );
       }
       const requestId = this.nextRequestId;
       this.nextRequestId = this.nextRequestId >= 0xfffffffe ? 1 : this.nextRequestId + 1;
       const deadlineAt = startedAt + (request.deadlineMs ?? this.options.requestTimeoutMs);
       try {
-        writeRequestRecord(ring.view, ring.bytes, offset, { requestId, slot, priority: request.priority, enqueuedAt: startedAt, deadlineAt }, bound);
+        writeRequestRecord(
+          ring.view,
+          ring.bytes,
+          offset,
+          { requestId, slot, priority: request.priority, enqueuedAt: startedAt, deadlineAt },
+          bound,
+        );
       } finally {
         // A reservation must always be committed; a record that failed to encode is still well-framed.
-        ring.commit();
+        ring.commit(undefined, false);
+        this.scheduleNotify(ring);
       }
       this.pending.set(requestId, { clientId: request.id, slot, startedAt, deadlineAt, ws, res, http });
       this.metrics.addInflight(slot, 1);
@@ -320,19 +423,55 @@ export class Gateway {
     }
   }
 
+  /**
+   * Workers are woken once per event-loop turn, not once per request: every frame uWS read in this turn is
+   * already in the ring when the notify goes out, so a worker claims them as one batch.
+   */
+  private scheduleNotify(ring: RingBuffer): void {
+    this.ringsToNotify.add(ring);
+    if (this.notifyScheduled) return;
+    this.notifyScheduled = true;
+    setImmediate(this.flushNotifies);
+  }
+
+  private readonly flushNotifies = (): void => {
+    this.notifyScheduled = false;
+    for (const ring of this.ringsToNotify) ring.notifyConsumers();
+    this.ringsToNotify.clear();
+  };
+
   private resolve(request: InferenceRequest): SlotRuntime {
     const name = request.model ?? this.defaultModel;
     const model = this.models.get(name);
-    if (!model) throw new ProtocolError('unknown_model', `unknown model "${name}"; available: ${[...this.models.keys()].join(', ')}`);
-    const version = request.version === undefined || request.version === 'stable' || request.version === 'default' ? model.entry.defaultVersion : request.version;
+    if (!model)
+      throw new ProtocolError(
+        'unknown_model',
+        `unknown model "${name}"; available: ${[...this.models.keys()].join(', ')}`,
+      );
+    const version =
+      request.version === undefined || request.version === 'stable' || request.version === 'default'
+        ? model.entry.defaultVersion
+        : request.version;
     const runtime = model.versions.get(version);
     if (!runtime) {
-      throw new ProtocolError('unknown_version', `model "${name}" has no version "${version}"; available: ${[...model.versions.keys()].join(', ')}`);
+      throw new ProtocolError(
+        'unknown_version',
+        `model "${name}" has no version "${version}"; available: ${[...model.versions.keys()].join(', ')}`,
+      );
     }
     return runtime;
   }
 
-  private fail(ws: uWS.WebSocket<Connection> | undefined, res: uWS.HttpResponse | undefined, http: HttpState | undefined, protocol: number, id: RequestId, slot: number, startedAt: number, error: ProtocolError): void {
+  private fail(
+    ws: uWS.WebSocket<Connection> | undefined,
+    res: uWS.HttpResponse | undefined,
+    http: HttpState | undefined,
+    protocol: number,
+    id: RequestId,
+    slot: number,
+    startedAt: number,
+    error: ProtocolError,
+  ): void {
     this.metrics.recordRequest(slot, protocol, errorCodeIndex(error.code), (clock() - startedAt) / 1000);
     const body = encodeError(id, error.code, error.message, error.retryAfterMs);
     if (ws) {
@@ -340,7 +479,10 @@ export class Gateway {
       return;
     }
     if (res) {
-      const headers = error.retryAfterMs !== undefined ? { 'retry-after': String(Math.max(1, Math.ceil(error.retryAfterMs / 1000))) } : undefined;
+      const headers =
+        error.retryAfterMs !== undefined
+          ? { 'retry-after': String(Math.max(1, Math.ceil(error.retryAfterMs / 1000))) }
+          : undefined;
       this.replyHttp(res, http, httpStatusOf(error.code), body, false, headers);
     }
   }
@@ -363,8 +505,19 @@ export class Gateway {
     let httpStatus = 200;
     if (status === 0) {
       const result = decodeResult(ring.bytes, view, offset, runtime.model.signature);
-      body = encodeResult(pending.clientId, runtime.model.name, runtime.version, readResponseEpoch(view, offset), result, latencyMs);
-      this.metrics.recordQueueAndCompute(pending.slot, readQueueMs(view, offset) / 1000, readComputeMs(view, offset) / 1000);
+      body = encodeResult(
+        pending.clientId,
+        runtime.model.name,
+        runtime.version,
+        readResponseEpoch(view, offset),
+        result,
+        latencyMs,
+      );
+      this.metrics.recordQueueAndCompute(
+        pending.slot,
+        readQueueMs(view, offset) / 1000,
+        readComputeMs(view, offset) / 1000,
+      );
     } else {
       const error = readErrorResponse(ring.bytes, view, offset);
       body = encodeError(pending.clientId, error.code, error.message);
@@ -405,7 +558,12 @@ export class Gateway {
     if (!pending) return false;
     this.pending.delete(requestId);
     const protocol = pending.ws ? PROTOCOL_WS : PROTOCOL_HTTP;
-    this.metrics.recordRequest(pending.slot, protocol, errorCodeIndex(code), (clock() - pending.startedAt) / 1000);
+    this.metrics.recordRequest(
+      pending.slot,
+      protocol,
+      errorCodeIndex(code),
+      (clock() - pending.startedAt) / 1000,
+    );
     this.complete(pending, encodeError(pending.clientId, code, message), httpStatusOf(code));
     return true;
   }
@@ -449,7 +607,11 @@ export class Gateway {
   }
 
   setDefaultModel(model: string): void {
-    if (!this.models.has(model)) throw new ProtocolError('unknown_model', `unknown model "${model}"; available: ${[...this.models.keys()].join(', ')}`);
+    if (!this.models.has(model))
+      throw new ProtocolError(
+        'unknown_model',
+        `unknown model "${model}"; available: ${[...this.models.keys()].join(', ')}`,
+      );
     this.defaultModel = model;
   }
 
@@ -462,7 +624,12 @@ export class Gateway {
         inputs: entry.signature.inputs,
         outputs: entry.signature.outputs,
         versions: [...versions.values()].map((runtime) => {
-          const version = { version: runtime.version, slot: runtime.slot, executionProvider: runtime.executionProvider, loadedWorkers: runtime.loadedWorkers };
+          const version = {
+            version: runtime.version,
+            slot: runtime.slot,
+            executionProvider: runtime.executionProvider,
+            loadedWorkers: runtime.loadedWorkers,
+          };
           return runtime.fallbackReason ? { ...version, fallbackReason: runtime.fallbackReason } : version;
         }),
       };
@@ -487,7 +654,9 @@ export class Gateway {
   }
 
   metricsJson(buffer: SharedArrayBuffer): MetricJson[] {
-    const slots: SlotDescription[] = [{ slot: UNROUTED_SLOT, model: '', version: '', queueDepth: 0, executionProvider: '', alias: '' }];
+    const slots: SlotDescription[] = [
+      { slot: UNROUTED_SLOT, model: '', version: '', queueDepth: 0, executionProvider: '', alias: '' },
+    ];
     for (const runtime of this.slots) {
       if (!runtime) continue;
       slots.push({
@@ -526,7 +695,8 @@ export class Gateway {
     this.drainNow();
     let abandoned = 0;
     for (const requestId of [...this.pending.keys()]) {
-      if (this.answerWithError(requestId, 'unavailable', 'server shut down before this request was computed')) abandoned++;
+      if (this.answerWithError(requestId, 'unavailable', 'server shut down before this request was computed'))
+        abandoned++;
     }
     return abandoned;
   }

@@ -4,10 +4,10 @@
  */
 import pino from 'pino';
 import { devicesForNodes, parseDevice } from '../../libs/inference';
+import { assertNativeUws } from '../../libs/inference/uws-check';
 import { MAX_SLOTS, metricsBufferFor } from '../../libs/metrics';
 import { scanRepository } from '../../libs/registry';
 import { RingBuffer } from '../../libs/ring';
-import { assertNativeUws } from '../../libs/inference/uws-check';
 import { Gateway, UNROUTED_SLOT } from './gateway';
 import type { ControlResponse, NodeMessage, NodeStartOptions, SupervisorMessage } from './ipc';
 import type { ModelRuntime, SlotRuntime } from './models';
@@ -31,10 +31,15 @@ class NodeProcess {
 
   async start(options: NodeStartOptions): Promise<void> {
     this.options = options;
-    this.logger = pino({ level: options.logLevel, base: { component: 'node', node: options.nodeIndex, pid: process.pid } });
+    this.logger = pino({
+      level: options.logLevel,
+      base: { component: 'node', node: options.nodeIndex, pid: process.pid },
+    });
     assertNativeUws();
     const entries = scanRepository(options.modelsDir);
-    const device = devicesForNodes(options.device, options.nodeIndex + 1)[options.nodeIndex] ?? parseDevice(options.device.split(',')[0]!);
+    const device =
+      devicesForNodes(options.device, options.nodeIndex + 1)[options.nodeIndex] ??
+      parseDevice(options.device.split(',')[0]!);
     this.metrics = metricsBufferFor(1 + options.workers);
     const responseRing = RingBuffer.create(options.ringBytes);
     responseRing.setOwnerId(1);
@@ -50,14 +55,26 @@ class NodeProcess {
       metrics: this.metrics,
       logLevel: options.logLevel,
       logger: this.logger,
-      onWorkerDeath: (workerIndex, claimed) => {
+      onWorkerDeath: (workerIndex, claimed, ringOwnerId) => {
         const gateway = this.gateway;
         if (!gateway) return;
+        if (ringOwnerId !== undefined) {
+          // A thread that died inside reserve/claim would hold that ring's lock forever.
+          responseRing.forceReleaseLocks(ringOwnerId);
+          for (const runtime of slots) runtime?.ring.forceReleaseLocks(ringOwnerId);
+        }
         // Answers already written by the dead worker are delivered first; the rest are failed, never dropped.
         gateway.drainNow();
         let failed = 0;
         for (const requestId of claimed) {
-          if (gateway.answerWithError(requestId, 'internal', `worker ${workerIndex} died while computing this request; retry`)) failed++;
+          if (
+            gateway.answerWithError(
+              requestId,
+              'internal',
+              `worker ${workerIndex} died while computing this request; retry`,
+            )
+          )
+            failed++;
         }
         this.logger.warn({ worker: workerIndex, failed }, 'answered the requests of a dead worker');
       },
@@ -80,22 +97,51 @@ class NodeProcess {
       models.set(entry.name, runtime);
       for (const version of entry.versions) {
         const slot = nextSlot++;
-        if (slot >= MAX_SLOTS) throw new Error(`more than ${MAX_SLOTS - 1} model versions in ${options.modelsDir}`);
+        if (slot >= MAX_SLOTS)
+          throw new Error(`more than ${MAX_SLOTS - 1} model versions in ${options.modelsDir}`);
         const ring = RingBuffer.create(options.ringBytes);
         ring.setOwnerId(1);
         const batching = batchOptionsFor(entry, options.batch);
         loads.push(
           this.pool
-            .loadLane({ type: 'load', slot, model: entry.name, version: version.version, file: version.file, signature: entry.signature, ring: ring.buffer, batching, epoch: 0 })
+            .loadLane({
+              type: 'load',
+              slot,
+              model: entry.name,
+              version: version.version,
+              file: version.file,
+              signature: entry.signature,
+              ring: ring.buffer,
+              batching,
+              epoch: 0,
+            })
             .then((result) => {
-              const slotRuntime: SlotRuntime = { slot, model: entry, version: version.version, ring, executionProvider: result.executionProvider, loadedWorkers: options.workers };
+              const slotRuntime: SlotRuntime = {
+                slot,
+                model: entry,
+                version: version.version,
+                ring,
+                executionProvider: result.executionProvider,
+                loadedWorkers: options.workers,
+              };
               if (result.fallbackReason) {
                 slotRuntime.fallbackReason = result.fallbackReason;
-                this.logger.warn({ model: entry.name, version: version.version, reason: result.fallbackReason }, 'GPU unavailable: running on CPU (--device auto)');
+                this.logger.warn(
+                  { model: entry.name, version: version.version, reason: result.fallbackReason },
+                  'GPU unavailable: running on CPU (--device auto)',
+                );
               }
               runtime.versions.set(version.version, slotRuntime);
               slots[slot] = slotRuntime;
-              this.logger.info({ model: entry.name, version: version.version, provider: result.executionProvider, loadMs: Math.round(result.loadMs) }, 'model loaded');
+              this.logger.info(
+                {
+                  model: entry.name,
+                  version: version.version,
+                  provider: result.executionProvider,
+                  loadMs: Math.round(result.loadMs),
+                },
+                'model loaded',
+              );
             })
             .catch((error: Error) => {
               throw new Error(`model ${entry.name} version ${version.version}: ${error.message}`);
@@ -105,14 +151,21 @@ class NodeProcess {
     }
     await Promise.all(loads);
     if (!models.has(options.defaultModel)) {
-      throw new Error(`default model "${options.defaultModel}" (STREAMINFER_MODEL_NAME) is not in ${options.modelsDir}; found ${[...models.keys()].join(', ')}`);
+      throw new Error(
+        `default model "${options.defaultModel}" (STREAMINFER_MODEL_NAME) is not in ${options.modelsDir}; found ${[...models.keys()].join(', ')}`,
+      );
     }
     this.state = 'ready';
     send({ type: 'ready', nodeIndex: options.nodeIndex, health: this.health() });
   }
 
   private health() {
-    return this.gateway!.health(this.options!.nodeIndex, this.state, this.pool?.size ?? 0, this.pool?.workersAlive() ?? 0);
+    return this.gateway!.health(
+      this.options!.nodeIndex,
+      this.state,
+      this.pool?.size ?? 0,
+      this.pool?.workersAlive() ?? 0,
+    );
   }
 
   onMessage(message: SupervisorMessage): void {
@@ -135,7 +188,12 @@ class NodeProcess {
           send({ type: 'collected', requestId: message.requestId });
           return;
         }
-        if (message.what === 'metrics') send({ type: 'collected', requestId: message.requestId, metrics: this.gateway.metricsJson(this.metrics) });
+        if (message.what === 'metrics')
+          send({
+            type: 'collected',
+            requestId: message.requestId,
+            metrics: this.gateway.metricsJson(this.metrics),
+          });
         else send({ type: 'collected', requestId: message.requestId, health: this.health() });
         return;
       case 'set-default-model':
@@ -143,12 +201,25 @@ class NodeProcess {
           this.gateway!.setDefaultModel(message.model);
           send({ type: 'command-result', requestId: message.requestId, ok: true });
         } catch (error) {
-          send({ type: 'command-result', requestId: message.requestId, ok: false, error: (error as Error).message });
+          send({
+            type: 'command-result',
+            requestId: message.requestId,
+            ok: false,
+            error: (error as Error).message,
+          });
         }
         return;
       case 'crash-worker': {
-        const ok = this.options?.testHooks === true && this.pool !== undefined && this.pool.crashWorker(message.workerIndex);
-        send({ type: 'command-result', requestId: message.requestId, ok, error: ok ? undefined : 'test hooks disabled or no such worker' });
+        const ok =
+          this.options?.testHooks === true &&
+          this.pool !== undefined &&
+          this.pool.crashWorker(message.workerIndex);
+        send({
+          type: 'command-result',
+          requestId: message.requestId,
+          ok,
+          error: ok ? undefined : 'test hooks disabled or no such worker',
+        });
         return;
       }
       case 'shutdown':
@@ -170,7 +241,10 @@ class NodeProcess {
     let answered = 0;
     if (gateway) {
       gateway.stopAccepting();
-      this.logger.info({ inflight: gateway.inflight }, 'draining: listen socket closed, finishing admitted requests');
+      this.logger.info(
+        { inflight: gateway.inflight },
+        'draining: listen socket closed, finishing admitted requests',
+      );
       abandoned = await gateway.waitForIdle(timeoutMs);
       answered = gateway.answered;
       gateway.closeConnections();

@@ -22,11 +22,15 @@ export interface ModelRuntime {
 /** Operator settings win when given explicitly; otherwise the model's config.json; otherwise server defaults. */
 export function batchOptionsFor(entry: ModelEntry, batch: NodeStartOptions['batch']): BatchPolicyOptions {
   const fromModel = entry.batching;
-  const maxBatchSize = batch.explicitSize ? batch.maxBatchSize : (fromModel.maxBatchSize ?? batch.maxBatchSize);
+  const maxBatchSize = batch.explicitSize
+    ? batch.maxBatchSize
+    : (fromModel.maxBatchSize ?? batch.maxBatchSize);
   const options: BatchPolicyOptions = {
     policy: fromModel.policy ?? batch.policy,
     maxBatchSize,
-    maxQueueDelayMs: batch.explicitTimeout ? batch.maxQueueDelayMs : (fromModel.maxQueueDelayMs ?? batch.maxQueueDelayMs),
+    maxQueueDelayMs: batch.explicitTimeout
+      ? batch.maxQueueDelayMs
+      : (fromModel.maxQueueDelayMs ?? batch.maxQueueDelayMs),
   };
   if (fromModel.preferredBatchSizes) {
     const sizes = fromModel.preferredBatchSizes.filter((size) => size <= maxBatchSize);

@@ -3,10 +3,11 @@
  * Loads model versions on every worker, and replaces a worker that dies (reloading its lanes, reporting the
  * requests it held so the gateway can answer them).
  */
-import { MessageChannel, type MessagePort } from 'node:worker_threads';
+
 import * as path from 'node:path';
-import { Piscina } from 'piscina';
+import { MessageChannel, type MessagePort } from 'node:worker_threads';
 import type { Logger } from 'pino';
+import { Piscina } from 'piscina';
 import type { DeviceRequest } from '../../libs/inference';
 import type { LoadCommand, WorkerCommand, WorkerEvent, WorkerInit } from '../worker/messages';
 import { INFLIGHT_CELLS_PER_WORKER, INFLIGHT_REGION_CELLS, MAX_BATCHES_IN_FLIGHT } from '../worker/messages';
@@ -21,7 +22,7 @@ export interface PoolOptions {
   logLevel: string;
   logger: Logger;
   /** Called after a worker died, with the request ids it had claimed and not answered. */
-  onWorkerDeath: (workerIndex: number, claimedRequestIds: number[]) => void;
+  onWorkerDeath: (workerIndex: number, claimedRequestIds: number[], ringOwnerId: number | undefined) => void;
 }
 
 export interface LaneLoadResult {
@@ -36,6 +37,7 @@ interface WorkerHandle {
   generation: number;
   alive: boolean;
   restarts: number;
+  ownerId: number | undefined;
   pending: Map<string, { resolve: (event: WorkerEvent) => void; reject: (error: Error) => void }>;
 }
 
@@ -83,6 +85,7 @@ export class WorkerPool {
       generation: (previous?.generation ?? -1) + 1,
       alive: true,
       restarts,
+      ownerId: undefined,
       pending: new Map(),
     };
     this.handles[index] = handle;
@@ -112,11 +115,15 @@ export class WorkerPool {
   private onDeath(handle: WorkerHandle, error: Error): void {
     handle.alive = false;
     handle.port.close();
-    for (const waiter of handle.pending.values()) waiter.reject(new Error(`worker ${handle.index} died: ${error.message}`));
+    for (const waiter of handle.pending.values())
+      waiter.reject(new Error(`worker ${handle.index} died: ${error.message}`));
     handle.pending.clear();
     const claimed = this.claimedBy(handle.index);
-    this.options.logger.error({ worker: handle.index, err: error.message, claimed: claimed.length }, 'worker died');
-    this.options.onWorkerDeath(handle.index, claimed);
+    this.options.logger.error(
+      { worker: handle.index, err: error.message, claimed: claimed.length },
+      'worker died',
+    );
+    this.options.onWorkerDeath(handle.index, claimed, handle.ownerId);
     if (this.stopping) return;
     const delay = Math.min(5000, 100 * 2 ** Math.min(handle.restarts, 6));
     setTimeout(() => {
@@ -124,8 +131,16 @@ export class WorkerPool {
       this.spawn(handle.index, handle.restarts + 1);
       for (const lane of this.lanes.values()) {
         this.loadOn(this.handles[handle.index]!, lane).then(
-          () => this.options.logger.info({ worker: handle.index, model: lane.model, version: lane.version }, 'replacement worker loaded model'),
-          (loadError: Error) => this.options.logger.error({ worker: handle.index, err: loadError.message }, 'replacement worker failed to load'),
+          () =>
+            this.options.logger.info(
+              { worker: handle.index, model: lane.model, version: lane.version },
+              'replacement worker loaded model',
+            ),
+          (loadError: Error) =>
+            this.options.logger.error(
+              { worker: handle.index, err: loadError.message },
+              'replacement worker failed to load',
+            ),
         );
       }
     }, delay).unref();
@@ -133,7 +148,11 @@ export class WorkerPool {
 
   /** Request ids a dead worker had claimed; its table is cleared so a replacement starts clean. */
   private claimedBy(workerIndex: number): number[] {
-    const table = new Int32Array(this.inflight, workerIndex * INFLIGHT_CELLS_PER_WORKER * 4, INFLIGHT_CELLS_PER_WORKER);
+    const table = new Int32Array(
+      this.inflight,
+      workerIndex * INFLIGHT_CELLS_PER_WORKER * 4,
+      INFLIGHT_CELLS_PER_WORKER,
+    );
     const ids: number[] = [];
     for (let region = 0; region < MAX_BATCHES_IN_FLIGHT; region++) {
       const base = region * INFLIGHT_REGION_CELLS;
@@ -146,6 +165,9 @@ export class WorkerPool {
 
   private onEvent(handle: WorkerHandle, event: WorkerEvent): void {
     switch (event.type) {
+      case 'hello':
+        handle.ownerId = event.ownerId;
+        return;
       case 'log':
         this.options.logger[event.level]({ worker: handle.index, ...event.data }, event.msg);
         return;
@@ -203,20 +225,29 @@ export class WorkerPool {
 
   async unloadLane(slot: number): Promise<void> {
     this.lanes.delete(slot);
-    await Promise.allSettled(this.handles.filter((h) => h.alive).map((handle) => this.request(handle, `unload:${slot}`, { type: 'unload', slot })));
+    await Promise.allSettled(
+      this.handles
+        .filter((h) => h.alive)
+        .map((handle) => this.request(handle, `unload:${slot}`, { type: 'unload', slot })),
+    );
   }
 
   crashWorker(workerIndex: number): boolean {
     const handle = this.handles[workerIndex];
     if (!handle?.alive) return false;
-    handle.port.postMessage({ type: 'crash', reason: 'requested through the test hook' } satisfies WorkerCommand);
+    handle.port.postMessage({
+      type: 'crash',
+      reason: 'requested through the test hook',
+    } satisfies WorkerCommand);
     return true;
   }
 
   /** Lets every worker finish what it holds, then stops the pool. */
   async drain(): Promise<void> {
     this.stopping = true;
-    await Promise.allSettled(this.handles.filter((h) => h.alive).map((handle) => this.request(handle, 'drain', { type: 'drain' })));
+    await Promise.allSettled(
+      this.handles.filter((h) => h.alive).map((handle) => this.request(handle, 'drain', { type: 'drain' })),
+    );
     await Promise.allSettled(this.tasks);
     await this.piscina.destroy();
   }

@@ -14,14 +14,24 @@ export function isLoopbackAddress(address: string): boolean {
  * Admin endpoints: with a token configured, a matching `Authorization: Bearer <token>` is required from every
  * client; without one, only loopback clients are served.
  */
-export function authorizeAdmin(token: string | undefined, remoteAddress: string, authorization: string): { ok: true } | { ok: false; reason: string } {
+export function authorizeAdmin(
+  token: string | undefined,
+  remoteAddress: string,
+  authorization: string,
+): { ok: true } | { ok: false; reason: string } {
   if (token) {
     const presented = /^Bearer\s+(.+)$/i.exec(authorization.trim())?.[1] ?? '';
     const expected = Buffer.from(token);
     const given = Buffer.from(presented);
     if (given.length === expected.length && timingSafeEqual(given, expected)) return { ok: true };
-    return { ok: false, reason: 'admin endpoints need "Authorization: Bearer <token>" (STREAMINFER_ADMIN_TOKEN)' };
+    return {
+      ok: false,
+      reason: 'admin endpoints need "Authorization: Bearer <token>" (STREAMINFER_ADMIN_TOKEN)',
+    };
   }
   if (isLoopbackAddress(remoteAddress)) return { ok: true };
-  return { ok: false, reason: 'admin endpoints accept loopback clients only unless an admin token is configured' };
+  return {
+    ok: false,
+    reason: 'admin endpoints accept loopback clients only unless an admin token is configured',
+  };
 }

@@ -12,8 +12,15 @@ import type { ServerConfig } from '../../libs/config';
 import { defaultIntraOpThreads } from '../../libs/inference';
 import type { MetricJson } from '../../libs/metrics';
 import { aggregateToText, PROMETHEUS_CONTENT_TYPE } from '../../libs/metrics';
-import { encodeError, type ErrorCode, httpStatusOf } from '../../libs/protocol';
-import type { ControlRequest, ControlResponse, NodeHealth, NodeMessage, NodeStartOptions, SupervisorMessage } from '../node/ipc';
+import { type ErrorCode, encodeError, httpStatusOf } from '../../libs/protocol';
+import type {
+  ControlRequest,
+  ControlResponse,
+  NodeHealth,
+  NodeMessage,
+  NodeStartOptions,
+  SupervisorMessage,
+} from '../node/ipc';
 import { authorizeAdmin } from './admin-auth';
 
 const COLLECT_TIMEOUT_MS = 5000;
@@ -65,7 +72,8 @@ export class Supervisor {
       host: config.host,
       device: config.device,
       workers: config.workers,
-      intraOpThreads: config.intraOpThreads ?? defaultIntraOpThreads(this.options.cores, config.workers * config.nodes),
+      intraOpThreads:
+        config.intraOpThreads ?? defaultIntraOpThreads(this.options.cores, config.workers * config.nodes),
       modelsDir: path.resolve(config.modelsDir),
       defaultModel: this.defaultModel,
       batch: {
@@ -88,18 +96,30 @@ export class Supervisor {
   async start(): Promise<number> {
     this.port = this.options.config.port;
     // A port picked by the kernel (port 0) is not shared through SO_REUSEPORT: pick one for all nodes first.
-    if (this.port === 0 && this.options.config.nodes > 1) this.port = await pickFreePort(this.options.config.host);
+    if (this.port === 0 && this.options.config.nodes > 1)
+      this.port = await pickFreePort(this.options.config.host);
     await this.startNode(0, 0);
-    await Promise.all(Array.from({ length: this.options.config.nodes - 1 }, (_, i) => this.startNode(i + 1, 0)));
+    await Promise.all(
+      Array.from({ length: this.options.config.nodes - 1 }, (_, i) => this.startNode(i + 1, 0)),
+    );
     return this.port;
   }
 
   private startNode(index: number, restarts: number): Promise<void> {
-    const child = fork(path.join(__dirname, '../node/main.js'), [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], serialization: 'advanced' });
+    // STREAMINFER_NODE_ARGS passes extra Node flags to node processes (profiling: "--cpu-prof --cpu-prof-dir=/tmp/p").
+    const extraArgs = process.env.STREAMINFER_NODE_ARGS?.split(/\s+/).filter(Boolean) ?? [];
+    const child = fork(path.join(__dirname, '../node/main.js'), [], {
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      serialization: 'advanced',
+      execArgv: [...process.execArgv, ...extraArgs],
+    });
     const handle: NodeHandle = { index, child, ready: false, restarts, lastHealth: undefined };
     this.nodes[index] = handle;
     return new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`node ${index} did not become ready within ${START_TIMEOUT_MS / 1000}s`)), START_TIMEOUT_MS);
+      const timer = setTimeout(
+        () => reject(new Error(`node ${index} did not become ready within ${START_TIMEOUT_MS / 1000}s`)),
+        START_TIMEOUT_MS,
+      );
       child.on('message', (message: NodeMessage) => {
         switch (message.type) {
           case 'listening':
@@ -143,9 +163,14 @@ export class Supervisor {
     switch (message.type) {
       case 'control-request':
         this.handleControl(message.request).then(
-          (response) => this.sendTo(handle, { type: 'control-response', requestId: message.requestId, response }),
+          (response) =>
+            this.sendTo(handle, { type: 'control-response', requestId: message.requestId, response }),
           (error: Error) =>
-            this.sendTo(handle, { type: 'control-response', requestId: message.requestId, response: jsonError('internal', error.message) }),
+            this.sendTo(handle, {
+              type: 'control-response',
+              requestId: message.requestId,
+              response: jsonError('internal', error.message),
+            }),
         );
         return;
       case 'collected':
@@ -156,7 +181,10 @@ export class Supervisor {
         return;
       }
       case 'drained':
-        this.logger.info({ node: message.nodeIndex, answered: message.answered, abandoned: message.abandoned }, 'node drained');
+        this.logger.info(
+          { node: message.nodeIndex, answered: message.answered, abandoned: message.abandoned },
+          'node drained',
+        );
         return;
       default:
         return;
@@ -168,7 +196,10 @@ export class Supervisor {
   }
 
   /** Asks one node and waits for its answer (or a timeout). */
-  private ask(handle: NodeHandle, build: (requestId: number) => SupervisorMessage): Promise<NodeMessage | undefined> {
+  private ask(
+    handle: NodeHandle,
+    build: (requestId: number) => SupervisorMessage,
+  ): Promise<NodeMessage | undefined> {
     const requestId = this.nextRequestId++;
     return new Promise((resolve) => {
       if (!handle.child.connected) {
@@ -188,7 +219,9 @@ export class Supervisor {
   }
 
   private async collect(what: 'metrics' | 'health'): Promise<Array<NodeMessage | undefined>> {
-    return Promise.all(this.nodes.map((handle) => this.ask(handle, (requestId) => ({ type: 'collect', requestId, what }))));
+    return Promise.all(
+      this.nodes.map((handle) => this.ask(handle, (requestId) => ({ type: 'collect', requestId, what }))),
+    );
   }
 
   async healthReport(): Promise<{ ready: boolean; body: Record<string, unknown> }> {
@@ -201,7 +234,9 @@ export class Supervisor {
     const ready =
       !this.stopping &&
       nodes.length === this.options.config.nodes &&
-      nodes.every((node) => node !== undefined && node.state === 'ready' && node.workersReady === node.workers);
+      nodes.every(
+        (node) => node !== undefined && node.state === 'ready' && node.workersReady === node.workers,
+      );
     const first = nodes.find((node) => node !== undefined);
     const body = {
       status: this.stopping ? 'draining' : ready ? 'ok' : 'starting',
@@ -212,7 +247,15 @@ export class Supervisor {
       epoch: first?.epoch ?? 0,
       nodes: nodes.map((node, index) =>
         node
-          ? { node: index, pid: node.pid, state: node.state, workers: node.workers, workers_ready: node.workersReady, inflight: node.inflight, ws_connections: node.wsConnections }
+          ? {
+              node: index,
+              pid: node.pid,
+              state: node.state,
+              workers: node.workers,
+              workers_ready: node.workersReady,
+              inflight: node.inflight,
+              ws_connections: node.wsConnections,
+            }
           : { node: index, state: 'unreachable' },
       ),
       models: (first?.models ?? []).map((model) => ({
@@ -232,12 +275,15 @@ export class Supervisor {
   private async metricsText(): Promise<string> {
     const answers = await this.collect('metrics');
     const perProcess: MetricJson[][] = [];
-    for (const answer of answers) if (answer?.type === 'collected' && answer.metrics) perProcess.push(answer.metrics);
+    for (const answer of answers)
+      if (answer?.type === 'collected' && answer.metrics) perProcess.push(answer.metrics);
     perProcess.push((await this.registry.getMetricsAsJSON()) as unknown as MetricJson[]);
     return aggregateToText(perProcess);
   }
 
-  private async broadcast(build: (requestId: number) => SupervisorMessage): Promise<{ ok: boolean; errors: string[] }> {
+  private async broadcast(
+    build: (requestId: number) => SupervisorMessage,
+  ): Promise<{ ok: boolean; errors: string[] }> {
     const answers = await Promise.all(this.nodes.map((handle) => this.ask(handle, build)));
     const errors: string[] = [];
     answers.forEach((answer, index) => {
@@ -274,7 +320,11 @@ export class Supervisor {
       return { status: 200, contentType: PROMETHEUS_CONTENT_TYPE, body: await this.metricsText() };
     }
     if (url.startsWith('/api/')) {
-      const auth = authorizeAdmin(this.options.config.adminToken, request.remoteAddress, request.authorization);
+      const auth = authorizeAdmin(
+        this.options.config.adminToken,
+        request.remoteAddress,
+        request.authorization,
+      );
       if (!auth.ok) return jsonError('unauthorized', auth.reason);
       return this.handleAdmin(request);
     }
@@ -287,7 +337,8 @@ export class Supervisor {
     if (request.body.trim().length > 0) {
       try {
         const parsed: unknown = JSON.parse(request.body);
-        if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return jsonError('bad_request', 'body must be a JSON object');
+        if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed))
+          return jsonError('bad_request', 'body must be a JSON object');
         body = parsed as Record<string, unknown>;
       } catch {
         return jsonError('bad_request', 'malformed JSON body');
@@ -295,8 +346,10 @@ export class Supervisor {
     }
     if (url === '/api/reload') {
       if (method !== 'POST') return jsonError('method_not_allowed', 'use POST /api/reload');
-      if (body.model === undefined) return json(200, { ok: true, default_model: this.defaultModel, changed: false });
-      if (typeof body.model !== 'string' || body.model.length === 0) return jsonError('bad_request', '"model" must be a model name');
+      if (body.model === undefined)
+        return json(200, { ok: true, default_model: this.defaultModel, changed: false });
+      if (typeof body.model !== 'string' || body.model.length === 0)
+        return jsonError('bad_request', '"model" must be a model name');
       return this.setDefaultModel(body.model);
     }
     if (url === '/api/models' && method === 'GET') {
@@ -307,8 +360,14 @@ export class Supervisor {
       if (!this.options.testHooks) return jsonError('not_found', 'test hooks are disabled');
       const node = this.nodes[Number(body.node ?? 0)];
       if (!node) return jsonError('bad_request', 'no such node');
-      const answer = await this.ask(node, (requestId) => ({ type: 'crash-worker', requestId, workerIndex: Number(body.worker ?? 0) }));
-      return answer?.type === 'command-result' && answer.ok ? json(200, { ok: true }) : jsonError('bad_request', 'no such worker');
+      const answer = await this.ask(node, (requestId) => ({
+        type: 'crash-worker',
+        requestId,
+        workerIndex: Number(body.worker ?? 0),
+      }));
+      return answer?.type === 'command-result' && answer.ok
+        ? json(200, { ok: true })
+        : jsonError('bad_request', 'no such worker');
     }
     return jsonError('not_found', `no admin route for ${method} ${url}`);
   }
@@ -353,7 +412,9 @@ function pickFreePort(host: string): Promise<number> {
     server.once('error', reject);
     server.listen(0, host, () => {
       const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
+      server.close(() =>
+        typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port')),
+      );
     });
   });
 }
@@ -363,5 +424,9 @@ function json(status: number, body: unknown): ControlResponse {
 }
 
 function jsonError(code: ErrorCode, message: string): ControlResponse {
-  return { status: httpStatusOf(code), contentType: 'application/json', body: encodeError(null, code, message) };
+  return {
+    status: httpStatusOf(code),
+    contentType: 'application/json',
+    body: encodeError(null, code, message),
+  };
 }

@@ -102,7 +102,8 @@ export class BatchBuffers {
       const section = findInputSection(view, offset, index);
       if (section < 0) {
         dims.length = spec.shape.length;
-        for (let axis = 0; axis < spec.shape.length; axis++) dims[axis] = spec.shape[axis] === -1 ? 0 : spec.shape[axis]!;
+        for (let axis = 0; axis < spec.shape.length; axis++)
+          dims[axis] = spec.shape[axis] === -1 ? 0 : spec.shape[axis]!;
         return;
       }
       const rank = sectionRank(view, section);
@@ -144,7 +145,10 @@ export class BatchBuffers {
   numericBytes(inputIndex: number): Uint8Array {
     const numeric = this.numeric[inputIndex]!;
     const spec = numeric.spec;
-    const length = this.inputMask & (1 << inputIndex) ? this.count * numeric.itemBytes : this.count * this.itemElements(inputIndex) * bytesPerElement(spec.dtype);
+    const length =
+      this.inputMask & (1 << inputIndex)
+        ? this.count * numeric.itemBytes
+        : this.count * this.itemElements(inputIndex) * bytesPerElement(spec.dtype);
     if (length > numeric.bytes.length) numeric.bytes = new Uint8Array(length);
     if (!(this.inputMask & (1 << inputIndex))) numeric.bytes.fill(0, 0, length);
     return numeric.bytes.subarray(0, length);

@@ -37,7 +37,15 @@ export type WorkerCommand =
   | { type: 'crash'; reason: string };
 
 export type WorkerEvent =
-  | { type: 'loaded'; slot: number; workerIndex: number; executionProvider: string; fallbackReason?: string; loadMs: number }
+  | { type: 'hello'; workerIndex: number; ownerId: number }
+  | {
+      type: 'loaded';
+      slot: number;
+      workerIndex: number;
+      executionProvider: string;
+      fallbackReason?: string;
+      loadMs: number;
+    }
   | { type: 'load-failed'; slot: number; workerIndex: number; error: string }
   | { type: 'unloaded'; slot: number; workerIndex: number }
   | { type: 'drained'; workerIndex: number }

@@ -25,7 +25,12 @@ import {
 import { RingBuffer } from '../../libs/ring';
 import { BatchBuffers } from './batch';
 import type { LoadCommand, WorkerCommand, WorkerEvent, WorkerInit } from './messages';
-import { INFLIGHT_CELLS_PER_WORKER, INFLIGHT_REGION_CELLS, MAX_BATCH_ITEMS, MAX_BATCHES_IN_FLIGHT } from './messages';
+import {
+  INFLIGHT_CELLS_PER_WORKER,
+  INFLIGHT_REGION_CELLS,
+  MAX_BATCH_ITEMS,
+  MAX_BATCHES_IN_FLIGHT,
+} from './messages';
 
 const clock = (): number => performance.timeOrigin + performance.now();
 const IDLE_WAIT_MS = 250;
@@ -67,10 +72,18 @@ class Worker {
     this.responses = RingBuffer.from(init.responseRing);
     this.responses.setOwnerId(threadId + 1);
     this.metrics = new MetricsShard(init.metrics, init.metricsShard);
-    this.inflight = new Int32Array(init.inflight, init.workerIndex * INFLIGHT_CELLS_PER_WORKER * 4, INFLIGHT_CELLS_PER_WORKER);
+    this.inflight = new Int32Array(
+      init.inflight,
+      init.workerIndex * INFLIGHT_CELLS_PER_WORKER * 4,
+      INFLIGHT_CELLS_PER_WORKER,
+    );
     for (let region = MAX_BATCHES_IN_FLIGHT - 1; region >= 0; region--) this.freeRegions.push(region);
+    // The node needs our ring owner id to release any ring lock this thread might die holding.
+    this.post({ type: 'hello', workerIndex: init.workerIndex, ownerId: threadId + 1 });
     init.port.on('message', (command: WorkerCommand) => {
-      this.handle(command).catch((error: Error) => this.log('error', 'control command failed', { error: error.message }));
+      this.handle(command).catch((error: Error) =>
+        this.log('error', 'control command failed', { error: error.message }),
+      );
     });
   }
 
@@ -120,7 +133,10 @@ class Worker {
   private async load(command: LoadCommand): Promise<void> {
     const started = clock();
     try {
-      const loaded = await loadSession(command.file, { device: this.init.device, intraOpThreads: this.init.intraOpThreads });
+      const loaded = await loadSession(command.file, {
+        device: this.init.device,
+        intraOpThreads: this.init.intraOpThreads,
+      });
       const problems = compareSignature(command.signature, loaded.session);
       if (problems.length > 0) {
         await loaded.session.release().catch(() => undefined);
@@ -139,7 +155,10 @@ class Worker {
         policy: createBatchPolicy(command.batching),
         loaded,
         maxBatch,
-        spare: Array.from({ length: MAX_BATCHES_IN_FLIGHT }, () => new BatchBuffers(command.signature, maxBatch)),
+        spare: Array.from(
+          { length: MAX_BATCHES_IN_FLIGHT },
+          () => new BatchBuffers(command.signature, maxBatch),
+        ),
         inFlight: 0,
         stopped: false,
         wake: undefined,
@@ -147,7 +166,11 @@ class Worker {
       };
       this.lanes.set(command.slot, lane);
       lane.done = this.runLane(lane).catch((error: Error) => {
-        this.log('error', 'lane loop failed', { model: lane.model, version: lane.version, error: error.stack ?? error.message });
+        this.log('error', 'lane loop failed', {
+          model: lane.model,
+          version: lane.version,
+          error: error.stack ?? error.message,
+        });
       });
       const event: WorkerEvent = {
         type: 'loaded',
@@ -159,7 +182,12 @@ class Worker {
       if (loaded.fallbackReason) event.fallbackReason = loaded.fallbackReason;
       this.post(event);
     } catch (error) {
-      this.post({ type: 'load-failed', slot: command.slot, workerIndex: this.init.workerIndex, error: (error as Error).message });
+      this.post({
+        type: 'load-failed',
+        slot: command.slot,
+        workerIndex: this.init.workerIndex,
+        error: (error as Error).message,
+      });
     }
   }
 
@@ -195,7 +223,10 @@ class Worker {
       }
       if (ring.peek(readOldest, 1) === 0) continue;
       const now = clock();
-      const decision = lane.policy.decide({ length: pending, oldestEnqueuedAt: oldest, inFlightBatches: lane.inFlight }, now);
+      const decision = lane.policy.decide(
+        { length: pending, oldestEnqueuedAt: oldest, inFlightBatches: lane.inFlight },
+        now,
+      );
       if (decision.kind === 'dispatch') {
         const buffers = lane.spare.pop()!;
         buffers.claimFrom(ring, Math.min(decision.size, lane.maxBatch), clock());
@@ -232,7 +263,15 @@ class Worker {
   private async answerExpired(lane: Lane, buffers: BatchBuffers): Promise<void> {
     const now = clock();
     for (let i = 0; i < buffers.expiredCount; i++) {
-      await this.writeError(lane, buffers.expiredIds[i]!, now - buffers.expiredEnqueuedAt[i]!, 0, 0, 'deadline_exceeded', 'deadline passed before the request was batched; it was not computed');
+      await this.writeError(
+        lane,
+        buffers.expiredIds[i]!,
+        now - buffers.expiredEnqueuedAt[i]!,
+        0,
+        0,
+        'deadline_exceeded',
+        'deadline passed before the request was batched; it was not computed',
+      );
     }
     this.metrics.recordShed(lane.slot, 3);
   }
@@ -242,7 +281,11 @@ class Worker {
     const started = clock();
     let outputs: ort.InferenceSession.OnnxValueMapType;
     const fetches = lane.signature.outputs
-      .filter((spec) => spec.from === undefined || buffers.inputMask & (1 << lane.signature.inputs.findIndex((input) => input.name === spec.from)))
+      .filter(
+        (spec) =>
+          spec.from === undefined ||
+          buffers.inputMask & (1 << lane.signature.inputs.findIndex((input) => input.name === spec.from)),
+      )
       .map((spec) => spec.name);
     try {
       outputs = await lane.loaded.session.run(this.buildFeeds(lane, buffers), fetches);
@@ -250,7 +293,15 @@ class Worker {
       const computeMs = clock() - started;
       const message = `model run failed: ${(error as Error).message}`;
       for (let i = 0; i < count; i++) {
-        await this.writeError(lane, buffers.requestIds[i]!, started - buffers.enqueuedAt[i]!, computeMs, count, 'model_error', message);
+        await this.writeError(
+          lane,
+          buffers.requestIds[i]!,
+          started - buffers.enqueuedAt[i]!,
+          computeMs,
+          count,
+          'model_error',
+          message,
+        );
       }
       return;
     }
@@ -266,7 +317,10 @@ class Worker {
     lane.signature.inputs.forEach((spec, index) => {
       const dims = [count, ...buffers.itemDims[index]!];
       if (spec.dtype === 'string') {
-        const strings = buffers.inputMask & (1 << index) ? buffers.strings[index]! : new Array<string>(count * buffers.itemElements(index)).fill('');
+        const strings =
+          buffers.inputMask & (1 << index)
+            ? buffers.strings[index]!
+            : new Array<string>(count * buffers.itemElements(index)).fill('');
         feeds[spec.name] = new ort.Tensor('string', strings, dims);
         return;
       }
@@ -294,7 +348,15 @@ class Worker {
       if (!tensor || tensor.dims[0] !== count) {
         const message = `model output "${name}" has batch dimension ${tensor?.dims[0]} for a batch of ${count}`;
         for (let i = 0; i < count; i++) {
-          await this.writeError(lane, buffers.requestIds[i]!, started - buffers.enqueuedAt[i]!, computeMs, count, 'model_error', message);
+          await this.writeError(
+            lane,
+            buffers.requestIds[i]!,
+            started - buffers.enqueuedAt[i]!,
+            computeMs,
+            count,
+            'model_error',
+            message,
+          );
         }
         return;
       }
@@ -307,17 +369,40 @@ class Worker {
       let length = RESPONSE_HEADER_BYTES;
       for (let t = 0; t < tensors.length; t++) {
         const tensor = tensors[t]!;
-        length += outputSectionHeaderBytes(tensor.dims.length - 1) + itemByteLength(tensor, item, itemElements[t]!);
+        length +=
+          outputSectionHeaderBytes(tensor.dims.length - 1) + itemByteLength(tensor, item, itemElements[t]!);
       }
       const queueMs = started - buffers.enqueuedAt[item]!;
       const requestId = buffers.requestIds[item]!;
       if (length > ring.maxRecordBytes) {
-        await this.writeError(lane, requestId, queueMs, computeMs, count, 'model_error', `answer of ${length} bytes exceeds the response ring's record limit`);
+        await this.writeError(
+          lane,
+          requestId,
+          queueMs,
+          computeMs,
+          count,
+          'model_error',
+          `answer of ${length} bytes exceeds the response ring's record limit`,
+        );
         continue;
       }
       const offset = await this.reserve(length);
       const view = ring.view;
-      writeResponseHeader(view, offset, { requestId, slot: lane.slot, queueMs, computeMs, batchSize: count, workerIndex: this.init.workerIndex, epoch: lane.epoch }, 0, tensors.length);
+      writeResponseHeader(
+        view,
+        offset,
+        {
+          requestId,
+          slot: lane.slot,
+          queueMs,
+          computeMs,
+          batchSize: count,
+          workerIndex: this.init.workerIndex,
+          epoch: lane.epoch,
+        },
+        0,
+        tensors.length,
+      );
       let at = offset + RESPONSE_HEADER_BYTES;
       for (let t = 0; t < tensors.length; t++) {
         const tensor = tensors[t]!;
@@ -340,23 +425,49 @@ class Worker {
           at += bytes;
         }
       }
-      ring.commit();
+      ring.commit(undefined, false);
     }
+    ring.notifyConsumers();
   }
 
   private async reserve(length: number): Promise<number> {
     let offset = this.responses.reserve(length);
     while (offset < 0) {
+      // Records committed without a notify must reach the gateway before we wait for it to make room.
+      this.responses.notifyConsumers();
       await this.responses.waitForSpace(length, IDLE_WAIT_MS);
       offset = this.responses.reserve(length);
     }
     return offset;
   }
 
-  private async writeError(lane: Lane, requestId: number, queueMs: number, computeMs: number, batchSize: number, code: ErrorCode, message: string): Promise<void> {
+  private async writeError(
+    lane: Lane,
+    requestId: number,
+    queueMs: number,
+    computeMs: number,
+    batchSize: number,
+    code: ErrorCode,
+    message: string,
+  ): Promise<void> {
     const length = errorResponseBytes(message);
     const offset = await this.reserve(length);
-    writeErrorResponse(this.responses.view, this.responses.bytes, offset, { requestId, slot: lane.slot, queueMs, computeMs, batchSize, workerIndex: this.init.workerIndex, epoch: lane.epoch }, code, message);
+    writeErrorResponse(
+      this.responses.view,
+      this.responses.bytes,
+      offset,
+      {
+        requestId,
+        slot: lane.slot,
+        queueMs,
+        computeMs,
+        batchSize,
+        workerIndex: this.init.workerIndex,
+        epoch: lane.epoch,
+      },
+      code,
+      message,
+    );
     this.responses.commit();
   }
 }

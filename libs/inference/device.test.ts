@@ -1,4 +1,11 @@
-import { DeviceError, defaultIntraOpThreads, devicesForNodes, formatDevice, parseDevice, planProviders } from './device';
+import {
+  DeviceError,
+  defaultIntraOpThreads,
+  devicesForNodes,
+  formatDevice,
+  parseDevice,
+  planProviders,
+} from './device';
 
 describe('parseDevice', () => {
   test.each([
@@ -35,11 +42,17 @@ describe('devicesForNodes', () => {
 
 describe('planProviders (the CUDA/CPU selection)', () => {
   test('cpu never tries CUDA', () => {
-    expect(planProviders({ kind: 'cpu' }, ['cpu', 'cuda'])).toEqual({ attempts: [{ provider: 'cpu', deviceId: 0 }], strict: true });
+    expect(planProviders({ kind: 'cpu' }, ['cpu', 'cuda'])).toEqual({
+      attempts: [{ provider: 'cpu', deviceId: 0 }],
+      strict: true,
+    });
   });
   test('cuda is strict: fails fast when the binding has no CUDA backend', () => {
     expect(() => planProviders({ kind: 'cuda', deviceId: 0 }, ['cpu'])).toThrow(DeviceError);
-    expect(planProviders({ kind: 'cuda', deviceId: 1 }, ['cpu', 'cuda'])).toEqual({ attempts: [{ provider: 'cuda', deviceId: 1 }], strict: true });
+    expect(planProviders({ kind: 'cuda', deviceId: 1 }, ['cpu', 'cuda'])).toEqual({
+      attempts: [{ provider: 'cuda', deviceId: 1 }],
+      strict: true,
+    });
   });
   test('auto tries CUDA then falls back to CPU', () => {
     expect(planProviders({ kind: 'auto', deviceId: 0 }, ['cpu', 'cuda'])).toEqual({
@@ -49,7 +62,10 @@ describe('planProviders (the CUDA/CPU selection)', () => {
       ],
       strict: false,
     });
-    expect(planProviders({ kind: 'auto', deviceId: 0 }, ['cpu'])).toEqual({ attempts: [{ provider: 'cpu', deviceId: 0 }], strict: false });
+    expect(planProviders({ kind: 'auto', deviceId: 0 }, ['cpu'])).toEqual({
+      attempts: [{ provider: 'cpu', deviceId: 0 }],
+      strict: false,
+    });
   });
   test('intra-op threads share the cores between workers', () => {
     expect(defaultIntraOpThreads(2, 1)).toBe(2);

@@ -1,5 +1,8 @@
 /** Which execution provider a session should use, decided before touching ONNX Runtime (pure, unit-tested). */
-export type DeviceRequest = { kind: 'cpu' } | { kind: 'auto'; deviceId: number } | { kind: 'cuda'; deviceId: number };
+export type DeviceRequest =
+  | { kind: 'cpu' }
+  | { kind: 'auto'; deviceId: number }
+  | { kind: 'cuda'; deviceId: number };
 
 export type ExecutionProviderName = 'cpu' | 'cuda';
 
@@ -41,7 +44,9 @@ export function devicesForNodes(text: string, nodes: number): DeviceRequest[] {
   const entries = text.split(',').map((entry) => parseDevice(entry));
   if (entries.length === 1) return Array.from({ length: nodes }, () => entries[0]!);
   if (entries.length !== nodes) {
-    throw new DeviceError(`--device lists ${entries.length} devices for ${nodes} nodes: give one device, or one per node`);
+    throw new DeviceError(
+      `--device lists ${entries.length} devices for ${nodes} nodes: give one device, or one per node`,
+    );
   }
   return entries;
 }
@@ -56,11 +61,18 @@ export function planProviders(device: DeviceRequest, availableBackends: readonly
     case 'cpu':
       return { attempts: [{ provider: 'cpu', deviceId: 0 }], strict: true };
     case 'cuda':
-      if (!cudaListed) throw new DeviceError('--device cuda: this onnxruntime-node build has no CUDA backend');
+      if (!cudaListed)
+        throw new DeviceError('--device cuda: this onnxruntime-node build has no CUDA backend');
       return { attempts: [{ provider: 'cuda', deviceId: device.deviceId }], strict: true };
     case 'auto':
       return cudaListed
-        ? { attempts: [{ provider: 'cuda', deviceId: device.deviceId }, { provider: 'cpu', deviceId: 0 }], strict: false }
+        ? {
+            attempts: [
+              { provider: 'cuda', deviceId: device.deviceId },
+              { provider: 'cpu', deviceId: 0 },
+            ],
+            strict: false,
+          }
         : { attempts: [{ provider: 'cpu', deviceId: 0 }], strict: false };
   }
 }

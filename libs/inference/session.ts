@@ -24,9 +24,14 @@ export function availableBackends(): string[] {
   }
 }
 
-function sessionOptions(attempt: ProviderAttempt, intraOpThreads: number): ort.InferenceSession.SessionOptions {
+function sessionOptions(
+  attempt: ProviderAttempt,
+  intraOpThreads: number,
+): ort.InferenceSession.SessionOptions {
   const providers: ort.InferenceSession.ExecutionProviderConfig[] =
-    attempt.provider === 'cuda' ? [{ name: 'cuda', deviceId: attempt.deviceId } as ort.InferenceSession.ExecutionProviderConfig] : ['cpu'];
+    attempt.provider === 'cuda'
+      ? [{ name: 'cuda', deviceId: attempt.deviceId } as ort.InferenceSession.ExecutionProviderConfig]
+      : ['cpu'];
   return {
     executionProviders: providers,
     intraOpNumThreads: intraOpThreads,
@@ -34,6 +39,8 @@ function sessionOptions(attempt: ProviderAttempt, intraOpThreads: number): ort.I
     executionMode: 'sequential',
     graphOptimizationLevel: 'all',
     logSeverityLevel: 3,
+    // Idle intra-op threads must sleep, not spin: the gateway and other workers share these cores.
+    extra: { session: { intra_op: { allow_spinning: '0' }, inter_op: { allow_spinning: '0' } } },
   };
 }
 
@@ -43,8 +50,15 @@ export async function loadSession(modelPath: string, options: SessionOptions): P
   const failures: string[] = [];
   for (const attempt of plan.attempts) {
     try {
-      const session = await ort.InferenceSession.create(modelPath, sessionOptions(attempt, options.intraOpThreads));
-      const loaded: LoadedSession = { session, executionProvider: attempt.provider, deviceId: attempt.deviceId };
+      const session = await ort.InferenceSession.create(
+        modelPath,
+        sessionOptions(attempt, options.intraOpThreads),
+      );
+      const loaded: LoadedSession = {
+        session,
+        executionProvider: attempt.provider,
+        deviceId: attempt.deviceId,
+      };
       if (failures.length > 0) loaded.fallbackReason = failures.join('; ');
       return loaded;
     } catch (error) {
@@ -82,7 +96,10 @@ interface ValueMetadata {
  */
 export function compareSignature(signature: ModelSignature, session: ort.InferenceSession): string[] {
   const problems: string[] = [];
-  const metadata = session as unknown as { inputMetadata?: ValueMetadata[]; outputMetadata?: ValueMetadata[] };
+  const metadata = session as unknown as {
+    inputMetadata?: ValueMetadata[];
+    outputMetadata?: ValueMetadata[];
+  };
   compareList('input', signature.inputs, session.inputNames, metadata.inputMetadata, problems);
   compareList('output', signature.outputs, session.outputNames, metadata.outputMetadata, problems);
   return problems;
@@ -102,9 +119,12 @@ function compareList(
     }
     const meta = metadata?.find((entry) => entry.name === spec.name);
     if (!meta?.shape || !meta.type) continue;
-    if (meta.type !== ORT_TYPE[spec.dtype]) problems.push(`${kind} "${spec.name}": config says ${spec.dtype}, model has ${meta.type}`);
+    if (meta.type !== ORT_TYPE[spec.dtype])
+      problems.push(`${kind} "${spec.name}": config says ${spec.dtype}, model has ${meta.type}`);
     if (meta.shape.length !== spec.shape.length + 1) {
-      problems.push(`${kind} "${spec.name}": config rank ${spec.shape.length} (+ batch) but model rank ${meta.shape.length}`);
+      problems.push(
+        `${kind} "${spec.name}": config rank ${spec.shape.length} (+ batch) but model rank ${meta.shape.length}`,
+      );
       continue;
     }
     spec.shape.forEach((dim, axis) => {
@@ -116,7 +136,8 @@ function compareList(
   }
   if (kind === 'input') {
     for (const name of names) {
-      if (!specs.some((spec) => spec.name === name)) problems.push(`model input "${name}" is missing from config.json`);
+      if (!specs.some((spec) => spec.name === name))
+        problems.push(`model input "${name}" is missing from config.json`);
     }
   }
 }

@@ -16,8 +16,13 @@ export function usesNativeUws(): boolean {
 }
 
 export function assertNativeUws(): void {
-  if (process.env.UWS_USE_FALLBACK && !['0', 'false', ''].includes(process.env.UWS_USE_FALLBACK.toLowerCase())) {
-    throw new UwsFallbackError('UWS_USE_FALLBACK is set: StreamInfer refuses to run on the pure-JS uWebSockets.js fallback');
+  if (
+    process.env.UWS_USE_FALLBACK &&
+    !['0', 'false', ''].includes(process.env.UWS_USE_FALLBACK.toLowerCase())
+  ) {
+    throw new UwsFallbackError(
+      'UWS_USE_FALLBACK is set: StreamInfer refuses to run on the pure-JS uWebSockets.js fallback',
+    );
   }
   if (!usesNativeUws()) {
     throw new UwsFallbackError(

@@ -26,7 +26,11 @@ type Labels = Record<string, string | number>;
  * Converts one node's shared counters into prom-client's JSON form (what `getMetricsAsJSON()` returns) so the
  * supervisor can merge every node with AggregatorRegistry.aggregate(): counters and histograms sum, gauges sum.
  */
-export function nodeMetricsJson(buffer: SharedArrayBuffer, slots: SlotDescription[], gauges: NodeGauges): MetricJson[] {
+export function nodeMetricsJson(
+  buffer: SharedArrayBuffer,
+  slots: SlotDescription[],
+  gauges: NodeGauges,
+): MetricJson[] {
   const requests: MetricValue<string>[] = [];
   const requestDuration: MetricValueWithName<string>[] = [];
   const queueDuration: MetricValueWithName<string>[] = [];
@@ -47,27 +51,70 @@ export function nodeMetricsJson(buffer: SharedArrayBuffer, slots: SlotDescriptio
     pushHistogram(queueDuration, 'streaminfer_queue_duration_seconds', base, totals.queueDuration);
     pushHistogram(computeDuration, 'streaminfer_compute_duration_seconds', base, totals.computeDuration);
     pushHistogram(batchSize, 'streaminfer_batch_size', base, totals.batchSize);
-    for (const entry of totals.shed) shed.push({ value: entry.value, labels: { ...base, reason: entry.reason } });
+    for (const entry of totals.shed)
+      shed.push({ value: entry.value, labels: { ...base, reason: entry.reason } });
     if (slot.version !== '') {
       queueDepth.push({ value: slot.queueDepth, labels: base });
       inflight.push({ value: totals.inflight, labels: base });
       batches.push({ value: totals.batches, labels: base });
-      modelInfo.push({ value: 1, labels: { ...base, alias: slot.alias, execution_provider: slot.executionProvider } });
+      modelInfo.push({
+        value: 1,
+        labels: { ...base, alias: slot.alias, execution_provider: slot.executionProvider },
+      });
     }
   }
   return [
-    metric('streaminfer_requests_total', 'Requests answered, by model, version, protocol and result code.', 'counter', requests),
-    metric('streaminfer_request_duration_seconds', 'Time from admission to the answer being sent.', 'histogram', requestDuration),
-    metric('streaminfer_queue_duration_seconds', 'Time a request waited in its ring before its batch ran.', 'histogram', queueDuration),
-    metric('streaminfer_compute_duration_seconds', 'Model run time of the batch that computed a request.', 'histogram', computeDuration),
+    metric(
+      'streaminfer_requests_total',
+      'Requests answered, by model, version, protocol and result code.',
+      'counter',
+      requests,
+    ),
+    metric(
+      'streaminfer_request_duration_seconds',
+      'Time from admission to the answer being sent.',
+      'histogram',
+      requestDuration,
+    ),
+    metric(
+      'streaminfer_queue_duration_seconds',
+      'Time a request waited in its ring before its batch ran.',
+      'histogram',
+      queueDuration,
+    ),
+    metric(
+      'streaminfer_compute_duration_seconds',
+      'Model run time of the batch that computed a request.',
+      'histogram',
+      computeDuration,
+    ),
     metric('streaminfer_batch_size', 'Items per model run.', 'histogram', batchSize),
     metric('streaminfer_batches_total', 'Model runs.', 'counter', batches),
     metric('streaminfer_queue_depth', 'Requests waiting for a worker.', 'gauge', queueDepth),
     metric('streaminfer_inflight_requests', 'Requests admitted and not yet answered.', 'gauge', inflight),
-    metric('streaminfer_shed_total', 'Requests refused or dropped to protect the server, by reason.', 'counter', shed),
-    metric('streaminfer_model_info', 'Loaded model versions and the execution provider each runs on.', 'gauge', modelInfo, 'max'),
-    metric('streaminfer_ws_connections', 'Open WebSocket connections.', 'gauge', [{ value: gauges.wsConnections, labels: {} }]),
-    metric('streaminfer_model_epoch', 'Model table epoch served.', 'gauge', [{ value: gauges.epoch, labels: {} }], 'max'),
+    metric(
+      'streaminfer_shed_total',
+      'Requests refused or dropped to protect the server, by reason.',
+      'counter',
+      shed,
+    ),
+    metric(
+      'streaminfer_model_info',
+      'Loaded model versions and the execution provider each runs on.',
+      'gauge',
+      modelInfo,
+      'max',
+    ),
+    metric('streaminfer_ws_connections', 'Open WebSocket connections.', 'gauge', [
+      { value: gauges.wsConnections, labels: {} },
+    ]),
+    metric(
+      'streaminfer_model_epoch',
+      'Model table epoch served.',
+      'gauge',
+      [{ value: gauges.epoch, labels: {} }],
+      'max',
+    ),
   ];
 }
 
@@ -81,7 +128,12 @@ function metric(
   return { name, help, type: type as unknown as MetricJson['type'], values, aggregator } as MetricJson;
 }
 
-function pushHistogram(target: MetricValueWithName<string>[], name: string, labels: Labels, totals: HistogramTotals): void {
+function pushHistogram(
+  target: MetricValueWithName<string>[],
+  name: string,
+  labels: Labels,
+  totals: HistogramTotals,
+): void {
   for (const bucket of totals.buckets) {
     target.push({
       metricName: `${name}_bucket`,
@@ -95,7 +147,9 @@ function pushHistogram(target: MetricValueWithName<string>[], name: string, labe
 
 /** Merges per-process metric JSON (nodes + supervisor) into Prometheus text for the whole host. */
 export async function aggregateToText(perProcess: MetricJson[][]): Promise<string> {
-  const registry = AggregatorRegistry.aggregate(perProcess as Parameters<typeof AggregatorRegistry.aggregate>[0]);
+  const registry = AggregatorRegistry.aggregate(
+    perProcess as Parameters<typeof AggregatorRegistry.aggregate>[0],
+  );
   return registry.metrics();
 }
 

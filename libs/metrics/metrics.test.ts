@@ -42,16 +42,22 @@ describe('shared metrics shards', () => {
     new MetricsShard(nodeA, 0).recordRequest(1, 0, 0, 0.01);
     new MetricsShard(nodeB, 0).recordRequest(1, 0, 0, 0.02);
     new MetricsShard(nodeB, 0).recordRequest(1, 0, 0, 0.02);
-    const slots = [{ slot: 1, model: 'echo', version: '1', queueDepth: 2, executionProvider: 'cpu', alias: 'stable' }];
+    const slots = [
+      { slot: 1, model: 'echo', version: '1', queueDepth: 2, executionProvider: 'cpu', alias: 'stable' },
+    ];
     const text = await aggregateToText([
       nodeMetricsJson(nodeA, slots, { wsConnections: 1, epoch: 0 }),
       nodeMetricsJson(nodeB, slots, { wsConnections: 2, epoch: 0 }),
     ]);
     expect(text).toContain('streaminfer_requests_total{model="echo",version="1",protocol="ws",code="ok"} 3');
     expect(text).toContain('streaminfer_request_duration_seconds_count{model="echo",version="1"} 3');
-    expect(text).toContain('streaminfer_request_duration_seconds_bucket{model="echo",version="1",le="0.025"} 3');
+    expect(text).toContain(
+      'streaminfer_request_duration_seconds_bucket{model="echo",version="1",le="0.025"} 3',
+    );
     expect(text).toContain('streaminfer_queue_depth{model="echo",version="1"} 4');
     expect(text).toContain('streaminfer_ws_connections 3');
-    expect(text).toContain('streaminfer_model_info{model="echo",version="1",alias="stable",execution_provider="cpu"} 1');
+    expect(text).toContain(
+      'streaminfer_model_info{model="echo",version="1",alias="stable",execution_provider="cpu"} 1',
+    );
   });
 });

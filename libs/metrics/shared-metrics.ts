@@ -6,11 +6,21 @@
 import { ERROR_CODES } from '../protocol';
 
 export const MAX_SLOTS = 64;
-export const DURATION_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10] as const;
+export const DURATION_BUCKETS = [
+  0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+] as const;
 export const BATCH_SIZE_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024] as const;
 export const PROTOCOLS = ['ws', 'http'] as const;
 export type ProtocolName = (typeof PROTOCOLS)[number];
-export const SHED_REASONS = ['rate_limited', 'client_queue_full', 'model_queue_full', 'deadline', 'slow_consumer', 'ring_full', 'shutting_down'] as const;
+export const SHED_REASONS = [
+  'rate_limited',
+  'client_queue_full',
+  'model_queue_full',
+  'deadline',
+  'slow_consumer',
+  'ring_full',
+  'shutting_down',
+] as const;
 export type ShedReason = (typeof SHED_REASONS)[number];
 
 /** Index 0 = ok; then one per error code. */
@@ -104,7 +114,8 @@ export function readSlotTotals(buffer: SharedArrayBuffer, slot: number): SlotTot
   const shards = cells.length / SHARD_WIDTH;
   const sum = (offset: number): number => {
     let total = 0;
-    for (let shard = 0; shard < shards; shard++) total += cells[shard * SHARD_WIDTH + slot * SLOT_WIDTH + offset]!;
+    for (let shard = 0; shard < shards; shard++)
+      total += cells[shard * SHARD_WIDTH + slot * SLOT_WIDTH + offset]!;
     return total;
   };
   const requests: SlotTotals['requests'] = [];
@@ -130,7 +141,9 @@ export function readSlotTotals(buffer: SharedArrayBuffer, slot: number): SlotTot
     computeDuration: histogram(COMPUTE_DURATION, DURATION_BUCKETS),
     batchSize: histogram(BATCH_SIZE, BATCH_SIZE_BUCKETS),
     inflight: sum(INFLIGHT),
-    shed: SHED_REASONS.map((reason, index) => ({ reason, value: sum(SHED + index) })).filter((entry) => entry.value > 0),
+    shed: SHED_REASONS.map((reason, index) => ({ reason, value: sum(SHED + index) })).filter(
+      (entry) => entry.value > 0,
+    ),
     batches: sum(BATCHES),
   };
 }

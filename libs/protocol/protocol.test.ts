@@ -10,6 +10,7 @@ import {
   type ModelSignature,
   ProtocolError,
   parseSignature,
+  RESPONSE_HEADER_BYTES,
   RequestError,
   readDeadlineAt,
   readEnqueuedAt,
@@ -27,7 +28,6 @@ import {
   writeOutputSectionHeader,
   writeRequestRecord,
   writeResponseHeader,
-  RESPONSE_HEADER_BYTES,
 } from './index';
 
 const echo: ModelSignature = parseSignature(
@@ -65,11 +65,24 @@ function code(fn: () => unknown): string {
 
 describe('decodeRequest', () => {
   test('reads id, model, version, input, priority, deadline', () => {
-    const request = decodeRequest('{"id":7,"model":"digits","version":2,"input":[1],"priority":"high","deadline_ms":25}');
-    expect(request).toMatchObject({ id: 7, model: 'digits', version: '2', input: [1], priority: 'high', deadlineMs: 25 });
+    const request = decodeRequest(
+      '{"id":7,"model":"digits","version":2,"input":[1],"priority":"high","deadline_ms":25}',
+    );
+    expect(request).toMatchObject({
+      id: 7,
+      model: 'digits',
+      version: '2',
+      input: [1],
+      priority: 'high',
+      deadlineMs: 25,
+    });
   });
   test('applies the default model and accepts the text shorthand', () => {
-    expect(decodeRequest('{"text":"hi","id":1}', { model: 'echo' })).toMatchObject({ model: 'echo', text: 'hi', priority: 'normal' });
+    expect(decodeRequest('{"text":"hi","id":1}', { model: 'echo' })).toMatchObject({
+      model: 'echo',
+      text: 'hi',
+      priority: 'normal',
+    });
   });
   test.each([
     ['{', 'bad_request'],
@@ -115,21 +128,33 @@ describe('bindRequest', () => {
   test('non-finite and out-of-range values are refused', () => {
     const pixels = Array.from({ length: 64 }, () => 1);
     pixels[3] = Number.POSITIVE_INFINITY;
-    expect(code(() => bindRequest({ ...decodeRequest('{"input":[]}'), input: pixels }, digits, limits))).toBe('bad_request');
+    expect(code(() => bindRequest({ ...decodeRequest('{"input":[]}'), input: pixels }, digits, limits))).toBe(
+      'bad_request',
+    );
     pixels[3] = 1e39;
-    expect(code(() => bindRequest({ ...decodeRequest('{"input":[]}'), input: pixels }, digits, limits))).toBe('bad_request');
+    expect(code(() => bindRequest({ ...decodeRequest('{"input":[]}'), input: pixels }, digits, limits))).toBe(
+      'bad_request',
+    );
     pixels[3] = 'x' as unknown as number;
-    expect(code(() => bindRequest({ ...decodeRequest('{"input":[]}'), input: pixels }, digits, limits))).toBe('type_mismatch');
+    expect(code(() => bindRequest({ ...decodeRequest('{"input":[]}'), input: pixels }, digits, limits))).toBe(
+      'type_mismatch',
+    );
   });
   test('element limit gives payload_too_large', () => {
-    expect(code(() => bindRequest(decodeRequest('{"input":[1,2,3,4,5]}'), echo, { maxElements: 4 }))).toBe('payload_too_large');
+    expect(code(() => bindRequest(decodeRequest('{"input":[1,2,3,4,5]}'), echo, { maxElements: 4 }))).toBe(
+      'payload_too_large',
+    );
   });
   test('text for a model without string inputs is a type mismatch', () => {
     expect(code(() => bindRequest(decodeRequest('{"text":"x"}'), digits, limits))).toBe('type_mismatch');
   });
   test('unknown and duplicate inputs', () => {
-    expect(code(() => bindRequest(decodeRequest('{"inputs":{"nope":[1]}}'), echo, limits))).toBe('bad_request');
-    expect(code(() => bindRequest(decodeRequest('{"inputs":{"text":"a"},"text":"b"}'), echo, limits))).toBe('bad_request');
+    expect(code(() => bindRequest(decodeRequest('{"inputs":{"nope":[1]}}'), echo, limits))).toBe(
+      'bad_request',
+    );
+    expect(code(() => bindRequest(decodeRequest('{"inputs":{"text":"a"},"text":"b"}'), echo, limits))).toBe(
+      'bad_request',
+    );
   });
 });
 
@@ -139,7 +164,13 @@ describe('wire records', () => {
     const length = requestRecordBytes(bound);
     const bytes = new Uint8Array(length + 16);
     const view = new DataView(bytes.buffer);
-    writeRequestRecord(view, bytes, 8, { requestId: 42, slot: 3, priority: 'high', enqueuedAt: 1000.5, deadlineAt: 2000.25 }, bound);
+    writeRequestRecord(
+      view,
+      bytes,
+      8,
+      { requestId: 42, slot: 3, priority: 'high', enqueuedAt: 1000.5, deadlineAt: 2000.25 },
+      bound,
+    );
     expect(readRequestId(view, 8)).toBe(42);
     expect(readRequestSlot(view, 8)).toBe(3);
     expect(readInputMask(view, 8)).toBe(3);
@@ -159,7 +190,13 @@ describe('wire records', () => {
       const bound = bindRequest(decodeRequest(json), echo, limits);
       const bytes = new Uint8Array(requestRecordBytes(bound));
       const view = new DataView(bytes.buffer);
-      writeRequestRecord(view, bytes, 0, { requestId: 1, slot: 1, priority: 'normal', enqueuedAt: 0, deadlineAt: 0 }, bound);
+      writeRequestRecord(
+        view,
+        bytes,
+        0,
+        { requestId: 1, slot: 1, priority: 'normal', enqueuedAt: 0, deadlineAt: 0 },
+        bound,
+      );
       return [view, 0];
     };
     const joined = (a: string, b: string): boolean => {
@@ -179,7 +216,15 @@ describe('wire records', () => {
   test('responses decode into results; classifiers into label + probabilities', () => {
     const bytes = new Uint8Array(512);
     const view = new DataView(bytes.buffer);
-    const header = { requestId: 5, slot: 2, queueMs: 1, computeMs: 2, batchSize: 4, workerIndex: 0, epoch: 3 };
+    const header = {
+      requestId: 5,
+      slot: 2,
+      queueMs: 1,
+      computeMs: 2,
+      batchSize: 4,
+      workerIndex: 0,
+      epoch: 3,
+    };
     writeResponseHeader(view, 0, header, 0, 1);
     let at = writeOutputSectionHeader(view, RESPONSE_HEADER_BYTES, 0, [10], 40);
     for (let i = 0; i < 10; i++) {
@@ -196,11 +241,25 @@ describe('wire records', () => {
 
 describe('codes and encoders', () => {
   test('code indexes round-trip', () => {
-    for (const name of ['bad_request', 'internal', 'deadline_exceeded'] as const) expect(errorCodeFromIndex(errorCodeIndex(name))).toBe(name);
+    for (const name of ['bad_request', 'internal', 'deadline_exceeded'] as const)
+      expect(errorCodeFromIndex(errorCodeIndex(name))).toBe(name);
   });
   test('encoders produce valid JSON', () => {
-    expect(JSON.parse(encodeResult(1, 'm', '2', 0, { a: [1] }, 1.23456))).toEqual({ id: 1, model: 'm', version: '2', epoch: 0, result: { a: [1] }, latency_ms: 1.235 });
-    expect(JSON.parse(encodeError('x"y', 'rate_limited', 'slow "down"', 12.2))).toEqual({ id: 'x"y', type: 'error', code: 'rate_limited', message: 'slow "down"', retry_after_ms: 13 });
+    expect(JSON.parse(encodeResult(1, 'm', '2', 0, { a: [1] }, 1.23456))).toEqual({
+      id: 1,
+      model: 'm',
+      version: '2',
+      epoch: 0,
+      result: { a: [1] },
+      latency_ms: 1.235,
+    });
+    expect(JSON.parse(encodeError('x"y', 'rate_limited', 'slow "down"', 12.2))).toEqual({
+      id: 'x"y',
+      type: 'error',
+      code: 'rate_limited',
+      message: 'slow "down"',
+      retry_after_ms: 13,
+    });
   });
   test('utf8Length matches TextEncoder, including lone surrogates', () => {
     for (const text of ['', 'abc', 'héllo', '日本語', '😀x', '\ud800', 'a\udc00b']) {
@@ -209,7 +268,23 @@ describe('codes and encoders', () => {
   });
   test('parseSignature rejects malformed configs with the field named', () => {
     expect(() => parseSignature({ inputs: [], outputs: [] }, 'cfg')).toThrow(/cfg.inputs/);
-    expect(() => parseSignature({ inputs: [{ name: 'a', dtype: 'complex', shape: [] }], outputs: [{ name: 'b', dtype: 'float32', shape: [] }] }, 'cfg')).toThrow(/dtype/);
-    expect(() => parseSignature({ inputs: [{ name: 'a', dtype: 'float32', shape: [0] }], outputs: [{ name: 'b', dtype: 'float32', shape: [] }] }, 'cfg')).toThrow(/shape/);
+    expect(() =>
+      parseSignature(
+        {
+          inputs: [{ name: 'a', dtype: 'complex', shape: [] }],
+          outputs: [{ name: 'b', dtype: 'float32', shape: [] }],
+        },
+        'cfg',
+      ),
+    ).toThrow(/dtype/);
+    expect(() =>
+      parseSignature(
+        {
+          inputs: [{ name: 'a', dtype: 'float32', shape: [0] }],
+          outputs: [{ name: 'b', dtype: 'float32', shape: [] }],
+        },
+        'cfg',
+      ),
+    ).toThrow(/shape/);
   });
 });

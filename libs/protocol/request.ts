@@ -59,7 +59,10 @@ function readId(raw: unknown): RequestId {
   if (raw === undefined || raw === null) return null;
   if (typeof raw === 'number' && Number.isFinite(raw)) return raw;
   if (typeof raw === 'string' && raw.length <= MAX_ID_LENGTH) return raw;
-  throw new RequestError(null, new ProtocolError('bad_request', '"id" must be a finite number or a string of at most 256 characters'));
+  throw new RequestError(
+    null,
+    new ProtocolError('bad_request', '"id" must be a finite number or a string of at most 256 characters'),
+  );
 }
 
 function optionalName(body: Record<string, unknown>, field: string): string | undefined {
@@ -72,7 +75,11 @@ function optionalName(body: Record<string, unknown>, field: string): string | un
   return value;
 }
 
-function readFields(body: Record<string, unknown>, id: RequestId, defaults: { model?: string }): InferenceRequest {
+function readFields(
+  body: Record<string, unknown>,
+  id: RequestId,
+  defaults: { model?: string },
+): InferenceRequest {
   const model = optionalName(body, 'model') ?? defaults.model;
   const version = optionalName(body, 'version');
   let inputs: Record<string, unknown> | undefined;
@@ -136,27 +143,36 @@ const encoder = new TextEncoder();
  * Checks the request's values against the model's signature (dtype, rank, fixed dims, finite numbers)
  * and measures them. Throws ProtocolError (shape_mismatch, type_mismatch, bad_request).
  */
-export function bindRequest(request: InferenceRequest, signature: ModelSignature, limits: BindLimits): BoundRequest {
+export function bindRequest(
+  request: InferenceRequest,
+  signature: ModelSignature,
+  limits: BindLimits,
+): BoundRequest {
   const values = new Array<unknown>(signature.inputs.length);
   const specs = signature.inputs;
   if (request.inputs !== undefined) {
     for (const name of Object.keys(request.inputs)) {
       const index = specs.findIndex((spec) => spec.name === name);
       if (index < 0) {
-        throw new ProtocolError('bad_request', `unknown input "${name}"; this model takes ${specs.map((s) => s.name).join(', ')}`);
+        throw new ProtocolError(
+          'bad_request',
+          `unknown input "${name}"; this model takes ${specs.map((s) => s.name).join(', ')}`,
+        );
       }
       values[index] = request.inputs[name];
     }
   }
   if (request.input !== undefined) {
     const index = primaryInputIndex(signature, request.input);
-    if (values[index] !== undefined) throw new ProtocolError('bad_request', `input "${specs[index]!.name}" given twice`);
+    if (values[index] !== undefined)
+      throw new ProtocolError('bad_request', `input "${specs[index]!.name}" given twice`);
     values[index] = request.input;
   }
   if (request.text !== undefined) {
     const index = specs.findIndex((spec) => spec.dtype === 'string');
     if (index < 0) throw new ProtocolError('type_mismatch', 'this model takes no text input');
-    if (values[index] !== undefined) throw new ProtocolError('bad_request', `input "${specs[index]!.name}" given twice`);
+    if (values[index] !== undefined)
+      throw new ProtocolError('bad_request', `input "${specs[index]!.name}" given twice`);
     values[index] = request.text;
   }
   const bound: BoundInput[] = [];
@@ -172,7 +188,10 @@ export function bindRequest(request: InferenceRequest, signature: ModelSignature
     const dims = measureDims(value, spec);
     const elements = dims.reduce((product, dim) => product * dim, 1);
     if (elements > limits.maxElements) {
-      throw new ProtocolError('payload_too_large', `input "${spec.name}" has ${elements} elements; the limit is ${limits.maxElements}`);
+      throw new ProtocolError(
+        'payload_too_large',
+        `input "${spec.name}" has ${elements} elements; the limit is ${limits.maxElements}`,
+      );
     }
     const byteLength = measureBytes(value, spec, dims.length, elements);
     bound.push({ spec, index, dims, value, byteLength });
@@ -188,11 +207,14 @@ function primaryInputIndex(signature: ModelSignature, value: unknown): number {
   const required = signature.inputs.filter((spec) => !spec.optional);
   if (required.length === 1) return signature.inputs.indexOf(required[0]!);
   if (required.length > 1) {
-    throw new ProtocolError('bad_request', `this model has several inputs; send "inputs": {${required.map((s) => `"${s.name}"`).join(', ')}}`);
+    throw new ProtocolError(
+      'bad_request',
+      `this model has several inputs; send "inputs": {${required.map((s) => `"${s.name}"`).join(', ')}}`,
+    );
   }
   const wantsText = typeof value === 'string' || (Array.isArray(value) && typeof value[0] === 'string');
   const index = signature.inputs.findIndex((spec) => (spec.dtype === 'string') === wantsText);
-  return index < 0 ? 0 : index;
+  return Math.max(index, 0);
 }
 
 export function inputHeaderBytes(rank: number): number {
@@ -204,19 +226,29 @@ function measureDims(value: unknown, spec: TensorSpec): number[] {
   let cursor: unknown = value;
   for (let axis = 0; axis < spec.shape.length; axis++) {
     if (!Array.isArray(cursor)) {
-      throw new ProtocolError('shape_mismatch', `input "${spec.name}" expects shape [${spec.shape.join(', ')}], got ${describeShape(value)}`);
+      throw new ProtocolError(
+        'shape_mismatch',
+        `input "${spec.name}" expects shape [${spec.shape.join(', ')}], got ${describeShape(value)}`,
+      );
     }
     const expected = spec.shape[axis]!;
     if (expected !== -1 && cursor.length !== expected) {
-      throw new ProtocolError('shape_mismatch', `input "${spec.name}" expects shape [${spec.shape.join(', ')}], got ${describeShape(value)}`);
+      throw new ProtocolError(
+        'shape_mismatch',
+        `input "${spec.name}" expects shape [${spec.shape.join(', ')}], got ${describeShape(value)}`,
+      );
     }
     dims.push(cursor.length);
     cursor = cursor[0];
   }
   if (Array.isArray(cursor)) {
-    throw new ProtocolError('shape_mismatch', `input "${spec.name}" expects shape [${spec.shape.join(', ')}], got ${describeShape(value)}`);
+    throw new ProtocolError(
+      'shape_mismatch',
+      `input "${spec.name}" expects shape [${spec.shape.join(', ')}], got ${describeShape(value)}`,
+    );
   }
-  if (dims.length > MAX_RANK - 1) throw new ProtocolError('shape_mismatch', `input "${spec.name}" has too many dimensions`);
+  if (dims.length > MAX_RANK - 1)
+    throw new ProtocolError('shape_mismatch', `input "${spec.name}" has too many dimensions`);
   return dims;
 }
 
@@ -242,7 +274,10 @@ function measureBytes(value: unknown, spec: TensorSpec, rank: number, elements: 
       return;
     }
     if (!Array.isArray(node) || node.length !== expectedLength) {
-      throw new ProtocolError('shape_mismatch', `input "${spec.name}" is ragged: every row along an axis must have the same length`);
+      throw new ProtocolError(
+        'shape_mismatch',
+        `input "${spec.name}" is ragged: every row along an axis must have the same length`,
+      );
     }
     const nextLength = Array.isArray(node[0]) ? (node[0] as unknown[]).length : 0;
     for (let i = 0; i < node.length; i++) visit(node[i], depth + 1, nextLength);
@@ -256,24 +291,32 @@ function measureBytes(value: unknown, spec: TensorSpec, rank: number, elements: 
 const FLOAT32_MAX = 3.4028234663852886e38;
 
 function checkElement(element: unknown, dtype: DType, name: string): void {
-  if (Array.isArray(element)) throw new ProtocolError('shape_mismatch', `input "${name}" is ragged: it nests deeper than its shape`);
+  if (Array.isArray(element))
+    throw new ProtocolError('shape_mismatch', `input "${name}" is ragged: it nests deeper than its shape`);
   switch (dtype) {
     case 'string':
-      if (typeof element !== 'string') throw new ProtocolError('type_mismatch', `input "${name}" expects strings`);
+      if (typeof element !== 'string')
+        throw new ProtocolError('type_mismatch', `input "${name}" expects strings`);
       return;
     case 'bool':
-      if (typeof element !== 'boolean') throw new ProtocolError('type_mismatch', `input "${name}" expects booleans`);
+      if (typeof element !== 'boolean')
+        throw new ProtocolError('type_mismatch', `input "${name}" expects booleans`);
       return;
     default:
       break;
   }
   if (typeof element !== 'number') {
-    throw new ProtocolError('type_mismatch', `input "${name}" expects numbers (${dtype}), got ${element === null ? 'null' : typeof element}`);
+    throw new ProtocolError(
+      'type_mismatch',
+      `input "${name}" expects numbers (${dtype}), got ${element === null ? 'null' : typeof element}`,
+    );
   }
-  if (!Number.isFinite(element)) throw new ProtocolError('bad_request', `input "${name}" contains a non-finite number`);
+  if (!Number.isFinite(element))
+    throw new ProtocolError('bad_request', `input "${name}" contains a non-finite number`);
   switch (dtype) {
     case 'float32':
-      if (Math.abs(element) > FLOAT32_MAX) throw new ProtocolError('bad_request', `input "${name}" has a value outside float32 range`);
+      if (Math.abs(element) > FLOAT32_MAX)
+        throw new ProtocolError('bad_request', `input "${name}" has a value outside float32 range`);
       return;
     case 'int32':
       if (!Number.isInteger(element) || element < -2147483648 || element > 2147483647) {
@@ -281,7 +324,8 @@ function checkElement(element: unknown, dtype: DType, name: string): void {
       }
       return;
     case 'int64':
-      if (!Number.isSafeInteger(element)) throw new ProtocolError('type_mismatch', `input "${name}" expects integers (safe int64 range)`);
+      if (!Number.isSafeInteger(element))
+        throw new ProtocolError('type_mismatch', `input "${name}" expects integers (safe int64 range)`);
       return;
     case 'uint8':
       if (!Number.isInteger(element) || element < 0 || element > 255) {

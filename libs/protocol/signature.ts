@@ -45,7 +45,8 @@ export const MAX_RANK = 8;
 
 /** Validates the tensor section of a model's config.json; messages name the offending field. */
 export function parseSignature(raw: unknown, where: string): ModelSignature {
-  if (typeof raw !== 'object' || raw === null) throw new ProtocolError('bad_request', `${where}: not an object`);
+  if (typeof raw !== 'object' || raw === null)
+    throw new ProtocolError('bad_request', `${where}: not an object`);
   const record = raw as Record<string, unknown>;
   const inputs = parseSpecs(record.inputs, `${where}.inputs`, 'input');
   const outputs = parseSpecs(record.outputs, `${where}.outputs`, 'output');
@@ -71,11 +72,13 @@ export function parseSignature(raw: unknown, where: string): ModelSignature {
 }
 
 function parseSpecs(raw: unknown, where: string, kind: 'input' | 'output'): TensorSpec[] {
-  if (!Array.isArray(raw) || raw.length === 0) throw new ProtocolError('bad_request', `${where}: expected a non-empty array`);
+  if (!Array.isArray(raw) || raw.length === 0)
+    throw new ProtocolError('bad_request', `${where}: expected a non-empty array`);
   const names = new Set<string>();
   return raw.map((entry, index) => {
     const at = `${where}[${index}]`;
-    if (typeof entry !== 'object' || entry === null) throw new ProtocolError('bad_request', `${at}: not an object`);
+    if (typeof entry !== 'object' || entry === null)
+      throw new ProtocolError('bad_request', `${at}: not an object`);
     const spec = entry as Record<string, unknown>;
     if (typeof spec.name !== 'string' || spec.name.length === 0) {
       throw new ProtocolError('bad_request', `${at}.name: expected a non-empty string`);
@@ -90,7 +93,10 @@ function parseSpecs(raw: unknown, where: string, kind: 'input' | 'output'): Tens
       spec.shape.length > MAX_RANK - 1 ||
       !spec.shape.every((dim) => Number.isInteger(dim) && (dim === -1 || dim > 0))
     ) {
-      throw new ProtocolError('bad_request', `${at}.shape: expected up to ${MAX_RANK - 1} dims, each > 0 or -1`);
+      throw new ProtocolError(
+        'bad_request',
+        `${at}.shape: expected up to ${MAX_RANK - 1} dims, each > 0 or -1`,
+      );
     }
     const result: TensorSpec = { name: spec.name, dtype: spec.dtype, shape: spec.shape as number[] };
     if (kind === 'input' && spec.optional === true) result.optional = true;

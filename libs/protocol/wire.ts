@@ -63,7 +63,14 @@ export function writeRequestRecord(
   }
 }
 
-function writeElements(view: DataView, bytes: Uint8Array, at: number, value: unknown, rank: number, dtype: DType): number {
+function writeElements(
+  view: DataView,
+  bytes: Uint8Array,
+  at: number,
+  value: unknown,
+  rank: number,
+  dtype: DType,
+): number {
   if (rank === 0) return writeScalar(view, bytes, at, value, dtype);
   const rows = value as unknown[];
   for (let i = 0; i < rows.length; i++) at = writeElements(view, bytes, at, rows[i], rank - 1, dtype);
@@ -173,7 +180,13 @@ function popCount(mask: number): number {
 }
 
 /** Decodes the strings of a string input section, appending them to `target`. */
-export function readStrings(bytes: Uint8Array, view: DataView, dataOffset: number, count: number, target: string[]): void {
+export function readStrings(
+  bytes: Uint8Array,
+  view: DataView,
+  dataOffset: number,
+  count: number,
+  target: string[],
+): void {
   let cursor = dataOffset;
   for (let i = 0; i < count; i++) {
     const length = view.getUint32(cursor, true);
@@ -196,7 +209,13 @@ export interface ResponseHeader {
   epoch: number;
 }
 
-export function writeResponseHeader(view: DataView, offset: number, header: ResponseHeader, status: number, outputCount: number): void {
+export function writeResponseHeader(
+  view: DataView,
+  offset: number,
+  header: ResponseHeader,
+  status: number,
+  outputCount: number,
+): void {
   view.setUint32(offset, header.requestId, true);
   view.setUint16(offset + 4, header.slot, true);
   view.setUint8(offset + 6, status);
@@ -212,18 +231,35 @@ export function errorResponseBytes(message: string): number {
   return RESPONSE_HEADER_BYTES + 4 + utf8Length(message);
 }
 
-export function writeErrorResponse(view: DataView, bytes: Uint8Array, offset: number, header: ResponseHeader, code: ErrorCode, message: string): void {
+export function writeErrorResponse(
+  view: DataView,
+  bytes: Uint8Array,
+  offset: number,
+  header: ResponseHeader,
+  code: ErrorCode,
+  message: string,
+): void {
   writeResponseHeader(view, offset, header, errorCodeIndex(code), 0);
   const length = utf8Length(message);
   view.setUint32(offset + RESPONSE_HEADER_BYTES, length, true);
-  if (length > 0) utf8Encoder.encodeInto(message, bytes.subarray(offset + RESPONSE_HEADER_BYTES + 4, offset + RESPONSE_HEADER_BYTES + 4 + length));
+  if (length > 0)
+    utf8Encoder.encodeInto(
+      message,
+      bytes.subarray(offset + RESPONSE_HEADER_BYTES + 4, offset + RESPONSE_HEADER_BYTES + 4 + length),
+    );
 }
 
 export function outputSectionHeaderBytes(rank: number): number {
   return inputHeaderBytes(rank);
 }
 
-export function writeOutputSectionHeader(view: DataView, at: number, outputIndex: number, dims: ArrayLike<number>, byteLength: number): number {
+export function writeOutputSectionHeader(
+  view: DataView,
+  at: number,
+  outputIndex: number,
+  dims: ArrayLike<number>,
+  byteLength: number,
+): number {
   view.setUint32(at, byteLength, true);
   view.setUint8(at + 4, dims.length);
   view.setUint8(at + 5, outputIndex);
@@ -256,7 +292,11 @@ export function readResponseEpoch(view: DataView, offset: number): number {
   return view.getUint32(offset + 20, true);
 }
 
-export function readErrorResponse(bytes: Uint8Array, view: DataView, offset: number): { code: ErrorCode; message: string } {
+export function readErrorResponse(
+  bytes: Uint8Array,
+  view: DataView,
+  offset: number,
+): { code: ErrorCode; message: string } {
   const length = view.getUint32(offset + RESPONSE_HEADER_BYTES, true);
   const start = offset + RESPONSE_HEADER_BYTES + 4;
   return {
@@ -269,7 +309,12 @@ export function readErrorResponse(bytes: Uint8Array, view: DataView, offset: num
  * Turns the outputs of a successful response into the JSON `result`: one output → its value, several →
  * an object by output name; classifiers (signature.labels) → { label, probabilities }.
  */
-export function decodeResult(bytes: Uint8Array, view: DataView, offset: number, signature: ModelSignature): unknown {
+export function decodeResult(
+  bytes: Uint8Array,
+  view: DataView,
+  offset: number,
+  signature: ModelSignature,
+): unknown {
   const count = view.getUint8(offset + 7);
   let cursor = offset + RESPONSE_HEADER_BYTES;
   if (count === 1) {
@@ -294,7 +339,12 @@ function classify(value: unknown, labels: string[]): unknown {
   return { label: labels[best] ?? String(best), probabilities: value };
 }
 
-function readSection(bytes: Uint8Array, view: DataView, section: number, spec: TensorSpec | undefined): unknown {
+function readSection(
+  bytes: Uint8Array,
+  view: DataView,
+  section: number,
+  spec: TensorSpec | undefined,
+): unknown {
   const rank = view.getUint8(section + 4);
   const dtype: DType = spec?.dtype ?? 'float32';
   const dims: number[] = [];
@@ -303,7 +353,14 @@ function readSection(bytes: Uint8Array, view: DataView, section: number, spec: T
   return readNested(bytes, view, cursor, dims, 0, dtype);
 }
 
-function readNested(bytes: Uint8Array, view: DataView, cursor: { at: number }, dims: number[], axis: number, dtype: DType): unknown {
+function readNested(
+  bytes: Uint8Array,
+  view: DataView,
+  cursor: { at: number },
+  dims: number[],
+  axis: number,
+  dtype: DType,
+): unknown {
   if (axis === dims.length) return readScalar(bytes, view, cursor, dtype);
   const length = dims[axis]!;
   const out = new Array<unknown>(length);

@@ -1,2 +1,2 @@
 export type { ModelBatchingConfig, ModelEntry, ModelVersionEntry } from './repository';
-export { compareVersions, readModel, RepositoryError, scanRepository } from './repository';
+export { compareVersions, RepositoryError, readModel, scanRepository } from './repository';

@@ -9,7 +9,10 @@ function repo(models: Record<string, { config: unknown; versions: string[] }>): 
   const dir = mkdtempSync(path.join(os.tmpdir(), 'repo-'));
   for (const [name, model] of Object.entries(models)) {
     mkdirSync(path.join(dir, name));
-    writeFileSync(path.join(dir, name, 'config.json'), typeof model.config === 'string' ? model.config : JSON.stringify(model.config));
+    writeFileSync(
+      path.join(dir, name, 'config.json'),
+      typeof model.config === 'string' ? model.config : JSON.stringify(model.config),
+    );
     for (const version of model.versions) {
       mkdirSync(path.join(dir, name, version));
       writeFileSync(path.join(dir, name, version, 'model.onnx'), 'x');
@@ -32,7 +35,9 @@ test('versions sort numerically and the default is the highest unless configured
   const [model] = scanRepository(repo({ m: { config: good, versions: ['2', '10', '1'] } }));
   expect(model!.versions.map((v) => v.version)).toEqual(['1', '2', '10']);
   expect(model!.defaultVersion).toBe('10');
-  const [pinned] = scanRepository(repo({ m: { config: { ...good, default_version: '2' }, versions: ['1', '2', '3'] } }));
+  const [pinned] = scanRepository(
+    repo({ m: { config: { ...good, default_version: '2' }, versions: ['1', '2', '3'] } }),
+  );
   expect(pinned!.defaultVersion).toBe('2');
 });
 

@@ -40,20 +40,23 @@ const NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
 /** Reads every `<dir>/<model>/config.json` and its `<version>/model.onnx` files. Any malformed model stops the scan with a message naming the file. */
 export function scanRepository(dir: string): ModelEntry[] {
   const root = path.resolve(dir);
-  if (!existsSync(root) || !statSync(root).isDirectory()) throw new RepositoryError(`model repository ${root} is not a directory`);
+  if (!existsSync(root) || !statSync(root).isDirectory())
+    throw new RepositoryError(`model repository ${root} is not a directory`);
   const models: ModelEntry[] = [];
   for (const name of readdirSync(root).sort()) {
     const modelDir = path.join(root, name);
     if (!statSync(modelDir).isDirectory() || !existsSync(path.join(modelDir, 'config.json'))) continue;
     models.push(readModel(modelDir, name));
   }
-  if (models.length === 0) throw new RepositoryError(`model repository ${root} holds no model (expected <name>/config.json)`);
+  if (models.length === 0)
+    throw new RepositoryError(`model repository ${root} holds no model (expected <name>/config.json)`);
   return models;
 }
 
 export function readModel(modelDir: string, name: string): ModelEntry {
   const configPath = path.join(modelDir, 'config.json');
-  if (!NAME_PATTERN.test(name)) throw new RepositoryError(`${configPath}: model directory name "${name}" is not a valid model name`);
+  if (!NAME_PATTERN.test(name))
+    throw new RepositoryError(`${configPath}: model directory name "${name}" is not a valid model name`);
   let raw: Record<string, unknown>;
   try {
     raw = JSON.parse(readFileSync(configPath, 'utf8')) as Record<string, unknown>;
@@ -62,7 +65,9 @@ export function readModel(modelDir: string, name: string): ModelEntry {
   }
   if (typeof raw !== 'object' || raw === null) throw new RepositoryError(`${configPath}: not a JSON object`);
   if (raw.name !== undefined && raw.name !== name) {
-    throw new RepositoryError(`${configPath}: "name" is "${String(raw.name)}" but the directory is "${name}"`);
+    throw new RepositoryError(
+      `${configPath}: "name" is "${String(raw.name)}" but the directory is "${name}"`,
+    );
   }
   let signature: ModelSignature;
   try {
@@ -76,7 +81,8 @@ export function readModel(modelDir: string, name: string): ModelEntry {
     .sort(compareVersions)
     .map((version) => ({ version, file: path.join(modelDir, version, 'model.onnx') }));
   if (versions.length === 0) throw new RepositoryError(`${modelDir}: no version directory with a model.onnx`);
-  const defaultVersion = raw.default_version === undefined ? versions[versions.length - 1]!.version : String(raw.default_version);
+  const defaultVersion =
+    raw.default_version === undefined ? versions[versions.length - 1]!.version : String(raw.default_version);
   if (!versions.some((entry) => entry.version === defaultVersion)) {
     throw new RepositoryError(`${configPath}: default_version "${defaultVersion}" has no model.onnx`);
   }
@@ -129,7 +135,9 @@ function readBatching(raw: unknown, configPath: string): ModelBatchingConfig {
   if (batching.preferred_batch_sizes !== undefined) {
     const sizes = batching.preferred_batch_sizes;
     if (!Array.isArray(sizes) || !sizes.every((size) => Number.isInteger(size) && size >= 1)) {
-      throw new RepositoryError(`${configPath}: batching.preferred_batch_sizes must be an array of positive integers`);
+      throw new RepositoryError(
+        `${configPath}: batching.preferred_batch_sizes must be an array of positive integers`,
+      );
     }
     result.preferredBatchSizes = sizes as number[];
   }

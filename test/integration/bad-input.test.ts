@@ -5,7 +5,10 @@ let server: ServerHandle;
 const MAX_PAYLOAD = 65536;
 
 beforeAll(async () => {
-  server = await startServer({ models: ['echo', 'upper'], args: ['--max-payload-bytes', String(MAX_PAYLOAD)] });
+  server = await startServer({
+    models: ['echo', 'upper'],
+    args: ['--max-payload-bytes', String(MAX_PAYLOAD)],
+  });
 });
 
 afterAll(async () => {
@@ -50,7 +53,9 @@ describe('every bad input gets a typed error on that request only', () => {
     })();
     if (typeof parsed.id === 'number') expect(answer.id).toBe(parsed.id);
     // The same connection keeps working.
-    expect(await client.request({ id: 'after', model: 'upper', text: 'still ok' })).toMatchObject({ result: 'STILL OK' });
+    expect(await client.request({ id: 'after', model: 'upper', text: 'still ok' })).toMatchObject({
+      result: 'STILL OK',
+    });
     client.close();
   });
 
@@ -71,7 +76,11 @@ describe('every bad input gets a typed error on that request only', () => {
 
   test('oversized frame → payload_too_large with the id, connection survives', async () => {
     const client = await WsClient.connect(server.wsUrl);
-    const big = JSON.stringify({ id: 77, model: 'echo', input: Array.from({ length: 20000 }, () => 1.123456) });
+    const big = JSON.stringify({
+      id: 77,
+      model: 'echo',
+      input: Array.from({ length: 20000 }, () => 1.123456),
+    });
     expect(big.length).toBeGreaterThan(MAX_PAYLOAD);
     const reply = await client.sendRaw(big);
     expect(reply).toMatchObject({ type: 'error', code: 'payload_too_large', id: 77 });
@@ -80,7 +89,11 @@ describe('every bad input gets a typed error on that request only', () => {
   });
 
   test('oversized HTTP body → 413 payload_too_large', async () => {
-    const big = JSON.stringify({ id: 1, model: 'echo', input: Array.from({ length: 20000 }, () => 1.123456) });
+    const big = JSON.stringify({
+      id: 1,
+      model: 'echo',
+      input: Array.from({ length: 20000 }, () => 1.123456),
+    });
     const response = await postJson(`${server.url}/predict`, big);
     expect(response.status).toBe(413);
     expect(response.body).toMatchObject({ code: 'payload_too_large' });
@@ -95,7 +108,9 @@ describe('every bad input gets a typed error on that request only', () => {
   test('a client sending garbage never disturbs another client streaming at the same time', async () => {
     const good = await WsClient.connect(server.wsUrl);
     const bad = await WsClient.connect(server.wsUrl);
-    const goodAnswers = Array.from({ length: 200 }, (_, i) => good.request({ id: i, model: 'upper', text: `req ${i}` }));
+    const goodAnswers = Array.from({ length: 200 }, (_, i) =>
+      good.request({ id: i, model: 'upper', text: `req ${i}` }),
+    );
     for (let i = 0; i < 100; i++) {
       bad.socket.send(i % 2 ? '{"broken' : Buffer.from([i, 255, 0]), { binary: i % 2 === 0 });
       bad.socket.send(JSON.stringify({ id: i, model: 'echo', input: [[1], [2, 3]] }));

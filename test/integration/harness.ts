@@ -36,7 +36,10 @@ export function modelsSubset(models: string[]): string {
 }
 
 export function runCli(args: string[], env: Record<string, string> = {}): ChildProcess {
-  return spawn(process.execPath, [CLI, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  return spawn(process.execPath, [CLI, ...args], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
 }
 
 export async function startServer(options: StartOptions = {}): Promise<ServerHandle> {
@@ -48,7 +51,10 @@ export async function startServer(options: StartOptions = {}): Promise<ServerHan
     child.on('exit', (code, signal) => resolve({ code, signal }));
   });
   const ready = new Promise<{ port: number; nodePids: number[] }>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`server not ready in time; output:\n${output.slice(-4000)}`)), options.timeoutMs ?? 60000);
+    const timer = setTimeout(
+      () => reject(new Error(`server not ready in time; output:\n${output.slice(-4000)}`)),
+      options.timeoutMs ?? 60000,
+    );
     const onData = (chunk: Buffer): void => {
       output += chunk.toString();
       for (const line of output.split('\n')) {
@@ -69,7 +75,11 @@ export async function startServer(options: StartOptions = {}): Promise<ServerHan
     });
     void exited.then(({ code, signal }) => {
       clearTimeout(timer);
-      reject(new Error(`server exited before ready (code ${code}, signal ${signal}); output:\n${output.slice(-4000)}`));
+      reject(
+        new Error(
+          `server exited before ready (code ${code}, signal ${signal}); output:\n${output.slice(-4000)}`,
+        ),
+      );
     });
   });
   const { port, nodePids } = await ready;
@@ -128,7 +138,9 @@ export class WsClient {
         }
       }
     });
-    this.closed = new Promise((resolve) => socket.on('close', (code, reason) => resolve({ code, reason: reason.toString() })));
+    this.closed = new Promise((resolve) =>
+      socket.on('close', (code, reason) => resolve({ code, reason: reason.toString() })),
+    );
   }
 
   static connect(url: string): Promise<WsClient> {
@@ -142,7 +154,10 @@ export class WsClient {
   request(body: Record<string, unknown>, timeoutMs = 20000): Promise<Answer> {
     const key = JSON.stringify(body.id ?? null);
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`no answer for id ${key} within ${timeoutMs} ms`)), timeoutMs);
+      const timer = setTimeout(
+        () => reject(new Error(`no answer for id ${key} within ${timeoutMs} ms`)),
+        timeoutMs,
+      );
       this.waiting.set(key, (answer) => {
         clearTimeout(timer);
         resolve(answer);
@@ -168,13 +183,21 @@ export class WsClient {
   }
 }
 
-export async function postJson(url: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: Answer & Record<string, unknown>; headers: Headers }> {
+export async function postJson(
+  url: string,
+  body: unknown,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; body: Answer & Record<string, unknown>; headers: Headers }> {
   const response = await fetch(url, {
     method: 'POST',
     headers: { 'content-type': 'application/json', ...headers },
     body: typeof body === 'string' ? body : JSON.stringify(body),
   });
-  return { status: response.status, body: (await response.json()) as Answer & Record<string, unknown>, headers: response.headers };
+  return {
+    status: response.status,
+    body: (await response.json()) as Answer & Record<string, unknown>,
+    headers: response.headers,
+  };
 }
 
 export function sleep(ms: number): Promise<void> {

@@ -1,7 +1,10 @@
 import type { Answer } from './harness';
 import { postJson, runCli, sleep, startServer, WsClient } from './harness';
 
-function runToExit(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; out: string }> {
+function runToExit(
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<{ code: number | null; out: string }> {
   return new Promise((resolve) => {
     const child = runCli(args, env);
     let out = '';
@@ -53,14 +56,17 @@ describe('SIGTERM drains', () => {
     const perClient = 300;
     const answers: Array<Promise<Answer>> = [];
     clients.forEach((client, c) => {
-      for (let i = 0; i < perClient; i++) answers.push(client.request({ id: i, model: 'upper', text: `drain ${c} ${i}` }, 30000));
+      for (let i = 0; i < perClient; i++)
+        answers.push(client.request({ id: i, model: 'upper', text: `drain ${c} ${i}` }, 30000));
     });
     await Promise.race(answers);
     server.child.kill('SIGTERM');
     const settled = await Promise.allSettled(answers);
     const ok = settled.filter((s) => s.status === 'fulfilled' && s.value.type !== 'error').length;
     const refused = settled.filter((s) => s.status === 'fulfilled' && s.value.code === 'unavailable').length;
-    const other = settled.filter((s) => s.status === 'fulfilled' && s.value.type === 'error' && s.value.code !== 'unavailable').length;
+    const other = settled.filter(
+      (s) => s.status === 'fulfilled' && s.value.type === 'error' && s.value.code !== 'unavailable',
+    ).length;
     const unanswered = settled.filter((s) => s.status === 'rejected').length;
     expect(other).toBe(0);
     expect(unanswered).toBe(0);
@@ -83,7 +89,9 @@ describe('failures', () => {
     const loop = (async () => {
       let id = 0;
       while (!stop) {
-        const batch = Array.from({ length: 20 }, () => client.request({ id: id++, model: 'upper', text: 'k' }));
+        const batch = Array.from({ length: 20 }, () =>
+          client.request({ id: id++, model: 'upper', text: 'k' }),
+        );
         for (const answer of await Promise.all(batch)) {
           if (answer.type === 'error') errors.push(answer.code!);
           else ok++;
@@ -103,7 +111,9 @@ describe('failures', () => {
       const health = (await (await fetch(`${server.url}/health`)).json()) as { ready: boolean };
       return health.ready;
     }, 15000);
-    expect(await client.request({ id: 'after', model: 'upper', text: 'back' })).toMatchObject({ result: 'BACK' });
+    expect(await client.request({ id: 'after', model: 'upper', text: 'back' })).toMatchObject({
+      result: 'BACK',
+    });
     expect(server.logs()).toContain('worker died');
     client.close();
     expect(await server.stop()).toEqual({ code: 0, signal: null });
@@ -116,13 +126,19 @@ describe('failures', () => {
     await sleep(100);
     for (let i = 0; i < 20; i++) {
       const client = await WsClient.connect(server.wsUrl);
-      expect(await client.request({ id: i, model: 'upper', text: 'alive' })).toMatchObject({ result: 'ALIVE' });
+      expect(await client.request({ id: i, model: 'upper', text: 'alive' })).toMatchObject({
+        result: 'ALIVE',
+      });
       client.close();
     }
     await waitFor(async () => {
       const response = await fetch(`${server.url}/health`);
       const health = (await response.json()) as { ready: boolean; nodes: Array<{ pid?: number }> };
-      return response.status === 200 && health.ready && !health.nodes.some((node) => node.pid === server.nodePids[0]);
+      return (
+        response.status === 200 &&
+        health.ready &&
+        !health.nodes.some((node) => node.pid === server.nodePids[0])
+      );
     }, 20000);
     expect(await server.stop()).toEqual({ code: 0, signal: null });
   });

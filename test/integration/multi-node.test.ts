@@ -16,7 +16,11 @@ describe('--nodes 2 --workers 2', () => {
     const all: Array<Promise<Answer>> = [];
     clients.forEach((client, c) => {
       for (let i = 0; i < perClient; i++) {
-        all.push(i % 2 ? client.request({ id: i, model: 'upper', text: `c${c}-${i}` }) : client.request({ id: i, model: 'echo', input: [c, i] }));
+        all.push(
+          i % 2
+            ? client.request({ id: i, model: 'upper', text: `c${c}-${i}` })
+            : client.request({ id: i, model: 'echo', input: [c, i] }),
+        );
       }
     });
     const answers = await Promise.all(all);
@@ -28,7 +32,9 @@ describe('--nodes 2 --workers 2', () => {
       }
     });
     for (const client of clients) client.close();
-    const health = (await (await fetch(`${server.url}/health`)).json()) as { nodes: Array<{ pid: number; workers: number; workers_ready: number }> };
+    const health = (await (await fetch(`${server.url}/health`)).json()) as {
+      nodes: Array<{ pid: number; workers: number; workers_ready: number }>;
+    };
     expect(health.nodes).toHaveLength(2);
     expect(new Set(health.nodes.map((node) => node.pid)).size).toBe(2);
     for (const node of health.nodes) expect(node).toMatchObject({ workers: 2, workers_ready: 2 });

@@ -40,7 +40,10 @@ describe('POST /api/reload switches the default model with zero failed requests'
       expect(answers.slice(firstUpper).every((a) => a === `upper:CLIENT ${c}`)).toBe(true);
     });
     for (const client of clients) client.close();
-    const health = (await (await fetch(`${server.url}/health`)).json()) as { default_model: string; nodes: unknown[] };
+    const health = (await (await fetch(`${server.url}/health`)).json()) as {
+      default_model: string;
+      nodes: unknown[];
+    };
     expect(health.default_model).toBe('upper');
     expect(health.nodes).toHaveLength(2);
   });
@@ -56,7 +59,9 @@ describe('POST /api/reload switches the default model with zero failed requests'
 
   test('malformed admin bodies get typed errors', async () => {
     expect((await postJson(`${server.url}/api/reload`, '{nope')).body).toMatchObject({ code: 'bad_request' });
-    expect((await postJson(`${server.url}/api/reload`, { model: 7 })).body).toMatchObject({ code: 'bad_request' });
+    expect((await postJson(`${server.url}/api/reload`, { model: 7 })).body).toMatchObject({
+      code: 'bad_request',
+    });
     expect((await fetch(`${server.url}/api/reload`)).status).toBe(405);
   });
 
@@ -94,9 +99,17 @@ describe('admin token', () => {
     const without = await postJson(`${server.url}/api/reload`, { model: 'upper' });
     expect(without.status).toBe(401);
     expect(without.body).toMatchObject({ code: 'unauthorized' });
-    const wrong = await postJson(`${server.url}/api/reload`, { model: 'upper' }, { authorization: 'Bearer nope' });
+    const wrong = await postJson(
+      `${server.url}/api/reload`,
+      { model: 'upper' },
+      { authorization: 'Bearer nope' },
+    );
     expect(wrong.status).toBe(401);
-    const right = await postJson(`${server.url}/api/reload`, { model: 'upper' }, { authorization: 'Bearer s3cret' });
+    const right = await postJson(
+      `${server.url}/api/reload`,
+      { model: 'upper' },
+      { authorization: 'Bearer s3cret' },
+    );
     expect(right.status).toBe(200);
     // Data-plane endpoints stay open.
     expect((await fetch(`${server.url}/health`)).status).toBe(200);

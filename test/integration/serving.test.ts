@@ -23,10 +23,23 @@ describe('WebSocket /ws', () => {
 
   test('text requests go to the default model (echo) and upper uppercases', async () => {
     const client = await WsClient.connect(server.wsUrl);
-    expect(await client.request({ text: 'hello', id: 1 })).toMatchObject({ id: 1, result: 'hello', model: 'echo', version: '1' });
-    expect(await client.request({ id: 2, model: 'upper', text: 'Hello, World' })).toMatchObject({ id: 2, result: 'HELLO, WORLD', model: 'upper', version: '1' });
+    expect(await client.request({ text: 'hello', id: 1 })).toMatchObject({
+      id: 1,
+      result: 'hello',
+      model: 'echo',
+      version: '1',
+    });
+    expect(await client.request({ id: 2, model: 'upper', text: 'Hello, World' })).toMatchObject({
+      id: 2,
+      result: 'HELLO, WORLD',
+      model: 'upper',
+      version: '1',
+    });
     expect(await client.request({ id: 3, model: 'upper', input: '' })).toMatchObject({ id: 3, result: '' });
-    expect(await client.request({ id: 'str-id', model: 'upper', text: 'ünïcode ok' })).toMatchObject({ id: 'str-id', result: 'üNïCODE OK' });
+    expect(await client.request({ id: 'str-id', model: 'upper', text: 'ünïcode ok' })).toMatchObject({
+      id: 'str-id',
+      result: 'üNïCODE OK',
+    });
     client.close();
   });
 
@@ -50,9 +63,13 @@ describe('WebSocket /ws', () => {
     const client = await WsClient.connect(server.wsUrl);
     const lengths = [1, 7, 3, 7, 0, 64, 3, 1];
     const answers = await Promise.all(
-      lengths.map((length, id) => client.request({ id, model: 'echo', input: Array.from({ length }, (_, k) => k * 0.25 + id) })),
+      lengths.map((length, id) =>
+        client.request({ id, model: 'echo', input: Array.from({ length }, (_, k) => k * 0.25 + id) }),
+      ),
     );
-    answers.forEach((answer, id) => expect(answer.result).toEqual(Array.from({ length: lengths[id]! }, (_, k) => k * 0.25 + id)));
+    answers.forEach((answer, id) =>
+      expect(answer.result).toEqual(Array.from({ length: lengths[id]! }, (_, k) => k * 0.25 + id)),
+    );
     client.close();
   });
 });
@@ -66,7 +83,9 @@ describe('HTTP', () => {
 
   test('concurrent /predict requests are batched internally', async () => {
     const answers = await Promise.all(
-      Array.from({ length: 40 }, (_, i) => postJson(`${server.url}/predict`, { id: i, model: 'echo', input: [i] })),
+      Array.from({ length: 40 }, (_, i) =>
+        postJson(`${server.url}/predict`, { id: i, model: 'echo', input: [i] }),
+      ),
     );
     answers.forEach((response, i) => {
       expect(response.status).toBe(200);
@@ -77,12 +96,19 @@ describe('HTTP', () => {
   test('GET /health names models, versions and the execution provider', async () => {
     const response = await fetch(`${server.url}/health`);
     expect(response.status).toBe(200);
-    const body = (await response.json()) as { status: string; ready: boolean; default_model: string; models: Array<{ name: string; versions: Array<{ version: string; execution_provider: string }> }>; nodes: unknown[] };
+    const body = (await response.json()) as {
+      status: string;
+      ready: boolean;
+      default_model: string;
+      models: Array<{ name: string; versions: Array<{ version: string; execution_provider: string }> }>;
+      nodes: unknown[];
+    };
     expect(body).toMatchObject({ status: 'ok', ready: true, default_model: 'echo' });
     expect(body.nodes).toHaveLength(1);
     const names = body.models.map((model) => model.name).sort();
     expect(names).toEqual(['echo', 'upper']);
-    for (const model of body.models) expect(model.versions[0]).toMatchObject({ version: '1', execution_provider: 'cpu' });
+    for (const model of body.models)
+      expect(model.versions[0]).toMatchObject({ version: '1', execution_provider: 'cpu' });
   });
 
   test('GET /metrics exposes Prometheus text with the design names', async () => {
@@ -107,7 +133,9 @@ describe('HTTP', () => {
       expect(text).toContain(name);
     }
     expect(text).toMatch(/streaminfer_model_info\{[^}]*model="echo"[^}]*execution_provider="cpu"[^}]*\} 1/);
-    expect(text).toMatch(/streaminfer_requests_total\{[^}]*model="echo",version="1",protocol="ws",code="ok"\} \d+/);
+    expect(text).toMatch(
+      /streaminfer_requests_total\{[^}]*model="echo",version="1",protocol="ws",code="ok"\} \d+/,
+    );
   });
 
   test('unknown paths answer 404 with a typed error', async () => {

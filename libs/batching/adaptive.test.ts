@@ -1,0 +1,194 @@
+import type { BatchPolicy, BatchPolicyOptions, QueueSnapshot } from './index';
+import { createBatchPolicy } from './index';
+
+const T = 100;
+const TOTAL = 1000;
+
+/**
+ * Cost prior a = 5 ms, b = 0.1 ms/item (exact until observe() is called), arrival rate warmed to 1 item/ms by
+ * two snapshots 100 ms apart with an exact enqueuedTotal. Keep-up size n* = 1·5 / (1 − 0.1) = 5.56 → target 6.
+ */
+function warmed(overrides: Partial<BatchPolicyOptions> = {}, ratePerMs = 1): BatchPolicy {
+  const policy = createBatchPolicy({
+    policy: 'adaptive',
+    maxBatchSize: 32,
+    maxQueueDelayMs: 50,
+    latencySloMs: 100,
+    costPrior: { interceptMs: 5, perItemMs: 0.1 },
+    ...overrides,
+  });
+  policy.decide(
+    { length: 0, oldestEnqueuedAt: 0, inFlightBatches: 0, enqueuedTotal: TOTAL - 100 * ratePerMs },
+    0,
+  );
+  policy.decide({ length: 0, oldestEnqueuedAt: 0, inFlightBatches: 0, enqueuedTotal: TOTAL }, T);
+  return policy;
+}
+const snap = (length: number, age: number, inFlightBatches = 0): QueueSnapshot => ({
+  length,
+  oldestEnqueuedAt: T - age,
+  inFlightBatches,
+  enqueuedTotal: TOTAL,
+});
+
+describe('adaptive policy', () => {
+  it('is idle on an empty queue and exposes its model', () => {
+    const policy = warmed();
+    expect(policy.decide(snap(0, 0), T)).toEqual({ kind: 'idle' });
+    const state = policy.state();
+    expect(state.targetBatchSize).toBe(6);
+    expect(state.waitMs).toBe(0);
+    expect(state.costIntercept).toBe(5);
+    expect(state.costPerItem).toBe(0.1);
+    expect(state.arrivalRatePerMs).toBeCloseTo(1, 10);
+    expect(state.latencySloMs).toBe(100);
+  });
+
+  it('dispatches a full batch at once, even with one in flight', () => {
+    expect(warmed().decide(snap(40, 0), T)).toEqual({ kind: 'dispatch', size: 32 });
+    expect(warmed().decide(snap(32, 0, 1), T)).toEqual({ kind: 'dispatch', size: 32 });
+  });
+
+  it('waits for the keep-up batch when arrivals would outgrow a smaller one', () => {
+    const policy = warmed();
+    const decision = policy.decide(snap(2, 1), T);
+    expect(decision.kind).toBe('wait');
+    // (target 6 − 2 queued) / 1 item per ms = 4 ms
+    expect(decision.kind === 'wait' && decision.untilMs).toBeCloseTo(T + 4, 6);
+    expect(policy.state().waitMs).toBeCloseTo(4, 6);
+    expect(policy.state().targetBatchSize).toBe(6);
+  });
+
+  it('dispatches once the batch reaches the target (waiting would not raise throughput)', () => {
+    expect(warmed().decide(snap(6, 4), T)).toEqual({ kind: 'dispatch', size: 6 });
+    expect(warmed().decide(snap(9, 4), T)).toEqual({ kind: 'dispatch', size: 9 });
+  });
+
+  it('dispatches at once under light load (target 1)', () => {
+    const policy = warmed({}, 0.1); // n* = 0.5 / 0.99 < 1
+    expect(policy.decide(snap(1, 0), T)).toEqual({ kind: 'dispatch', size: 1 });
+    expect(policy.state().targetBatchSize).toBe(1);
+  });
+
+  it('dispatches at once while no arrival rate is known', () => {
+    const policy = createBatchPolicy({ policy: 'adaptive', maxBatchSize: 32, maxQueueDelayMs: 50 });
+    expect(policy.decide({ length: 3, oldestEnqueuedAt: 0, inFlightBatches: 0 }, 0)).toEqual({
+      kind: 'dispatch',
+      size: 3,
+    });
+    expect(policy.state().arrivalRatePerMs).toBe(0);
+  });
+
+  it('never waits past maxQueueDelayMs (exactly at the deadline dispatches)', () => {
+    const policy = warmed({ latencySloMs: 1000 });
+    const decision = policy.decide(snap(2, 48), T);
+    expect(decision).toEqual({ kind: 'wait', untilMs: T + 2 });
+    expect(warmed({ latencySloMs: 1000 }).decide(snap(2, 50), T)).toEqual({ kind: 'dispatch', size: 2 });
+    expect(warmed({ latencySloMs: 1000 }).decide(snap(2, 70), T)).toEqual({ kind: 'dispatch', size: 2 });
+  });
+
+  it('never waits past the point where the oldest item would miss the objective', () => {
+    // L = 20: (0.95·20 − age − (5 + 0.1·2)) / (1 + 0.1·1); age 10 → 3.4545 ms (less than the 4 ms target wait)
+    const decision = warmed({ latencySloMs: 20 }).decide(snap(2, 10), T);
+    expect(decision.kind === 'wait' && decision.untilMs - T).toBeCloseTo(3.8 / 1.1, 6);
+    // age 14 → no slack left → dispatch
+    expect(warmed({ latencySloMs: 20 }).decide(snap(2, 14), T)).toEqual({ kind: 'dispatch', size: 2 });
+  });
+
+  it('dispatches at once when even that cannot meet the objective', () => {
+    expect(warmed({ latencySloMs: 4 }).decide(snap(2, 0), T)).toEqual({ kind: 'dispatch', size: 2 });
+  });
+
+  it('with a batch in flight, holds a partial batch as long as it is safe', () => {
+    const policy = warmed({ latencySloMs: 1000 });
+    expect(policy.decide(snap(9, 1, 1), T)).toEqual({ kind: 'wait', untilMs: T + 49 });
+    const tight = warmed({ latencySloMs: 20 }).decide(snap(9, 1, 1), T);
+    // (19 − 1 − 5.9) / 1.1
+    expect(tight.kind === 'wait' && tight.untilMs - T).toBeCloseTo(12.1 / 1.1, 6);
+    expect(warmed().decide(snap(9, 50, 1), T)).toEqual({ kind: 'dispatch', size: 9 });
+  });
+
+  it('targets maxBatchSize when the device cannot keep up at any size (λ·b >= 1)', () => {
+    const policy = warmed({ costPrior: { interceptMs: 5, perItemMs: 1 } }, 1);
+    const decision = policy.decide(snap(2, 0), T);
+    expect(policy.state().targetBatchSize).toBe(32);
+    expect(decision.kind).toBe('wait');
+  });
+
+  it('snaps the target up to a preferred size and dispatches preferred sizes', () => {
+    const policy = warmed({ preferredBatchSizes: [4, 8, 16] });
+    const decision = policy.decide(snap(5, 0), T);
+    expect(policy.state().targetBatchSize).toBe(8);
+    expect(decision.kind === 'wait' && decision.untilMs - T).toBeCloseTo(3, 6);
+    expect(warmed({ preferredBatchSizes: [4, 8, 16] }).decide(snap(10, 0), T)).toEqual({
+      kind: 'dispatch',
+      size: 8,
+    });
+    // on the cap deadline: the largest preferred size that fits, or everything when none fits
+    expect(warmed({ preferredBatchSizes: [4, 8, 16] }).decide(snap(7, 50), T)).toEqual({
+      kind: 'dispatch',
+      size: 4,
+    });
+    expect(warmed({ preferredBatchSizes: [4, 8, 16] }).decide(snap(3, 50), T)).toEqual({
+      kind: 'dispatch',
+      size: 3,
+    });
+    // keep-up size above every preferred size → maxBatchSize
+    const heavy = warmed({ preferredBatchSizes: [2, 4] }, 2);
+    heavy.decide(snap(1, 0), T);
+    expect(heavy.state().targetBatchSize).toBe(32);
+  });
+
+  it('infers arrivals from queue growth when enqueuedTotal is absent', () => {
+    const policy = createBatchPolicy({ policy: 'adaptive', maxBatchSize: 64, maxQueueDelayMs: 1000 });
+    let length = 0;
+    for (let t = 0; t <= 1000; t++) {
+      length += 2; // 2 arrivals per ms
+      const decision = policy.decide({ length, oldestEnqueuedAt: t, inFlightBatches: 0 }, t);
+      if (decision.kind === 'dispatch') length -= decision.size;
+    }
+    expect(policy.state().arrivalRatePerMs).toBeGreaterThan(1.6);
+    expect(policy.state().arrivalRatePerMs).toBeLessThan(2.05);
+  });
+
+  it('learns its cost model from observe()', () => {
+    const policy = createBatchPolicy({ policy: 'adaptive', maxBatchSize: 32, maxQueueDelayMs: 10 });
+    for (let i = 0; i < 200; i++) {
+      const n = 1 + (i % 32);
+      policy.observe(n, 3 + 0.3 * n, i);
+    }
+    expect(policy.state().costIntercept).toBeCloseTo(3, 1);
+    expect(policy.state().costPerItem).toBeCloseTo(0.3, 2);
+  });
+
+  it('defaults its objective to 2 × maxQueueDelayMs', () => {
+    const policy = createBatchPolicy({ policy: 'adaptive', maxBatchSize: 8, maxQueueDelayMs: 12 });
+    expect(policy.state().latencySloMs).toBe(24);
+  });
+
+  it('never returns a wait that does not move the clock', () => {
+    // At 2^52 ms the clock's resolution is 1 ms: a 0.003 ms wait would be untilMs === now.
+    const now = 2 ** 52;
+    const policy = createBatchPolicy({
+      policy: 'adaptive',
+      maxBatchSize: 32,
+      maxQueueDelayMs: 50,
+      latencySloMs: 100,
+      costPrior: { interceptMs: 5, perItemMs: 0 },
+    });
+    policy.decide({ length: 0, oldestEnqueuedAt: 0, inFlightBatches: 0, enqueuedTotal: 0 }, now - 100);
+    policy.decide({ length: 0, oldestEnqueuedAt: 0, inFlightBatches: 0, enqueuedTotal: 1e6 }, now);
+    const decision = policy.decide(
+      { length: 2, oldestEnqueuedAt: now, inFlightBatches: 0, enqueuedTotal: 1e6 },
+      now,
+    );
+    expect(policy.state().targetBatchSize).toBe(32);
+    expect(decision).toEqual({ kind: 'dispatch', size: 2 });
+  });
+
+  it('never waits with maxQueueDelayMs 0', () => {
+    const policy = warmed({ maxQueueDelayMs: 0 });
+    expect(policy.decide(snap(2, 0), T)).toEqual({ kind: 'dispatch', size: 2 });
+    expect(policy.decide(snap(2, 0, 1), T)).toEqual({ kind: 'dispatch', size: 2 });
+  });
+});

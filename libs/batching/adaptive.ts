@@ -1,0 +1,148 @@
+import { ArrivalRateEstimator } from './arrival-rate';
+import { CostModel } from './cost-model';
+import { claimable, dispatch, IDLE, pickSize, waitUntil } from './decisions';
+import { DEFAULT_COST_PRIOR, DEFAULT_SLO_FACTOR } from './options';
+import type {
+  BatchDecision,
+  BatchPolicy,
+  BatchPolicyOptions,
+  BatchPolicyState,
+  QueueSnapshot,
+} from './types';
+
+/** Share of the latency objective the policy plans to use; the rest absorbs timer and wake-up jitter. */
+const SLO_HEADROOM = 0.95;
+/** Prediction error allowance in the latency check, in units of the cost model's residual scale. */
+const ERROR_ALLOWANCE = 2;
+
+/**
+ * `adaptive`: waits only while waiting is both safe for the oldest item and useful for throughput.
+ *
+ * Inputs: the learned cost model cost(n) = a + b·n (see CostModel), the arrival rate λ (items/ms, see
+ * ArrivalRateEstimator, fed from successive snapshots), n = min(length, maxBatchSize), the oldest item's age,
+ * the latency objective L (latencySloMs) and the hard cap maxQueueDelayMs.
+ *
+ * 1. Empty queue → idle. A full batch (n = maxBatchSize) → dispatch it: waiting cannot grow it.
+ * 2. Safe wait. If we wait Δ, the batch grows to about n + λΔ and the oldest item finishes after
+ *       age + Δ + a + b·(n + λΔ) + 2·err     (err = the model's typical prediction error)
+ *    which must stay within 0.95·L, so  Δ_slo = (0.95·L − age − a − b·n − 2·err) / (1 + b·λ).
+ *    The queue-delay cap gives Δ_cap = oldestEnqueuedAt + maxQueueDelayMs − now.
+ *    Δ_max = min(Δ_slo, Δ_cap) <= 0 → dispatch now: waiting longer would break the objective (or the cap,
+ *    exactly at the deadline included). When even an immediate dispatch cannot meet L, it dispatches at once too.
+ * 3. Busy worker (inFlightBatches >= 1): the device is running a batch, so a batch sent now would only queue
+ *    behind it; waiting until Δ_max costs no latency and lets the batch grow. The worker asks again when the
+ *    running batch completes and on arrivals, so in practice the wait ends at completion.
+ * 4. Throughput. The keep-up size n* = λ·a / (1 − λ·b) is the smallest batch whose compute time covers the
+ *    items that arrive meanwhile (n* / cost(n*) = λ); it is infinite when λ·b >= 1. The target batch is n*
+ *    rounded up, snapped up to a preferred size when configured, and clamped to [1, maxBatchSize].
+ *    n >= target, or no arrivals seen (λ = 0) → dispatch now: the device already keeps up at this batch size,
+ *    so waiting would only add latency without raising throughput. Otherwise the device could not sustain the
+ *    arrival rate with batches of n (utilization λ·cost(n)/n > 1: more than n items arrive while n compute), so
+ *    waiting for more items amortizes the fixed cost a and raises the rate it can sustain; wait for the target:
+ *    Δ = min(Δ_max, (target − n) / λ).
+ *
+ * Under light load (λ·a < 1) the target is 1 and every item goes out immediately; as load rises the target
+ * (and thus batch size and wait) grows smoothly, bounded by the objective. Dispatches that are not full batches
+ * use the largest preferred size that fits, like the other policies.
+ */
+export class AdaptivePolicy implements BatchPolicy {
+  readonly name = 'adaptive' as const;
+  private readonly maxBatchSize: number;
+  private readonly maxQueueDelayMs: number;
+  private readonly latencySloMs: number;
+  private readonly preferred: readonly number[] | undefined;
+  private readonly cost: CostModel;
+  private readonly arrivals = new ArrivalRateEstimator();
+  private prevLength: number | undefined;
+  private prevEnqueuedTotal: number | undefined;
+  private pendingClaim = 0;
+  private lastWaitMs = 0;
+  private lastTarget = 1;
+
+  constructor(options: BatchPolicyOptions) {
+    this.maxBatchSize = options.maxBatchSize;
+    this.maxQueueDelayMs = options.maxQueueDelayMs;
+    this.latencySloMs = options.latencySloMs ?? DEFAULT_SLO_FACTOR * options.maxQueueDelayMs;
+    this.preferred = options.preferredBatchSizes;
+    const prior = options.costPrior ?? DEFAULT_COST_PRIOR;
+    this.cost = new CostModel({
+      priorInterceptMs: prior.interceptMs,
+      priorPerItemMs: prior.perItemMs,
+      maxBatchSize: options.maxBatchSize,
+    });
+  }
+
+  decide(queue: QueueSnapshot, now: number): BatchDecision {
+    this.trackArrivals(queue, now);
+    const decision = this.plan(queue, now);
+    this.pendingClaim = decision.kind === 'dispatch' ? decision.size : 0;
+    this.lastWaitMs = decision.kind === 'wait' ? decision.untilMs - now : 0;
+    return decision;
+  }
+
+  observe(batchSize: number, computeMs: number, _now: number): void {
+    this.cost.observe(batchSize, computeMs);
+  }
+
+  state(): BatchPolicyState {
+    return {
+      targetBatchSize: this.lastTarget,
+      waitMs: this.lastWaitMs,
+      costIntercept: this.cost.intercept,
+      costPerItem: this.cost.perItem,
+      arrivalRatePerMs: this.arrivals.ratePerMs(),
+      latencySloMs: this.latencySloMs,
+    };
+  }
+
+  private plan(queue: QueueSnapshot, now: number): BatchDecision {
+    const available = claimable(queue.length, this.maxBatchSize);
+    const rate = this.arrivals.ratePerMs();
+    const a = this.cost.intercept;
+    const b = this.cost.perItem;
+    this.lastTarget = this.targetFor(rate, a, b);
+    if (available === 0) return IDLE;
+    if (available === this.maxBatchSize) return dispatch(available);
+
+    const age = Math.max(0, now - queue.oldestEnqueuedAt);
+    const expectedCost = a + b * available + ERROR_ALLOWANCE * this.cost.errorScale;
+    const sloWait = (SLO_HEADROOM * this.latencySloMs - age - expectedCost) / (1 + b * rate);
+    const capWait = queue.oldestEnqueuedAt + this.maxQueueDelayMs - now;
+    const maxWait = Math.min(sloWait, capWait);
+    const dispatchNow = dispatch(pickSize(available, this.preferred));
+    if (!(now + maxWait > now)) return dispatchNow;
+    if (queue.inFlightBatches >= 1) return waitUntil(now + maxWait);
+    if (rate <= 0 || available >= this.lastTarget) return dispatchNow;
+    const untilMs = now + Math.min(maxWait, (this.lastTarget - available) / rate);
+    // A wait too small to move the clock (floating point) is no wait: never return untilMs <= now.
+    return untilMs > now ? waitUntil(untilMs) : dispatchNow;
+  }
+
+  /** Keep-up batch size n* = λa / (1 − λb), rounded up, snapped to a preferred size, within [1, max]. */
+  private targetFor(rate: number, a: number, b: number): number {
+    const load = rate * b;
+    const keepUp = load >= 1 ? Number.POSITIVE_INFINITY : (rate * a) / (1 - load);
+    let target = Math.min(this.maxBatchSize, Math.max(1, Math.ceil(keepUp - 1e-9)));
+    if (this.preferred !== undefined) {
+      target = this.preferred.find((size) => size >= target) ?? this.maxBatchSize;
+    }
+    return target;
+  }
+
+  /**
+   * Arrivals since the previous snapshot: exact from `enqueuedTotal` when the caller provides it, otherwise
+   * inferred as the growth of the queue after the items we told the worker to claim (never negative; items
+   * removed by others, e.g. expired deadlines, make it err low).
+   */
+  private trackArrivals(queue: QueueSnapshot, now: number): void {
+    let count = 0;
+    if (queue.enqueuedTotal !== undefined && this.prevEnqueuedTotal !== undefined) {
+      count = queue.enqueuedTotal - this.prevEnqueuedTotal;
+    } else if (this.prevLength !== undefined) {
+      count = queue.length - (this.prevLength - this.pendingClaim);
+    }
+    this.arrivals.record(Math.max(0, count), now);
+    this.prevLength = Math.max(0, queue.length);
+    this.prevEnqueuedTotal = queue.enqueuedTotal;
+  }
+}

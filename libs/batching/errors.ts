@@ -1,0 +1,11 @@
+/** Error thrown for invalid batch policy options. `option` names the offending option (dotted/indexed path). */
+export class BatchingError extends Error {
+  readonly code = 'ERR_INVALID_BATCH_OPTION' as const;
+  readonly option: string;
+
+  constructor(option: string, message: string) {
+    super(message);
+    this.name = 'BatchingError';
+    this.option = option;
+  }
+}

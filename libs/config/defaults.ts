@@ -1,0 +1,5 @@
+import { resolveConfig } from './resolve';
+import type { ServerConfig } from './settings';
+
+/** The configuration when nothing is set. */
+export const DEFAULTS: Readonly<ServerConfig> = resolveConfig({});

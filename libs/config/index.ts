@@ -1,0 +1,20 @@
+export { DEFAULTS } from './defaults';
+export { describeSettings, type SettingDescription } from './describe';
+export {
+  type DeviceTarget,
+  devicesPerNode,
+  formatDeviceList,
+  formatDeviceTarget,
+  parseDeviceEntry,
+  parseDeviceList,
+} from './device';
+export { ConfigError, type ConfigSource } from './errors';
+export {
+  type ConfigSources,
+  flagName,
+  type ResolvedConfig,
+  redactConfig,
+  resolveConfig,
+  resolveConfigDetailed,
+} from './resolve';
+export { LOG_LEVELS, type LogLevel, type ServerConfig, type SettingKey } from './settings';

@@ -1,0 +1,249 @@
+import { BATCH_POLICY_NAMES, type BatchPolicyName } from '../batching';
+import { decimal, integer, oneOf, type Parser, powerOfTwo, text } from './coerce';
+import { type DeviceTarget, formatDeviceList, parseDeviceList } from './device';
+
+export const LOG_LEVELS = Object.freeze([
+  'fatal',
+  'error',
+  'warn',
+  'info',
+  'debug',
+  'trace',
+  'silent',
+] as const);
+export type LogLevel = (typeof LOG_LEVELS)[number];
+
+/** The resolved server configuration. Every key is present; two are optional by nature (undefined = unset). */
+export interface ServerConfig {
+  port: number;
+  host: string;
+  nodes: number;
+  workers: number;
+  /** Canonical device text, e.g. 'cpu', 'auto', 'cuda:0' or 'cuda:0,cuda:1'. */
+  device: string;
+  /** The device setting parsed: one entry per node (length = nodes). Derived, not a setting of its own. */
+  devices: readonly DeviceTarget[];
+  modelsDir: string;
+  defaultModel: string;
+  batchSize: number;
+  batchTimeoutMs: number;
+  batchPolicy: BatchPolicyName;
+  maxQueueSize: number;
+  /** Per-client token rate; 0 disables rate limiting. */
+  rateLimitRps: number;
+  /** Per-client bucket size; defaults to max(1, rateLimitRps), 0 when rate limiting is disabled. */
+  rateLimitBurst: number;
+  maxModelQueue: number;
+  maxPayloadBytes: number;
+  requestTimeoutMs: number;
+  /** Unset: admin endpoints accept loopback clients only. */
+  adminToken: string | undefined;
+  /** Unset: auto (cores / workers, at least 1). */
+  intraOpThreads: number | undefined;
+  ringBytes: number;
+  shutdownTimeoutMs: number;
+  logLevel: LogLevel;
+  stateDir: string;
+}
+
+/** Keys that can be set (everything but derived values). */
+export type SettingKey = Exclude<keyof ServerConfig, 'devices'>;
+
+export interface SettingSpec<T> {
+  env: string;
+  default: T;
+  /** Default as shown to people when the raw value says little (unset, derived). */
+  defaultText?: string;
+  help: string;
+  /** What a valid value looks like, completing "expected …". */
+  expected: string;
+  parse: Parser<T>;
+  /** Never echo the value in messages. */
+  secret?: boolean;
+}
+
+const KIB = 1024;
+const MIB = 1024 * KIB;
+const GIB = 1024 * MIB;
+const HOUR_MS = 3_600_000;
+
+const SAFE_TEXT = /^[^\s\0]+$/;
+const PATH_TEXT = /^[^\0]+$/;
+const MODEL_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
+
+const deviceParser: Parser<string> = (raw) => {
+  if (typeof raw !== 'string') return undefined;
+  const targets = parseDeviceList(raw);
+  return targets === undefined ? undefined : { value: formatDeviceList(targets) };
+};
+
+const intraOpParser: Parser<number | undefined> = (raw) => {
+  if (typeof raw === 'string' && raw.toLowerCase() === 'auto') return { value: undefined };
+  const parsed = integer(0, 1024)(raw);
+  if (parsed === undefined) return undefined;
+  return { value: parsed.value === 0 ? undefined : parsed.value };
+};
+
+/** The settings, in display order. Names and defaults are part of the public interface: keep them. */
+export const SETTINGS: { readonly [K in SettingKey]: SettingSpec<ServerConfig[K]> } = {
+  port: {
+    env: 'STREAMINFER_PORT',
+    default: 8000,
+    help: 'data port for WebSocket, HTTP, /metrics and the admin API (0 = pick a free port)',
+    expected: 'an integer between 0 and 65535',
+    parse: integer(0, 65535),
+  },
+  host: {
+    env: 'STREAMINFER_HOST',
+    default: '0.0.0.0',
+    help: 'address to listen on',
+    expected: 'a host name or IP address',
+    parse: text(SAFE_TEXT, 255),
+  },
+  nodes: {
+    env: 'STREAMINFER_NODES',
+    default: 1,
+    help: 'gateway processes sharing the data port',
+    expected: 'an integer between 1 and 64',
+    parse: integer(1, 64),
+  },
+  workers: {
+    env: 'STREAMINFER_WORKERS',
+    default: 1,
+    help: 'inference worker threads per node (Piscina pool size)',
+    expected: 'an integer between 1 and 64',
+    parse: integer(1, 64),
+  },
+  device: {
+    env: 'STREAMINFER_DEVICE',
+    default: 'cpu',
+    help: 'cpu | auto | cuda | cuda:N, or one per node as a comma list (cuda:0,cuda:1)',
+    expected: 'cpu, auto, cuda, cuda:N, or a comma list of those with one entry per node',
+    parse: deviceParser,
+  },
+  modelsDir: {
+    env: 'STREAMINFER_MODELS_DIR',
+    default: './models',
+    help: 'model repository directory',
+    expected: 'a directory path',
+    parse: text(PATH_TEXT, 4096),
+  },
+  defaultModel: {
+    env: 'STREAMINFER_MODEL_NAME',
+    default: 'echo',
+    help: 'model used by requests that name none',
+    expected: 'a model name (letters, digits, ".", "_", "-"; not starting with "." "_" or "-")',
+    parse: text(MODEL_NAME, 128),
+  },
+  batchSize: {
+    env: 'STREAMINFER_BATCH_SIZE',
+    default: 16,
+    help: 'default max items per model run (1 = no batching)',
+    expected: 'an integer between 1 and 4096',
+    parse: integer(1, 4096),
+  },
+  batchTimeoutMs: {
+    env: 'STREAMINFER_BATCH_TIMEOUT_MS',
+    default: 50,
+    help: 'default max wait (ms) for a batch to fill, from the oldest item',
+    expected: 'a number between 0 and 60000',
+    parse: decimal(0, 60_000),
+  },
+  batchPolicy: {
+    env: 'STREAMINFER_BATCH_POLICY',
+    default: 'greedy',
+    help: 'default batch policy: fixed | greedy | adaptive',
+    expected: `one of ${BATCH_POLICY_NAMES.join(', ')}`,
+    parse: oneOf(BATCH_POLICY_NAMES),
+  },
+  maxQueueSize: {
+    env: 'STREAMINFER_MAX_QUEUE_SIZE',
+    default: 1000,
+    help: 'per-client cap on requests in flight (warning at 80%)',
+    expected: 'an integer between 1 and 1000000',
+    parse: integer(1, 1_000_000),
+  },
+  rateLimitRps: {
+    env: 'STREAMINFER_RATE_LIMIT_RPS',
+    default: 100,
+    help: 'per-client request rate (token bucket refill per second; 0 = unlimited)',
+    expected: 'a number between 0 and 1000000 (0 = unlimited)',
+    parse: decimal(0, 1_000_000),
+  },
+  rateLimitBurst: {
+    env: 'STREAMINFER_RATE_LIMIT_BURST',
+    default: 100,
+    defaultText: 'max(1, rateLimitRps)',
+    help: 'per-client token bucket size (default: the rate, at least 1)',
+    expected: 'a number between 1 and 10000000',
+    parse: decimal(1, 10_000_000),
+  },
+  maxModelQueue: {
+    env: 'STREAMINFER_MAX_MODEL_QUEUE',
+    default: 4096,
+    help: 'per-model queue bound; requests beyond it are shed with 429',
+    expected: 'an integer between 1 and 10000000',
+    parse: integer(1, 10_000_000),
+  },
+  maxPayloadBytes: {
+    env: 'STREAMINFER_MAX_PAYLOAD_BYTES',
+    default: MIB,
+    help: 'largest WebSocket frame or HTTP body (bytes)',
+    expected: 'an integer between 1 and 1073741824',
+    parse: integer(1, GIB),
+  },
+  requestTimeoutMs: {
+    env: 'STREAMINFER_REQUEST_TIMEOUT_MS',
+    default: 30_000,
+    help: 'default request deadline (ms)',
+    expected: 'a number greater than 0 and at most 3600000',
+    parse: decimal(0, HOUR_MS, { exclusiveMin: true }),
+  },
+  adminToken: {
+    env: 'STREAMINFER_ADMIN_TOKEN',
+    default: undefined,
+    defaultText: 'unset (admin API from loopback only)',
+    help: 'bearer token for the admin API; unset = loopback clients only',
+    expected: 'a non-empty token without whitespace',
+    parse: text(SAFE_TEXT, 4096),
+    secret: true,
+  },
+  intraOpThreads: {
+    env: 'STREAMINFER_INTRA_OP_THREADS',
+    default: undefined,
+    defaultText: 'auto (cores / workers, at least 1)',
+    help: 'ONNX Runtime intra-op threads per session (auto or 0 = cores / workers)',
+    expected: 'an integer between 1 and 1024, 0 or "auto"',
+    parse: intraOpParser,
+  },
+  ringBytes: {
+    env: 'STREAMINFER_RING_BYTES',
+    default: 8 * MIB,
+    help: 'bytes per request/response ring (power of two, at least 2 × maxPayloadBytes)',
+    expected: 'a power of two between 4096 and 1073741824',
+    parse: powerOfTwo(4 * KIB, GIB),
+  },
+  shutdownTimeoutMs: {
+    env: 'STREAMINFER_SHUTDOWN_TIMEOUT_MS',
+    default: 30_000,
+    help: 'how long a graceful shutdown waits for admitted requests (ms)',
+    expected: 'a number between 0 and 3600000',
+    parse: decimal(0, HOUR_MS),
+  },
+  logLevel: {
+    env: 'STREAMINFER_LOG_LEVEL',
+    default: 'info',
+    help: `log level: ${LOG_LEVELS.join(' | ')}`,
+    expected: `one of ${LOG_LEVELS.join(', ')}`,
+    parse: oneOf(LOG_LEVELS),
+  },
+  stateDir: {
+    env: 'STREAMINFER_STATE_DIR',
+    default: './.state',
+    help: 'directory for persisted registry state (aliases, canary, shadow)',
+    expected: 'a directory path',
+    parse: text(PATH_TEXT, 4096),
+  },
+};
+
+export const SETTING_KEYS = Object.freeze(Object.keys(SETTINGS) as SettingKey[]);

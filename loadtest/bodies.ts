@@ -1,0 +1,177 @@
+/**
+ * Request-body factories, chosen by name. A factory is built once per connection and
+ * returns the JSON text frame for request `id`. Bodies are pre-serialised where possible:
+ * on a small shared machine the load generator's own CPU is the scarce resource.
+ */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import * as zlib from 'node:zlib';
+
+export interface BodyOptions {
+  /** model name to put in the request (each body kind has a default) */
+  model?: string;
+  /** version or alias to pin (`"stable"`, `"2"`); omitted when unset */
+  version?: string;
+  /** extra top-level fields merged into every request, e.g. `{ "priority": "high" }` */
+  extra?: Record<string, unknown>;
+  /** input length for bodies whose size is configurable (`bench-model`, `echo-floats`) */
+  inputSize?: number;
+  /** repository root, used to find the model repository and the shared digits data */
+  repoRoot?: string;
+}
+
+/** (id) → JSON text frame */
+export type BodyFn = (id: number) => string;
+
+export interface BodyKind {
+  name: string;
+  description: string;
+  defaultModel: string;
+  /** build the per-connection factory; `conn` seeds the variation between connections */
+  create(conn: number, opts: BodyOptions): BodyFn;
+}
+
+/** Small deterministic PRNG (mulberry32) so runs are reproducible. */
+export function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/**
+ * Builds `{"id":<id>,"model":...,"version":...,...extra,"<field>":<value>}` by string
+ * concatenation from a pre-serialised tail. `pool` holds several tails so consecutive
+ * requests differ a little.
+ */
+function templated(opts: BodyOptions, defaultModel: string, field: string, pool: unknown[]): BodyFn {
+  const head: Record<string, unknown> = { model: opts.model ?? defaultModel };
+  if (opts.version !== undefined) head['version'] = opts.version;
+  Object.assign(head, opts.extra ?? {});
+  const headJson = JSON.stringify(head).slice(1, -1); // "model":"echo",...
+  const tails = pool.map((v) => ',' + headJson + ',' + JSON.stringify(field) + ':' + JSON.stringify(v) + '}');
+  const n = tails.length;
+  return (id) => '{"id":' + id + tails[id % n];
+}
+
+function floats(rand: () => number, n: number): number[] {
+  const out: number[] = [];
+  for (let i = 0; i < n; i++) out.push(Math.round((rand() * 2 - 1) * 1e4) / 1e4);
+  return out;
+}
+
+let digitsCache: number[][] | null | undefined;
+
+/** Rows (64 pixel counts each) of the shared digits data set, or null when it is absent. */
+export function loadDigitsRows(repoRoot?: string): number[][] | null {
+  if (digitsCache !== undefined) return digitsCache;
+  const candidates = [
+    process.env['STREAMINFER_DIGITS_CSV'],
+    repoRoot ? path.resolve(repoRoot, '../shared/data/digits.csv.gz') : undefined,
+    repoRoot ? path.resolve(repoRoot, 'shared/data/digits.csv.gz') : undefined,
+  ].filter((p): p is string => typeof p === 'string');
+  digitsCache = null;
+  for (const file of candidates) {
+    try {
+      const raw = fs.readFileSync(file);
+      const text = file.endsWith('.gz') ? zlib.gunzipSync(raw).toString('utf8') : raw.toString('utf8');
+      const rows: number[][] = [];
+      for (const line of text.split('\n')) {
+        const cells = line.trim().split(',').map(Number);
+        if (cells.length >= 64 && cells.every((c) => Number.isFinite(c))) rows.push(cells.slice(0, 64));
+      }
+      if (rows.length > 0) {
+        digitsCache = rows;
+        break;
+      }
+    } catch {
+      // try the next candidate
+    }
+  }
+  return digitsCache;
+}
+
+/** Input length of a model from `models/<name>/config.json` (product of the first input's shape). */
+export function modelInputSize(repoRoot: string | undefined, model: string): number | undefined {
+  if (!repoRoot) return undefined;
+  try {
+    const cfg = JSON.parse(fs.readFileSync(path.join(repoRoot, 'models', model, 'config.json'), 'utf8')) as {
+      inputs?: { shape?: unknown[] }[];
+    };
+    const shape = cfg.inputs?.[0]?.shape;
+    if (!Array.isArray(shape) || shape.length === 0) return undefined;
+    const dims = shape.map(Number);
+    if (!dims.every((d) => Number.isInteger(d) && d > 0)) return undefined;
+    return dims.reduce((a, b) => a * b, 1);
+  } catch {
+    return undefined;
+  }
+}
+
+const WORDS = ['stream', 'infer', 'batch', 'tensor', 'socket', 'model', 'swap', 'epoch', 'queue', 'latency'];
+
+export const BODY_KINDS: Record<string, BodyKind> = {
+  'echo-floats': {
+    name: 'echo-floats',
+    description: '`{"id","model":"echo","input":[8 floats]}`',
+    defaultModel: 'echo',
+    create(conn, opts) {
+      const rand = prng(0x5eed + conn);
+      const n = opts.inputSize ?? 8;
+      const pool = Array.from({ length: 16 }, () => floats(rand, n));
+      return templated(opts, 'echo', 'input', pool);
+    },
+  },
+  digits: {
+    name: 'digits',
+    description: '`{"id","model":"digits","input":[64 pixel counts 0-16]}` from the shared digits data',
+    defaultModel: 'digits',
+    create(conn, opts) {
+      const rows = loadDigitsRows(opts.repoRoot);
+      let pool: number[][];
+      if (rows) {
+        // each connection walks its own slice of the data set
+        const start = (conn * 37) % rows.length;
+        pool = Array.from({ length: Math.min(64, rows.length) }, (_, i) => rows[(start + i) % rows.length]!);
+      } else {
+        const rand = prng(0xd161 + conn);
+        pool = Array.from({ length: 64 }, () => Array.from({ length: 64 }, () => Math.floor(rand() * 17)));
+      }
+      return templated(opts, 'digits', 'input', pool);
+    },
+  },
+  'bench-model': {
+    name: 'bench-model',
+    description: '`{"id","model":"bench","input":[N floats]}`, N from models/bench/config.json (default 256)',
+    defaultModel: 'bench',
+    create(conn, opts) {
+      const model = opts.model ?? 'bench';
+      const n = opts.inputSize ?? modelInputSize(opts.repoRoot, model) ?? 256;
+      const rand = prng(0xbe4c + conn);
+      const pool = Array.from({ length: 8 }, () => floats(rand, n));
+      return templated({ ...opts, model }, 'bench', 'input', pool);
+    },
+  },
+  text: {
+    name: 'text',
+    description: '`{"id","model":"upper","text":"..."}` (the text shape older clients send)',
+    defaultModel: 'upper',
+    create(conn, opts) {
+      const rand = prng(0x7e47 + conn);
+      const pool = Array.from({ length: 16 }, () =>
+        Array.from({ length: 6 }, () => WORDS[Math.floor(rand() * WORDS.length)]).join(' '),
+      );
+      return templated(opts, 'upper', 'text', pool);
+    },
+  },
+};
+
+export function bodyFactory(kind: string, conn: number, opts: BodyOptions = {}): BodyFn {
+  const k = BODY_KINDS[kind];
+  if (!k) throw new Error(`unknown body kind "${kind}" (known: ${Object.keys(BODY_KINDS).join(', ')})`);
+  return k.create(conn, opts);
+}

@@ -1,0 +1,199 @@
+/**
+ * Small helpers shared by scenarios: medians and ratios over runs, the standard pair of
+ * bar charts (throughput, p99), and the notes every side-by-side comparison needs.
+ */
+import type { ServerHandle } from './server-process';
+import type { LoadResult } from './stats';
+import { barChart, type LineSeries, lineChart, PALETTE } from './svg-chart';
+import type { Chart, LoadSpec, Ratio, RunRecord, ScenarioContext } from './types';
+
+export function median(xs: readonly number[]): number | undefined {
+  const v = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
+  if (v.length === 0) return undefined;
+  const mid = Math.floor(v.length / 2);
+  return v.length % 2 ? v[mid] : (v[mid - 1]! + v[mid]!) / 2;
+}
+
+export function ratio(a: number | undefined, b: number | undefined): number | undefined {
+  if (a === undefined || b === undefined || !Number.isFinite(a) || !Number.isFinite(b) || b === 0)
+    return undefined;
+  return a / b;
+}
+
+/** Median of `pick(run.load)` over the runs of one target that were measured. */
+export function medianOf(
+  runs: readonly RunRecord[],
+  target: string,
+  pick: (r: RunRecord) => number | undefined,
+): number | undefined {
+  return median(
+    runs
+      .filter((r) => r.target === target && r.load && r.load.ok > 0)
+      .map(pick)
+      .filter((x): x is number => x !== undefined),
+  );
+}
+
+/** Ratios `a/b` for throughput, p50 and p99, medians over rounds. */
+export function sideBySideRatios(
+  runs: readonly RunRecord[],
+  a: string,
+  b: string,
+  aName: string,
+  bName: string,
+): Ratio[] {
+  const tput = (r: RunRecord): number | undefined => r.load?.throughputRps;
+  const p50 = (r: RunRecord): number | undefined => r.load?.latencyMs.p50;
+  const p99 = (r: RunRecord): number | undefined => r.load?.latencyMs.p99;
+  return [
+    {
+      name: `throughput ${aName}/${bName}`,
+      value: ratio(medianOf(runs, a, tput), medianOf(runs, b, tput)),
+      note: 'medians over rounds; higher is better, 1.0 = as fast as the reference',
+    },
+    {
+      name: `p50 latency ${aName}/${bName}`,
+      value: ratio(medianOf(runs, a, p50), medianOf(runs, b, p50)),
+      note: 'medians over rounds; lower is better',
+    },
+    {
+      name: `p99 latency ${aName}/${bName}`,
+      value: ratio(medianOf(runs, a, p99), medianOf(runs, b, p99)),
+      note: 'medians over rounds; lower is better',
+    },
+  ];
+}
+
+/** Bars for throughput and p99, one bar per run; colours by target. */
+export function throughputAndP99Charts(prefix: string, title: string, runs: readonly RunRecord[]): Chart[] {
+  const targets = [...new Set(runs.map((r) => r.target))];
+  const color = (r: RunRecord): string => PALETTE[targets.indexOf(r.target) % PALETTE.length]!;
+  const value = (r: RunRecord, v: number | undefined): number =>
+    r.load && r.load.ok > 0 && v !== undefined ? v : Number.NaN;
+  return [
+    {
+      file: `${prefix}-throughput.svg`,
+      title: `${title}: throughput`,
+      svg: barChart({
+        title: `${title}: throughput (req/s, higher is better)`,
+        unit: 'req/s',
+        bars: runs.map((r) => ({ label: r.label, value: value(r, r.load?.throughputRps), color: color(r) })),
+      }),
+    },
+    {
+      file: `${prefix}-p99.svg`,
+      title: `${title}: p99 latency`,
+      svg: barChart({
+        title: `${title}: p99 latency (ms, lower is better)`,
+        unit: 'ms',
+        bars: runs.map((r) => ({ label: r.label, value: value(r, r.load?.latencyMs.p99), color: color(r) })),
+      }),
+    },
+  ];
+}
+
+/** Notes that keep a comparison honest: a saturated load generator, errors, early closes. */
+export function standardNotes(runs: readonly RunRecord[], cores: number): string[] {
+  const notes: string[] = [];
+  const saturated = runs.filter((r) => r.load?.loadgenCpuPct.some((c) => c >= 85));
+  if (saturated.length) {
+    notes.push(
+      `The load generator used ≥85% of a core during ${saturated.map((r) => r.label).join(', ')}: ` +
+        'those figures are bounded by the client, not only by the server' +
+        (cores <= 4 ? ` (this host has ${cores} cores shared by client and server).` : '.'),
+    );
+  }
+  for (const r of runs) {
+    const l = r.load;
+    if (!l) continue;
+    if (l.connectFailures.length || l.closes.length) {
+      notes.push(
+        `${r.label}: ${l.connectFailures.length} connection(s) failed to open, ${l.closes.length} closed early.`,
+      );
+    }
+  }
+  return notes;
+}
+
+/** Called before the load; its returned function is called after it, to add figures to the run. */
+export type Collector = (server: ServerHandle) => Promise<() => Promise<Record<string, number | undefined>>>;
+
+/**
+ * Start a server, measure one load against it, stop it. Never throws: a failure to start
+ * or to measure becomes `run.error`, so the other side of a comparison is still reported.
+ */
+export async function runAgainst(
+  ctx: ScenarioContext,
+  label: string,
+  target: string,
+  start: () => Promise<ServerHandle>,
+  load: LoadSpec,
+  collect?: Collector,
+): Promise<RunRecord> {
+  let server: ServerHandle;
+  try {
+    ctx.log(`${label}: starting server`);
+    server = await start();
+  } catch (e) {
+    ctx.log(`${label}: server failed to start`);
+    return { label, target, error: errText(e) };
+  }
+  let run: RunRecord;
+  try {
+    const finish = collect ? await collect(server).catch(() => undefined) : undefined;
+    run = await ctx.measure(label, server, load);
+    if (finish) {
+      try {
+        run.metrics = { ...(run.metrics ?? {}), ...(await finish()) };
+      } catch (e) {
+        ctx.log(`${label}: collecting metrics failed: ${errText(e).split('\n')[0]}`);
+      }
+    }
+    if (server.exited()) run.error = `server exited during the run\n${server.stderrTail().slice(-4000)}`;
+  } catch (e) {
+    run = {
+      label,
+      target,
+      error: errText(e) + `\n--- server stderr (tail) ---\n${server.stderrTail().slice(-4000)}`,
+    };
+  }
+  const exit = await server.stop();
+  run.server = { command: server.command, env: server.env, exit };
+  return run;
+}
+
+export function errText(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
+}
+
+/**
+ * Line chart of a run's timeline: successful answers per second per version (one series
+ * each) plus errors per second, over seconds since the clock started. `markers` can flag
+ * events such as a reload (x in seconds).
+ */
+export function timelineChart(
+  file: string,
+  title: string,
+  load: LoadResult,
+  markers: { x: number; label: string }[] = [],
+): Chart {
+  const { bucketMs, points } = load.timeline;
+  const perSec = 1000 / bucketMs;
+  const versions = [...new Set(points.flatMap((p) => Object.keys(p.byVersion)))].sort();
+  const series: LineSeries[] = versions.map((v) => ({
+    name: `version ${v}`,
+    points: points.map((p): [number, number] => [p.tMs / 1000, (p.byVersion[v] ?? 0) * perSec]),
+  }));
+  if (points.some((p) => p.errors > 0)) {
+    series.push({
+      name: 'errors',
+      color: '#e15759',
+      points: points.map((p): [number, number] => [p.tMs / 1000, p.errors * perSec]),
+    });
+  }
+  return {
+    file,
+    title,
+    svg: lineChart({ title, xLabel: 'seconds since start', yLabel: 'answers/s', series, markers }),
+  };
+}

@@ -1,0 +1,12 @@
+/**
+ * Scenario registry. To add one: create `scenarios/<name>.ts` exporting a `Scenario`
+ * (`{ name, description, run(ctx) }`, see ../types.ts) and list it here. Order = run order.
+ */
+import type { Scenario } from '../types';
+import { wsEcho } from './ws-echo';
+
+export const SCENARIOS: readonly Scenario[] = [wsEcho];
+
+export function findScenario(name: string): Scenario | undefined {
+  return SCENARIOS.find((s) => s.name === name);
+}
