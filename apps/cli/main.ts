@@ -7,6 +7,7 @@ import pino from 'pino';
 import { ConfigError, describeSettings, resolveConfig } from '../../libs/config';
 import { assertNativeUws } from '../../libs/inference/uws-check';
 import { Supervisor } from '../supervisor/supervisor';
+import { type BenchModelOptions, benchModel, formatBenchModel } from './bench-model';
 import { ClientError, callServer, defaultUrl } from './client';
 
 const program = new Command();
@@ -238,6 +239,45 @@ addClientOptions(models.command('list').description('list models and versions'))
     if (status !== 200) process.exitCode = 1;
   },
 );
+
+const bench = program.command('bench').description('measure without a server');
+bench
+  .command('model <name>')
+  .description(
+    "the model's own speed in-process at batch sizes 1, 2, 4, …, with the server workers' thread settings",
+  )
+  .option('--models-dir <dir>', 'model repository', process.env.STREAMINFER_MODELS_DIR?.trim() || './models')
+  .option('--version <v>', 'model version (default: the default version)')
+  .option('--max-batch <n>', 'largest batch size', '256')
+  .option('--min-ms <ms>', 'time spent per batch size', '1000')
+  .option('--device <spec>', 'cpu | auto | cuda[:N]', process.env.STREAMINFER_DEVICE?.trim() || 'cpu')
+  .option(
+    '--workers <n>',
+    'workers per node the threads are sized for',
+    process.env.STREAMINFER_WORKERS?.trim() || '1',
+  )
+  .option('--intra-op-threads <n>', 'ONNX Runtime intra-op threads (default: cores / workers)')
+  .option('--json', 'machine-readable output')
+  .action(async (name: string, flags: Record<string, string | boolean | undefined>) => {
+    const positive = (key: string): number => {
+      const value = Number(flags[key]);
+      if (!Number.isInteger(value) || value < 1)
+        fail(`--${key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} must be a positive integer`);
+      return value;
+    };
+    const options: BenchModelOptions = {
+      modelsDir: String(flags.modelsDir),
+      model: name,
+      maxBatch: positive('maxBatch'),
+      minMs: positive('minMs'),
+      device: String(flags.device),
+      workers: positive('workers'),
+    };
+    if (typeof flags.version === 'string') options.version = flags.version;
+    if (flags.intraOpThreads !== undefined) options.intraOpThreads = positive('intraOpThreads');
+    const result = await benchModel(options);
+    console.log(flags.json ? JSON.stringify(result, null, 2) : formatBenchModel(result));
+  });
 
 function fail(message: string): never {
   console.error(`streaminfer: ${message}`);

@@ -37,6 +37,11 @@ class NodeProcess {
     });
     assertNativeUws();
     const entries = scanRepository(options.modelsDir);
+    if (!entries.some((entry) => entry.name === options.defaultModel)) {
+      throw new Error(
+        `default model "${options.defaultModel}" (STREAMINFER_MODEL_NAME) is not in ${options.modelsDir}; found ${entries.map((entry) => entry.name).join(', ')}`,
+      );
+    }
     const device =
       devicesForNodes(options.device, options.nodeIndex + 1)[options.nodeIndex] ??
       parseDevice(options.device.split(',')[0]!);
@@ -150,11 +155,6 @@ class NodeProcess {
       }
     }
     await Promise.all(loads);
-    if (!models.has(options.defaultModel)) {
-      throw new Error(
-        `default model "${options.defaultModel}" (STREAMINFER_MODEL_NAME) is not in ${options.modelsDir}; found ${[...models.keys()].join(', ')}`,
-      );
-    }
     this.state = 'ready';
     send({ type: 'ready', nodeIndex: options.nodeIndex, health: this.health() });
   }

@@ -3,7 +3,6 @@
  * will load. Run after `npm run build`: `npx jest dist/test/models`.
  */
 // Must come first: makes this jest context's typed arrays those of onnxruntime-node's realm.
-import './ort-realm';
 import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import * as path from 'node:path';
