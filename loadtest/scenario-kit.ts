@@ -115,6 +115,37 @@ export function standardNotes(runs: readonly RunRecord[], cores: number): string
   return notes;
 }
 
+/**
+ * Value at `x` of a curve measured at a few points (e.g. items/s at batch sizes 1, 2, 4, …),
+ * linear in log2(x) between the two measured neighbours of `x`; clamped to the first / last
+ * point outside the measured range. Points with a non-positive or non-finite x, or a
+ * non-finite y, are ignored; `undefined` when none is left or `x` is not a positive number.
+ */
+export function interpolateLog2(
+  points: readonly (readonly [number, number])[],
+  x: number,
+): number | undefined {
+  if (!Number.isFinite(x) || x <= 0) return undefined;
+  const pts = points
+    .filter(([px, py]) => Number.isFinite(px) && px > 0 && Number.isFinite(py))
+    .slice()
+    .sort((a, b) => a[0] - b[0]);
+  const first = pts[0];
+  const last = pts.at(-1);
+  if (!first || !last) return undefined;
+  if (x <= first[0]) return first[1];
+  if (x >= last[0]) return last[1];
+  for (let i = 1; i < pts.length; i++) {
+    const [x1, y1] = pts[i]!;
+    if (x > x1) continue;
+    const [x0, y0] = pts[i - 1]!;
+    if (x1 === x0) return y1;
+    const t = (Math.log2(x) - Math.log2(x0)) / (Math.log2(x1) - Math.log2(x0));
+    return y0 + t * (y1 - y0);
+  }
+  return last[1];
+}
+
 /** Called before the load; its returned function is called after it, to add figures to the run. */
 export type Collector = (server: ServerHandle) => Promise<() => Promise<Record<string, number | undefined>>>;
 
@@ -142,6 +173,8 @@ export async function runAgainst(
   try {
     const finish = collect ? await collect(server).catch(() => undefined) : undefined;
     run = await ctx.measure(label, server, load);
+    // ctx.measure labels the run by server kind; the caller's target is what tells sides apart
+    run.target = target;
     if (finish) {
       try {
         run.metrics = { ...(run.metrics ?? {}), ...(await finish()) };

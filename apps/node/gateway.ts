@@ -19,6 +19,7 @@ import {
   errorCodeIndex,
   httpStatusLine,
   httpStatusOf,
+  PRIORITY_CODE,
   ProtocolError,
   RequestError,
   readComputeMs,
@@ -30,9 +31,10 @@ import {
   requestRecordBytes,
   writeRequestRecord,
 } from '../../libs/protocol';
-import type { RingBuffer } from '../../libs/ring';
+import type { Doorbell, RingBuffer } from '../../libs/ring';
 import type { ControlRequest, ControlResponse, ModelStatus, NodeHealth, NodeStartOptions } from './ipc';
 import type { ModelRuntime, SlotRuntime } from './models';
+import { queueDepth } from './models';
 
 const clock = (): number => performance.timeOrigin + performance.now();
 const decoder = new TextDecoder();
@@ -81,7 +83,7 @@ export class Gateway {
   private readonly hardFrameLimit: number;
   private sweepTimer: NodeJS.Timeout | undefined;
   private onIdle: (() => void) | undefined;
-  private readonly ringsToNotify = new Set<RingBuffer>();
+  private readonly ringsToNotify = new Set<Doorbell>();
   private notifyScheduled = false;
   defaultModel: string;
   epoch = 0;
@@ -384,7 +386,7 @@ export class Gateway {
         maxElements: Math.floor(this.options.maxPayloadBytes / 4),
       });
       const length = requestRecordBytes(bound);
-      const ring = runtime.ring;
+      const ring = runtime.rings[PRIORITY_CODE[request.priority]]!;
       if (length > ring.maxRecordBytes)
         throw new ProtocolError(
           'payload_too_large',
@@ -413,7 +415,7 @@ export class Gateway {
       } finally {
         // A reservation must always be committed; a record that failed to encode is still well-framed.
         ring.commit(undefined, false);
-        this.scheduleNotify(ring);
+        this.scheduleNotify(runtime.doorbell);
       }
       this.pending.set(requestId, { clientId: request.id, slot, startedAt, deadlineAt, ws, res, http });
       this.metrics.addInflight(slot, 1);
@@ -427,8 +429,8 @@ export class Gateway {
    * Workers are woken once per event-loop turn, not once per request: every frame uWS read in this turn is
    * already in the ring when the notify goes out, so a worker claims them as one batch.
    */
-  private scheduleNotify(ring: RingBuffer): void {
-    this.ringsToNotify.add(ring);
+  private scheduleNotify(doorbell: Doorbell): void {
+    this.ringsToNotify.add(doorbell);
     if (this.notifyScheduled) return;
     this.notifyScheduled = true;
     setImmediate(this.flushNotifies);
@@ -436,7 +438,7 @@ export class Gateway {
 
   private readonly flushNotifies = (): void => {
     this.notifyScheduled = false;
-    for (const ring of this.ringsToNotify) ring.notifyConsumers();
+    for (const doorbell of this.ringsToNotify) doorbell.ring();
     this.ringsToNotify.clear();
   };
 
@@ -663,7 +665,7 @@ export class Gateway {
         slot: runtime.slot,
         model: runtime.model.name,
         version: runtime.version,
-        queueDepth: runtime.ring.pendingRecords(),
+        queueDepth: queueDepth(runtime),
         executionProvider: runtime.executionProvider,
         alias: runtime.version === runtime.model.defaultVersion ? 'stable' : '',
       });

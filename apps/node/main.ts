@@ -7,12 +7,15 @@ import { devicesForNodes, parseDevice } from '../../libs/inference';
 import { assertNativeUws } from '../../libs/inference/uws-check';
 import { MAX_SLOTS, metricsBufferFor } from '../../libs/metrics';
 import { scanRepository } from '../../libs/registry';
-import { RingBuffer } from '../../libs/ring';
+import { Doorbell, RingBuffer } from '../../libs/ring';
 import { Gateway, UNROUTED_SLOT } from './gateway';
 import type { ControlResponse, NodeMessage, NodeStartOptions, SupervisorMessage } from './ipc';
 import type { ModelRuntime, SlotRuntime } from './models';
 import { batchOptionsFor } from './models';
 import { WorkerPool } from './pool';
+
+/** Ring size divisor per priority (low, normal, high): normal traffic gets the full STREAMINFER_RING_BYTES. */
+const PRIORITY_RING_SHARE = [4, 1, 4];
 
 function send(message: NodeMessage): void {
   if (process.connected) process.send?.(message);
@@ -66,7 +69,8 @@ class NodeProcess {
         if (ringOwnerId !== undefined) {
           // A thread that died inside reserve/claim would hold that ring's lock forever.
           responseRing.forceReleaseLocks(ringOwnerId);
-          for (const runtime of slots) runtime?.ring.forceReleaseLocks(ringOwnerId);
+          for (const runtime of slots)
+            for (const ring of runtime?.rings ?? []) ring.forceReleaseLocks(ringOwnerId);
         }
         // Answers already written by the dead worker are delivered first; the rest are failed, never dropped.
         gateway.drainNow();
@@ -104,8 +108,12 @@ class NodeProcess {
         const slot = nextSlot++;
         if (slot >= MAX_SLOTS)
           throw new Error(`more than ${MAX_SLOTS - 1} model versions in ${options.modelsDir}`);
-        const ring = RingBuffer.create(options.ringBytes);
-        ring.setOwnerId(1);
+        const rings = PRIORITY_RING_SHARE.map((share) => {
+          const ring = RingBuffer.create(Math.max(4096, options.ringBytes / share));
+          ring.setOwnerId(1);
+          return ring;
+        });
+        const doorbell = Doorbell.create();
         const batching = batchOptionsFor(entry, options.batch);
         loads.push(
           this.pool
@@ -116,7 +124,8 @@ class NodeProcess {
               version: version.version,
               file: version.file,
               signature: entry.signature,
-              ring: ring.buffer,
+              rings: rings.map((ring) => ring.buffer),
+              doorbell: doorbell.buffer,
               batching,
               epoch: 0,
             })
@@ -125,7 +134,8 @@ class NodeProcess {
                 slot,
                 model: entry,
                 version: version.version,
-                ring,
+                rings,
+                doorbell,
                 executionProvider: result.executionProvider,
                 loadedWorkers: options.workers,
               };

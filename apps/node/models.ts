@@ -1,14 +1,17 @@
 import type { BatchPolicyOptions } from '../../libs/batching';
 import type { ModelEntry } from '../../libs/registry';
-import type { RingBuffer } from '../../libs/ring';
+import type { Doorbell, RingBuffer } from '../../libs/ring';
 import type { NodeStartOptions } from './ipc';
 
-/** One loaded model version on this node: its slot number, its request ring, where it runs. */
+/** One loaded model version on this node: its slot number, its request rings, where it runs. */
 export interface SlotRuntime {
   slot: number;
   model: ModelEntry;
   version: string;
-  ring: RingBuffer;
+  /** Request rings by priority code (0 low, 1 normal, 2 high); workers fill batches from the highest first. */
+  rings: RingBuffer[];
+  /** Rung once per event-loop turn after writes to any of the rings. */
+  doorbell: Doorbell;
   executionProvider: string;
   fallbackReason?: string;
   loadedWorkers: number;
@@ -38,4 +41,11 @@ export function batchOptionsFor(entry: ModelEntry, batch: NodeStartOptions['batc
   }
   if (fromModel.latencySloMs !== undefined) options.latencySloMs = fromModel.latencySloMs;
   return options;
+}
+
+/** Requests of this model version waiting for a worker, all priorities. */
+export function queueDepth(runtime: SlotRuntime): number {
+  let total = 0;
+  for (const ring of runtime.rings) total += ring.pendingRecords();
+  return total;
 }

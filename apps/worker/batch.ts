@@ -6,7 +6,6 @@ import {
   readEnqueuedAt,
   readRequestId,
   readStrings,
-  sameBatchShape,
   sectionByteLength,
   sectionDataOffset,
   sectionDim,
@@ -37,7 +36,6 @@ export class BatchBuffers {
   readonly numeric: Array<NumericInput | undefined>;
   readonly strings: Array<string[] | undefined>;
   private ring: RingBuffer | undefined;
-  private firstOffset = 0;
   private now = 0;
   readonly visitor: (offset: number, length: number, index: number) => boolean;
 
@@ -57,13 +55,23 @@ export class BatchBuffers {
     this.visitor = (offset) => this.take(offset);
   }
 
-  /** Claims up to `size` compatible requests from the ring; expired ones are set aside unanswered-by-model. */
-  claimFrom(ring: RingBuffer, size: number, now: number): void {
+  /** Starts a new batch: nothing claimed yet. */
+  begin(now: number): void {
     this.reset();
-    this.ring = ring;
     this.now = now;
-    ring.claim(this.visitor, size);
+  }
+
+  /**
+   * Claims up to `size` more requests from `ring` that fit this batch (same inputs and per-item dims as its
+   * first request); requests whose deadline passed are taken too but set aside, never computed. Returns how
+   * many records were taken from the ring.
+   */
+  claimMore(ring: RingBuffer, size: number): number {
+    if (size <= 0) return 0;
+    this.ring = ring;
+    const taken = ring.claim(this.visitor, size);
     this.ring = undefined;
+    return taken;
   }
 
   private reset(): void {
@@ -83,16 +91,31 @@ export class BatchBuffers {
       return true;
     }
     if (this.count === 0) {
-      this.firstOffset = offset;
       this.inputMask = view.getUint8(offset + 7);
       this.captureDims(view, offset);
-    } else if (this.firstOffset !== offset && !sameBatchShape(view, this.firstOffset, offset)) {
+    } else if (!this.matchesShape(view, offset)) {
       return false;
     }
     this.copyInputs(ring, offset, this.count);
     this.requestIds[this.count] = readRequestId(view, offset);
     this.enqueuedAt[this.count] = readEnqueuedAt(view, offset);
     this.count++;
+    return true;
+  }
+
+  /** Same supplied inputs with the same per-item dims as the batch's first request (it may sit in another ring). */
+  private matchesShape(view: DataView, offset: number): boolean {
+    if (view.getUint8(offset + 7) !== this.inputMask) return false;
+    const inputs = this.signature.inputs;
+    for (let index = 0; index < inputs.length; index++) {
+      if ((this.inputMask & (1 << index)) === 0) continue;
+      const section = findInputSection(view, offset, index);
+      const dims = this.itemDims[index]!;
+      const rank = sectionRank(view, section);
+      if (rank !== dims.length) return false;
+      for (let axis = 0; axis < rank; axis++)
+        if (sectionDim(view, section, axis) !== dims[axis]) return false;
+    }
     return true;
   }
 

@@ -25,7 +25,9 @@ export interface LoadCommand {
   version: string;
   file: string;
   signature: ModelSignature;
-  ring: SharedArrayBuffer;
+  /** Request rings by priority code (0 low, 1 normal, 2 high). */
+  rings: SharedArrayBuffer[];
+  doorbell: SharedArrayBuffer;
   batching: BatchPolicyOptions;
   epoch: number;
 }

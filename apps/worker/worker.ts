@@ -22,7 +22,7 @@ import {
   writeOutputSectionHeader,
   writeResponseHeader,
 } from '../../libs/protocol';
-import { RingBuffer } from '../../libs/ring';
+import { Doorbell, RingBuffer } from '../../libs/ring';
 import { BatchBuffers } from './batch';
 import type { LoadCommand, WorkerCommand, WorkerEvent, WorkerInit } from './messages';
 import {
@@ -44,7 +44,9 @@ interface Lane {
   version: string;
   epoch: number;
   signature: ModelSignature;
-  ring: RingBuffer;
+  /** Request rings by priority code (0 low, 1 normal, 2 high). */
+  rings: RingBuffer[];
+  doorbell: Doorbell;
   policy: BatchPolicy;
   loaded: LoadedSession;
   maxBatch: number;
@@ -142,8 +144,11 @@ class Worker {
         await loaded.session.release().catch(() => undefined);
         throw new Error(`config.json does not match ${command.file}: ${problems.join('; ')}`);
       }
-      const ring = RingBuffer.from(command.ring);
-      ring.setOwnerId(threadId + 1);
+      const rings = command.rings.map((buffer) => {
+        const ring = RingBuffer.from(buffer);
+        ring.setOwnerId(threadId + 1);
+        return ring;
+      });
       const maxBatch = Math.min(command.batching.maxBatchSize, MAX_BATCH_ITEMS);
       const lane: Lane = {
         slot: command.slot,
@@ -151,7 +156,8 @@ class Worker {
         version: command.version,
         epoch: command.epoch,
         signature: command.signature,
-        ring,
+        rings,
+        doorbell: Doorbell.from(command.doorbell),
         policy: createBatchPolicy(command.batching),
         loaded,
         maxBatch,
@@ -198,20 +204,23 @@ class Worker {
       wake = resolve;
     });
     lane.wake = wake;
-    await Promise.race([lane.ring.waitForData(sequence, Math.max(0, timeoutMs)), woken]);
+    await Promise.race([lane.doorbell.wait(sequence, Math.max(0, timeoutMs)), woken]);
     lane.wake = undefined;
   }
 
   private async runLane(lane: Lane): Promise<void> {
-    const ring = lane.ring;
+    const rings = lane.rings;
     let oldest = 0;
+    let peeked: RingBuffer = rings[0]!;
     const readOldest = (offset: number): boolean => {
-      oldest = readEnqueuedAt(ring.view, offset);
+      const enqueuedAt = readEnqueuedAt(peeked.view, offset);
+      if (enqueuedAt < oldest) oldest = enqueuedAt;
       return false;
     };
     while (!lane.stopped) {
-      const sequence = ring.writeSequence();
-      const pending = ring.pendingRecords();
+      const sequence = lane.doorbell.sequence();
+      let pending = 0;
+      for (const ring of rings) pending += ring.pendingRecords();
       if (pending === 0) {
         if (this.draining && lane.inFlight === 0) break;
         await this.pause(lane, sequence, IDLE_WAIT_MS);
@@ -221,7 +230,12 @@ class Worker {
         await this.pause(lane, sequence, IDLE_WAIT_MS);
         continue;
       }
-      if (ring.peek(readOldest, 1) === 0) continue;
+      oldest = Number.POSITIVE_INFINITY;
+      for (const ring of rings) {
+        peeked = ring;
+        ring.peek(readOldest, 1);
+      }
+      if (oldest === Number.POSITIVE_INFINITY) continue;
       const now = clock();
       const decision = lane.policy.decide(
         { length: pending, oldestEnqueuedAt: oldest, inFlightBatches: lane.inFlight },
@@ -229,7 +243,12 @@ class Worker {
       );
       if (decision.kind === 'dispatch') {
         const buffers = lane.spare.pop()!;
-        buffers.claimFrom(ring, Math.min(decision.size, lane.maxBatch), clock());
+        // Higher priority first: high, then normal, then low fill what is left of the batch.
+        let room = Math.min(decision.size, lane.maxBatch);
+        buffers.begin(clock());
+        for (let priority = rings.length - 1; priority >= 0 && room > 0; priority--) {
+          room -= buffers.claimMore(rings[priority]!, room);
+        }
         if (buffers.expiredCount > 0) await this.answerExpired(lane, buffers);
         if (buffers.count === 0) {
           lane.spare.push(buffers);
@@ -251,7 +270,7 @@ class Worker {
         await this.pause(lane, sequence, IDLE_WAIT_MS);
       }
     }
-    while (lane.inFlight > 0) await this.pause(lane, ring.writeSequence(), IDLE_WAIT_MS);
+    while (lane.inFlight > 0) await this.pause(lane, lane.doorbell.sequence(), IDLE_WAIT_MS);
   }
 
   private publishInflight(region: number, buffers: BatchBuffers): void {

@@ -3,9 +3,10 @@
  * (`{ name, description, run(ctx) }`, see ../types.ts) and list it here. Order = run order.
  */
 import type { Scenario } from '../types';
+import { batching } from './batching';
 import { wsEcho } from './ws-echo';
 
-export const SCENARIOS: readonly Scenario[] = [wsEcho];
+export const SCENARIOS: readonly Scenario[] = [wsEcho, batching];
 
 export function findScenario(name: string): Scenario | undefined {
   return SCENARIOS.find((s) => s.name === name);

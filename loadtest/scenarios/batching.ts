@@ -1,0 +1,600 @@
+/**
+ * batching: what micro-batching buys on a model where batching pays. The heavy `bench`
+ * model (models/bench: 256 → 4096 → 4096 → 256 MLP) over WebSocket at concurrency 64
+ * (64 connections × 1 request in flight), served by `serve --nodes 1 --workers 1` twice in
+ * the same run: once with `STREAMINFER_BATCH_SIZE=1` (no batching) and once with the model's
+ * own batching (`config.json`: greedy, max 64, 5 ms). Before the servers, the model's
+ * in-process speed (`streaminfer bench model bench --json`, same thread settings as the
+ * server's single worker) gives the ceiling: served req/s is reported as a fraction of the
+ * in-process items/s at the mean batch size the server actually reached.
+ */
+import { spawn } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { histogramMeanDelta, histogramTotals, type MetricSample, scrapeMetrics } from '../metrics';
+import { fmt, markdownTable } from '../report';
+import { runLoad } from '../run-load';
+import {
+  type Collector,
+  errText,
+  interpolateLog2,
+  medianOf,
+  ratio,
+  runAgainst,
+  sideBySideRatios,
+  standardNotes,
+  throughputAndP99Charts,
+} from '../scenario-kit';
+import type { LoadSpec, Ratio, RunRecord, Scenario, ScenarioContext } from '../types';
+
+const MODEL = 'bench';
+const UNBATCHED = 'unbatched';
+const BATCHED = 'batched';
+
+/** Done-when figures of the scenario. */
+export const TARGETS = {
+  /** batched req/s ÷ `STREAMINFER_BATCH_SIZE=1` req/s, at least */
+  gain: 8,
+  /** batched p99 ÷ unbatched p99, below */
+  p99Ratio: 1,
+  /** batched req/s ÷ in-process items/s at the batch size reached, at least */
+  servedFraction: 0.7,
+} as const;
+
+/** One row of `streaminfer bench model --json` */
+export interface InProcessRow {
+  batchSize: number;
+  calls: number;
+  usPerCall: number;
+  usPerItem: number;
+  itemsPerSecond: number;
+}
+
+export interface InProcessResult {
+  model: string;
+  version: string;
+  executionProvider: string;
+  intraOpThreads: number;
+  results: InProcessRow[];
+}
+
+/** Validate the JSON `streaminfer bench model --json` prints. */
+export function parseInProcess(text: string): InProcessResult {
+  const v = JSON.parse(text) as Partial<InProcessResult>;
+  const rows = Array.isArray(v.results) ? v.results : [];
+  const good = rows.filter(
+    (r) =>
+      r &&
+      Number.isFinite(r.batchSize) &&
+      r.batchSize > 0 &&
+      Number.isFinite(r.itemsPerSecond) &&
+      r.itemsPerSecond > 0 &&
+      Number.isFinite(r.usPerCall),
+  );
+  if (good.length === 0) throw new Error(`no usable results in: ${text.slice(0, 300)}`);
+  return {
+    model: String(v.model ?? MODEL),
+    version: String(v.version ?? '?'),
+    executionProvider: String(v.executionProvider ?? '?'),
+    intraOpThreads: Number(v.intraOpThreads ?? Number.NaN),
+    results: good,
+  };
+}
+
+/** Items/s in-process at `batch` (log-linear between the measured batch sizes). */
+export function inProcessAt(result: InProcessResult, batch: number): number | undefined {
+  return interpolateLog2(
+    result.results.map((r): [number, number] => [r.batchSize, r.itemsPerSecond]),
+    batch,
+  );
+}
+
+/** The model's own `max_batch_size` from its config.json (64 for `bench`). */
+function modelMaxBatch(repoRoot: string): number {
+  try {
+    const cfg = JSON.parse(fs.readFileSync(path.join(repoRoot, 'models', MODEL, 'config.json'), 'utf8')) as {
+      batching?: { max_batch_size?: unknown };
+    };
+    const n = Number(cfg.batching?.max_batch_size);
+    return Number.isInteger(n) && n > 0 ? n : 64;
+  } catch {
+    return 64;
+  }
+}
+
+/** A model repository holding only `bench` (a symlink), so the server loads nothing else. */
+function benchOnlyModelsDir(repoRoot: string): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'streaminfer-batching-'));
+  fs.symlinkSync(path.join(repoRoot, 'models', MODEL), path.join(dir, MODEL), 'dir');
+  return dir;
+}
+
+/** Run `node dist/apps/cli/main.js <args>` and parse its JSON; never concurrently with a load run. */
+function runInProcessBench(repoRoot: string, args: string[], timeoutMs: number): Promise<InProcessResult> {
+  const main = path.join(repoRoot, 'dist', 'apps', 'cli', 'main.js');
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [main, ...args], {
+      cwd: repoRoot,
+      env: process.env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    let err = '';
+    child.stdout.setEncoding('utf8').on('data', (s: string) => (out += s));
+    child.stderr.setEncoding('utf8').on('data', (s: string) => (err = (err + s).slice(-4000)));
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    child.once('error', (e) => {
+      clearTimeout(timer);
+      reject(e);
+    });
+    child.once('exit', (code, signal) => {
+      clearTimeout(timer);
+      if (code !== 0) {
+        const why = signal === 'SIGKILL' ? `killed after ${Math.round(timeoutMs / 1000)} s` : `code ${code}`;
+        reject(new Error(`in-process bench failed (${why})\n${err.trim()}`));
+        return;
+      }
+      try {
+        resolve(parseInProcess(out));
+      } catch (e) {
+        reject(new Error(`in-process bench printed no usable JSON: ${errText(e)}\n${err.trim()}`));
+      }
+    });
+  });
+}
+
+const ms = (seconds: number | undefined): number | undefined =>
+  seconds === undefined ? undefined : seconds * 1000;
+
+/**
+ * Warm the server up with the measured load's own shape (so the first session runs and
+ * JIT are out of the way), then scrape `/metrics`; the returned function scrapes again after
+ * the measured phase. The load itself runs with no warm-up, so the deltas cover exactly the
+ * measured requests.
+ */
+function batchCollector(ctx: ScenarioContext, load: LoadSpec, warmPerConnection: number): Collector {
+  return async (server) => {
+    const url = `${server.baseUrl}/metrics`;
+    try {
+      if (warmPerConnection > 0) {
+        const warm = await runLoad({
+          url: server.wsUrl,
+          connections: load.connections,
+          requestsPerConnection: warmPerConnection,
+          inFlightPerConnection: 1,
+          body: load.body,
+          bodyOptions: { repoRoot: ctx.repoRoot, ...load.bodyOptions },
+          timeLimitMs: 60_000,
+          processes: 1,
+        });
+        if (warm.ok === 0)
+          throw new Error(`warm-up got no ok answers (errors: ${JSON.stringify(warm.errors)})`);
+      }
+      const before = await scrapeMetrics(url);
+      return async () => {
+        const after = await scrapeMetrics(url);
+        return metricDeltas(before, after);
+      };
+    } catch (e) {
+      ctx.log(`${server.label}: warm-up / metrics failed: ${errText(e).split('\n')[0]}`);
+      throw e;
+    }
+  };
+}
+
+/** Batch size, batches, queue and compute time of `bench` between two scrapes. */
+export function metricDeltas(
+  before: readonly MetricSample[],
+  after: readonly MetricSample[],
+): Record<string, number | undefined> {
+  const filter = { model: MODEL };
+  const batches =
+    histogramTotals(after, 'streaminfer_batch_size', filter).count -
+    histogramTotals(before, 'streaminfer_batch_size', filter).count;
+  return {
+    meanBatchSize: histogramMeanDelta(before, after, 'streaminfer_batch_size', filter),
+    batches,
+    meanQueueMs: ms(histogramMeanDelta(before, after, 'streaminfer_queue_duration_seconds', filter)),
+    meanComputeMs: ms(histogramMeanDelta(before, after, 'streaminfer_compute_duration_seconds', filter)),
+  };
+}
+
+export interface Criterion {
+  name: string;
+  target: string;
+  value: number | undefined;
+  /** undefined when the figure is missing */
+  pass: boolean | undefined;
+  detail: string;
+}
+
+const pct = (v: number | undefined): string => (v === undefined ? '–' : `${(v * 100).toFixed(1)}%`);
+const times = (v: number | undefined): string => (v === undefined ? '–' : `${v.toFixed(2)}×`);
+
+/** Judge the medians against the done-when figures. */
+export function judge(
+  gain: number | undefined,
+  p99Ratio: number | undefined,
+  servedFraction: number | undefined,
+  batchReached: number | undefined,
+): Criterion[] {
+  const verdict = (ok: boolean | undefined): string => (ok === undefined ? 'n/a' : ok ? 'PASS' : 'FAIL');
+  const gainOk = gain === undefined ? undefined : gain >= TARGETS.gain;
+  const p99Ok = p99Ratio === undefined ? undefined : p99Ratio < TARGETS.p99Ratio;
+  const fracOk = servedFraction === undefined ? undefined : servedFraction >= TARGETS.servedFraction;
+  return [
+    {
+      name: 'batching gain (batched req/s ÷ batch=1 req/s)',
+      target: `≥ ${TARGETS.gain}×`,
+      value: gain,
+      pass: gainOk,
+      detail:
+        `${verdict(gainOk)}: ${times(gain)}` +
+        (gainOk === false
+          ? ` (short by ${times(TARGETS.gain - gain!)}, ${pct(1 - gain! / TARGETS.gain)})`
+          : ''),
+    },
+    {
+      name: 'p99 latency batched ÷ batch=1',
+      target: `< ${TARGETS.p99Ratio}`,
+      value: p99Ratio,
+      pass: p99Ok,
+      detail: `${verdict(p99Ok)}: ${p99Ratio === undefined ? '–' : p99Ratio.toFixed(3)}`,
+    },
+    {
+      name: `served ÷ in-process items/s at the batch reached${batchReached === undefined ? '' : ` (${fmt(batchReached)})`}`,
+      target: `≥ ${pct(TARGETS.servedFraction)}`,
+      value: servedFraction,
+      pass: fracOk,
+      detail:
+        `${verdict(fracOk)}: ${pct(servedFraction)}` +
+        (fracOk === false
+          ? ` (short by ${((TARGETS.servedFraction - servedFraction!) * 100).toFixed(1)} points)`
+          : ''),
+    },
+  ];
+}
+
+export const batching: Scenario = {
+  name: 'batching',
+  description:
+    'The heavy `bench` model (256→4096→4096→256 MLP, float32[256] in and out) over WebSocket at ' +
+    'concurrency 64 (64 connections × 1 in flight), `serve --nodes 1 --workers 1` serving only `bench`: ' +
+    '`STREAMINFER_BATCH_SIZE=1` (no batching) vs the model’s own batching (greedy, max 64, 5 ms), ' +
+    'alternating; plus the model’s in-process items/s (`streaminfer bench model bench`) as the ceiling at ' +
+    'the mean batch size the server reached (from `/metrics`).',
+  async run(ctx) {
+    const size = ctx.sizes({ connections: 64, requests: 20 }, { connections: 64, requests: 6 });
+    const maxBatch = modelMaxBatch(ctx.repoRoot);
+    const load: LoadSpec = {
+      connections: size.connections,
+      requestsPerConnection: size.requests,
+      inFlightPerConnection: 1,
+      body: 'bench-model',
+      bodyOptions: { model: MODEL },
+      // the collector warms up before its first scrape, so the deltas cover the measured requests only
+      warmupPerConnection: 0,
+      timeLimitMs: ctx.quick ? 60_000 : 180_000,
+    };
+    const warmPerConnection = ctx.quick ? 2 : 4;
+    // STREAMINFER_RATE_LIMIT_RPS=0: a batching benchmark must not measure the per-client rate limiter
+    const commonEnv = { STREAMINFER_RATE_LIMIT_RPS: '0' };
+    const sides = [
+      {
+        target: UNBATCHED,
+        name: 'batch=1',
+        setting: '1 (STREAMINFER_BATCH_SIZE=1)',
+        env: { ...commonEnv, STREAMINFER_BATCH_SIZE: '1' },
+      },
+      {
+        target: BATCHED,
+        name: 'batched',
+        setting: `${maxBatch} (model config)`,
+        env: { ...commonEnv },
+      },
+    ];
+    const notes: string[] = [];
+    const leaked = ['STREAMINFER_BATCH_SIZE', 'STREAMINFER_BATCH_POLICY', 'STREAMINFER_BATCH_TIMEOUT_MS']
+      .filter((k) => process.env[k] !== undefined)
+      .map((k) => `${k}=${process.env[k]}`);
+    if (leaked.length) {
+      notes.push(
+        `The bench's environment sets ${leaked.join(', ')}: it reaches the batched server too and overrides ` +
+          'the model’s own batching, so the "batched" side is not the model config.',
+      );
+    }
+
+    const modelsDir = benchOnlyModelsDir(ctx.repoRoot);
+    const runs: RunRecord[] = [];
+    let inProcess: InProcessResult | undefined;
+    let inProcessError: string | undefined;
+    const inProcessArgs = [
+      'bench',
+      'model',
+      MODEL,
+      '--json',
+      '--models-dir',
+      modelsDir,
+      '--max-batch',
+      String(maxBatch),
+      '--min-ms',
+      ctx.quick ? '200' : '500',
+      '--workers',
+      '1',
+    ];
+    const intraOp = process.env['STREAMINFER_INTRA_OP_THREADS']?.trim();
+    if (intraOp) inProcessArgs.push('--intra-op-threads', intraOp);
+    const serverArgs = ['--models-dir', modelsDir, '--model', MODEL];
+    let inProcessMs = 0;
+    try {
+      // 1. the ceiling, alone on the machine (no server or load generator running)
+      ctx.log(`in-process: node dist/apps/cli/main.js ${inProcessArgs.join(' ')}`);
+      const t0 = Date.now();
+      try {
+        inProcess = await runInProcessBench(ctx.repoRoot, inProcessArgs, 180_000);
+        inProcessMs = Date.now() - t0;
+        ctx.log(
+          `in-process: ${inProcess.results
+            .map((r) => `b${r.batchSize} ${Math.round(r.itemsPerSecond)}/s`)
+            .join(', ')} (${inProcess.executionProvider}, ${inProcess.intraOpThreads} intra-op threads)`,
+        );
+      } catch (e) {
+        inProcessError = errText(e);
+        ctx.log(`in-process bench failed: ${inProcessError.split('\n')[0]}`);
+        runs.push({ label: 'in-process', target: 'in-process', error: inProcessError });
+      }
+
+      // 2. served, alternating sides each round
+      const broken = new Set<string>();
+      for (let round = 1; round <= ctx.rounds; round++) {
+        const suffix = ctx.rounds > 1 ? ` #${round}` : '';
+        for (const side of sides) {
+          if (broken.has(side.target)) continue;
+          const label = `${side.name}${suffix}`;
+          const run = await runAgainst(
+            ctx,
+            label,
+            side.target,
+            () =>
+              ctx.startStreamInfer({ label, nodes: 1, workers: 1, args: serverArgs, env: { ...side.env } }),
+            load,
+            batchCollector(ctx, load, warmPerConnection),
+          );
+          if (run.load && run.load.ok > 0) {
+            const m = (run.metrics ??= {});
+            // with STREAMINFER_BATCH_SIZE=1 every run is one item, whatever /metrics says
+            const reached = m['meanBatchSize'] ?? (side.target === UNBATCHED ? 1 : undefined);
+            const ceiling = inProcess && reached !== undefined ? inProcessAt(inProcess, reached) : undefined;
+            m['inProcessItemsPerSec'] = ceiling;
+            m['servedOverInProcess'] = ratio(run.load.throughputRps, ceiling);
+          }
+          runs.push(run);
+          if (run.error && !run.load) broken.add(side.target); // will not start next round either
+        }
+      }
+    } finally {
+      fs.rmSync(modelsDir, { recursive: true, force: true });
+    }
+
+    // 3. figures
+    const served = runs.filter((r) => r.target === UNBATCHED || r.target === BATCHED);
+    const med = (target: string, pick: (r: RunRecord) => number | undefined): number | undefined =>
+      medianOf(served, target, pick);
+    const medians = Object.fromEntries(
+      sides.map((s) => [
+        s.target,
+        {
+          rps: med(s.target, (r) => r.load?.throughputRps),
+          p50: med(s.target, (r) => r.load?.latencyMs.p50),
+          p95: med(s.target, (r) => r.load?.latencyMs.p95),
+          p99: med(s.target, (r) => r.load?.latencyMs.p99),
+          meanBatchSize: med(s.target, (r) => r.metrics?.['meanBatchSize']),
+          inProcessItemsPerSec: med(s.target, (r) => r.metrics?.['inProcessItemsPerSec']),
+          servedOverInProcess: med(s.target, (r) => r.metrics?.['servedOverInProcess']),
+          serverCpuPct: med(s.target, (r) => r.serverCpuPct),
+        },
+      ]),
+    ) as Record<string, Record<string, number | undefined>>;
+    const mb = medians[BATCHED]!;
+    const mu = medians[UNBATCHED]!;
+    const criteria = judge(
+      ratio(mb['rps'], mu['rps']),
+      ratio(mb['p99'], mu['p99']),
+      mb['servedOverInProcess'],
+      mb['meanBatchSize'],
+    );
+
+    const ratios: Ratio[] = [
+      ...sideBySideRatios(served, BATCHED, UNBATCHED, 'batched', 'batch=1'),
+      {
+        name: 'served/in-process, batched',
+        value: mb['servedOverInProcess'],
+        note: `req/s ÷ in-process items/s at the mean batch reached (${fmt(mb['meanBatchSize'])}); medians over rounds`,
+      },
+      {
+        name: 'served/in-process, batch=1',
+        value: mu['servedOverInProcess'],
+        note: 'req/s ÷ in-process items/s at batch 1; medians over rounds',
+      },
+    ];
+
+    notes.push(
+      `Done-when (medians over ${ctx.rounds} round(s)): ` +
+        criteria.map((c) => `${c.name} ${c.target} → ${c.detail}`).join('; ') +
+        '.',
+    );
+    notes.push(...standardNotes(served, ctx.cores));
+    if (ctx.cores <= 4) {
+      notes.push(
+        `This host has ${ctx.cores} cores: the in-process figure had them to itself, while the served runs ` +
+          'share them between the gateway, the worker’s ONNX Runtime threads and the load generator.',
+      );
+    }
+
+    // 4. Markdown: per-run table, done-when, in-process table
+    const settingOf = (target: string): string => sides.find((s) => s.target === target)?.setting ?? target;
+    const row = (
+      name: string,
+      setting: string,
+      f: Record<string, number | undefined>,
+      rps: number | undefined,
+      lat: (number | undefined)[],
+      cpu: number | undefined,
+    ): string[] => [
+      name,
+      setting,
+      fmt(rps),
+      ...lat.map((x) => fmt(x)),
+      fmt(f['meanBatchSize']),
+      fmt(f['inProcessItemsPerSec']),
+      pct(f['servedOverInProcess']),
+      cpu === undefined ? '–' : `${Math.round(cpu)}%`,
+    ];
+    const perRun = served
+      .filter((r) => r.load && r.load.ok > 0)
+      .map((r) =>
+        row(
+          r.label,
+          settingOf(r.target),
+          r.metrics ?? {},
+          r.load!.throughputRps,
+          [r.load!.latencyMs.p50, r.load!.latencyMs.p95, r.load!.latencyMs.p99],
+          r.serverCpuPct,
+        ),
+      );
+    if (ctx.rounds > 1) {
+      for (const s of sides) {
+        const m = medians[s.target]!;
+        perRun.push(
+          row(
+            `**median ${s.name}**`,
+            s.setting,
+            m,
+            m['rps'],
+            [m['p50'], m['p95'], m['p99']],
+            m['serverCpuPct'],
+          ),
+        );
+      }
+    }
+    const md: string[] = [
+      '### Batched vs `STREAMINFER_BATCH_SIZE=1`',
+      '',
+      markdownTable(
+        [
+          'run',
+          'max batch',
+          'req/s',
+          'p50 ms',
+          'p95 ms',
+          'p99 ms',
+          'mean batch',
+          'in-process items/s at that batch',
+          'served / in-process',
+          'server CPU',
+        ],
+        perRun,
+        ['left', 'left', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right'],
+      ),
+      '',
+      'Mean batch = Δ`streaminfer_batch_size_sum` ÷ Δ`_count` for model="bench" between scrapes just before and ' +
+        'just after the measured phase (the load runs after its own warm-up, ' +
+        `${warmPerConnection} requests per connection). In-process items/s at a fractional batch size: ` +
+        'linear in log2(batch) between the measured powers of two.',
+      '',
+      '### Done-when',
+      '',
+      markdownTable(
+        ['figure', 'target', 'measured', 'verdict'],
+        criteria.map((c) => [
+          c.name,
+          c.target,
+          c.name.startsWith('served')
+            ? pct(c.value)
+            : c.name.startsWith('p99')
+              ? fmt(c.value)
+              : times(c.value),
+          c.pass === undefined ? 'n/a' : c.pass ? 'PASS' : 'FAIL',
+        ]),
+        ['left', 'left', 'right', 'left'],
+      ),
+      '',
+      '### In-process ceiling',
+      '',
+    ];
+    if (inProcess) {
+      const b1 = inProcess.results.find((r) => r.batchSize === 1)?.itemsPerSecond;
+      md.push(
+        `\`node dist/apps/cli/main.js ${inProcessArgs.join(' ').replace(modelsDir, '<bench-only models dir>')}\` — ` +
+          `${inProcess.model} v${inProcess.version} on ${inProcess.executionProvider}, ` +
+          `${inProcess.intraOpThreads} intra-op thread(s) (the server's with \`--workers 1\`), ` +
+          `run alone before the servers, ${(inProcessMs / 1000).toFixed(1)} s.`,
+        '',
+        markdownTable(
+          ['batch', 'items/s', 'µs/call', 'µs/item', '× batch 1'],
+          inProcess.results.map((r) => [
+            r.batchSize,
+            fmt(r.itemsPerSecond),
+            fmt(r.usPerCall),
+            fmt(r.usPerItem),
+            times(ratio(r.itemsPerSecond, b1)),
+          ]),
+          ['right', 'right', 'right', 'right', 'right'],
+        ),
+      );
+    } else {
+      md.push(`The in-process bench failed: ${inProcessError?.split('\n')[0] ?? 'unknown error'}`);
+    }
+
+    return {
+      params: {
+        model: MODEL,
+        connections: load.connections,
+        requestsPerConnection: load.requestsPerConnection,
+        totalRequestsPerRun: load.connections * load.requestsPerConnection,
+        inFlightPerConnection: 1,
+        warmupPerConnection: warmPerConnection,
+        rounds: ctx.rounds,
+        server: `serve --nodes 1 --workers 1 ${serverArgs.join(' ').replace(modelsDir, '<dir with only bench>')}`,
+        env: Object.fromEntries(sides.map((s) => [s.name, s.env])),
+      },
+      runs,
+      ratios,
+      charts: throughputAndP99Charts('batching', `batching (bench model, ${load.connections} conns)`, served),
+      notes,
+      markdown: md.join('\n'),
+      data: {
+        model: MODEL,
+        maxBatchSize: maxBatch,
+        targets: TARGETS,
+        inProcess: inProcess
+          ? {
+              command: [
+                'node',
+                'dist/apps/cli/main.js',
+                ...inProcessArgs.map((a) => (a === modelsDir ? '<dir with only bench>' : a)),
+              ],
+              durationMs: inProcessMs,
+              ...inProcess,
+            }
+          : { error: inProcessError },
+        perRun: served.map((r) => ({
+          label: r.label,
+          target: r.target,
+          maxBatch: settingOf(r.target),
+          rps: r.load?.throughputRps,
+          latencyMs: r.load
+            ? { p50: r.load.latencyMs.p50, p95: r.load.latencyMs.p95, p99: r.load.latencyMs.p99 }
+            : undefined,
+          serverCpuPct: r.serverCpuPct,
+          loadgenCpuPct: r.load?.loadgenCpuPct,
+          ...(r.metrics ?? {}),
+          ...(r.error ? { error: r.error.split('\n')[0] } : {}),
+        })),
+        medians,
+        criteria,
+      },
+    };
+  },
+};

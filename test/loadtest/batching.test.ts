@@ -1,0 +1,83 @@
+import { parsePrometheusText } from '../../loadtest/metrics';
+import { inProcessAt, judge, metricDeltas, parseInProcess, TARGETS } from '../../loadtest/scenarios/batching';
+
+const JSON_OUT = JSON.stringify({
+  model: 'bench',
+  version: '1',
+  executionProvider: 'cpu',
+  intraOpThreads: 2,
+  results: [
+    { batchSize: 1, calls: 100, usPerCall: 3200, usPerItem: 3200, itemsPerSecond: 312.5 },
+    { batchSize: 2, calls: 100, usPerCall: 3450, usPerItem: 1725, itemsPerSecond: 580 },
+    { batchSize: 4, calls: 100, usPerCall: 4540, usPerItem: 1135, itemsPerSecond: 880 },
+  ],
+  best: { batchSize: 4 },
+  speedupBestOverBatch1: 2.8,
+});
+
+describe('parseInProcess / inProcessAt', () => {
+  it('reads `streaminfer bench model --json` and interpolates in log2(batch)', () => {
+    const r = parseInProcess(JSON_OUT);
+    expect(r.executionProvider).toBe('cpu');
+    expect(r.intraOpThreads).toBe(2);
+    expect(r.results).toHaveLength(3);
+    expect(inProcessAt(r, 1)).toBe(312.5);
+    expect(inProcessAt(r, 2 * Math.SQRT2)).toBeCloseTo(730, 9);
+    expect(inProcessAt(r, 64)).toBe(880);
+  });
+
+  it('rejects output without usable rows', () => {
+    expect(() => parseInProcess('{"results": []}')).toThrow(/no usable results/);
+    expect(() => parseInProcess('not json')).toThrow();
+  });
+});
+
+describe('metricDeltas', () => {
+  const scrape = (count: number, sum: number, qSum: number, cSum: number): string =>
+    [
+      `streaminfer_batch_size_sum{model="bench",version="1"} ${sum}`,
+      `streaminfer_batch_size_count{model="bench",version="1"} ${count}`,
+      `streaminfer_batch_size_sum{model="echo",version="1"} 999`,
+      `streaminfer_batch_size_count{model="echo",version="1"} 1`,
+      `streaminfer_queue_duration_seconds_sum{model="bench",version="1"} ${qSum}`,
+      `streaminfer_queue_duration_seconds_count{model="bench",version="1"} ${sum}`,
+      `streaminfer_compute_duration_seconds_sum{model="bench",version="1"} ${cSum}`,
+      `streaminfer_compute_duration_seconds_count{model="bench",version="1"} ${sum}`,
+    ].join('\n');
+
+  it('gives the bench model’s figures between two scrapes only', () => {
+    const before = parsePrometheusText(scrape(10, 40, 0.4, 0.8));
+    const after = parsePrometheusText(scrape(30, 840, 8.4, 16.8));
+    const d = metricDeltas(before, after);
+    expect(d['batches']).toBe(20);
+    expect(d['meanBatchSize']).toBe(40);
+    expect(d['meanQueueMs']).toBeCloseTo(10, 9);
+    expect(d['meanComputeMs']).toBeCloseTo(20, 9);
+  });
+
+  it('is undefined when nothing ran', () => {
+    const s = parsePrometheusText(scrape(10, 40, 0.4, 0.8));
+    expect(metricDeltas(s, s)['meanBatchSize']).toBeUndefined();
+  });
+});
+
+describe('judge', () => {
+  it('passes at the targets', () => {
+    const c = judge(TARGETS.gain, 0.5, TARGETS.servedFraction, 40);
+    expect(c.map((x) => x.pass)).toEqual([true, true, true]);
+    expect(c[2]!.name).toContain('(40)');
+  });
+
+  it('fails below them and says by how much', () => {
+    const c = judge(6, 1.2, 0.6, 30);
+    expect(c.map((x) => x.pass)).toEqual([false, false, false]);
+    expect(c[0]!.detail).toBe('FAIL: 6.00× (short by 2.00×, 25.0%)');
+    expect(c[2]!.detail).toBe('FAIL: 60.0% (short by 10.0 points)');
+  });
+
+  it('is n/a when a figure is missing', () => {
+    const c = judge(undefined, undefined, undefined, undefined);
+    expect(c.map((x) => x.pass)).toEqual([undefined, undefined, undefined]);
+    expect(c[0]!.detail).toBe('n/a: –');
+  });
+});

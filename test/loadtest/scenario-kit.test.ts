@@ -1,0 +1,103 @@
+import { interpolateLog2, runAgainst } from '../../loadtest/scenario-kit';
+import type { ServerHandle } from '../../loadtest/server-process';
+import type { LoadResult } from '../../loadtest/stats';
+import type { LoadSpec, RunRecord, ScenarioContext } from '../../loadtest/types';
+
+describe('interpolateLog2', () => {
+  const pts: [number, number][] = [
+    [1, 300],
+    [2, 600],
+    [4, 900],
+    [64, 3300],
+  ];
+
+  it('returns measured points exactly', () => {
+    expect(interpolateLog2(pts, 1)).toBe(300);
+    expect(interpolateLog2(pts, 4)).toBe(900);
+    expect(interpolateLog2(pts, 64)).toBe(3300);
+  });
+
+  it('is linear in log2(x) between neighbours', () => {
+    // log2(2√2) = 1.5: halfway between batch 2 and batch 4
+    expect(interpolateLog2(pts, 2 * Math.SQRT2)).toBeCloseTo(750, 9);
+    // log2(16) = 4: two thirds... of the way from 4 (log 2) to 64 (log 6) is log 4.667; 16 is half
+    expect(interpolateLog2(pts, 16)).toBeCloseTo(2100, 9);
+  });
+
+  it('clamps outside the measured range', () => {
+    expect(interpolateLog2(pts, 0.5)).toBe(300);
+    expect(interpolateLog2(pts, 128)).toBe(3300);
+  });
+
+  it('sorts its input and skips unusable points', () => {
+    const messy: [number, number][] = [
+      [4, 900],
+      [0, 1],
+      [2, Number.NaN],
+      [1, 300],
+      [Number.POSITIVE_INFINITY, 5],
+    ];
+    expect(interpolateLog2(messy, 2)).toBeCloseTo(600, 9);
+  });
+
+  it('is undefined without points or without a positive x', () => {
+    expect(interpolateLog2([], 3)).toBeUndefined();
+    expect(interpolateLog2(pts, 0)).toBeUndefined();
+    expect(interpolateLog2(pts, Number.NaN)).toBeUndefined();
+  });
+
+  it('handles a single point', () => {
+    expect(interpolateLog2([[8, 42]], 3)).toBe(42);
+  });
+});
+
+describe('runAgainst', () => {
+  function fakeServer(): ServerHandle {
+    return {
+      kind: 'streaminfer',
+      label: 's',
+      pid: 1,
+      port: 1,
+      baseUrl: 'http://127.0.0.1:1',
+      wsUrl: 'ws://127.0.0.1:1/ws',
+      command: ['node', 'x'],
+      env: { A: '1' },
+      stdoutTail: () => '',
+      stderrTail: () => '',
+      cpuMs: () => undefined,
+      exited: () => false,
+      stop: async () => ({ code: 0, signal: null, stopMs: 1, killed: false }),
+    };
+  }
+  const ctx = {
+    log: () => {},
+    measure: async (label: string, server: ServerHandle): Promise<RunRecord> => ({
+      label,
+      target: server.kind,
+      load: { ok: 1 } as LoadResult,
+    }),
+  } as unknown as ScenarioContext;
+  const load = {} as LoadSpec;
+
+  it("labels the run with the caller's target, not the server kind", async () => {
+    const run = await runAgainst(ctx, 'batch=1', 'unbatched', async () => fakeServer(), load);
+    expect(run.target).toBe('unbatched');
+    expect(run.server?.env).toEqual({ A: '1' });
+  });
+
+  it('adds collector figures and turns a failed start into run.error', async () => {
+    const run = await runAgainst(
+      ctx,
+      'b',
+      'batched',
+      async () => fakeServer(),
+      load,
+      async () => async () => ({
+        meanBatchSize: 12.5,
+      }),
+    );
+    expect(run.metrics).toEqual({ meanBatchSize: 12.5 });
+    const failed = await runAgainst(ctx, 'c', 'batched', async () => Promise.reject(new Error('nope')), load);
+    expect(failed).toEqual({ label: 'c', target: 'batched', error: 'nope' });
+  });
+});
