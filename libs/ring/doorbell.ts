@@ -3,6 +3,7 @@
  * that serves several rings (one per priority) waits on one word instead of one wait per ring. Rings are
  * committed without their own notify; the producer rings the bell once per batch of writes.
  */
+import { types } from 'node:util';
 import { RingTypeError } from './errors';
 
 const SEQUENCE = 0;
@@ -31,7 +32,7 @@ export class Doorbell {
   }
 
   static from(buffer: SharedArrayBuffer): Doorbell {
-    if (!(buffer instanceof SharedArrayBuffer) || buffer.byteLength < CELLS * 4) {
+    if (!types.isSharedArrayBuffer(buffer) || buffer.byteLength < CELLS * 4) {
       throw new RingTypeError(
         'ERR_RING_BAD_BUFFER',
         'Doorbell.from() needs the SharedArrayBuffer of a Doorbell',
@@ -52,6 +53,12 @@ export class Doorbell {
 
   /** Resolves when the sequence differs from `seen` (at once if it already does) or after timeoutMs. */
   async wait(seen: number, timeoutMs: number): Promise<'ok' | 'timed-out'> {
+    if (typeof timeoutMs !== 'number' || Number.isNaN(timeoutMs)) {
+      throw new RingTypeError(
+        'ERR_RING_INVALID_ARGUMENT',
+        `Doorbell.wait(): timeoutMs must be a number, got ${String(timeoutMs)}`,
+      );
+    }
     if (Atomics.load(this.cells, SEQUENCE) !== seen) return 'ok';
     if (!(timeoutMs > 0)) return 'timed-out';
     Atomics.add(this.cells, WAITERS, 1);

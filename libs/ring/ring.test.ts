@@ -551,6 +551,28 @@ describe('waiting', () => {
     await expect(ring.waitForData(0, Number.NaN)).rejects.toThrow(/timeoutMs/);
   });
 
+  test('commit(length, false) publishes without waking; notifyConsumers() wakes', async () => {
+    const ring = RingBuffer.create(1024);
+    const seq = ring.writeSequence();
+    let woke = false;
+    const waiting = ring.waitForData(seq, 10_000).then((r) => {
+      woke = true;
+      return r;
+    });
+    for (let i = 0; i < 3; i++) {
+      const off = ring.reserve(10);
+      ring.bytes.set(payload(10, i), off);
+      ring.commit(undefined, false);
+    }
+    await new Promise((r) => setTimeout(r, 30));
+    expect(woke).toBe(false); // visible, but nobody was woken
+    expect(ring.pendingRecords()).toBe(3);
+    ring.notifyConsumers();
+    expect(await waiting).toBe('ok');
+    expect(drain(ring).map((r) => r.data)).toEqual([0, 1, 2].map((i) => payload(10, i)));
+    ring.notifyConsumers(); // nobody waiting: a no-op
+  });
+
   test('several waiters are all woken by one commit', async () => {
     const ring = RingBuffer.create(1024);
     const seq = ring.writeSequence();
