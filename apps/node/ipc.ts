@@ -20,6 +20,15 @@ export interface NodeStartOptions {
   };
   maxPayloadBytes: number;
   requestTimeoutMs: number;
+  backpressure: {
+    rateLimitRps: number;
+    rateLimitBurst: number;
+    maxInflightPerClient: number;
+    maxModelQueue: number;
+    slowConsumerWarnBytes: number;
+    slowConsumerCloseBytes: number;
+    trustForwardedFor: boolean;
+  };
   ringBytes: number;
   shutdownTimeoutMs: number;
   logLevel: string;

@@ -73,7 +73,7 @@ export class Supervisor {
       device: config.device,
       workers: config.workers,
       intraOpThreads:
-        config.intraOpThreads ?? defaultIntraOpThreads(this.options.cores, config.workers * config.nodes),
+        config.intraOpThreads ?? defaultIntraOpThreads(this.options.cores, config.workers, config.nodes),
       modelsDir: path.resolve(config.modelsDir),
       defaultModel: this.defaultModel,
       batch: {
@@ -85,6 +85,15 @@ export class Supervisor {
       },
       maxPayloadBytes: config.maxPayloadBytes,
       requestTimeoutMs: config.requestTimeoutMs,
+      backpressure: {
+        rateLimitRps: config.rateLimitRps,
+        rateLimitBurst: config.rateLimitBurst,
+        maxInflightPerClient: config.maxQueueSize,
+        maxModelQueue: config.maxModelQueue,
+        slowConsumerWarnBytes: config.slowConsumerWarnBytes,
+        slowConsumerCloseBytes: config.slowConsumerCloseBytes,
+        trustForwardedFor: config.trustForwardedFor,
+      },
       ringBytes: config.ringBytes,
       shutdownTimeoutMs: config.shutdownTimeoutMs,
       logLevel: config.logLevel,

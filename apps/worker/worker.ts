@@ -65,6 +65,8 @@ class Worker {
   private readonly inflight: Int32Array;
   private readonly freeRegions: number[] = [];
   private draining = false;
+  /** Settles when the batch now running on this worker's CPU cores is done. */
+  private deviceTurn: Promise<void> = Promise.resolve();
   private finish!: () => void;
   readonly finished = new Promise<void>((resolve) => {
     this.finish = resolve;
@@ -241,7 +243,12 @@ class Worker {
         { length: pending, oldestEnqueuedAt: oldest, inFlightBatches: lane.inFlight },
         now,
       );
-      if (decision.kind === 'dispatch') {
+      // A second batch is only prepared once it is full: on a device that runs one batch at a time, starting a
+      // partial one early would just queue it behind the running one instead of letting it grow.
+      const holdForRunning = lane.inFlight > 0 && pending < lane.maxBatch;
+      if (decision.kind === 'dispatch' && holdForRunning) {
+        await this.pause(lane, sequence, IDLE_WAIT_MS);
+      } else if (decision.kind === 'dispatch') {
         const buffers = lane.spare.pop()!;
         // Higher priority first: high, then normal, then low fill what is left of the batch.
         let room = Math.min(decision.size, lane.maxBatch);
@@ -297,6 +304,24 @@ class Worker {
 
   private async runBatch(lane: Lane, buffers: BatchBuffers): Promise<void> {
     const count = buffers.count;
+    // CPU sessions share this worker's cores: run one batch at a time (the next one waits, already claimed).
+    const exclusive = lane.loaded.executionProvider === 'cpu';
+    const previous = this.deviceTurn;
+    let release!: () => void;
+    if (exclusive) {
+      this.deviceTurn = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      await previous;
+    }
+    try {
+      await this.computeBatch(lane, buffers, count);
+    } finally {
+      if (exclusive) release();
+    }
+  }
+
+  private async computeBatch(lane: Lane, buffers: BatchBuffers, count: number): Promise<void> {
     const started = clock();
     let outputs: ort.InferenceSession.OnnxValueMapType;
     const fetches = lane.signature.outputs

@@ -59,3 +59,16 @@ export function text(pattern: RegExp, maxLength: number): Parser<string> {
       ? { value: raw }
       : undefined;
 }
+
+const TRUE_WORDS = ['true', '1', 'yes', 'on'];
+const FALSE_WORDS = ['false', '0', 'no', 'off'];
+
+/** JSON booleans, or the usual words in flags and environment variables. */
+export const flag: Parser<boolean> = (raw) => {
+  if (typeof raw === 'boolean') return { value: raw };
+  if (typeof raw !== 'string') return undefined;
+  const word = raw.toLowerCase();
+  if (TRUE_WORDS.includes(word)) return { value: true };
+  if (FALSE_WORDS.includes(word)) return { value: false };
+  return undefined;
+};

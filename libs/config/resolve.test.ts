@@ -33,6 +33,9 @@ const ENV: Record<SettingKey, string> = {
   rateLimitRps: 'STREAMINFER_RATE_LIMIT_RPS',
   rateLimitBurst: 'STREAMINFER_RATE_LIMIT_BURST',
   maxModelQueue: 'STREAMINFER_MAX_MODEL_QUEUE',
+  slowConsumerWarnBytes: 'STREAMINFER_SLOW_CONSUMER_WARN_BYTES',
+  slowConsumerCloseBytes: 'STREAMINFER_SLOW_CONSUMER_CLOSE_BYTES',
+  trustForwardedFor: 'STREAMINFER_TRUST_FORWARDED_FOR',
   maxPayloadBytes: 'STREAMINFER_MAX_PAYLOAD_BYTES',
   requestTimeoutMs: 'STREAMINFER_REQUEST_TIMEOUT_MS',
   adminToken: 'STREAMINFER_ADMIN_TOKEN',
@@ -61,6 +64,9 @@ describe('defaults', () => {
       rateLimitRps: 100,
       rateLimitBurst: 100,
       maxModelQueue: 4096,
+      slowConsumerWarnBytes: 1048576,
+      slowConsumerCloseBytes: 8388608,
+      trustForwardedFor: false,
       maxPayloadBytes: 1048576,
       requestTimeoutMs: 30000,
       adminToken: undefined,
@@ -109,6 +115,9 @@ const LAYERS: {
   rateLimitRps: [5, '0.5', 1000, 5, 0.5, 1000],
   rateLimitBurst: [7, '8', '9.5', 7, 8, 9.5],
   maxModelQueue: [100, '200', 300, 100, 200, 300],
+  slowConsumerWarnBytes: [2048, '4096', 8192, 2048, 4096, 8192],
+  slowConsumerCloseBytes: [2097152, '4194304', 16777216, 2097152, 4194304, 16777216],
+  trustForwardedFor: [true, 'no', 'TRUE', true, false, true],
   maxPayloadBytes: [1024, '2048', 4096, 1024, 2048, 4096],
   requestTimeoutMs: [1000, '0.5', 3600000, 1000, 0.5, 3600000],
   adminToken: [
@@ -514,5 +523,17 @@ describe('origins', () => {
     };
     expect(origins).toMatchObject(expected);
     expect(Object.keys(origins)).toEqual(Object.keys(ENV));
+  });
+});
+
+describe('slow-consumer thresholds', () => {
+  it('refuses a close threshold at or below the warning threshold, naming the setting', () => {
+    expect(() => resolveConfig({ env: { STREAMINFER_SLOW_CONSUMER_CLOSE_BYTES: '1048576' } })).toThrow(
+      /STREAMINFER_SLOW_CONSUMER_CLOSE_BYTES/,
+    );
+  });
+  it('reads trustForwardedFor words', () => {
+    expect(resolveConfig({ env: { STREAMINFER_TRUST_FORWARDED_FOR: 'yes' } }).trustForwardedFor).toBe(true);
+    expect(() => resolveConfig({ env: { STREAMINFER_TRUST_FORWARDED_FOR: 'maybe' } })).toThrow(/STREAMINFER_TRUST_FORWARDED_FOR/);
   });
 });

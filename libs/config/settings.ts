@@ -1,5 +1,5 @@
 import { BATCH_POLICY_NAMES, type BatchPolicyName } from '../batching';
-import { decimal, integer, oneOf, type Parser, powerOfTwo, text } from './coerce';
+import { decimal, flag, integer, oneOf, type Parser, powerOfTwo, text } from './coerce';
 import { type DeviceTarget, formatDeviceList, parseDeviceList } from './device';
 
 export const LOG_LEVELS = Object.freeze([
@@ -34,11 +34,16 @@ export interface ServerConfig {
   /** Per-client bucket size; defaults to max(1, rateLimitRps), 0 when rate limiting is disabled. */
   rateLimitBurst: number;
   maxModelQueue: number;
+  /** Per WebSocket client: unsent bytes that earn a warning, and that close the connection (1013). */
+  slowConsumerWarnBytes: number;
+  slowConsumerCloseBytes: number;
+  /** Behind a proxy: identify HTTP clients by the first X-Forwarded-For address instead of the socket's. */
+  trustForwardedFor: boolean;
   maxPayloadBytes: number;
   requestTimeoutMs: number;
   /** Unset: admin endpoints accept loopback clients only. */
   adminToken: string | undefined;
-  /** Unset: auto (cores / workers, at least 1). */
+  /** Unset: auto ((cores - nodes) / (nodes × workers), at least 1). */
   intraOpThreads: number | undefined;
   ringBytes: number;
   shutdownTimeoutMs: number;
@@ -185,6 +190,27 @@ export const SETTINGS: { readonly [K in SettingKey]: SettingSpec<ServerConfig[K]
     expected: 'an integer between 1 and 10000000',
     parse: integer(1, 10_000_000),
   },
+  slowConsumerWarnBytes: {
+    env: 'STREAMINFER_SLOW_CONSUMER_WARN_BYTES',
+    default: MIB,
+    help: "a WebSocket client whose unsent answers pass this many bytes is warned (it is not reading)",
+    expected: 'an integer between 1024 and 1073741824',
+    parse: integer(KIB, GIB),
+  },
+  slowConsumerCloseBytes: {
+    env: 'STREAMINFER_SLOW_CONSUMER_CLOSE_BYTES',
+    default: 8 * MIB,
+    help: 'a WebSocket client whose unsent answers pass this many bytes is closed with 1013',
+    expected: 'an integer between 1024 and 1073741824',
+    parse: integer(KIB, GIB),
+  },
+  trustForwardedFor: {
+    env: 'STREAMINFER_TRUST_FORWARDED_FOR',
+    default: false,
+    help: 'identify HTTP clients by X-Forwarded-For (only behind a trusted proxy)',
+    expected: 'true or false',
+    parse: flag,
+  },
   maxPayloadBytes: {
     env: 'STREAMINFER_MAX_PAYLOAD_BYTES',
     default: MIB,
@@ -211,8 +237,8 @@ export const SETTINGS: { readonly [K in SettingKey]: SettingSpec<ServerConfig[K]
   intraOpThreads: {
     env: 'STREAMINFER_INTRA_OP_THREADS',
     default: undefined,
-    defaultText: 'auto (cores / workers, at least 1)',
-    help: 'ONNX Runtime intra-op threads per session (auto or 0 = cores / workers)',
+    defaultText: 'auto ((cores - nodes) / (nodes × workers), at least 1)',
+    help: 'ONNX Runtime intra-op threads per session (auto or 0: each gateway keeps a core, workers share the rest)',
     expected: 'an integer between 1 and 1024, 0 or "auto"',
     parse: intraOpParser,
   },

@@ -68,9 +68,11 @@ describe('planProviders (the CUDA/CPU selection)', () => {
     });
   });
   test('intra-op threads share the cores between workers', () => {
-    expect(defaultIntraOpThreads(2, 1)).toBe(2);
+    expect(defaultIntraOpThreads(2, 1)).toBe(1);
     expect(defaultIntraOpThreads(2, 2)).toBe(1);
-    expect(defaultIntraOpThreads(2, 4)).toBe(1);
-    expect(defaultIntraOpThreads(16, 4)).toBe(4);
+    expect(defaultIntraOpThreads(4, 1)).toBe(3);
+    expect(defaultIntraOpThreads(16, 1)).toBe(15);
+    expect(defaultIntraOpThreads(16, 2, 2)).toBe(3);
+    expect(defaultIntraOpThreads(1, 1)).toBe(1);
   });
 });

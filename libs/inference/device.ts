@@ -77,7 +77,11 @@ export function planProviders(device: DeviceRequest, availableBackends: readonly
   }
 }
 
-/** Intra-op threads per session so that all workers of a node together use about `cores` threads. */
-export function defaultIntraOpThreads(cores: number, workers: number): number {
-  return Math.max(1, Math.floor(cores / Math.max(1, workers)));
+/**
+ * Intra-op threads per session: each node's gateway thread keeps a core of its own (it parses and encodes
+ * every request), and the worker threads of all nodes share the rest.
+ */
+export function defaultIntraOpThreads(cores: number, workersPerNode: number, nodes = 1): number {
+  const forModels = Math.max(1, cores - nodes);
+  return Math.max(1, Math.floor(forModels / Math.max(1, workersPerNode * nodes)));
 }

@@ -3,10 +3,11 @@
  * model (models/bench: 256 → 4096 → 4096 → 256 MLP) over WebSocket at concurrency 64
  * (64 connections × 1 request in flight), served by `serve --nodes 1 --workers 1` twice in
  * the same run: once with `STREAMINFER_BATCH_SIZE=1` (no batching) and once with the model's
- * own batching (`config.json`: greedy, max 64, 5 ms). Before the servers, the model's
- * in-process speed (`streaminfer bench model bench --json`, same thread settings as the
- * server's single worker) gives the ceiling: served req/s is reported as a fraction of the
- * in-process items/s at the mean batch size the server actually reached.
+ * own batching (`config.json`: greedy, max 64, 5 ms). The model's in-process speed
+ * (`streaminfer bench model bench --json`, same thread settings as the server's single
+ * worker), measured alone before each round and after the last (best pass per batch size),
+ * gives the ceiling: served req/s is reported as a fraction of the in-process items/s at the
+ * mean batch size the server actually reached.
  */
 import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -88,6 +89,23 @@ export function inProcessAt(result: InProcessResult, batch: number): number | un
     result.results.map((r): [number, number] => [r.batchSize, r.itemsPerSecond]),
     batch,
   );
+}
+
+/**
+ * The ceiling from several in-process passes: per batch size, the pass with the most
+ * items/s (a shared machine only ever makes a pass slower, never faster).
+ */
+export function bestOf(passes: readonly InProcessResult[]): InProcessResult | undefined {
+  const first = passes[0];
+  if (!first) return undefined;
+  const best = new Map<number, InProcessRow>();
+  for (const p of passes) {
+    for (const r of p.results) {
+      const b = best.get(r.batchSize);
+      if (!b || r.itemsPerSecond > b.itemsPerSecond) best.set(r.batchSize, r);
+    }
+  }
+  return { ...first, results: [...best.values()].sort((a, b) => a.batchSize - b.batchSize) };
 }
 
 /** The model's own `max_batch_size` from its config.json (64 for `bench`). */
@@ -307,8 +325,8 @@ export const batching: Scenario = {
 
     const modelsDir = benchOnlyModelsDir(ctx.repoRoot);
     const runs: RunRecord[] = [];
-    let inProcess: InProcessResult | undefined;
-    let inProcessError: string | undefined;
+    const passes: { result: InProcessResult; ms: number; loadAvg: number[] }[] = [];
+    const inProcessErrors: string[] = [];
     const inProcessArgs = [
       'bench',
       'model',
@@ -326,28 +344,30 @@ export const batching: Scenario = {
     const intraOp = process.env['STREAMINFER_INTRA_OP_THREADS']?.trim();
     if (intraOp) inProcessArgs.push('--intra-op-threads', intraOp);
     const serverArgs = ['--models-dir', modelsDir, '--model', MODEL];
-    let inProcessMs = 0;
-    try {
-      // 1. the ceiling, alone on the machine (no server or load generator running)
-      ctx.log(`in-process: node dist/apps/cli/main.js ${inProcessArgs.join(' ')}`);
+    // the ceiling, alone on the machine (no server or load generator running)
+    const inProcessPass = async (): Promise<void> => {
+      const n = passes.length + inProcessErrors.length + 1;
+      ctx.log(`in-process pass ${n}: node dist/apps/cli/main.js ${inProcessArgs.join(' ')}`);
+      const loadAvg = os.loadavg().map((x) => Math.round(x * 100) / 100);
       const t0 = Date.now();
       try {
-        inProcess = await runInProcessBench(ctx.repoRoot, inProcessArgs, 180_000);
-        inProcessMs = Date.now() - t0;
+        const result = await runInProcessBench(ctx.repoRoot, inProcessArgs, 180_000);
+        passes.push({ result, ms: Date.now() - t0, loadAvg });
         ctx.log(
-          `in-process: ${inProcess.results
+          `in-process pass ${n}: ${result.results
             .map((r) => `b${r.batchSize} ${Math.round(r.itemsPerSecond)}/s`)
-            .join(', ')} (${inProcess.executionProvider}, ${inProcess.intraOpThreads} intra-op threads)`,
+            .join(', ')} (${result.executionProvider}, ${result.intraOpThreads} intra-op threads)`,
         );
       } catch (e) {
-        inProcessError = errText(e);
-        ctx.log(`in-process bench failed: ${inProcessError.split('\n')[0]}`);
-        runs.push({ label: 'in-process', target: 'in-process', error: inProcessError });
+        inProcessErrors.push(errText(e));
+        ctx.log(`in-process pass ${n} failed: ${errText(e).split('\n')[0]}`);
       }
-
-      // 2. served, alternating sides each round
+    };
+    try {
+      // in-process before every round and once after the last; served runs alternate sides each round
       const broken = new Set<string>();
       for (let round = 1; round <= ctx.rounds; round++) {
+        await inProcessPass();
         const suffix = ctx.rounds > 1 ? ` #${round}` : '';
         for (const side of sides) {
           if (broken.has(side.target)) continue;
@@ -361,20 +381,30 @@ export const batching: Scenario = {
             load,
             batchCollector(ctx, load, warmPerConnection),
           );
-          if (run.load && run.load.ok > 0) {
-            const m = (run.metrics ??= {});
-            // with STREAMINFER_BATCH_SIZE=1 every run is one item, whatever /metrics says
-            const reached = m['meanBatchSize'] ?? (side.target === UNBATCHED ? 1 : undefined);
-            const ceiling = inProcess && reached !== undefined ? inProcessAt(inProcess, reached) : undefined;
-            m['inProcessItemsPerSec'] = ceiling;
-            m['servedOverInProcess'] = ratio(run.load.throughputRps, ceiling);
-          }
           runs.push(run);
           if (run.error && !run.load) broken.add(side.target); // will not start next round either
         }
       }
+      await inProcessPass();
     } finally {
       fs.rmSync(modelsDir, { recursive: true, force: true });
+    }
+    const inProcess = bestOf(passes.map((p) => p.result));
+    if (!inProcess) {
+      runs.unshift({ label: 'in-process', target: 'in-process', error: inProcessErrors.join('\n\n') });
+    } else if (inProcessErrors.length) {
+      notes.push(
+        `${inProcessErrors.length} in-process pass(es) failed: ${inProcessErrors[0]!.split('\n')[0]}`,
+      );
+    }
+    for (const run of runs) {
+      if (!run.load || run.load.ok === 0 || (run.target !== UNBATCHED && run.target !== BATCHED)) continue;
+      const m = (run.metrics ??= {});
+      // with STREAMINFER_BATCH_SIZE=1 every run is one item, whatever /metrics says
+      const reached = m['meanBatchSize'] ?? (run.target === UNBATCHED ? 1 : undefined);
+      const ceiling = inProcess && reached !== undefined ? inProcessAt(inProcess, reached) : undefined;
+      m['inProcessItemsPerSec'] = ceiling;
+      m['servedOverInProcess'] = ratio(run.load.throughputRps, ceiling);
     }
 
     // 3. figures
@@ -525,26 +555,34 @@ export const batching: Scenario = {
     ];
     if (inProcess) {
       const b1 = inProcess.results.find((r) => r.batchSize === 1)?.itemsPerSecond;
+      const perPass = (batch: number): string =>
+        passes
+          .map((p) => p.result.results.find((r) => r.batchSize === batch)?.itemsPerSecond)
+          .map((v) => (v === undefined ? '–' : fmt(Math.round(v))))
+          .join(' / ');
       md.push(
-        `\`node dist/apps/cli/main.js ${inProcessArgs.join(' ').replace(modelsDir, '<bench-only models dir>')}\` — ` +
+        `\`node dist/apps/cli/main.js ${inProcessArgs.join(' ').replace(modelsDir, '<dir with only bench>')}\` — ` +
           `${inProcess.model} v${inProcess.version} on ${inProcess.executionProvider}, ` +
-          `${inProcess.intraOpThreads} intra-op thread(s) (the server's with \`--workers 1\`), ` +
-          `run alone before the servers, ${(inProcessMs / 1000).toFixed(1)} s.`,
+          `${inProcess.intraOpThreads} intra-op thread(s) (the server's with \`--workers 1\`). ` +
+          `${passes.length} pass(es), one before each round and one after the last, never during a load run ` +
+          `(load average at their starts: ${passes.map((p) => p.loadAvg[0]).join(', ')}); ` +
+          'the ceiling is the best pass per batch size.',
         '',
         markdownTable(
-          ['batch', 'items/s', 'µs/call', 'µs/item', '× batch 1'],
+          ['batch', 'items/s (best)', 'µs/call', 'µs/item', '× batch 1', 'items/s per pass'],
           inProcess.results.map((r) => [
             r.batchSize,
             fmt(r.itemsPerSecond),
             fmt(r.usPerCall),
             fmt(r.usPerItem),
             times(ratio(r.itemsPerSecond, b1)),
+            perPass(r.batchSize),
           ]),
-          ['right', 'right', 'right', 'right', 'right'],
+          ['right', 'right', 'right', 'right', 'right', 'left'],
         ),
       );
     } else {
-      md.push(`The in-process bench failed: ${inProcessError?.split('\n')[0] ?? 'unknown error'}`);
+      md.push(`The in-process bench failed: ${inProcessErrors[0]?.split('\n')[0] ?? 'unknown error'}`);
     }
 
     return {
@@ -568,17 +606,16 @@ export const batching: Scenario = {
         model: MODEL,
         maxBatchSize: maxBatch,
         targets: TARGETS,
-        inProcess: inProcess
-          ? {
-              command: [
-                'node',
-                'dist/apps/cli/main.js',
-                ...inProcessArgs.map((a) => (a === modelsDir ? '<dir with only bench>' : a)),
-              ],
-              durationMs: inProcessMs,
-              ...inProcess,
-            }
-          : { error: inProcessError },
+        inProcess: {
+          command: [
+            'node',
+            'dist/apps/cli/main.js',
+            ...inProcessArgs.map((a) => (a === modelsDir ? '<dir with only bench>' : a)),
+          ],
+          best: inProcess,
+          passes: passes.map((p) => ({ durationMs: p.ms, loadAvgAtStart: p.loadAvg, ...p.result })),
+          errors: inProcessErrors,
+        },
         perRun: served.map((r) => ({
           label: r.label,
           target: r.target,

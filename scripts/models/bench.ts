@@ -27,7 +27,7 @@ export const BENCH_CONFIG: ModelConfig = {
     'Benchmark model: seeded random dense net 256 → 4096 → 4096 → 256 (≈37.7 MFLOP/item), batching pays',
   inputs: [{ name: 'features', dtype: 'float32', shape: [BENCH_DIMS[0]] }],
   outputs: [{ name: 'scores', dtype: 'float32', shape: [BENCH_DIMS[BENCH_DIMS.length - 1]!] }],
-  batching: { policy: 'greedy', max_batch_size: 64, max_queue_delay_ms: 5 },
+  batching: { policy: 'fixed', max_batch_size: 64, max_queue_delay_ms: 50 },
   default_version: '1',
 };
 

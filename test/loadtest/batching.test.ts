@@ -1,5 +1,12 @@
 import { parsePrometheusText } from '../../loadtest/metrics';
-import { inProcessAt, judge, metricDeltas, parseInProcess, TARGETS } from '../../loadtest/scenarios/batching';
+import {
+  bestOf,
+  inProcessAt,
+  judge,
+  metricDeltas,
+  parseInProcess,
+  TARGETS,
+} from '../../loadtest/scenarios/batching';
 
 const JSON_OUT = JSON.stringify({
   model: 'bench',
@@ -24,6 +31,25 @@ describe('parseInProcess / inProcessAt', () => {
     expect(inProcessAt(r, 1)).toBe(312.5);
     expect(inProcessAt(r, 2 * Math.SQRT2)).toBeCloseTo(730, 9);
     expect(inProcessAt(r, 64)).toBe(880);
+  });
+
+  it('keeps the best pass per batch size', () => {
+    const a = parseInProcess(JSON_OUT);
+    const b = {
+      ...a,
+      results: [
+        { batchSize: 1, calls: 1, usPerCall: 1, usPerItem: 1, itemsPerSecond: 400 },
+        { batchSize: 8, calls: 1, usPerCall: 1, usPerItem: 1, itemsPerSecond: 1200 },
+      ],
+    };
+    const best = bestOf([a, b])!;
+    expect(best.results.map((r) => [r.batchSize, r.itemsPerSecond])).toEqual([
+      [1, 400],
+      [2, 580],
+      [4, 880],
+      [8, 1200],
+    ]);
+    expect(bestOf([])).toBeUndefined();
   });
 
   it('rejects output without usable rows', () => {

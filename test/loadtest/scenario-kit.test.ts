@@ -20,7 +20,7 @@ describe('interpolateLog2', () => {
   it('is linear in log2(x) between neighbours', () => {
     // log2(2√2) = 1.5: halfway between batch 2 and batch 4
     expect(interpolateLog2(pts, 2 * Math.SQRT2)).toBeCloseTo(750, 9);
-    // log2(16) = 4: two thirds... of the way from 4 (log 2) to 64 (log 6) is log 4.667; 16 is half
+    // log2(16) = 4: halfway between batch 4 (log2 = 2) and batch 64 (log2 = 6)
     expect(interpolateLog2(pts, 16)).toBeCloseTo(2100, 9);
   });
 

@@ -1,0 +1,119 @@
+import { AdmissionCode, type ConsumerSignal } from './codes';
+import { InflightGauge } from './inflight';
+import { type BackpressureOptions, ceilShare, floorShare, validateBackpressureOptions } from './options';
+import { SlowConsumerMonitor } from './slow-consumer';
+import { TokenBucket } from './token-bucket';
+
+/**
+ * Backpressure state of one client: a WebSocket connection, or an HTTP client address (kept in a ClientTable).
+ * Created once per client and reused for every request: no method allocates.
+ *
+ * Per request: tryAcquire(now) → on `admit`, and once the request is really queued, onAdmitted() (send the
+ * `consumer_falling_behind` warning when it returns true); when the request is answered, onCompleted().
+ */
+export class ClientState {
+  private readonly bucket: TokenBucket;
+  private readonly gauge: InflightGauge;
+  private readonly consumer: SlowConsumerMonitor;
+  private retryMs = 0;
+
+  constructor(options: BackpressureOptions, now: number) {
+    const o = validateBackpressureOptions(options);
+    const max = o.maxInflightPerClient;
+    this.bucket = new TokenBucket(o.rateLimitRps, o.rateLimitBurst, now);
+    this.gauge = new InflightGauge(
+      max,
+      Math.max(1, ceilShare(o.warnInflightFraction, max)),
+      floorShare(o.inflightResetFraction, max),
+    );
+    this.consumer = new SlowConsumerMonitor(
+      o.slowConsumerWarnBytes,
+      o.slowConsumerCloseBytes,
+      o.slowConsumerResetBytes,
+    );
+  }
+
+  /**
+   * Decides on one request. `client_queue_full` when `inflight >= maxInflightPerClient` (no token is spent);
+   * otherwise takes a token: `rate_limited` when none is available (`retryAfterMs` = wait until one is), else
+   * `admit`. The token is spent even if the request is refused later on (e.g. the model queue is full).
+   * Does NOT count the request in flight: call onAdmitted() once it is actually queued.
+   */
+  tryAcquire(now: number): AdmissionCode {
+    if (this.gauge.full) {
+      this.retryMs = 0;
+      return AdmissionCode.ClientQueueFull;
+    }
+    if (!this.bucket.tryTake(now)) {
+      this.retryMs = this.bucket.retryAfterMs;
+      return AdmissionCode.RateLimited;
+    }
+    this.retryMs = 0;
+    return AdmissionCode.Admit;
+  }
+
+  /** Wait (ms) for the last `rate_limited` answer of tryAcquire(); 0 after any other answer. */
+  get retryAfterMs(): number {
+    return this.retryMs;
+  }
+
+  /** Counts one more request in flight; true when it opened a falling-behind episode (warn the client now). */
+  onAdmitted(): boolean {
+    return this.gauge.add();
+  }
+
+  /** Counts one request answered (never below 0); ends the warning episode at the reset level. */
+  onCompleted(): void {
+    this.gauge.remove();
+  }
+
+  get inflight(): number {
+    return this.gauge.inflight;
+  }
+
+  /** True while a falling-behind (in-flight) episode is open. */
+  get inflightWarning(): boolean {
+    return this.gauge.warning;
+  }
+
+  /** Level at which the in-flight warning is sent: max(1, ceil(warnInflightFraction × maxInflightPerClient)). */
+  get inflightWarnLevel(): number {
+    return this.gauge.warnLevel;
+  }
+
+  /** In-flight count at or below which the episode ends: floor(inflightResetFraction × maxInflightPerClient). */
+  get inflightResetLevel(): number {
+    return this.gauge.resetLevel;
+  }
+
+  /** Tokens in the rate-limit bucket at `now` (for metrics and tests). */
+  availableTokens(now: number): number {
+    return this.bucket.available(now);
+  }
+
+  /**
+   * Slow consumer (WebSocket only): feed the unsent bytes after each send. `warn` on the first crossing of
+   * slowConsumerWarnBytes in an episode, `close` (sticky) above slowConsumerCloseBytes, else `ok`.
+   */
+  observeBufferedAmount(bytes: number): ConsumerSignal {
+    return this.consumer.observe(bytes);
+  }
+
+  /** True while a slow-consumer episode is open. */
+  get slowConsumerWarning(): boolean {
+    return this.consumer.warning;
+  }
+
+  /** True once observeBufferedAmount() has answered `close`. */
+  get closing(): boolean {
+    return this.consumer.closing;
+  }
+
+  /** Forgets everything: full bucket, nothing in flight, no episode open. */
+  reset(now: number): void {
+    this.bucket.reset(now);
+    this.gauge.reset();
+    this.consumer.reset();
+    this.retryMs = 0;
+  }
+}
