@@ -256,7 +256,10 @@ bench
     'workers per node the threads are sized for',
     process.env.STREAMINFER_WORKERS?.trim() || '1',
   )
-  .option('--intra-op-threads <n>', 'ONNX Runtime intra-op threads (default: as the server: (cores - 1) / workers)')
+  .option(
+    '--intra-op-threads <n>',
+    'ONNX Runtime intra-op threads (default: as the server: (cores - 1) / workers)',
+  )
   .option('--json', 'machine-readable output')
   .action(async (name: string, flags: Record<string, string | boolean | undefined>) => {
     const positive = (key: string): number => {

@@ -7,15 +7,31 @@
 import * as uWS from 'uWebSockets.js';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
-import type { MetricJson, SlotDescription } from '../../libs/metrics';
-import { MetricsShard, nodeMetricsJson } from '../../libs/metrics';
-import type { ErrorCode, InferenceRequest, RequestId } from '../../libs/protocol';
+import type { ResolvedBackpressureOptions } from '../../libs/backpressure';
 import {
+  AdmissionCode,
+  ClientState,
+  ClientTable,
+  CONSUMER_FALLING_BEHIND,
+  ConsumerSignal,
+  ModelQueueGuard,
+  resolveDeadline,
+  SLOW_CONSUMER_CLOSE_CODE,
+  validateBackpressureOptions,
+} from '../../libs/backpressure';
+import type { MetricJson, ShedReason, SlotDescription } from '../../libs/metrics';
+import { MetricsShard, metricJson, nodeMetricsJson, SHED_REASONS } from '../../libs/metrics';
+import type { BinaryRequest, ErrorCode, InferenceRequest, RequestId } from '../../libs/protocol';
+import {
+  bindBinaryRequest,
   bindRequest,
+  decodeBinaryRequest,
   decodeRequest,
   decodeResult,
+  encodeBinaryAnswer,
   encodeError,
   encodeResult,
+  encodeWarning,
   errorCodeIndex,
   httpStatusLine,
   httpStatusOf,
@@ -49,7 +65,8 @@ const SWEEP_GRACE_MS = 5000;
 interface Connection {
   id: number;
   closed: boolean;
-  inflight: number;
+  /** Rate limit, in-flight cap and slow-consumer state of this connection. */
+  client: ClientState;
 }
 
 interface HttpState {
@@ -64,7 +81,21 @@ interface Pending {
   ws: uWS.WebSocket<Connection> | undefined;
   res: uWS.HttpResponse | undefined;
   http: HttpState | undefined;
+  client: ClientState;
+  /** Answer with a binary tensor frame (the request was one). */
+  binary: boolean;
 }
+
+/** Shed reasons as indexes of SHED_REASONS (metrics). */
+const SHED = Object.fromEntries(SHED_REASONS.map((reason, index) => [reason, index])) as Record<
+  ShedReason,
+  number
+>;
+/** No client may ask for a deadline further away than this. */
+const MAX_DEADLINE_MS = 3_600_000;
+/** HTTP clients (by address) whose limits are remembered; idle ones are forgotten after this long. */
+const HTTP_CLIENTS_MAX = 100_000;
+const HTTP_CLIENT_IDLE_MS = 60_000;
 
 export interface GatewayHooks {
   forwardControl(request: ControlRequest, reply: (response: ControlResponse) => void): void;
@@ -83,6 +114,9 @@ export class Gateway {
   private readonly hardFrameLimit: number;
   private sweepTimer: NodeJS.Timeout | undefined;
   private onIdle: (() => void) | undefined;
+  private readonly backpressure: ResolvedBackpressureOptions;
+  private readonly httpClients: ClientTable<string>;
+  readonly counters = { inflightWarnings: 0, slowConsumerWarnings: 0, slowConsumerCloses: 0 };
   private readonly ringsToNotify = new Set<Doorbell>();
   private notifyScheduled = false;
   defaultModel: string;
@@ -99,11 +133,31 @@ export class Gateway {
     private readonly hooks: GatewayHooks,
   ) {
     this.defaultModel = options.defaultModel;
+    this.backpressure = validateBackpressureOptions({
+      rateLimitRps: options.backpressure.rateLimitRps,
+      rateLimitBurst: options.backpressure.rateLimitBurst,
+      maxInflightPerClient: options.backpressure.maxInflightPerClient,
+      maxModelQueue: options.backpressure.maxModelQueue,
+      slowConsumerWarnBytes: options.backpressure.slowConsumerWarnBytes,
+      slowConsumerCloseBytes: options.backpressure.slowConsumerCloseBytes,
+    });
+    this.httpClients = new ClientTable<string>(HTTP_CLIENTS_MAX, HTTP_CLIENT_IDLE_MS, (now) =>
+      this.newClient(now),
+    );
     this.metrics = new MetricsShard(metricsBuffer, 0);
     // Frames above our own limit get a typed error; only frames far above it are cut at the protocol level.
     this.hardFrameLimit = Math.max(options.maxPayloadBytes * 4, 16 * 1024 * 1024);
     this.app = uWS.App();
     this.routes();
+  }
+
+  newClient(now: number): ClientState {
+    return new ClientState(this.backpressure, now);
+  }
+
+  /** A guard per model version: queue bound by priority, Retry-After from the measured drain rate. */
+  newModelGuard(now: number): ModelQueueGuard {
+    return new ModelQueueGuard(this.backpressure, now);
   }
 
   // ---------------------------------------------------------------- listening
@@ -138,14 +192,16 @@ export class Gateway {
       maxPayloadLength: this.hardFrameLimit,
       idleTimeout: 120,
       sendPingsAutomatically: true,
-      maxBackpressure: 64 * 1024 * 1024,
+      // Above our own slow-consumer limit, so that limit (warn, then 1013) always acts first.
+      maxBackpressure:
+        this.options.backpressure.slowConsumerCloseBytes + 2 * this.options.maxPayloadBytes + 1024 * 1024,
       upgrade: (res, req, context) => {
         if (this.draining) {
           res.writeStatus('503 Service Unavailable').end('server is shutting down');
           return;
         }
         res.upgrade<Connection>(
-          { id: this.nextConnectionId++, closed: false, inflight: 0 },
+          { id: this.nextConnectionId++, closed: false, client: this.newClient(clock()) },
           req.getHeader('sec-websocket-key'),
           req.getHeader('sec-websocket-protocol'),
           req.getHeader('sec-websocket-extensions'),
@@ -156,6 +212,10 @@ export class Gateway {
         this.sockets.add(ws);
       },
       message: (ws, message, isBinary) => this.onWsMessage(ws, message, isBinary),
+      drain: (ws) => {
+        // The client caught up: let the slow-consumer episode end.
+        ws.getUserData().client.observeBufferedAmount(ws.getBufferedAmount());
+      },
       close: (ws) => {
         ws.getUserData().closed = true;
         this.sockets.delete(ws);
@@ -183,20 +243,12 @@ export class Gateway {
 
   private onWsMessage(ws: uWS.WebSocket<Connection>, message: ArrayBuffer, isBinary: boolean): void {
     const startedAt = clock();
-    if (isBinary) {
-      this.rejectWs(
-        ws,
-        null,
-        UNROUTED_SLOT,
-        startedAt,
-        new ProtocolError('bad_request', 'binary frames are not supported; send JSON text frames'),
-      );
-      return;
-    }
     if (message.byteLength > this.options.maxPayloadBytes) {
-      const id = sniffId(message);
-      this.rejectWs(
+      const id = isBinary ? null : sniffId(message);
+      this.fail(
         ws,
+        undefined,
+        undefined,
         id,
         UNROUTED_SLOT,
         startedAt,
@@ -207,21 +259,22 @@ export class Gateway {
       );
       return;
     }
+    const client = ws.getUserData().client;
+    if (isBinary) {
+      // Tensor frame: its byte views are valid only during this callback, and admission copies them now.
+      let request: BinaryRequest;
+      try {
+        request = decodeBinaryRequest(message, { model: this.defaultModel });
+      } catch (error) {
+        const id = error instanceof RequestError ? error.requestId : null;
+        this.fail(ws, undefined, undefined, id, UNROUTED_SLOT, startedAt, asProtocolError(error));
+        return;
+      }
+      this.admitDecoded(request, request, startedAt, ws, undefined, undefined, client);
+      return;
+    }
     // The ArrayBuffer is only valid during this callback: decoding copies it into a string.
-    const text = decoder.decode(message);
-    this.admit(text, startedAt, ws, undefined, undefined);
-  }
-
-  private rejectWs(
-    ws: uWS.WebSocket<Connection>,
-    id: RequestId,
-    slot: number,
-    startedAt: number,
-    error: ProtocolError,
-  ): void {
-    this.metrics.recordRequest(slot, PROTOCOL_WS, errorCodeIndex(error.code), (clock() - startedAt) / 1000);
-    if (!ws.getUserData().closed)
-      ws.send(encodeError(id, error.code, error.message, error.retryAfterMs), false);
+    this.admit(decoder.decode(message), startedAt, ws, undefined, undefined, client);
   }
 
   // ---------------------------------------------------------------- HTTP
@@ -232,6 +285,7 @@ export class Gateway {
     res.onAborted(() => {
       state.aborted = true;
     });
+    const clientKey = this.httpClientKey(res, req);
     const declared = Number(req.getHeader('content-length') || '0');
     if (declared > this.options.maxPayloadBytes) {
       this.metrics.recordRequest(UNROUTED_SLOT, PROTOCOL_HTTP, errorCodeIndex('payload_too_large'), 0);
@@ -264,8 +318,17 @@ export class Gateway {
         );
         return;
       }
-      this.admit(body, startedAt, undefined, res, state);
+      this.admit(body, startedAt, undefined, res, state, this.httpClients.get(clientKey, clock()));
     });
+  }
+
+  /** An HTTP client is its address, or the first X-Forwarded-For hop when the operator trusts the proxy. */
+  private httpClientKey(res: uWS.HttpResponse, req: uWS.HttpRequest): string {
+    if (this.options.backpressure.trustForwardedFor) {
+      const forwarded = req.getHeader('x-forwarded-for');
+      if (forwarded) return forwarded.split(',')[0]!.trim();
+    }
+    return decoder.decode(res.getRemoteAddressAsText());
   }
 
   /** Collects a request body (copying each chunk: uWS reuses them); undefined when it exceeds the limit. */
@@ -358,52 +421,94 @@ export class Gateway {
     ws: uWS.WebSocket<Connection> | undefined,
     res: uWS.HttpResponse | undefined,
     http: HttpState | undefined,
+    client: ClientState,
   ): void {
-    const protocol = ws ? PROTOCOL_WS : PROTOCOL_HTTP;
     let request: InferenceRequest;
     try {
       request = decodeRequest(text, { model: this.defaultModel });
     } catch (error) {
-      this.fail(
-        ws,
-        res,
-        http,
-        protocol,
-        error instanceof RequestError ? error.requestId : null,
-        UNROUTED_SLOT,
-        startedAt,
-        asProtocolError(error),
-      );
+      const id = error instanceof RequestError ? error.requestId : null;
+      this.fail(ws, res, http, id, UNROUTED_SLOT, startedAt, asProtocolError(error));
       return;
     }
+    this.admitDecoded(request, undefined, startedAt, ws, res, http, client);
+  }
+
+  /**
+   * Admission, the same for every protocol: route → client limits (rate, in-flight) → model queue bound by
+   * priority → validate against the model → one record into the ring of the request's priority.
+   */
+  private admitDecoded(
+    request: InferenceRequest,
+    binary: BinaryRequest | undefined,
+    startedAt: number,
+    ws: uWS.WebSocket<Connection> | undefined,
+    res: uWS.HttpResponse | undefined,
+    http: HttpState | undefined,
+    client: ClientState,
+  ): void {
     let slot = UNROUTED_SLOT;
     try {
-      if (this.draining)
+      if (this.draining) {
+        this.metrics.recordShed(slot, SHED.shutting_down);
         throw new ProtocolError('unavailable', 'server is shutting down; retry on another instance');
+      }
       const runtime = this.resolve(request);
       slot = runtime.slot;
-      const bound = bindRequest(request, runtime.model.signature, {
-        maxElements: Math.floor(this.options.maxPayloadBytes / 4),
-      });
+      const now = clock();
+      const clientDecision = client.tryAcquire(now);
+      if (clientDecision === AdmissionCode.RateLimited) {
+        this.metrics.recordShed(slot, SHED.rate_limited);
+        throw new ProtocolError(
+          'rate_limited',
+          `more than ${this.options.backpressure.rateLimitRps} requests per second from this client`,
+          client.retryAfterMs,
+        );
+      }
+      if (clientDecision === AdmissionCode.ClientQueueFull) {
+        this.metrics.recordShed(slot, SHED.client_queue_full);
+        throw new ProtocolError(
+          'client_queue_full',
+          `this client already has ${client.inflight} requests in flight (limit ${this.options.backpressure.maxInflightPerClient}); wait for answers`,
+        );
+      }
+      if (runtime.guard.tryAdmit(runtime.admitted, request.priority, now) === AdmissionCode.ModelQueueFull) {
+        this.metrics.recordShed(slot, SHED.model_queue_full);
+        throw new ProtocolError(
+          'overloaded',
+          `model ${runtime.model.name} version ${runtime.version} is at its queue limit for ${request.priority} priority`,
+          runtime.guard.retryAfterMs,
+        );
+      }
+      const limits = { maxElements: Math.floor(this.options.maxPayloadBytes / 4) };
+      const bound = binary
+        ? bindBinaryRequest(binary, runtime.model.signature, limits)
+        : bindRequest(request, runtime.model.signature, limits);
       const length = requestRecordBytes(bound);
       const ring = runtime.rings[PRIORITY_CODE[request.priority]]!;
-      if (length > ring.maxRecordBytes)
+      if (length > ring.maxRecordBytes) {
         throw new ProtocolError(
           'payload_too_large',
           `request of ${length} bytes exceeds the model's record limit`,
         );
+      }
       const offset = ring.reserve(length);
       if (offset < 0) {
-        this.metrics.recordShed(slot, 5);
+        this.metrics.recordShed(slot, SHED.ring_full);
         throw new ProtocolError(
           'overloaded',
           `model ${runtime.model.name} version ${runtime.version} queue is full`,
-          100,
+          runtime.guard.estimateRetryAfterMs(runtime.admitted, now),
         );
       }
       const requestId = this.nextRequestId;
       this.nextRequestId = this.nextRequestId >= 0xfffffffe ? 1 : this.nextRequestId + 1;
-      const deadlineAt = startedAt + (request.deadlineMs ?? this.options.requestTimeoutMs);
+      const deadlineAt = resolveDeadline(
+        request.deadlineMs,
+        this.options.requestTimeoutMs,
+        MAX_DEADLINE_MS,
+        startedAt,
+      );
       try {
         writeRequestRecord(
           ring.view,
@@ -417,11 +522,32 @@ export class Gateway {
         ring.commit(undefined, false);
         this.scheduleNotify(runtime.doorbell);
       }
-      this.pending.set(requestId, { clientId: request.id, slot, startedAt, deadlineAt, ws, res, http });
+      runtime.admitted++;
+      this.pending.set(requestId, {
+        clientId: request.id,
+        slot,
+        startedAt,
+        deadlineAt,
+        ws,
+        res,
+        http,
+        client,
+        binary: binary !== undefined,
+      });
       this.metrics.addInflight(slot, 1);
-      if (ws) ws.getUserData().inflight++;
+      if (client.onAdmitted() && ws) {
+        this.counters.inflightWarnings++;
+        this.sendWs(
+          ws,
+          encodeWarning(
+            CONSUMER_FALLING_BEHIND,
+            `${client.inflight} requests in flight; at ${this.options.backpressure.maxInflightPerClient} new ones are rejected`,
+          ),
+          false,
+        );
+      }
     } catch (error) {
-      this.fail(ws, res, http, protocol, request.id, slot, startedAt, asProtocolError(error));
+      this.fail(ws, res, http, request.id, slot, startedAt, asProtocolError(error));
     }
   }
 
@@ -468,16 +594,16 @@ export class Gateway {
     ws: uWS.WebSocket<Connection> | undefined,
     res: uWS.HttpResponse | undefined,
     http: HttpState | undefined,
-    protocol: number,
     id: RequestId,
     slot: number,
     startedAt: number,
     error: ProtocolError,
   ): void {
+    const protocol = ws ? PROTOCOL_WS : PROTOCOL_HTTP;
     this.metrics.recordRequest(slot, protocol, errorCodeIndex(error.code), (clock() - startedAt) / 1000);
     const body = encodeError(id, error.code, error.message, error.retryAfterMs);
     if (ws) {
-      if (!ws.getUserData().closed) ws.send(body, false);
+      this.sendWs(ws, body, false);
       return;
     }
     if (res) {
@@ -487,6 +613,42 @@ export class Gateway {
           : undefined;
       this.replyHttp(res, http, httpStatusOf(error.code), body, false, headers);
     }
+  }
+
+  /**
+   * Every WebSocket send goes through here: corked, never on a closed socket, and followed by the
+   * slow-consumer check — a client that stops reading is warned, then closed with 1013, so its unsent
+   * answers never grow server memory without bound.
+   */
+  private sendWs(ws: uWS.WebSocket<Connection>, message: string | Uint8Array, isBinary: boolean): void {
+    const connection = ws.getUserData();
+    if (connection.closed) return;
+    ws.cork(() => {
+      ws.send(message, isBinary);
+    });
+    const signal = connection.client.observeBufferedAmount(ws.getBufferedAmount());
+    if (signal === ConsumerSignal.Ok) return;
+    if (signal === ConsumerSignal.Warn) {
+      this.counters.slowConsumerWarnings++;
+      ws.cork(() => {
+        ws.send(
+          encodeWarning(
+            'slow_consumer',
+            `${ws.getBufferedAmount()} bytes of answers are waiting for you to read them; at ${this.options.backpressure.slowConsumerCloseBytes} the connection is closed (1013)`,
+          ),
+          false,
+        );
+      });
+      return;
+    }
+    this.counters.slowConsumerCloses++;
+    this.metrics.recordShed(UNROUTED_SLOT, SHED.slow_consumer);
+    connection.closed = true;
+    this.logger.warn(
+      { connection: connection.id, buffered: ws.getBufferedAmount() },
+      'slow consumer closed (1013)',
+    );
+    ws.end(SLOW_CONSUMER_CLOSE_CODE, 'slow consumer: unread answers passed the limit');
   }
 
   // ---------------------------------------------------------------- responses
@@ -503,9 +665,22 @@ export class Gateway {
     const status = readResponseStatus(view, offset);
     const runtime = this.slots[pending.slot]!;
     const protocol = pending.ws ? PROTOCOL_WS : PROTOCOL_HTTP;
-    let body: string;
+    let body: string | Uint8Array;
     let httpStatus = 200;
-    if (status === 0) {
+    if (status === 0 && pending.binary) {
+      body = encodeBinaryAnswer(ring.bytes, view, offset, runtime.model.signature, {
+        id: pending.clientId,
+        model: runtime.model.name,
+        version: runtime.version,
+        epoch: readResponseEpoch(view, offset),
+        latency_ms: latencyMs,
+      });
+      this.metrics.recordQueueAndCompute(
+        pending.slot,
+        readQueueMs(view, offset) / 1000,
+        readComputeMs(view, offset) / 1000,
+      );
+    } else if (status === 0) {
       const result = decodeResult(ring.bytes, view, offset, runtime.model.signature);
       body = encodeResult(
         pending.clientId,
@@ -530,27 +705,17 @@ export class Gateway {
     return true;
   };
 
-  private complete(pending: Pending, body: string, httpStatus: number): void {
+  private complete(pending: Pending, body: string | Uint8Array, httpStatus: number): void {
     this.metrics.addInflight(pending.slot, -1);
     this.answered++;
-    const ws = pending.ws;
-    if (ws) {
-      const connection = ws.getUserData();
-      connection.inflight--;
-      if (!connection.closed) {
-        let status = 1;
-        ws.cork(() => {
-          status = ws.send(body, false);
-        });
-        // 2 = dropped by uWS's backpressure limit: never silent.
-        if (status === 2) {
-          this.logger.warn({ connection: connection.id }, 'client is not reading; closing it (1013)');
-          ws.end(1013, 'client too slow: send buffer limit reached');
-        }
-      }
-    } else if (pending.res) {
-      this.replyHttp(pending.res, pending.http, httpStatus, body);
+    const runtime = this.slots[pending.slot];
+    if (runtime) {
+      runtime.admitted--;
+      runtime.guard.onCompleted(1, clock());
     }
+    pending.client.onCompleted();
+    if (pending.ws) this.sendWs(pending.ws, body, typeof body !== 'string');
+    else if (pending.res) this.replyHttp(pending.res, pending.http, httpStatus, body as string);
     if (this.pending.size === 0) this.onIdle?.();
   }
 
@@ -670,7 +835,25 @@ export class Gateway {
         alias: runtime.version === runtime.model.defaultVersion ? 'stable' : '',
       });
     }
-    return nodeMetricsJson(buffer, slots, { wsConnections: this.sockets.size, epoch: this.epoch });
+    const metrics = nodeMetricsJson(buffer, slots, { wsConnections: this.sockets.size, epoch: this.epoch });
+    metrics.push(
+      metricJson(
+        'streaminfer_client_warnings_total',
+        'Warnings sent to clients: consumer_falling_behind (in flight past 80% of the cap), slow_consumer (unread answers).',
+        'counter',
+        [
+          { value: this.counters.inflightWarnings, labels: { code: 'consumer_falling_behind' } },
+          { value: this.counters.slowConsumerWarnings, labels: { code: 'slow_consumer' } },
+        ],
+      ),
+      metricJson(
+        'streaminfer_slow_consumer_closes_total',
+        'WebSocket clients closed with 1013 because their unread answers passed the limit.',
+        'counter',
+        [{ value: this.counters.slowConsumerCloses, labels: {} }],
+      ),
+    );
+    return metrics;
   }
 
   /** Stop accepting: close the listen socket; new requests on open connections are answered `unavailable`. */

@@ -2,6 +2,7 @@
  * Node process (forked by the supervisor): a gateway on the main thread plus a Piscina pool it owns.
  * Started with a 'start' message over IPC; answers control collections; drains on 'shutdown' or SIGTERM.
  */
+import { performance } from 'node:perf_hooks';
 import pino from 'pino';
 import { devicesForNodes, parseDevice } from '../../libs/inference';
 import { assertNativeUws } from '../../libs/inference/uws-check';
@@ -136,6 +137,8 @@ class NodeProcess {
                 version: version.version,
                 rings,
                 doorbell,
+                guard: this.gateway!.newModelGuard(performance.timeOrigin + performance.now()),
+                admitted: 0,
                 executionProvider: result.executionProvider,
                 loadedWorkers: options.workers,
               };

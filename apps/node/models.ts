@@ -1,3 +1,4 @@
+import type { ModelQueueGuard } from '../../libs/backpressure';
 import type { BatchPolicyOptions } from '../../libs/batching';
 import type { ModelEntry } from '../../libs/registry';
 import type { Doorbell, RingBuffer } from '../../libs/ring';
@@ -12,6 +13,10 @@ export interface SlotRuntime {
   rings: RingBuffer[];
   /** Rung once per event-loop turn after writes to any of the rings. */
   doorbell: Doorbell;
+  /** Queue bound by priority, Retry-After from the measured drain rate. */
+  guard: ModelQueueGuard;
+  /** Admitted and not yet answered (queued or being computed): what the guard bounds. */
+  admitted: number;
   executionProvider: string;
   fallbackReason?: string;
   loadedWorkers: number;

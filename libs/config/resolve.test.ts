@@ -534,6 +534,8 @@ describe('slow-consumer thresholds', () => {
   });
   it('reads trustForwardedFor words', () => {
     expect(resolveConfig({ env: { STREAMINFER_TRUST_FORWARDED_FOR: 'yes' } }).trustForwardedFor).toBe(true);
-    expect(() => resolveConfig({ env: { STREAMINFER_TRUST_FORWARDED_FOR: 'maybe' } })).toThrow(/STREAMINFER_TRUST_FORWARDED_FOR/);
+    expect(() => resolveConfig({ env: { STREAMINFER_TRUST_FORWARDED_FOR: 'maybe' } })).toThrow(
+      /STREAMINFER_TRUST_FORWARDED_FOR/,
+    );
   });
 });

@@ -229,7 +229,8 @@ export function resolveConfigDetailed(sources: ConfigSources = {}): ResolvedConf
   }
 
   if (config.slowConsumerCloseBytes <= config.slowConsumerWarnBytes) {
-    const key: SettingKey = origins.slowConsumerCloseBytes !== 'default' ? 'slowConsumerCloseBytes' : 'slowConsumerWarnBytes';
+    const key: SettingKey =
+      origins.slowConsumerCloseBytes !== 'default' ? 'slowConsumerCloseBytes' : 'slowConsumerWarnBytes';
     throw new ConfigError(
       `invalid configuration: slowConsumerCloseBytes ${config.slowConsumerCloseBytes} (${resolver.label('slowConsumerCloseBytes', origins.slowConsumerCloseBytes)}) ` +
         `must be above slowConsumerWarnBytes ${config.slowConsumerWarnBytes} (${resolver.label('slowConsumerWarnBytes', origins.slowConsumerWarnBytes)})`,

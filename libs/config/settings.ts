@@ -193,7 +193,7 @@ export const SETTINGS: { readonly [K in SettingKey]: SettingSpec<ServerConfig[K]
   slowConsumerWarnBytes: {
     env: 'STREAMINFER_SLOW_CONSUMER_WARN_BYTES',
     default: MIB,
-    help: "a WebSocket client whose unsent answers pass this many bytes is warned (it is not reading)",
+    help: 'a WebSocket client whose unsent answers pass this many bytes is warned (it is not reading)',
     expected: 'an integer between 1024 and 1073741824',
     parse: integer(KIB, GIB),
   },

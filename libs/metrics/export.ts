@@ -64,51 +64,51 @@ export function nodeMetricsJson(
     }
   }
   return [
-    metric(
+    metricJson(
       'streaminfer_requests_total',
       'Requests answered, by model, version, protocol and result code.',
       'counter',
       requests,
     ),
-    metric(
+    metricJson(
       'streaminfer_request_duration_seconds',
       'Time from admission to the answer being sent.',
       'histogram',
       requestDuration,
     ),
-    metric(
+    metricJson(
       'streaminfer_queue_duration_seconds',
       'Time a request waited in its ring before its batch ran.',
       'histogram',
       queueDuration,
     ),
-    metric(
+    metricJson(
       'streaminfer_compute_duration_seconds',
       'Model run time of the batch that computed a request.',
       'histogram',
       computeDuration,
     ),
-    metric('streaminfer_batch_size', 'Items per model run.', 'histogram', batchSize),
-    metric('streaminfer_batches_total', 'Model runs.', 'counter', batches),
-    metric('streaminfer_queue_depth', 'Requests waiting for a worker.', 'gauge', queueDepth),
-    metric('streaminfer_inflight_requests', 'Requests admitted and not yet answered.', 'gauge', inflight),
-    metric(
+    metricJson('streaminfer_batch_size', 'Items per model run.', 'histogram', batchSize),
+    metricJson('streaminfer_batches_total', 'Model runs.', 'counter', batches),
+    metricJson('streaminfer_queue_depth', 'Requests waiting for a worker.', 'gauge', queueDepth),
+    metricJson('streaminfer_inflight_requests', 'Requests admitted and not yet answered.', 'gauge', inflight),
+    metricJson(
       'streaminfer_shed_total',
       'Requests refused or dropped to protect the server, by reason.',
       'counter',
       shed,
     ),
-    metric(
+    metricJson(
       'streaminfer_model_info',
       'Loaded model versions and the execution provider each runs on.',
       'gauge',
       modelInfo,
       'max',
     ),
-    metric('streaminfer_ws_connections', 'Open WebSocket connections.', 'gauge', [
+    metricJson('streaminfer_ws_connections', 'Open WebSocket connections.', 'gauge', [
       { value: gauges.wsConnections, labels: {} },
     ]),
-    metric(
+    metricJson(
       'streaminfer_model_epoch',
       'Model table epoch served.',
       'gauge',
@@ -118,7 +118,7 @@ export function nodeMetricsJson(
   ];
 }
 
-function metric(
+export function metricJson(
   name: string,
   help: string,
   type: 'counter' | 'gauge' | 'histogram',

@@ -1,5 +1,5 @@
 export type { MetricJson, NodeGauges, SlotDescription } from './export';
-export { aggregateToText, nodeMetricsJson, PROMETHEUS_CONTENT_TYPE } from './export';
+export { aggregateToText, metricJson, nodeMetricsJson, PROMETHEUS_CONTENT_TYPE } from './export';
 export type { HistogramTotals, ProtocolName, ShedReason, SlotTotals } from './shared-metrics';
 export {
   BATCH_SIZE_BUCKETS,

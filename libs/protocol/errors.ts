@@ -18,6 +18,7 @@ export const ERROR_CODES = [
   'method_not_allowed',
   'model_error',
   'internal',
+  'client_queue_full',
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
@@ -38,6 +39,7 @@ const HTTP_STATUS: Record<ErrorCode, number> = {
   method_not_allowed: 405,
   model_error: 500,
   internal: 500,
+  client_queue_full: 429,
 };
 
 const STATUS_TEXT: Record<number, string> = {

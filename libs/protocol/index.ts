@@ -1,3 +1,13 @@
+export type { BinaryRequest, BinaryTensor, DecodedBinaryResponse } from './binary';
+export {
+  bindBinaryRequest,
+  decodeBinaryRequest,
+  decodeBinaryResponse,
+  encodeBinaryAnswer,
+  encodeBinaryFrame,
+  encodeBinaryRequest,
+  isBinaryFrame,
+} from './binary';
 export type { ErrorCode } from './errors';
 export {
   ERROR_CODES,

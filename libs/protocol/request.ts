@@ -124,6 +124,8 @@ export interface BoundInput {
   value: unknown;
   /** Payload bytes of this input in the record. */
   byteLength: number;
+  /** Binary frames: the tensor's bytes exactly as they go into the record (a view into the frame). */
+  raw?: Uint8Array;
 }
 
 export interface BoundRequest {

@@ -57,7 +57,13 @@ export function writeRequestRecord(
       view.setUint32(at, dim, true);
       at += 4;
     }
-    const end = writeElements(view, bytes, at, input.value, input.dims.length, input.spec.dtype);
+    let end: number;
+    if (input.raw) {
+      bytes.set(input.raw, at);
+      end = at + input.raw.length;
+    } else {
+      end = writeElements(view, bytes, at, input.value, input.dims.length, input.spec.dtype);
+    }
     cursor = at + input.byteLength;
     if (end !== cursor) throw new Error(`record size mismatch for input "${input.spec.name}"`);
   }

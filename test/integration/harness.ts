@@ -45,7 +45,12 @@ export function runCli(args: string[], env: Record<string, string> = {}): ChildP
 export async function startServer(options: StartOptions = {}): Promise<ServerHandle> {
   const args = ['serve', '--port', '0', '--host', '127.0.0.1', ...(options.args ?? [])];
   if (options.models) args.push('--models-dir', modelsSubset(options.models));
-  const child = runCli(args, { STREAMINFER_TEST_HOOKS: '1', ...options.env });
+  // Tests that blast one connection opt out of the default per-client rate limit unless they test it.
+  const child = runCli(args, {
+    STREAMINFER_TEST_HOOKS: '1',
+    STREAMINFER_RATE_LIMIT_RPS: '0',
+    ...options.env,
+  });
   let output = '';
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
     child.on('exit', (code, signal) => resolve({ code, signal }));

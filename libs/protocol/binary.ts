@@ -1,0 +1,419 @@
+/**
+ * Compact binary tensor frames for WebSocket clients that send numbers in bulk: a small JSON header and the
+ * tensors' raw little-endian bytes, so neither side formats or parses a number.
+ *
+ * Frame: u8 0x53 ('S') · u8 version (1) · u16 headerLength · header (UTF-8 JSON) · zero padding to a multiple
+ * of 8 bytes from the frame start · tensor data, each tensor padded to a multiple of 8 bytes.
+ * Numeric tensors are `elements × bytesPerElement` raw bytes; string tensors are, per element, u32 byteLength
+ * then UTF-8 bytes. Per-item dims exclude the batch dimension, as in config.json.
+ *
+ * Request header:  {"id", "model"?, "version"?, "deadline_ms"?, "priority"?, "inputs": [{"name", "dims", "dtype"?}]}
+ * Response header: {"id", "model", "version", "epoch", "latency_ms", "label"?, "outputs": [{"name", "dtype", "dims"}]}
+ * Errors are answered as the usual JSON text frame, matched by `id`.
+ */
+import { ProtocolError } from './errors';
+import type { BoundInput, BoundRequest, InferenceRequest, Priority, RequestId } from './request';
+import { inputHeaderBytes, PRIORITIES, RequestError } from './request';
+import type { DType, ModelSignature } from './signature';
+import { bytesPerElement, isDType, MAX_RANK } from './signature';
+
+export const BINARY_MAGIC = 0x53;
+export const BINARY_VERSION = 1;
+const PREFIX_BYTES = 4;
+const MAX_HEADER_BYTES = 65535;
+
+export interface BinaryTensor {
+  name: string;
+  dtype: DType;
+  dims: number[];
+  /** Numeric tensors: a typed array of the dtype (or raw bytes); string tensors: the strings. */
+  data: ArrayBufferView | string[];
+}
+
+/** A binary request, decoded but not yet bound to a model: raw tensor bytes are views into the frame. */
+export interface BinaryRequest extends InferenceRequest {
+  tensors: Array<{ name: string; dims: number[]; dtype: DType | undefined; bytes: Uint8Array }>;
+}
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+const strictDecoder = new TextDecoder('utf-8', { fatal: true });
+
+function align8(n: number): number {
+  return (n + 7) & ~7;
+}
+
+export function isBinaryFrame(frame: ArrayBuffer): boolean {
+  if (frame.byteLength < PREFIX_BYTES) return false;
+  const head = new Uint8Array(frame, 0, 2);
+  return head[0] === BINARY_MAGIC && head[1] === BINARY_VERSION;
+}
+
+function tensorBytes(tensor: BinaryTensor): Uint8Array {
+  if (Array.isArray(tensor.data)) {
+    const parts = tensor.data.map((text) => encoder.encode(text));
+    const out = new Uint8Array(parts.reduce((sum, part) => sum + 4 + part.length, 0));
+    const view = new DataView(out.buffer);
+    let at = 0;
+    for (const part of parts) {
+      view.setUint32(at, part.length, true);
+      out.set(part, at + 4);
+      at += 4 + part.length;
+    }
+    return out;
+  }
+  const data = tensor.data as ArrayBufferView;
+  return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+}
+
+/** Builds a frame: used by clients for requests and by the server for answers. */
+export function encodeBinaryFrame(
+  header: Record<string, unknown>,
+  tensors: Array<{ bytes: Uint8Array }>,
+): Uint8Array {
+  const headerBytes = encoder.encode(JSON.stringify(header));
+  if (headerBytes.length > MAX_HEADER_BYTES)
+    throw new ProtocolError('bad_request', 'binary frame header too large');
+  let length = align8(PREFIX_BYTES + headerBytes.length);
+  for (const tensor of tensors) length += align8(tensor.bytes.length);
+  const frame = new Uint8Array(length);
+  frame[0] = BINARY_MAGIC;
+  frame[1] = BINARY_VERSION;
+  new DataView(frame.buffer).setUint16(2, headerBytes.length, true);
+  frame.set(headerBytes, PREFIX_BYTES);
+  let at = align8(PREFIX_BYTES + headerBytes.length);
+  for (const tensor of tensors) {
+    frame.set(tensor.bytes, at);
+    at += align8(tensor.bytes.length);
+  }
+  return frame;
+}
+
+/** Client side: a request frame for `model` with the given input tensors. */
+export function encodeBinaryRequest(
+  fields: { id?: RequestId; model?: string; version?: string; deadline_ms?: number; priority?: Priority },
+  tensors: BinaryTensor[],
+): Uint8Array {
+  const header = {
+    ...fields,
+    inputs: tensors.map((tensor) => ({ name: tensor.name, dtype: tensor.dtype, dims: tensor.dims })),
+  };
+  return encodeBinaryFrame(
+    header,
+    tensors.map((tensor) => ({ bytes: tensorBytes(tensor) })),
+  );
+}
+
+function fail(
+  id: RequestId,
+  message: string,
+  code: 'bad_request' | 'shape_mismatch' | 'type_mismatch' = 'bad_request',
+): never {
+  throw new RequestError(id, new ProtocolError(code, message));
+}
+
+function readHeader(frame: ArrayBuffer): { header: Record<string, unknown>; dataStart: number } {
+  if (!isBinaryFrame(frame)) {
+    fail(
+      null,
+      `binary frames must start with 0x53 0x01 (StreamInfer tensor frame v${BINARY_VERSION}); send JSON as text frames`,
+    );
+  }
+  const headerLength = new DataView(frame).getUint16(2, true);
+  if (PREFIX_BYTES + headerLength > frame.byteLength)
+    fail(null, 'binary frame header runs past the end of the frame');
+  let header: unknown;
+  try {
+    header = JSON.parse(decoder.decode(new Uint8Array(frame, PREFIX_BYTES, headerLength)));
+  } catch {
+    fail(null, 'binary frame header is not valid JSON');
+  }
+  if (typeof header !== 'object' || header === null || Array.isArray(header))
+    fail(null, 'binary frame header must be a JSON object');
+  return { header: header as Record<string, unknown>, dataStart: align8(PREFIX_BYTES + headerLength) };
+}
+
+function readId(raw: unknown): RequestId {
+  if (raw === undefined || raw === null) return null;
+  if ((typeof raw === 'number' && Number.isFinite(raw)) || (typeof raw === 'string' && raw.length <= 256))
+    return raw;
+  return fail(null, '"id" must be a finite number or a string of at most 256 characters');
+}
+
+/** Server side: reads a request frame. The tensor views point into `frame`: use them before the callback returns. */
+export function decodeBinaryRequest(frame: ArrayBuffer, defaults: { model?: string } = {}): BinaryRequest {
+  const { header, dataStart } = readHeader(frame);
+  const id = readId(header.id);
+  const name = (field: string): string | undefined => {
+    const value = header[field];
+    if (value === undefined || value === null) return undefined;
+    if (typeof value === 'number' && Number.isInteger(value) && field === 'version') return String(value);
+    if (typeof value !== 'string' || value.length === 0 || value.length > 256)
+      return fail(id, `"${field}" must be a non-empty string`);
+    return value;
+  };
+  const model = name('model') ?? defaults.model;
+  const version = name('version');
+  let deadlineMs: number | undefined;
+  if (header.deadline_ms !== undefined) {
+    if (
+      typeof header.deadline_ms !== 'number' ||
+      !Number.isFinite(header.deadline_ms) ||
+      header.deadline_ms <= 0
+    ) {
+      fail(id, '"deadline_ms" must be a positive number of milliseconds');
+    }
+    deadlineMs = header.deadline_ms;
+  }
+  let priority: Priority = 'normal';
+  if (header.priority !== undefined) {
+    if (!(PRIORITIES as readonly unknown[]).includes(header.priority))
+      fail(id, `"priority" must be one of ${PRIORITIES.join(', ')}`);
+    priority = header.priority as Priority;
+  }
+  if (!Array.isArray(header.inputs) || header.inputs.length === 0)
+    fail(id, 'binary request needs "inputs": [{"name", "dims"}]');
+  const tensors: BinaryRequest['tensors'] = [];
+  let at = dataStart;
+  const bytes = new Uint8Array(frame);
+  const view = new DataView(frame);
+  for (const entry of header.inputs as unknown[]) {
+    if (typeof entry !== 'object' || entry === null) fail(id, 'each entry of "inputs" must be an object');
+    const spec = entry as Record<string, unknown>;
+    if (typeof spec.name !== 'string') fail(id, 'each input needs a "name"');
+    if (
+      !Array.isArray(spec.dims) ||
+      spec.dims.length > MAX_RANK - 1 ||
+      !spec.dims.every((d) => Number.isInteger(d) && d >= 0)
+    ) {
+      fail(
+        id,
+        `input "${spec.name}": "dims" must be a list of non-negative integers (per item, no batch dimension)`,
+        'shape_mismatch',
+      );
+    }
+    if (spec.dtype !== undefined && !isDType(spec.dtype))
+      fail(id, `input "${spec.name}": unknown dtype`, 'type_mismatch');
+    const dims = spec.dims as number[];
+    const elements = dims.reduce((product, dim) => product * dim, 1);
+    let length: number;
+    if (spec.dtype === 'string') {
+      length = 0;
+      for (let i = 0; i < elements; i++) {
+        if (at + length + 4 > frame.byteLength)
+          fail(id, `input "${spec.name}": string data runs past the end of the frame`);
+        length += 4 + view.getUint32(at + length, true);
+      }
+    } else {
+      length = elements * bytesPerElement((spec.dtype as DType | undefined) ?? 'float32');
+    }
+    if (at + length > frame.byteLength)
+      fail(
+        id,
+        `input "${spec.name}": ${length} data bytes expected, the frame is too short`,
+        'shape_mismatch',
+      );
+    tensors.push({
+      name: spec.name,
+      dims,
+      dtype: spec.dtype as DType | undefined,
+      bytes: bytes.subarray(at, at + length),
+    });
+    at += align8(length);
+  }
+  return {
+    id,
+    model,
+    version,
+    input: undefined,
+    inputs: undefined,
+    text: undefined,
+    deadlineMs,
+    priority,
+    tensors,
+  };
+}
+
+/** Checks a binary request against the model's signature; the bound inputs carry the raw bytes to copy. */
+export function bindBinaryRequest(
+  request: BinaryRequest,
+  signature: ModelSignature,
+  limits: { maxElements: number },
+): BoundRequest {
+  const bound: BoundInput[] = [];
+  let mask = 0;
+  let total = 0;
+  for (const tensor of request.tensors) {
+    const index = signature.inputs.findIndex((spec) => spec.name === tensor.name);
+    if (index < 0) {
+      throw new ProtocolError(
+        'bad_request',
+        `unknown input "${tensor.name}"; this model takes ${signature.inputs.map((s) => s.name).join(', ')}`,
+      );
+    }
+    if (mask & (1 << index)) throw new ProtocolError('bad_request', `input "${tensor.name}" given twice`);
+    const spec = signature.inputs[index]!;
+    const dtype = tensor.dtype ?? (spec.dtype === 'string' ? 'string' : spec.dtype);
+    if (dtype !== spec.dtype)
+      throw new ProtocolError(
+        'type_mismatch',
+        `input "${spec.name}" is ${spec.dtype}, the frame says ${dtype}`,
+      );
+    if (
+      tensor.dims.length !== spec.shape.length ||
+      spec.shape.some((dim, axis) => dim !== -1 && dim !== tensor.dims[axis])
+    ) {
+      throw new ProtocolError(
+        'shape_mismatch',
+        `input "${spec.name}" expects shape [${spec.shape.join(', ')}], got [${tensor.dims.join(', ')}]`,
+      );
+    }
+    const elements = tensor.dims.reduce((product, dim) => product * dim, 1);
+    if (elements > limits.maxElements) {
+      throw new ProtocolError(
+        'payload_too_large',
+        `input "${spec.name}" has ${elements} elements; the limit is ${limits.maxElements}`,
+      );
+    }
+    if (dtype === 'string') checkStrings(tensor.bytes, elements, spec.name);
+    else if (dtype === 'float32' || dtype === 'float64') checkFinite(tensor.bytes, dtype, spec.name);
+    bound.push({
+      spec,
+      index,
+      dims: tensor.dims,
+      value: undefined,
+      byteLength: tensor.bytes.length,
+      raw: tensor.bytes,
+    });
+    mask |= 1 << index;
+    total += inputHeaderBytes(tensor.dims.length) + tensor.bytes.length;
+  }
+  signature.inputs.forEach((spec, index) => {
+    if (!spec.optional && !(mask & (1 << index)))
+      throw new ProtocolError('bad_request', `missing input "${spec.name}"`);
+  });
+  bound.sort((a, b) => a.index - b.index);
+  return { inputs: bound, inputMask: mask, byteLength: total };
+}
+
+function checkFinite(bytes: Uint8Array, dtype: DType, name: string): void {
+  // Frame data starts 8-byte aligned, so a typed view needs no copy.
+  const values =
+    dtype === 'float64'
+      ? new Float64Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 8)
+      : new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4);
+  for (let i = 0; i < values.length; i++) {
+    const value = values[i]!;
+    if (value - value !== 0)
+      throw new ProtocolError('bad_request', `input "${name}" contains a non-finite number`);
+  }
+}
+
+function checkStrings(bytes: Uint8Array, elements: number, name: string): void {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  let at = 0;
+  for (let i = 0; i < elements; i++) {
+    const length = view.getUint32(at, true);
+    try {
+      strictDecoder.decode(bytes.subarray(at + 4, at + 4 + length));
+    } catch {
+      throw new ProtocolError('bad_request', `input "${name}" holds invalid UTF-8`);
+    }
+    at += 4 + length;
+  }
+}
+
+export interface DecodedBinaryResponse {
+  header: Record<string, unknown> & {
+    id: RequestId;
+    outputs: Array<{ name: string; dtype: DType; dims: number[] }>;
+  };
+  tensors: Array<{ name: string; dtype: DType; dims: number[]; data: ArrayBufferView | string[] }>;
+}
+
+/** Client side: reads an answer frame (copies the tensor data out of the frame). */
+export function decodeBinaryResponse(frame: ArrayBuffer | Uint8Array): DecodedBinaryResponse {
+  const buffer =
+    frame instanceof Uint8Array
+      ? frame.buffer.slice(frame.byteOffset, frame.byteOffset + frame.byteLength)
+      : frame;
+  const { header, dataStart } = readHeader(buffer as ArrayBuffer);
+  const outputs = (header.outputs ?? []) as DecodedBinaryResponse['header']['outputs'];
+  const view = new DataView(buffer as ArrayBuffer);
+  let at = dataStart;
+  const tensors = outputs.map((output) => {
+    const elements = output.dims.reduce((product, dim) => product * dim, 1);
+    if (output.dtype === 'string') {
+      const strings: string[] = [];
+      let cursor = at;
+      for (let i = 0; i < elements; i++) {
+        const length = view.getUint32(cursor, true);
+        strings.push(decoder.decode(new Uint8Array(buffer as ArrayBuffer, cursor + 4, length)));
+        cursor += 4 + length;
+      }
+      at += align8(cursor - at);
+      return { ...output, data: strings };
+    }
+    const length = elements * bytesPerElement(output.dtype);
+    const copy = (buffer as ArrayBuffer).slice(at, at + length);
+    at += align8(length);
+    const data =
+      output.dtype === 'float32'
+        ? new Float32Array(copy)
+        : output.dtype === 'float64'
+          ? new Float64Array(copy)
+          : output.dtype === 'int32'
+            ? new Int32Array(copy)
+            : output.dtype === 'int64'
+              ? new BigInt64Array(copy)
+              : new Uint8Array(copy);
+    return { ...output, data };
+  });
+  return { header: header as DecodedBinaryResponse['header'], tensors };
+}
+
+/**
+ * Server side: the answer frame for one successful response record of the response ring (outputs copied as
+ * raw bytes; classifiers also get "label" in the header).
+ */
+export function encodeBinaryAnswer(
+  bytes: Uint8Array,
+  view: DataView,
+  offset: number,
+  signature: ModelSignature,
+  fields: { id: RequestId; model: string; version: string; epoch: number; latency_ms: number },
+): Uint8Array {
+  const count = view.getUint8(offset + 7);
+  const outputs: Array<{ name: string; dtype: DType; dims: number[] }> = [];
+  const sections: Array<{ bytes: Uint8Array }> = [];
+  let cursor = offset + RESPONSE_HEADER;
+  let label: string | undefined;
+  for (let i = 0; i < count; i++) {
+    const byteLength = view.getUint32(cursor, true);
+    const rank = view.getUint8(cursor + 4);
+    const spec = signature.outputs[view.getUint8(cursor + 5)];
+    const dims: number[] = [];
+    for (let axis = 0; axis < rank; axis++) dims.push(view.getUint32(cursor + 8 + 4 * axis, true));
+    const data = cursor + inputHeaderBytes(rank);
+    const dtype = spec?.dtype ?? 'float32';
+    outputs.push({ name: spec?.name ?? `output_${i}`, dtype, dims });
+    sections.push({ bytes: bytes.subarray(data, data + byteLength) });
+    if (i === 0 && signature.labels && dtype === 'float32') {
+      let best = 0;
+      for (let k = 1; k < byteLength / 4; k++)
+        if (view.getFloat32(data + 4 * k, true) > view.getFloat32(data + 4 * best, true)) best = k;
+      label = signature.labels[best] ?? String(best);
+    }
+    cursor = data + byteLength;
+  }
+  const header: Record<string, unknown> = {
+    ...fields,
+    latency_ms: Math.round(fields.latency_ms * 1000) / 1000,
+  };
+  if (label !== undefined) header.label = label;
+  header.outputs = outputs;
+  return encodeBinaryFrame(header, sections);
+}
+
+/** Matches wire.ts RESPONSE_HEADER_BYTES (kept local to avoid an import cycle). */
+const RESPONSE_HEADER = 24;
