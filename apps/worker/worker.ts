@@ -9,7 +9,7 @@ import type { BatchPolicy } from '../../libs/batching';
 import { createBatchPolicy } from '../../libs/batching';
 import type { LoadedSession } from '../../libs/inference';
 import { compareSignature, loadSession, ort } from '../../libs/inference';
-import { MetricsShard } from '../../libs/metrics';
+import { MetricsShard, SHED_REASONS } from '../../libs/metrics';
 import type { ErrorCode, ModelSignature } from '../../libs/protocol';
 import {
   bytesPerElement,
@@ -34,6 +34,7 @@ import {
 
 const clock = (): number => performance.timeOrigin + performance.now();
 const IDLE_WAIT_MS = 250;
+const DEADLINE_SHED = SHED_REASONS.indexOf('deadline');
 const utf8 = new TextEncoder();
 
 type TypedArray = Float32Array | Float64Array | Int32Array | BigInt64Array | Uint8Array;
@@ -289,6 +290,7 @@ class Worker {
   private async answerExpired(lane: Lane, buffers: BatchBuffers): Promise<void> {
     const now = clock();
     for (let i = 0; i < buffers.expiredCount; i++) {
+      this.metrics.recordShed(lane.slot, DEADLINE_SHED);
       await this.writeError(
         lane,
         buffers.expiredIds[i]!,
@@ -299,7 +301,6 @@ class Worker {
         'deadline passed before the request was batched; it was not computed',
       );
     }
-    this.metrics.recordShed(lane.slot, 3);
   }
 
   private async runBatch(lane: Lane, buffers: BatchBuffers): Promise<void> {
