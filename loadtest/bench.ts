@@ -187,8 +187,12 @@ export function makeContext(opts: BenchOptions, repoRoot: string, cores: number)
         onGo: () => {
           tGo = performance.now();
           cpu0 = server.cpuMs();
+          load.onGo?.();
         },
-        onDone,
+        onDone: () => {
+          onDone();
+          load.onDone?.();
+        },
       });
       onDone();
       const serverCpuPct =

@@ -6,6 +6,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as zlib from 'node:zlib';
+import { type BinaryTensor, encodeBinaryFrame, encodeBinaryRequest } from '../libs/protocol';
 
 export interface BodyOptions {
   /** model name to put in the request (each body kind has a default) */
@@ -23,12 +24,25 @@ export interface BodyOptions {
 /** (id) → JSON text frame */
 export type BodyFn = (id: number) => string;
 
+/** (id) → binary tensor frame (libs/protocol/binary.ts), a fresh buffer per call */
+export type BinaryBodyFn = (id: number) => Buffer;
+
+/** What a binary body sends: the tensors of one request (per item, no batch dimension). */
+export interface BinaryPayload {
+  tensors: BinaryTensor[];
+}
+
 export interface BodyKind {
   name: string;
   description: string;
   defaultModel: string;
   /** build the per-connection factory; `conn` seeds the variation between connections */
   create(conn: number, opts: BodyOptions): BodyFn;
+  /**
+   * The same requests as binary tensor frames: a pool of payloads per connection (the bytes are
+   * built once), absent when the kind has no binary form.
+   */
+  binaryPool?(conn: number, opts: BodyOptions): BinaryPayload[];
 }
 
 /** Small deterministic PRNG (mulberry32) so runs are reproducible. */
@@ -95,6 +109,27 @@ export function loadDigitsRows(repoRoot?: string): number[][] | null {
   return digitsCache;
 }
 
+/**
+ * Name of a model's input from `models/<name>/config.json`: the first input whose dtype is
+ * `dtype` (any dtype when unset), or undefined when the config cannot be read.
+ */
+export function modelInputName(repoRoot: string | undefined, model: string, dtype?: string): string | undefined {
+  if (!repoRoot) return undefined;
+  try {
+    const cfg = JSON.parse(fs.readFileSync(path.join(repoRoot, 'models', model, 'config.json'), 'utf8')) as {
+      inputs?: { name?: unknown; dtype?: unknown }[];
+    };
+    const input = cfg.inputs?.find((i) => dtype === undefined || i.dtype === dtype);
+    return typeof input?.name === 'string' ? input.name : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function floatTensor(name: string, values: number[]): BinaryPayload {
+  return { tensors: [{ name, dtype: 'float32', dims: [values.length], data: Float32Array.from(values) }] };
+}
+
 /** Input length of a model from `models/<name>/config.json` (product of the first input's shape). */
 export function modelInputSize(repoRoot: string | undefined, model: string): number | undefined {
   if (!repoRoot) return undefined;
@@ -125,6 +160,12 @@ export const BODY_KINDS: Record<string, BodyKind> = {
       const pool = Array.from({ length: 16 }, () => floats(rand, n));
       return templated(opts, 'echo', 'input', pool);
     },
+    binaryPool(conn, opts) {
+      const rand = prng(0x5eed + conn);
+      const n = opts.inputSize ?? 8;
+      const name = modelInputName(opts.repoRoot, opts.model ?? 'echo') ?? 'input';
+      return Array.from({ length: 16 }, () => floatTensor(name, floats(rand, n)));
+    },
   },
   digits: {
     name: 'digits',
@@ -143,6 +184,19 @@ export const BODY_KINDS: Record<string, BodyKind> = {
       }
       return templated(opts, 'digits', 'input', pool);
     },
+    binaryPool(conn, opts) {
+      const rows = loadDigitsRows(opts.repoRoot);
+      const name = modelInputName(opts.repoRoot, opts.model ?? 'digits') ?? 'pixels';
+      let pool: number[][];
+      if (rows) {
+        const start = (conn * 37) % rows.length;
+        pool = Array.from({ length: Math.min(64, rows.length) }, (_, i) => rows[(start + i) % rows.length]!);
+      } else {
+        const rand = prng(0xd161 + conn);
+        pool = Array.from({ length: 64 }, () => Array.from({ length: 64 }, () => Math.floor(rand() * 17)));
+      }
+      return pool.map((row) => floatTensor(name, row));
+    },
   },
   'bench-model': {
     name: 'bench-model',
@@ -154,6 +208,13 @@ export const BODY_KINDS: Record<string, BodyKind> = {
       const rand = prng(0xbe4c + conn);
       const pool = Array.from({ length: 8 }, () => floats(rand, n));
       return templated({ ...opts, model }, 'bench', 'input', pool);
+    },
+    binaryPool(conn, opts) {
+      const model = opts.model ?? 'bench';
+      const n = opts.inputSize ?? modelInputSize(opts.repoRoot, model) ?? 256;
+      const name = modelInputName(opts.repoRoot, model) ?? 'features';
+      const rand = prng(0xbe4c + conn);
+      return Array.from({ length: 8 }, () => floatTensor(name, floats(rand, n)));
     },
   },
   text: {
@@ -167,6 +228,20 @@ export const BODY_KINDS: Record<string, BodyKind> = {
       );
       return templated(opts, 'upper', 'text', pool);
     },
+    binaryPool(conn, opts) {
+      const rand = prng(0x7e47 + conn);
+      const name = modelInputName(opts.repoRoot, opts.model ?? 'upper') ?? 'text';
+      return Array.from({ length: 16 }, () => ({
+        tensors: [
+          {
+            name,
+            dtype: 'string' as const,
+            dims: [],
+            data: [Array.from({ length: 6 }, () => WORDS[Math.floor(rand() * WORDS.length)]).join(' ')],
+          },
+        ],
+      }));
+    },
   },
 };
 
@@ -174,4 +249,89 @@ export function bodyFactory(kind: string, conn: number, opts: BodyOptions = {}):
   const k = BODY_KINDS[kind];
   if (!k) throw new Error(`unknown body kind "${kind}" (known: ${Object.keys(BODY_KINDS).join(', ')})`);
   return k.create(conn, opts);
+}
+
+/** The frame prefix (magic, format version) every binary frame starts with, from libs/protocol itself. */
+const FRAME_PREFIX = encodeBinaryFrame({}, []).subarray(0, 2);
+export const BINARY_MAGIC_BYTE = FRAME_PREFIX[0]!;
+export const BINARY_VERSION_BYTE = FRAME_PREFIX[1]!;
+
+/** Width of the id slot in a binary request header: ids are written in place, padded with spaces. */
+const ID_SLOT = 16;
+/** 16-digit placeholder id the header template is built with (1e15). */
+const ID_PLACEHOLDER = 10 ** (ID_SLOT - 1);
+
+interface FrameTemplate {
+  bytes: Buffer;
+  /** offset of the id's digits in `bytes` */
+  idAt: number;
+  fields: Record<string, unknown>;
+  tensors: BinaryTensor[];
+}
+
+function frameTemplate(fields: Record<string, unknown>, payload: BinaryPayload): FrameTemplate {
+  const frame = encodeBinaryRequest({ id: ID_PLACEHOLDER, ...fields } as Parameters<typeof encodeBinaryRequest>[0], payload.tensors);
+  const bytes = Buffer.from(frame.buffer, frame.byteOffset, frame.byteLength);
+  const needle = `"id":${ID_PLACEHOLDER}`;
+  const at = bytes.indexOf(needle, 0, 'latin1');
+  if (at < 0) throw new Error('binary request header has no id slot');
+  return { bytes, idAt: at + needle.length - ID_SLOT, fields, tensors: payload.tensors };
+}
+
+/**
+ * Binary tensor frames for body `kind`: the frames (header and tensor bytes) are built once per
+ * connection from the kind's payload pool; per request only the id changes. The header JSON
+ * carries the id in a fixed 16-character slot (`"id":123␠␠␠…`, JSON allows the spaces), so a
+ * request is one copy of the template plus the id's digits. Ids wider than the slot fall back to
+ * encoding the whole frame.
+ */
+export function binaryBodyFactory(kind: string, conn: number, opts: BodyOptions = {}): BinaryBodyFn {
+  const k = BODY_KINDS[kind];
+  if (!k) throw new Error(`unknown body kind "${kind}" (known: ${Object.keys(BODY_KINDS).join(', ')})`);
+  if (!k.binaryPool) throw new Error(`body kind "${kind}" has no binary form`);
+  const fields: Record<string, unknown> = { model: opts.model ?? k.defaultModel };
+  if (opts.version !== undefined) fields['version'] = opts.version;
+  Object.assign(fields, opts.extra ?? {});
+  const templates = k.binaryPool(conn, opts).map((p) => frameTemplate(fields, p));
+  const n = templates.length;
+  if (n === 0) throw new Error(`body kind "${kind}" built no binary payloads`);
+  return (id) => {
+    const t = templates[id % n]!;
+    const digits = String(id);
+    if (digits.length > ID_SLOT) {
+      const f = encodeBinaryRequest({ id, ...t.fields } as Parameters<typeof encodeBinaryRequest>[0], t.tensors);
+      return Buffer.from(f.buffer, f.byteOffset, f.byteLength);
+    }
+    const out = Buffer.allocUnsafe(t.bytes.length);
+    t.bytes.copy(out);
+    out.write(digits.padEnd(ID_SLOT, ' '), t.idAt, 'latin1');
+    return out;
+  };
+}
+
+/** What the load generator needs from a binary answer: its id and version, read from the header only. */
+export interface BinaryAnswerHeader {
+  id?: unknown;
+  version?: unknown;
+  type?: unknown;
+  code?: unknown;
+}
+
+/**
+ * Reads the JSON header of a binary answer frame (prefix: magic, version, u16 header length) and
+ * nothing else: the tensor data is never decoded. Undefined when `data` is not a binary frame or
+ * its header is not a JSON object.
+ */
+export function readBinaryAnswerHeader(data: Buffer): BinaryAnswerHeader | undefined {
+  if (data.length < 4 || data[0] !== BINARY_MAGIC_BYTE || data[1] !== BINARY_VERSION_BYTE) return undefined;
+  const length = data.readUInt16LE(2);
+  if (4 + length > data.length) return undefined;
+  try {
+    const header = JSON.parse(data.toString('utf8', 4, 4 + length)) as unknown;
+    return header !== null && typeof header === 'object' && !Array.isArray(header)
+      ? (header as BinaryAnswerHeader)
+      : undefined;
+  } catch {
+    return undefined;
+  }
 }

@@ -17,7 +17,7 @@
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import WebSocket from 'ws';
-import { type BodyFn, type BodyOptions, bodyFactory } from './bodies';
+import { type BodyOptions, binaryBodyFactory, bodyFactory, readBinaryAnswerHeader } from './bodies';
 import {
   type ConnectFailure,
   type EarlyClose,
@@ -39,6 +39,23 @@ export interface LoadgenOptions {
   /** body kind: 'echo-floats' | 'digits' | 'bench-model' | 'text' */
   body: string;
   bodyOptions?: BodyOptions;
+  /**
+   * send binary tensor frames (libs/protocol/binary.ts) instead of JSON text frames; binary answers
+   * are read by their header only (id, version), JSON answers (errors, warnings) as usual
+   */
+  binary?: boolean;
+  /**
+   * a request budget shared by all connections of this process for the measured phase, instead of
+   * `requestsPerConnection` each: connections keep sending (within their in-flight cap) until this
+   * many requests were sent in total
+   */
+  totalRequests?: number;
+  /**
+   * after an error answer carrying `retry_after_ms`, the connection waits that long (at most
+   * `maxRetryPauseMs`, default 5000) before its next request; default: it sends at once
+   */
+  honorRetryAfter?: boolean;
+  maxRetryPauseMs?: number;
   /** requests per connection sent before the clock starts, not counted */
   warmupPerConnection?: number;
   /** hard limit of the measured phase; the loop stops by itself */
@@ -55,7 +72,8 @@ export interface LoadgenOptions {
   waitForGo?: boolean;
 }
 
-export type ParentMessage = { type: 'go' } | { type: 'stop' };
+/** `stop`: the parent no longer wants a result; `finish`: end the measured phase now and report. */
+export type ParentMessage = { type: 'go' } | { type: 'stop' } | { type: 'finish' };
 export type ChildMessage =
   | { type: 'ready'; opened: number; failed: number }
   | { type: 'measured' }
@@ -72,7 +90,15 @@ interface WireMessage {
   type?: unknown;
   code?: unknown;
   version?: unknown;
+  retry_after_ms?: unknown;
 }
+
+/** A request budget shared by the connections of one process. */
+interface Budget {
+  left: number;
+}
+
+type AnyBodyFn = (id: number) => string | Buffer;
 
 class Conn {
   ws: WebSocket | undefined;
@@ -85,6 +111,9 @@ class Conn {
   intervalMs = 0;
   nextDue = 0;
   timer: NodeJS.Timeout | undefined;
+  /** performance.now() before which no request goes out (a server's retry_after_ms) */
+  pausedUntil = 0;
+  budget: Budget | undefined;
   closed = false;
   openedOk = false;
   stopping = false;
@@ -92,9 +121,10 @@ class Conn {
 
   constructor(
     readonly index: number,
-    private readonly body: BodyFn,
+    private readonly body: AnyBodyFn,
     private readonly stats: LoadStats,
     private readonly onEarlyClose: (c: EarlyClose) => void,
+    private readonly maxRetryPauseMs = 0,
   ) {
     this.seq = index * 10_000_000;
   }
@@ -135,16 +165,26 @@ class Conn {
     });
   }
 
-  /** Start a phase of `count` requests; resolves when all are answered or the connection is gone. */
-  startPhase(count: number, measuring: boolean, cap: number, ratePerSec: number | null): Promise<void> {
+  /**
+   * Start a phase of `count` requests (or, with `budget`, as many as the shared budget allows);
+   * resolves when all are answered or the connection is gone.
+   */
+  startPhase(
+    count: number,
+    measuring: boolean,
+    cap: number,
+    ratePerSec: number | null,
+    budget?: Budget,
+  ): Promise<void> {
     return new Promise((resolve) => {
       this.measuring = measuring;
       if (measuring) this.measureFrom = this.seq + 1;
-      this.toSend = count;
+      this.budget = budget;
+      this.toSend = budget ? Number.POSITIVE_INFINITY : count;
       this.cap = cap;
       this.phaseDone = resolve;
       if (this.closed) {
-        if (measuring) this.stats.notSent += count;
+        if (measuring && !budget) this.stats.notSent += count;
         this.toSend = 0;
         this.finishPhase();
         return;
@@ -166,23 +206,55 @@ class Conn {
     done?.();
   }
 
+  /** Requests this connection may still send in the current phase. */
+  private canSend(): boolean {
+    return this.toSend > 0 && (this.budget === undefined || this.budget.left > 0);
+  }
+
+  /** Requests planned but not sent, for `notSent` (a shared budget is counted once, by the process). */
+  private unsent(): number {
+    return this.budget ? 0 : this.toSend;
+  }
+
   private sendOne(): void {
     const id = ++this.seq;
     this.toSend--;
+    if (this.budget) this.budget.left--;
     this.pending.set(id, performance.now());
     if (this.measuring) this.stats.sent++;
     this.ws!.send(this.body(id));
   }
 
+  private schedule(delayMs: number): void {
+    if (this.timer !== undefined) return;
+    this.timer = setTimeout(
+      () => {
+        this.timer = undefined;
+        this.pump();
+      },
+      Math.max(0, delayMs),
+    );
+  }
+
   private pump(): void {
     if (this.closed || this.stopping) return;
+    if (this.pausedUntil > 0 && this.canSend()) {
+      const now = performance.now();
+      if (now < this.pausedUntil) {
+        this.schedule(this.pausedUntil - now);
+        return;
+      }
+      this.pausedUntil = 0;
+      // an open loop resumes its schedule from now, it does not fire the paused backlog at once
+      if (this.intervalMs > 0 && this.nextDue < now) this.nextDue = now;
+    }
     if (this.intervalMs > 0) {
       const now = performance.now();
-      while (this.toSend > 0 && this.nextDue <= now && this.pending.size < this.cap) {
+      while (this.canSend() && this.nextDue <= now && this.pending.size < this.cap) {
         this.sendOne();
         this.nextDue += this.intervalMs;
       }
-      if (this.toSend > 0 && this.timer === undefined && this.pending.size < this.cap) {
+      if (this.canSend() && this.timer === undefined && this.pending.size < this.cap) {
         this.timer = setTimeout(
           () => {
             this.timer = undefined;
@@ -192,23 +264,28 @@ class Conn {
         );
       }
     } else {
-      while (this.toSend > 0 && this.pending.size < this.cap) this.sendOne();
+      while (this.canSend() && this.pending.size < this.cap) this.sendOne();
     }
-    if (this.toSend === 0 && this.pending.size === 0) this.finishPhase();
+    if (!this.canSend() && this.pending.size === 0) this.finishPhase();
   }
 
   private onMessage(data: Buffer, isBinary: boolean): void {
     if (this.stopping) return;
+    let msg: WireMessage | undefined;
     if (isBinary) {
-      this.stats.unmatched++;
-      return;
-    }
-    let msg: WireMessage;
-    try {
-      msg = JSON.parse(data.toString()) as WireMessage;
-    } catch {
-      this.stats.unmatched++;
-      return;
+      // a binary answer: its header only (id, version), never the tensor data
+      msg = readBinaryAnswerHeader(data);
+      if (msg === undefined) {
+        this.stats.unmatched++;
+        return;
+      }
+    } else {
+      try {
+        msg = JSON.parse(data.toString()) as WireMessage;
+      } catch {
+        this.stats.unmatched++;
+        return;
+      }
     }
     if (msg === null || typeof msg !== 'object') {
       this.stats.unmatched++;
@@ -222,6 +299,10 @@ class Conn {
     const sentAt = this.pending.get(id);
     const isError = msg.type === 'error';
     const code = typeof msg.code === 'string' ? msg.code : 'unknown';
+    const retryAfter =
+      isError && typeof msg.retry_after_ms === 'number' && Number.isFinite(msg.retry_after_ms)
+        ? msg.retry_after_ms
+        : undefined;
     if (sentAt === undefined) {
       // an answer for nothing we sent (or an id-less error): count it, it is a server bug signal
       this.stats.unmatched++;
@@ -229,14 +310,17 @@ class Conn {
       return;
     }
     this.pending.delete(id);
+    const now = performance.now();
     if (id >= this.measureFrom) {
-      const now = performance.now();
       const at = performance.timeOrigin + now;
-      if (isError) this.stats.recordError(code, at);
+      if (isError) this.stats.recordError(code, at, (now - sentAt) * 1000, retryAfter);
       else
         this.stats.recordOk((now - sentAt) * 1000, msg.version === undefined ? '?' : String(msg.version), at);
     } else if (isError) {
       this.stats.warmupErrors++;
+    }
+    if (retryAfter !== undefined && this.maxRetryPauseMs > 0 && retryAfter > 0) {
+      this.pausedUntil = Math.max(this.pausedUntil, now + Math.min(retryAfter, this.maxRetryPauseMs));
     }
     this.pump();
   }
@@ -255,7 +339,7 @@ class Conn {
       for (const id of this.pending.keys()) {
         if (id >= this.measureFrom) this.stats.recordError(CLIENT_CODES.closed, at);
       }
-      this.stats.notSent += this.toSend;
+      this.stats.notSent += this.unsent();
     }
     this.pending.clear();
     this.toSend = 0;
@@ -273,7 +357,7 @@ class Conn {
       for (const id of this.pending.keys()) {
         if (id >= this.measureFrom) this.stats.recordError(CLIENT_CODES.timeout, at);
       }
-      this.stats.notSent += this.toSend;
+      this.stats.notSent += this.unsent();
     }
     this.pending.clear();
     this.toSend = 0;
@@ -314,12 +398,14 @@ async function withLimit<T>(p: Promise<T>, ms: number): Promise<T | 'timeout'> {
 
 /**
  * Run one load-generator process's share of the load. `waitGo` is awaited between the
- * warm-up and the measured phase (the IPC barrier when several processes share a run).
+ * warm-up and the measured phase (the IPC barrier when several processes share a run);
+ * `finishEarly`, when it resolves, ends the measured phase (`stoppedBy: 'stop_request'`).
  */
 export async function generate(
   opts: LoadgenOptions,
   waitGo: (ready: { opened: number; failed: number }) => Promise<void> = async () => {},
   onMeasured: () => void = () => {},
+  finishEarly?: Promise<void>,
 ): Promise<PartialResult> {
   const connectTimeoutMs = opts.connectTimeoutMs ?? 30_000;
   const stats = new LoadStats(opts.bucketMs ?? 1000, opts.recordSamples ?? false);
@@ -330,13 +416,22 @@ export async function generate(
   const cap = opts.inFlightPerConnection ?? (rate ? Number.POSITIVE_INFINITY : 1);
   let startPerf = Number.NaN;
   const conns: Conn[] = [];
+  const retryPause = opts.honorRetryAfter ? (opts.maxRetryPauseMs ?? 5000) : 0;
   for (let i = 0; i < opts.connections; i++) {
     const index = offset + i;
-    const body = bodyFactory(opts.body, index, opts.bodyOptions);
+    const body: AnyBodyFn = opts.binary
+      ? binaryBodyFactory(opts.body, index, opts.bodyOptions)
+      : bodyFactory(opts.body, index, opts.bodyOptions);
     conns.push(
-      new Conn(index, body, stats, (c) => {
-        closes.push({ ...c, atMs: Number.isNaN(startPerf) ? -1 : performance.now() - startPerf });
-      }),
+      new Conn(
+        index,
+        body,
+        stats,
+        (c) => {
+          closes.push({ ...c, atMs: Number.isNaN(startPerf) ? -1 : performance.now() - startPerf });
+        },
+        retryPause,
+      ),
     );
   }
 
@@ -386,13 +481,21 @@ export async function generate(
       resolve();
     }, opts.timeLimitMs);
   });
-  const all = Promise.all(live.map((c) => c.startPhase(opts.requestsPerConnection, true, cap, rate)));
-  // connections that never opened owe their whole share
-  stats.notSent += (conns.length - live.length) * opts.requestsPerConnection;
-  await Promise.race([all, limit]);
+  const budget: Budget | undefined =
+    opts.totalRequests !== undefined ? { left: Math.max(0, Math.floor(opts.totalRequests)) } : undefined;
+  const all = Promise.all(
+    live.map((c) => c.startPhase(opts.requestsPerConnection, true, cap, rate, budget)),
+  );
+  // connections that never opened owe their whole share (a shared budget is counted below)
+  if (!budget) stats.notSent += (conns.length - live.length) * opts.requestsPerConnection;
+  const early = finishEarly?.then(() => {
+    if (stoppedBy === 'completed') stoppedBy = 'stop_request';
+  });
+  await Promise.race(early ? [all, limit, early] : [all, limit]);
   clearTimeout(limitTimer);
   const endPerf = performance.now();
   for (const c of live) c.stop();
+  if (budget) stats.notSent += budget.left;
   const cpu = process.cpuUsage(cpu0);
   onMeasured();
   const wallUs = Math.max(1, (endPerf - startPerf) * 1000);
@@ -429,6 +532,9 @@ function parseCli(argv: string[]): LoadgenOptions {
       warmup: { type: 'string', default: '0' },
       'time-limit': { type: 'string', default: '60000' },
       samples: { type: 'boolean', default: false },
+      binary: { type: 'boolean', default: false },
+      total: { type: 'string' },
+      'honor-retry-after': { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
     },
   });
@@ -436,7 +542,8 @@ function parseCli(argv: string[]): LoadgenOptions {
     process.stdout.write(
       'usage: loadgen [--url ws://host:port/ws] [-c connections] [-n requests/conn] [--in-flight k]\n' +
         '               [--rate rps/conn] [--body echo-floats|digits|bench-model|text] [--model m]\n' +
-        '               [--version v] [--warmup k] [--time-limit ms] [--samples]\n',
+        '               [--version v] [--warmup k] [--time-limit ms] [--samples] [--binary]\n' +
+        '               [--total N (shared request budget)] [--honor-retry-after]\n',
     );
     process.exit(0);
   }
@@ -457,6 +564,9 @@ function parseCli(argv: string[]): LoadgenOptions {
     warmupPerConnection: int(values.warmup, 'warmup'),
     timeLimitMs: int(values['time-limit'], 'time-limit')!,
     recordSamples: values.samples,
+    binary: values.binary,
+    totalRequests: int(values.total, 'total'),
+    honorRetryAfter: values['honor-retry-after'],
   };
 }
 
@@ -466,9 +576,14 @@ async function main(): Promise<void> {
   if (ipc && opts.waitForGo) {
     let stopRequested = false;
     let goResolve: (() => void) | undefined;
+    let finishResolve!: () => void;
+    const finish = new Promise<void>((r) => {
+      finishResolve = r;
+    });
     process.on('message', (m: ParentMessage) => {
       if (m.type === 'go') goResolve?.();
       if (m.type === 'stop') stopRequested = true;
+      if (m.type === 'finish') finishResolve();
     });
     // a vanished parent means nobody wants the result
     process.on('disconnect', () => process.exit(2));
@@ -482,6 +597,7 @@ async function main(): Promise<void> {
         return go;
       },
       () => process.send!({ type: 'measured' } satisfies ChildMessage),
+      finish,
     );
     if (stopRequested) process.exit(0);
     process.send!({ type: 'result', result } satisfies ChildMessage, () => process.exit(0));
@@ -496,6 +612,8 @@ async function main(): Promise<void> {
       opts.inFlightPerConnection ?? (opts.ratePerConnection ? Number.POSITIVE_INFINITY : 1),
     ratePerConnection: opts.ratePerConnection ?? null,
     warmupPerConnection: opts.warmupPerConnection ?? 0,
+    binary: opts.binary,
+    totalRequests: opts.totalRequests,
   });
   if (ipc) process.send!({ type: 'result', result: part } satisfies ChildMessage, () => process.exit(0));
   else {

@@ -17,6 +17,12 @@ export interface RunLoadOptions extends LoadgenOptions {
   onGo?: () => void;
   /** called when every load generator has finished its measured phase */
   onDone?: () => void;
+  /**
+   * when this resolves (after the measured phase started), the load generators end their
+   * measured phase and report (`stoppedBy: 'stop_request'`): for a background load that should
+   * last exactly as long as another one
+   */
+  stopWhen?: Promise<unknown>;
 }
 
 /** Split `total` into `parts` near-equal non-negative shares. */
@@ -25,6 +31,23 @@ export function splitEvenly(total: number, parts: number): number[] {
   const base = Math.floor(total / n);
   const rest = total % n;
   return Array.from({ length: n }, (_, i) => base + (i < rest ? 1 : 0));
+}
+
+/**
+ * Split `total` into integer parts proportional to `weights` (largest remainders get the
+ * leftovers), e.g. a shared request budget over processes holding different connection counts.
+ */
+export function splitByWeight(total: number, weights: readonly number[]): number[] {
+  const t = Math.max(0, Math.floor(total));
+  const sum = weights.reduce((a, w) => a + Math.max(0, w), 0);
+  if (weights.length === 0) return [];
+  if (sum <= 0) return splitEvenly(t, weights.length);
+  const exact = weights.map((w) => (t * Math.max(0, w)) / sum);
+  const out = exact.map((x) => Math.floor(x));
+  let rest = t - out.reduce((a, b) => a + b, 0);
+  const order = exact.map((x, i) => [x - Math.floor(x), i] as const).sort((a, b) => b[0] - a[0]);
+  for (let k = 0; rest > 0; k = (k + 1) % order.length, rest--) out[order[k]![1]]!++;
+  return out;
 }
 
 const live = new Set<ChildProcess>();
@@ -113,16 +136,31 @@ async function deadline<T>(p: Promise<T>, ms: number, what: string): Promise<T> 
 
 /** Run a load against `opts.url` from `opts.processes` forked load generators. */
 export async function runLoad(opts: RunLoadOptions): Promise<LoadResult> {
-  const { processes = 1, script = path.join(__dirname, 'loadgen.js'), onGo, onDone, ...base } = opts;
+  const {
+    processes = 1,
+    script = path.join(__dirname, 'loadgen.js'),
+    onGo,
+    onDone,
+    stopWhen,
+    ...base
+  } = opts;
   const shares = splitEvenly(base.connections, Math.min(processes, Math.max(1, base.connections))).filter(
     (n) => n > 0,
   );
+  const budgets = base.totalRequests === undefined ? undefined : splitByWeight(base.totalRequests, shares);
   const children: Child[] = [];
   let offset = base.connOffset ?? 0;
-  for (const share of shares) {
-    children.push(spawnChild(script, { ...base, connections: share, connOffset: offset }));
+  shares.forEach((share, i) => {
+    children.push(
+      spawnChild(script, {
+        ...base,
+        connections: share,
+        connOffset: offset,
+        ...(budgets ? { totalRequests: budgets[i]! } : {}),
+      }),
+    );
     offset += share;
-  }
+  });
   const connectTimeoutMs = base.connectTimeoutMs ?? 30_000;
   try {
     await deadline(
@@ -132,6 +170,11 @@ export async function runLoad(opts: RunLoadOptions): Promise<LoadResult> {
     );
     for (const c of children) c.proc.send({ type: 'go' } satisfies ParentMessage);
     onGo?.();
+    void stopWhen?.then(() => {
+      for (const c of children) {
+        if (c.proc.connected) c.proc.send({ type: 'finish' } satisfies ParentMessage, () => {});
+      }
+    });
     void Promise.all(children.map((c) => c.measured)).then(() => onDone?.());
     const parts = await deadline(
       Promise.all(children.map((c) => c.result)),
@@ -147,6 +190,8 @@ export async function runLoad(opts: RunLoadOptions): Promise<LoadResult> {
       inFlightPerConnection: inFlight,
       ratePerConnection: rate,
       warmupPerConnection: base.warmupPerConnection ?? 0,
+      binary: base.binary,
+      totalRequests: base.totalRequests,
     });
   } finally {
     for (const c of children) {

@@ -9,8 +9,12 @@
  */
 import * as hdr from 'hdr-histogram-js';
 
-/** How the measured phase ended. */
-export type StopReason = 'completed' | 'time_limit' | 'no_connections';
+/**
+ * How the measured phase ended: every request answered (`completed`), the time limit hit, the
+ * parent asked it to stop (`stop_request`, e.g. a background load that runs until the measured one
+ * is over), or no connection could be opened.
+ */
+export type StopReason = 'completed' | 'stop_request' | 'time_limit' | 'no_connections';
 
 export interface LatencySummaryMs {
   count: number;
@@ -83,6 +87,21 @@ export interface PartialResult {
   cpuPct: number;
   /** errors / warnings seen during warm-up (not part of the stats) */
   warmupErrors: number;
+  /** per error code, send → error-answer latency histogram (base64), server answers only */
+  errorHistograms?: Record<string, string>;
+  /** per error code, `retry_after_ms` value → how many answers carried it */
+  retryAfterMs?: Record<string, Record<string, number>>;
+}
+
+/** Distribution of the `retry_after_ms` values one error code carried. */
+export interface RetryAfterSummary {
+  /** answers of that code that carried a `retry_after_ms` */
+  count: number;
+  min: number;
+  p50: number;
+  p90: number;
+  max: number;
+  mean: number;
 }
 
 export interface LoadResult {
@@ -120,6 +139,14 @@ export interface LoadResult {
   warmupErrors: number;
   timeline: Timeline;
   samples?: Sample[];
+  /** client-side send → answer latency of error answers, per code (absent on older results) */
+  errorLatencyMs?: Record<string, LatencySummaryMs>;
+  /** `retry_after_ms` carried by error answers, per code */
+  retryAfterMs?: Record<string, RetryAfterSummary>;
+  /** requests went out as binary tensor frames */
+  binary?: boolean;
+  /** a shared request budget over all connections, instead of requestsPerConnection each */
+  totalRequests?: number;
 }
 
 export function newHistogram(): hdr.Histogram {
@@ -147,6 +174,8 @@ export class LoadStats {
   readonly versions: Record<string, number> = {};
   readonly buckets: PartialResult['buckets'] = {};
   readonly samples: Sample[] | undefined;
+  readonly errorHistograms = new Map<string, hdr.Histogram>();
+  readonly retryAfterMs: Record<string, Record<string, number>> = {};
   /** epoch ms the measured phase started; timeline buckets are relative to it */
   startEpochMs = 0;
 
@@ -177,10 +206,25 @@ export class LoadStats {
     this.samples?.push([epochMs, version]);
   }
 
-  recordError(code: string, epochMs: number): void {
+  /**
+   * An error. `latencyUs` (send → answer) is given for answers from the server, not for the
+   * codes the client assigns itself; `retryAfterMs` when the answer carried one.
+   */
+  recordError(code: string, epochMs: number, latencyUs?: number, retryAfterMs?: number): void {
     inc(this.errors, code);
     this.bucket(epochMs).errors++;
     this.samples?.push([epochMs, '!' + code]);
+    if (latencyUs !== undefined && Number.isFinite(latencyUs)) {
+      let h = this.errorHistograms.get(code);
+      if (!h) {
+        h = newHistogram();
+        this.errorHistograms.set(code, h);
+      }
+      h.recordValue(Math.max(1, Math.round(latencyUs)));
+    }
+    if (retryAfterMs !== undefined && Number.isFinite(retryAfterMs)) {
+      inc((this.retryAfterMs[code] ??= {}), String(retryAfterMs));
+    }
   }
 
   recordWarning(code: string): void {
@@ -211,6 +255,10 @@ export class LoadStats {
       bucketMs: this.bucketMs,
       samples: this.samples,
       warmupErrors: this.warmupErrors,
+      errorHistograms: Object.fromEntries(
+        [...this.errorHistograms].map(([code, h]) => [code, hdr.encodeIntoCompressedBase64(h)]),
+      ),
+      retryAfterMs: structuredClone(this.retryAfterMs),
     };
   }
 }
@@ -241,9 +289,44 @@ export interface MergeMeta {
   inFlightPerConnection: number;
   ratePerConnection: number | null;
   warmupPerConnection: number;
+  binary?: boolean;
+  totalRequests?: number;
 }
 
-const STOP_SEVERITY: Record<StopReason, number> = { completed: 0, time_limit: 1, no_connections: 2 };
+const STOP_SEVERITY: Record<StopReason, number> = {
+  completed: 0,
+  stop_request: 1,
+  time_limit: 2,
+  no_connections: 3,
+};
+
+/** Summary of a `value → count` distribution (keys are numbers as text); undefined when empty. */
+export function summarizeCounts(counts: Record<string, number>): RetryAfterSummary | undefined {
+  const pairs = Object.entries(counts)
+    .map(([k, n]): [number, number] => [Number(k), n])
+    .filter(([v, n]) => Number.isFinite(v) && n > 0)
+    .sort((a, b) => a[0] - b[0]);
+  const count = pairs.reduce((a, [, n]) => a + n, 0);
+  if (count === 0) return undefined;
+  const at = (q: number): number => {
+    const rank = Math.max(1, Math.ceil(q * count));
+    let seen = 0;
+    for (const [v, n] of pairs) {
+      seen += n;
+      if (seen >= rank) return v;
+    }
+    return pairs.at(-1)![0];
+  };
+  const sum = pairs.reduce((a, [v, n]) => a + v * n, 0);
+  return {
+    count,
+    min: pairs[0]![0],
+    p50: at(0.5),
+    p90: at(0.9),
+    max: pairs.at(-1)![0],
+    mean: round3(sum / count),
+  };
+}
 
 /** Merge the partial results of one or more loadgen processes into one summary. */
 export function mergePartials(parts: readonly PartialResult[], meta: MergeMeta): LoadResult {
@@ -252,6 +335,8 @@ export function mergePartials(parts: readonly PartialResult[], meta: MergeMeta):
   const warnings: Record<string, number> = {};
   const versions: Record<string, number> = {};
   const buckets = new Map<number, { ok: number; errors: number; byVersion: Record<string, number> }>();
+  const errorHists = new Map<string, hdr.Histogram>();
+  const retryAfter: Record<string, Record<string, number>> = {};
   let samples: Sample[] | undefined;
   let sent = 0;
   let ok = 0;
@@ -297,6 +382,15 @@ export function mergePartials(parts: readonly PartialResult[], meta: MergeMeta):
       into.errors += b.errors;
       addAll(into.byVersion, b.byVersion);
     }
+    for (const [code, b64] of Object.entries(p.errorHistograms ?? {})) {
+      let h = errorHists.get(code);
+      if (!h) {
+        h = newHistogram();
+        errorHists.set(code, h);
+      }
+      h.add(hdr.decodeFromCompressedBase64(b64));
+    }
+    for (const [code, counts] of Object.entries(p.retryAfterMs ?? {})) addAll((retryAfter[code] ??= {}), counts);
     if (p.samples) {
       samples ??= [];
       for (const s of p.samples) samples.push(s);
@@ -355,5 +449,13 @@ export function mergePartials(parts: readonly PartialResult[], meta: MergeMeta):
     warmupErrors,
     timeline: { bucketMs, points },
     ...(samples ? { samples } : {}),
+    errorLatencyMs: Object.fromEntries([...errorHists].map(([code, h]) => [code, summarizeHistogramMs(h)])),
+    retryAfterMs: Object.fromEntries(
+      Object.entries(retryAfter)
+        .map(([code, counts]) => [code, summarizeCounts(counts)] as const)
+        .filter((e): e is readonly [string, RetryAfterSummary] => e[1] !== undefined),
+    ),
+    ...(meta.binary ? { binary: true } : {}),
+    ...(meta.totalRequests !== undefined ? { totalRequests: meta.totalRequests } : {}),
   };
 }

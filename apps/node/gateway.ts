@@ -104,6 +104,7 @@ export interface GatewayHooks {
 export class Gateway {
   private readonly app: uWS.TemplatedApp;
   private listenSocket: uWS.us_listen_socket | undefined;
+  private listenPort = 0;
   private readonly pending = new Map<number, Pending>();
   private readonly sockets = new Set<uWS.WebSocket<Connection>>();
   private nextRequestId = 1;
@@ -174,7 +175,8 @@ export class Gateway {
           return;
         }
         this.listenSocket = socket;
-        resolve(uWS.us_socket_local_port(socket));
+        this.listenPort = uWS.us_socket_local_port(socket);
+        resolve(this.listenPort);
       });
     });
   }
@@ -571,20 +573,18 @@ export class Gateway {
   private resolve(request: InferenceRequest): SlotRuntime {
     const name = request.model ?? this.defaultModel;
     const model = this.models.get(name);
-    if (!model)
-      throw new ProtocolError(
-        'unknown_model',
-        `unknown model "${name}"; available: ${[...this.models.keys()].join(', ')}`,
-      );
-    const version =
-      request.version === undefined || request.version === 'stable' || request.version === 'default'
-        ? model.entry.defaultVersion
-        : request.version;
+    if (!model) {
+      throw new ProtocolError('unknown_model', `unknown model "${name}"; available: ${[...this.models.keys()].join(', ')}`);
+    }
+    const version = request.version === undefined || request.version === 'stable' || request.version === 'default' ? model.stable : request.version;
     const runtime = model.versions.get(version);
     if (!runtime) {
+      const known = model.entry.versions.some((entry) => entry.version === version);
       throw new ProtocolError(
         'unknown_version',
-        `model "${name}" has no version "${version}"; available: ${[...model.versions.keys()].join(', ')}`,
+        known
+          ? `model "${name}" version "${version}" is not loaded; loaded: ${[...model.versions.keys()].join(', ')}`
+          : `model "${name}" has no version "${version}"; loaded: ${[...model.versions.keys()].join(', ')}`,
       );
     }
     return runtime;
@@ -783,11 +783,11 @@ export class Gateway {
   }
 
   modelStatus(): ModelStatus[] {
-    return [...this.models.values()].map(({ entry, versions }) => {
+    return [...this.models.values()].map(({ entry, versions, stable }) => {
       const status: ModelStatus = {
         name: entry.name,
         description: entry.description,
-        defaultVersion: entry.defaultVersion,
+        defaultVersion: stable,
         inputs: entry.signature.inputs,
         outputs: entry.signature.outputs,
         versions: [...versions.values()].map((runtime) => {
@@ -832,7 +832,7 @@ export class Gateway {
         version: runtime.version,
         queueDepth: queueDepth(runtime),
         executionProvider: runtime.executionProvider,
-        alias: runtime.version === runtime.model.defaultVersion ? 'stable' : '',
+        alias: this.models.get(runtime.model.name)?.stable === runtime.version ? 'stable' : '',
       });
     }
     const metrics = nodeMetricsJson(buffer, slots, { wsConnections: this.sockets.size, epoch: this.epoch });
@@ -854,6 +854,19 @@ export class Gateway {
       ),
     );
     return metrics;
+  }
+
+  /** Rolling reload: no new connections here while this node swaps (the other nodes take them). */
+  stopListening(): void {
+    if (this.listenSocket) {
+      uWS.us_listen_socket_close(this.listenSocket);
+      this.listenSocket = undefined;
+    }
+  }
+
+  async resumeListening(): Promise<void> {
+    if (this.listenSocket || this.draining) return;
+    await this.listen(this.options.host, this.listenPort);
   }
 
   /** Stop accepting: close the listen socket; new requests on open connections are answered `unavailable`. */

@@ -35,6 +35,18 @@ export interface NodeStartOptions {
   testHooks: boolean;
 }
 
+/** The model table a reload asks for: loaded versions and the stable one per model, and the default model. */
+export interface ModelPlan {
+  name: string;
+  versions: string[];
+  stable: string;
+}
+
+export interface TablePlan {
+  models: ModelPlan[];
+  defaultModel: string;
+}
+
 export interface ModelVersionStatus {
   version: string;
   slot: number;
@@ -89,6 +101,11 @@ export type SupervisorMessage =
   | { type: 'collect'; requestId: number; what: 'metrics' | 'health' }
   | { type: 'set-default-model'; requestId: number; model: string }
   | { type: 'crash-worker'; requestId: number; workerIndex: number }
+  | { type: 'prepare'; requestId: number; plan: TablePlan }
+  | { type: 'commit'; requestId: number; plan: TablePlan; epoch: number }
+  | { type: 'abort'; requestId: number }
+  | { type: 'release'; requestId: number; plan: TablePlan }
+  | { type: 'roll'; requestId: number; plan: TablePlan; epoch: number }
   | { type: 'shutdown' };
 
 /** node → supervisor */

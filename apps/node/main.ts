@@ -2,21 +2,16 @@
  * Node process (forked by the supervisor): a gateway on the main thread plus a Piscina pool it owns.
  * Started with a 'start' message over IPC; answers control collections; drains on 'shutdown' or SIGTERM.
  */
-import { performance } from 'node:perf_hooks';
 import pino from 'pino';
 import { devicesForNodes, parseDevice } from '../../libs/inference';
 import { assertNativeUws } from '../../libs/inference/uws-check';
-import { MAX_SLOTS, metricsBufferFor } from '../../libs/metrics';
+import { metricsBufferFor } from '../../libs/metrics';
 import { scanRepository } from '../../libs/registry';
-import { Doorbell, RingBuffer } from '../../libs/ring';
-import { Gateway, UNROUTED_SLOT } from './gateway';
+import { RingBuffer } from '../../libs/ring';
+import { Gateway } from './gateway';
 import type { ControlResponse, NodeMessage, NodeStartOptions, SupervisorMessage } from './ipc';
-import type { ModelRuntime, SlotRuntime } from './models';
-import { batchOptionsFor } from './models';
+import { ModelTable } from './table';
 import { WorkerPool } from './pool';
-
-/** Ring size divisor per priority (low, normal, high): normal traffic gets the full STREAMINFER_RING_BYTES. */
-const PRIORITY_RING_SHARE = [4, 1, 4];
 
 function send(message: NodeMessage): void {
   if (process.connected) process.send?.(message);
@@ -26,6 +21,9 @@ class NodeProcess {
   private gateway: Gateway | undefined;
   private pool: WorkerPool | undefined;
   private metrics: SharedArrayBuffer | undefined;
+  private table: ModelTable | undefined;
+  /** One reload step at a time on this node (the supervisor also serialises reloads). */
+  private reloadChain: Promise<unknown> = Promise.resolve();
   private state: 'starting' | 'ready' | 'draining' = 'starting';
   private readonly controlWaiters = new Map<number, (response: ControlResponse) => void>();
   private nextControlId = 1;
@@ -52,9 +50,6 @@ class NodeProcess {
     this.metrics = metricsBufferFor(1 + options.workers);
     const responseRing = RingBuffer.create(options.ringBytes);
     responseRing.setOwnerId(1);
-    const models = new Map<string, ModelRuntime>();
-    const slots: Array<SlotRuntime | undefined> = [];
-    slots[UNROUTED_SLOT] = undefined;
     this.pool = new WorkerPool({
       nodeIndex: options.nodeIndex,
       workers: options.workers,
@@ -70,7 +65,7 @@ class NodeProcess {
         if (ringOwnerId !== undefined) {
           // A thread that died inside reserve/claim would hold that ring's lock forever.
           responseRing.forceReleaseLocks(ringOwnerId);
-          for (const runtime of slots)
+          for (const runtime of this.table?.slots ?? [])
             for (const ring of runtime?.rings ?? []) ring.forceReleaseLocks(ringOwnerId);
         }
         // Answers already written by the dead worker are delivered first; the rest are failed, never dropped.
@@ -90,7 +85,9 @@ class NodeProcess {
       },
     });
     this.pool.start();
-    this.gateway = new Gateway(options, models, slots, responseRing, this.metrics, this.logger, {
+    const table = new ModelTable(options, this.pool, () => this.gateway!, this.metrics, this.logger);
+    this.table = table;
+    this.gateway = new Gateway(options, table.models, table.slots, responseRing, this.metrics, this.logger, {
       forwardControl: (request, reply) => {
         const requestId = this.nextControlId++;
         this.controlWaiters.set(requestId, reply);
@@ -100,76 +97,21 @@ class NodeProcess {
     this.gateway.startDrainLoop();
     const port = await this.gateway.listen(options.host, options.port);
     send({ type: 'listening', nodeIndex: options.nodeIndex, port });
-    let nextSlot = 1;
-    const loads: Promise<void>[] = [];
-    for (const entry of entries) {
-      const runtime: ModelRuntime = { entry, versions: new Map() };
-      models.set(entry.name, runtime);
-      for (const version of entry.versions) {
-        const slot = nextSlot++;
-        if (slot >= MAX_SLOTS)
-          throw new Error(`more than ${MAX_SLOTS - 1} model versions in ${options.modelsDir}`);
-        const rings = PRIORITY_RING_SHARE.map((share) => {
-          const ring = RingBuffer.create(Math.max(4096, options.ringBytes / share));
-          ring.setOwnerId(1);
-          return ring;
-        });
-        const doorbell = Doorbell.create();
-        const batching = batchOptionsFor(entry, options.batch);
-        loads.push(
-          this.pool
-            .loadLane({
-              type: 'load',
-              slot,
-              model: entry.name,
-              version: version.version,
-              file: version.file,
-              signature: entry.signature,
-              rings: rings.map((ring) => ring.buffer),
-              doorbell: doorbell.buffer,
-              batching,
-              epoch: 0,
-            })
-            .then((result) => {
-              const slotRuntime: SlotRuntime = {
-                slot,
-                model: entry,
-                version: version.version,
-                rings,
-                doorbell,
-                guard: this.gateway!.newModelGuard(performance.timeOrigin + performance.now()),
-                admitted: 0,
-                executionProvider: result.executionProvider,
-                loadedWorkers: options.workers,
-              };
-              if (result.fallbackReason) {
-                slotRuntime.fallbackReason = result.fallbackReason;
-                this.logger.warn(
-                  { model: entry.name, version: version.version, reason: result.fallbackReason },
-                  'GPU unavailable: running on CPU (--device auto)',
-                );
-              }
-              runtime.versions.set(version.version, slotRuntime);
-              slots[slot] = slotRuntime;
-              this.logger.info(
-                {
-                  model: entry.name,
-                  version: version.version,
-                  provider: result.executionProvider,
-                  loadMs: Math.round(result.loadMs),
-                },
-                'model loaded',
-              );
-            })
-            .catch((error: Error) => {
-              throw new Error(`model ${entry.name} version ${version.version}: ${error.message}`);
-            }),
-        );
-      }
-    }
-    await Promise.all(loads);
+    await this.table.loadInitial(entries);
     this.state = 'ready';
     send({ type: 'ready', nodeIndex: options.nodeIndex, health: this.health() });
+  }
+
+  private reloadStep(requestId: number, step: () => Promise<unknown>): void {
+    const run = this.reloadChain.then(step);
+    this.reloadChain = run.catch(() => undefined);
+    run.then(
+      (data) => send({ type: 'command-result', requestId, ok: true, data }),
+      (error: Error) => {
+        this.logger.error({ err: error.message }, 'reload step failed');
+        send({ type: 'command-result', requestId, ok: false, error: error.message });
+      },
+    );
   }
 
   private health() {
@@ -235,6 +177,37 @@ class NodeProcess {
         });
         return;
       }
+      case 'prepare':
+        this.reloadStep(message.requestId, async () => ({ prepared: await this.table!.prepare(message.plan) }));
+        return;
+      case 'commit':
+        this.reloadStep(message.requestId, async () => {
+          this.table!.commit(message.plan, message.epoch);
+          this.logger.info({ epoch: message.epoch }, 'model table committed');
+          return { epoch: message.epoch };
+        });
+        return;
+      case 'abort':
+        this.reloadStep(message.requestId, async () => {
+          await this.table!.abort();
+          return {};
+        });
+        return;
+      case 'release':
+        this.reloadStep(message.requestId, async () => ({ released: await this.table!.release(message.plan) }));
+        return;
+      case 'roll':
+        this.reloadStep(message.requestId, async () => {
+          // This node stops taking new connections while it swaps; the other nodes serve them.
+          this.gateway!.stopListening();
+          try {
+            await this.table!.rollInPlace(message.plan, message.epoch);
+          } finally {
+            await this.gateway!.resumeListening();
+          }
+          return { epoch: message.epoch };
+        });
+        return;
       case 'shutdown':
         void this.shutdown();
         return;

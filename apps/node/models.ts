@@ -20,11 +20,15 @@ export interface SlotRuntime {
   executionProvider: string;
   fallbackReason?: string;
   loadedWorkers: number;
+  /** No longer routed: draining before its lanes are unloaded. */
+  retiring: boolean;
 }
 
 export interface ModelRuntime {
   entry: ModelEntry;
   versions: Map<string, SlotRuntime>;
+  /** The version requests that pin none (or say "stable") go to. */
+  stable: string;
 }
 
 /** Operator settings win when given explicitly; otherwise the model's config.json; otherwise server defaults. */

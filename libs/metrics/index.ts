@@ -9,5 +9,6 @@ export {
   metricsBufferFor,
   PROTOCOLS,
   readSlotTotals,
+  resetSlot,
   SHED_REASONS,
 } from './shared-metrics';

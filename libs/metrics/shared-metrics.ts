@@ -147,3 +147,13 @@ export function readSlotTotals(buffer: SharedArrayBuffer, slot: number): SlotTot
     batches: sum(BATCHES),
   };
 }
+
+/** Zeroes one slot in every shard, before the slot is reused for another model version (no writer holds it). */
+export function resetSlot(buffer: SharedArrayBuffer, slot: number): void {
+  const cells = new Float64Array(buffer);
+  const shards = cells.length / SHARD_WIDTH;
+  for (let shard = 0; shard < shards; shard++) {
+    const base = shard * SHARD_WIDTH + slot * SLOT_WIDTH;
+    cells.fill(0, base, base + SLOT_WIDTH);
+  }
+}

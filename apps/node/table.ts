@@ -1,0 +1,250 @@
+/**
+ * This node's model table: which versions are loaded (each in its own slot: rings + a lane on every worker),
+ * which one `stable` routes to, and the steps a reload is made of — prepare (load beside), commit (switch
+ * routes), abort (drop what was prepared), release (unload what the new table no longer holds), and the
+ * rolling swap (drain, unload, load in place) for devices that cannot hold two versions at once.
+ */
+import * as path from 'node:path';
+import { performance } from 'node:perf_hooks';
+import type { Logger } from 'pino';
+import { MAX_SLOTS, resetSlot } from '../../libs/metrics';
+import type { ModelEntry } from '../../libs/registry';
+import { readModel } from '../../libs/registry';
+import { Doorbell, RingBuffer } from '../../libs/ring';
+import type { Gateway } from './gateway';
+import type { NodeStartOptions, TablePlan } from './ipc';
+import type { ModelRuntime, SlotRuntime } from './models';
+import { batchOptionsFor } from './models';
+import type { WorkerPool } from './pool';
+
+const clock = (): number => performance.timeOrigin + performance.now();
+/** Ring size divisor per priority (low, normal, high): normal traffic gets the full STREAMINFER_RING_BYTES. */
+const PRIORITY_RING_SHARE = [4, 1, 4];
+const DRAIN_POLL_MS = 5;
+
+export class ModelTable {
+  readonly models = new Map<string, ModelRuntime>();
+  readonly slots: Array<SlotRuntime | undefined> = [];
+  private readonly freeSlots: number[] = [];
+  /** Slots loaded by a prepare that was not committed yet (dropped again by abort). */
+  private prepared: SlotRuntime[] = [];
+
+  constructor(
+    private readonly options: NodeStartOptions,
+    private readonly pool: WorkerPool,
+    private readonly gateway: () => Gateway,
+    private readonly metrics: SharedArrayBuffer,
+    private readonly logger: Logger,
+  ) {
+    for (let slot = MAX_SLOTS - 1; slot >= 1; slot--) this.freeSlots.push(slot);
+  }
+
+  readEntry(name: string): ModelEntry {
+    return readModel(path.join(this.options.modelsDir, name), name);
+  }
+
+  /** Rings and a slot number, no lanes yet: requests routed here wait until lanes attach. */
+  private createSlot(entry: ModelEntry, version: string): SlotRuntime {
+    const slot = this.freeSlots.pop();
+    if (slot === undefined) throw new Error(`no free model slot (at most ${MAX_SLOTS - 1} versions loaded at once)`);
+    resetSlot(this.metrics, slot);
+    const rings = PRIORITY_RING_SHARE.map((share) => {
+      const ring = RingBuffer.create(Math.max(4096, this.options.ringBytes / share));
+      ring.setOwnerId(1);
+      return ring;
+    });
+    const runtime: SlotRuntime = {
+      slot,
+      model: entry,
+      version,
+      rings,
+      doorbell: Doorbell.create(),
+      guard: this.gateway().newModelGuard(clock()),
+      admitted: 0,
+      executionProvider: 'pending',
+      loadedWorkers: 0,
+      retiring: false,
+    };
+    this.slots[slot] = runtime;
+    return runtime;
+  }
+
+  private freeSlot(runtime: SlotRuntime): void {
+    if (this.slots[runtime.slot] !== runtime) return;
+    this.slots[runtime.slot] = undefined;
+    this.freeSlots.push(runtime.slot);
+  }
+
+  /** Loads `file` on every worker as the consumer of the slot's rings. */
+  private async attachLanes(runtime: SlotRuntime, file: string, version: string): Promise<void> {
+    const result = await this.pool.loadLane({
+      type: 'load',
+      slot: runtime.slot,
+      model: runtime.model.name,
+      version,
+      file,
+      signature: runtime.model.signature,
+      rings: runtime.rings.map((ring) => ring.buffer),
+      doorbell: runtime.doorbell.buffer,
+      batching: batchOptionsFor(runtime.model, this.options.batch),
+      epoch: this.gateway().epoch,
+    });
+    runtime.version = version;
+    runtime.executionProvider = result.executionProvider;
+    runtime.loadedWorkers = this.pool.size;
+    if (result.fallbackReason) {
+      runtime.fallbackReason = result.fallbackReason;
+      this.logger.warn({ model: runtime.model.name, version, reason: result.fallbackReason }, 'GPU unavailable: running on CPU (--device auto)');
+    }
+    this.logger.info({ model: runtime.model.name, version, provider: result.executionProvider, loadMs: Math.round(result.loadMs) }, 'model loaded');
+  }
+
+  private fileOf(entry: ModelEntry, version: string): string {
+    const found = entry.versions.find((candidate) => candidate.version === version);
+    if (!found) throw new Error(`model ${entry.name} has no version ${version} in ${entry.dir}`);
+    return found.file;
+  }
+
+  /** Loads one version beside whatever is loaded; it is not routed until a commit names it. */
+  async loadVersion(entry: ModelEntry, version: string): Promise<SlotRuntime> {
+    const runtime = this.createSlot(entry, version);
+    try {
+      await this.attachLanes(runtime, this.fileOf(entry, version), version);
+    } catch (error) {
+      this.freeSlot(runtime);
+      throw new Error(`model ${entry.name} version ${version}: ${(error as Error).message}`);
+    }
+    let model = this.models.get(entry.name);
+    if (!model) {
+      model = { entry, versions: new Map(), stable: version };
+      this.models.set(entry.name, model);
+    }
+    model.versions.set(version, runtime);
+    return runtime;
+  }
+
+  /** Stops routing to a version, waits until everything admitted for it is answered, then unloads it. */
+  async unloadVersion(runtime: SlotRuntime): Promise<void> {
+    runtime.retiring = true;
+    const model = this.models.get(runtime.model.name);
+    if (model?.versions.get(runtime.version) === runtime) model.versions.delete(runtime.version);
+    while (runtime.admitted > 0) await new Promise((resolve) => setTimeout(resolve, DRAIN_POLL_MS));
+    await this.pool.unloadLane(runtime.slot);
+    this.freeSlot(runtime);
+    this.logger.info({ model: runtime.model.name, version: runtime.version }, 'model version released');
+  }
+
+  /** Initial load: every version found in the repository, stable = each model's default version. */
+  async loadInitial(entries: ModelEntry[]): Promise<void> {
+    await Promise.all(entries.flatMap((entry) => entry.versions.map((version) => this.loadVersion(entry, version.version))));
+    for (const entry of entries) {
+      const model = this.models.get(entry.name);
+      if (model) model.stable = entry.defaultVersion;
+    }
+  }
+
+  /** Current table, as the supervisor plans with it. */
+  plan(defaultModel: string): TablePlan {
+    return {
+      defaultModel,
+      models: [...this.models.values()].map((model) => ({
+        name: model.entry.name,
+        versions: [...model.versions.keys()],
+        stable: model.stable,
+      })),
+    };
+  }
+
+  // ---------------------------------------------------------------- atomic reload (epoch barrier)
+
+  /** PREPARE: load every version the plan names that is not loaded yet, beside the old ones. */
+  async prepare(plan: TablePlan): Promise<number> {
+    this.prepared = [];
+    try {
+      for (const modelPlan of plan.models) {
+        const loaded = this.models.get(modelPlan.name);
+        const entry = this.readEntry(modelPlan.name);
+        for (const version of modelPlan.versions) {
+          if (loaded?.versions.has(version)) continue;
+          this.prepared.push(await this.loadVersion(entry, version));
+        }
+        if (!modelPlan.versions.includes(modelPlan.stable)) throw new Error(`plan for ${modelPlan.name} makes ${modelPlan.stable} stable without loading it`);
+      }
+      return this.prepared.length;
+    } catch (error) {
+      await this.abort();
+      throw error;
+    }
+  }
+
+  /** ABORT: drop what prepare loaded; routing never saw it. */
+  async abort(): Promise<void> {
+    const prepared = this.prepared;
+    this.prepared = [];
+    await Promise.all(prepared.map((runtime) => this.unloadVersion(runtime)));
+  }
+
+  /** COMMIT: switch every route at once. Requests admitted from now on use the new table. */
+  commit(plan: TablePlan, epoch: number): void {
+    for (const modelPlan of plan.models) {
+      const model = this.models.get(modelPlan.name);
+      if (!model) throw new Error(`commit names model ${modelPlan.name}, which is not loaded`);
+      model.entry = model.versions.get(modelPlan.stable)?.model ?? model.entry;
+      model.stable = modelPlan.stable;
+    }
+    this.prepared = [];
+    const gateway = this.gateway();
+    gateway.setDefaultModel(plan.defaultModel);
+    gateway.epoch = epoch;
+  }
+
+  /** RELEASE: unload versions the committed plan no longer holds (each after its admitted requests). */
+  async release(plan: TablePlan): Promise<number> {
+    const keep = new Map(plan.models.map((model) => [model.name, new Set(model.versions)]));
+    const retiring: SlotRuntime[] = [];
+    for (const [name, model] of this.models) {
+      const wanted = keep.get(name);
+      for (const [version, runtime] of model.versions) if (!wanted?.has(version)) retiring.push(runtime);
+      if (!wanted) this.models.delete(name);
+    }
+    await Promise.all(retiring.map((runtime) => this.unloadVersion(runtime)));
+    return retiring.length;
+  }
+
+  // ---------------------------------------------------------------- rolling swap, in place
+
+  /**
+   * For devices that cannot hold two versions: per model whose stable version changes to one not loaded,
+   * route its traffic to fresh rings (requests wait there), drain the old version, unload it, then load the
+   * new one as the rings' consumer. If the new one fails to load, the old file is loaded into the same rings
+   * and the error is reported: requests waited, none failed.
+   */
+  async rollInPlace(plan: TablePlan, epoch: number): Promise<void> {
+    const failures: string[] = [];
+    for (const modelPlan of plan.models) {
+      const model = this.models.get(modelPlan.name);
+      if (!model || model.stable === modelPlan.stable || model.versions.has(modelPlan.stable)) continue;
+      const old = model.versions.get(model.stable);
+      const entry = this.readEntry(modelPlan.name);
+      const file = this.fileOf(entry, modelPlan.stable);
+      const fresh = this.createSlot(entry, modelPlan.stable);
+      model.versions.set(modelPlan.stable, fresh);
+      const previousStable = model.stable;
+      model.stable = modelPlan.stable;
+      if (old) await this.unloadVersion(old);
+      try {
+        await this.attachLanes(fresh, file, modelPlan.stable);
+      } catch (error) {
+        failures.push(`model ${modelPlan.name} version ${modelPlan.stable}: ${(error as Error).message}`);
+        // Known-good file back into the same rings; relabel the slot.
+        model.versions.delete(modelPlan.stable);
+        await this.attachLanes(fresh, this.fileOf(old?.model ?? entry, previousStable), previousStable);
+        model.versions.set(previousStable, fresh);
+        model.stable = previousStable;
+      }
+    }
+    if (failures.length > 0) throw new Error(failures.join('; '));
+    this.commit(plan, epoch);
+    await this.release(plan);
+  }
+}
