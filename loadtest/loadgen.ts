@@ -346,6 +346,16 @@ class Conn {
     this.finishPhase();
   }
 
+  /** Send nothing more in this phase; the phase ends once what is outstanding is answered. */
+  stopSending(): void {
+    if (this.measuring && !this.budget && !this.closed) this.stats.notSent += this.toSend;
+    this.toSend = 0;
+    this.budget = undefined;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+    if (this.pending.size === 0) this.finishPhase();
+  }
+
   /** Stop sending; count what is still outstanding. */
   stop(): void {
     if (this.stopping) return;
@@ -383,6 +393,9 @@ class Conn {
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** After a stop request, how long requests already sent may take to be answered. */
+const STOP_GRACE_MS = 2000;
 
 async function withLimit<T>(p: Promise<T>, ms: number): Promise<T | 'timeout'> {
   let timer: NodeJS.Timeout | undefined;
@@ -488,10 +501,23 @@ export async function generate(
   );
   // connections that never opened owe their whole share (a shared budget is counted below)
   if (!budget) stats.notSent += (conns.length - live.length) * opts.requestsPerConnection;
-  const early = finishEarly?.then(() => {
-    if (stoppedBy === 'completed') stoppedBy = 'stop_request';
+  let finishing = false;
+  const early = finishEarly?.then(async () => {
+    if (finishing) return;
+    finishing = true;
+    stoppedBy = 'stop_request';
+    // stop sending, give what is in flight a moment to be answered (else it counts as client_timeout)
+    let budgetLeft = 0;
+    if (budget) {
+      budgetLeft = budget.left;
+      budget.left = 0;
+    }
+    for (const c of live) c.stopSending();
+    stats.notSent += budgetLeft;
+    await withLimit(all, STOP_GRACE_MS);
   });
   await Promise.race(early ? [all, limit, early] : [all, limit]);
+  finishing = true;
   clearTimeout(limitTimer);
   const endPerf = performance.now();
   for (const c of live) c.stop();

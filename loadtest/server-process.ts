@@ -138,6 +138,62 @@ export function processTreeCpuMs(rootPid: number): number | undefined {
   return (total * 1000) / CLK_TCK;
 }
 
+/** Pids of `rootPid` and all its living descendants, from /proc (empty off Linux or when it is gone). */
+export function processTreePids(rootPid: number): number[] {
+  if (process.platform !== 'linux') return [];
+  let entries: string[];
+  try {
+    entries = fs.readdirSync('/proc').filter((e) => /^\d+$/.test(e));
+  } catch {
+    return [];
+  }
+  const parent = new Map<number, number>();
+  for (const e of entries) {
+    try {
+      const stat = fs.readFileSync(`/proc/${e}/stat`, 'utf8');
+      parent.set(Number(e), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
+    } catch {
+      // process vanished meanwhile
+    }
+  }
+  if (!parent.has(rootPid)) return [];
+  const out: number[] = [];
+  for (const pid of parent.keys()) {
+    let p: number | undefined = pid;
+    for (let depth = 0; p !== undefined && p > 1 && depth < 32; depth++) {
+      if (p === rootPid) {
+        out.push(pid);
+        break;
+      }
+      p = parent.get(p);
+    }
+  }
+  return out;
+}
+
+/** Resident set size of one process in bytes (`VmRSS` of /proc/PID/status), undefined when gone. */
+export function processRssBytes(pid: number): number | undefined {
+  try {
+    const m = /^VmRSS:\s+(\d+)\s*kB/m.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) * 1024 : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Sum of the resident set sizes of `rootPid` and its descendants, in bytes (undefined off Linux
+ * or when the process is gone). Shared pages are counted once per process that maps them, so the
+ * absolute figure overstates a little; growth over time is what it is good for.
+ */
+export function processTreeRssBytes(rootPid: number): number | undefined {
+  const pids = processTreePids(rootPid);
+  if (pids.length === 0) return undefined;
+  let total = 0;
+  for (const pid of pids) total += processRssBytes(pid) ?? 0;
+  return total;
+}
+
 /** running server processes → whether each leads its own process group */
 const children = new Map<ChildProcess, boolean>();
 

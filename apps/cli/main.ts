@@ -106,23 +106,17 @@ serve
     process.on('SIGTERM', () => stop('SIGTERM'));
     process.on('SIGINT', () => stop('SIGINT'));
     process.on('SIGHUP', () => {
-      // Re-read the config file and environment; today that can switch the default model.
+      // Re-read the config file and environment, then the model repository: an atomic reload.
+      let defaultModel: string;
       try {
         const fresh = filePath ? JSON.parse(readFileSync(filePath, 'utf8')) : undefined;
-        const next = resolveConfig(
-          filePath ? { flags, env: process.env, file: fresh, filePath } : { flags, env: process.env },
-        );
-        supervisor
-          .setDefaultModel(next.defaultModel)
-          .then((result) =>
-            logger.info({ result: JSON.parse(result.body) }, 'SIGHUP: configuration re-applied'),
-          );
+        const next = resolveConfig(filePath ? { flags, env: process.env, file: fresh, filePath } : { flags, env: process.env });
+        defaultModel = next.defaultModel;
       } catch (error) {
-        logger.error(
-          { err: (error as Error).message },
-          'SIGHUP: configuration rejected; still serving the previous one',
-        );
+        logger.error({ err: (error as Error).message }, 'SIGHUP: configuration rejected; still serving the previous one');
+        return;
       }
+      void supervisor.reloadResponse({ defaultModel }, 'SIGHUP');
     });
     try {
       const port = await supervisor.start();
@@ -196,22 +190,69 @@ addClientOptions(program.command('status').description('health of a running serv
   },
 );
 
+interface ReloadAnswer {
+  id?: number;
+  result?: string;
+  strategy?: string;
+  epoch?: number;
+  epoch_before?: number;
+  changes?: Array<{ model: string; from: string | null; to: string | null }>;
+  default_model?: string;
+  previous?: string;
+  duration_ms?: number;
+  code?: string;
+  message?: string;
+  error?: string;
+}
+
+function describeReload(answer: ReloadAnswer): string {
+  const lines = [`reload ${answer.id}: ${answer.result} (${answer.strategy}), epoch ${answer.epoch_before} -> ${answer.epoch}, ${answer.duration_ms} ms`];
+  for (const change of answer.changes ?? []) lines.push(`  ${change.model}: ${change.from ?? '(new)'} -> ${change.to ?? '(removed)'}`);
+  if (answer.previous !== answer.default_model) lines.push(`  default model: ${answer.previous} -> ${answer.default_model}`);
+  if (answer.error) lines.push(`  error: ${answer.error}`);
+  return lines.join('\n');
+}
+
 addClientOptions(
-  program.command('reload').description('switch the default model on every node of a running server'),
+  program
+    .command('reload')
+    .description('reload models on every node: a version, the default model, or re-read the repository (like SIGHUP)'),
 )
-  .requiredOption('--model <name>', 'model that requests without a "model" field go to')
-  .action(async (flags: ClientFlags & { model: string }) => {
-    const started = Date.now();
-    const { status, body } = await callServer(clientOptions(flags), 'POST', '/api/reload', {
-      model: flags.model,
-    });
-    const result = body as { default_model?: string; previous?: string; message?: string; code?: string };
-    if (flags.json) console.log(JSON.stringify({ status, ...result, took_ms: Date.now() - started }));
-    else if (status === 200)
-      console.log(
-        `default model: ${result.previous} -> ${result.default_model} (${Date.now() - started} ms)`,
-      );
-    else console.error(`reload failed (${status} ${result.code}): ${result.message}`);
+  .option('--model <name>', 'model to act on (alone: make it the default model)')
+  .option('--version <v>', 'with --model: make this version stable (loads it if needed)')
+  .addOption(new Option('--strategy <name>', 'atomic (epoch barrier) or rolling (node by node, in place)').choices(['atomic', 'rolling']))
+  .option('--pid-file <file>', 'signal the supervisor (SIGHUP: re-read config and repository) instead of calling the API')
+  .action(async (flags: ClientFlags & { model?: string; version?: string; strategy?: string; pidFile?: string }) => {
+    const options = clientOptions(flags);
+    let answer: ReloadAnswer;
+    let status = 200;
+    if (flags.pidFile) {
+      if (flags.model || flags.version || flags.strategy) fail('--pid-file sends SIGHUP (re-read everything); it takes no --model, --version or --strategy');
+      const pid = Number(readFileSync(flags.pidFile, 'utf8').trim());
+      if (!Number.isInteger(pid) || pid <= 0) fail(`${flags.pidFile} holds no pid`);
+      const before = ((await callServer(options, 'GET', '/api/reload')).body as ReloadAnswer).id ?? 0;
+      process.kill(pid, 'SIGHUP');
+      const until = Date.now() + 120000;
+      for (;;) {
+        answer = (await callServer(options, 'GET', '/api/reload')).body as ReloadAnswer;
+        if ((answer.id ?? 0) > before) break;
+        if (Date.now() > until) fail('SIGHUP sent, but no reload outcome appeared within 120 s');
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      if (answer.result === 'failed') status = 500;
+    } else {
+      const body: Record<string, string> = {};
+      if (flags.model) body.model = flags.model;
+      if (flags.version) body.version = flags.version;
+      if (flags.strategy) body.strategy = flags.strategy;
+      if (flags.version && !flags.model) fail('--version needs --model');
+      const response = await callServer(options, 'POST', '/api/reload', body);
+      status = response.status;
+      answer = response.body as ReloadAnswer;
+    }
+    if (flags.json) console.log(JSON.stringify({ status, ...answer }));
+    else if (answer.id !== undefined && answer.result) (status === 200 ? console.log : console.error)(describeReload(answer));
+    else console.error(`reload failed (${status} ${answer.code}): ${answer.message}`);
     if (status !== 200) process.exitCode = 1;
   });
 

@@ -33,6 +33,9 @@ export interface NodeStartOptions {
   shutdownTimeoutMs: number;
   logLevel: string;
   testHooks: boolean;
+  /** The host's current model table and epoch: a node (re)starts exactly on it. */
+  plan: TablePlan;
+  epoch: number;
 }
 
 /** The model table a reload asks for: loaded versions and the stable one per model, and the default model. */
@@ -99,7 +102,6 @@ export type SupervisorMessage =
   | { type: 'start'; options: NodeStartOptions }
   | { type: 'control-response'; requestId: number; response: ControlResponse }
   | { type: 'collect'; requestId: number; what: 'metrics' | 'health' }
-  | { type: 'set-default-model'; requestId: number; model: string }
   | { type: 'crash-worker'; requestId: number; workerIndex: number }
   | { type: 'prepare'; requestId: number; plan: TablePlan }
   | { type: 'commit'; requestId: number; plan: TablePlan; epoch: number }

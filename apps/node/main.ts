@@ -6,7 +6,6 @@ import pino from 'pino';
 import { devicesForNodes, parseDevice } from '../../libs/inference';
 import { assertNativeUws } from '../../libs/inference/uws-check';
 import { metricsBufferFor } from '../../libs/metrics';
-import { scanRepository } from '../../libs/registry';
 import { RingBuffer } from '../../libs/ring';
 import { Gateway } from './gateway';
 import type { ControlResponse, NodeMessage, NodeStartOptions, SupervisorMessage } from './ipc';
@@ -38,12 +37,6 @@ class NodeProcess {
       base: { component: 'node', node: options.nodeIndex, pid: process.pid },
     });
     assertNativeUws();
-    const entries = scanRepository(options.modelsDir);
-    if (!entries.some((entry) => entry.name === options.defaultModel)) {
-      throw new Error(
-        `default model "${options.defaultModel}" (STREAMINFER_MODEL_NAME) is not in ${options.modelsDir}; found ${entries.map((entry) => entry.name).join(', ')}`,
-      );
-    }
     const device =
       devicesForNodes(options.device, options.nodeIndex + 1)[options.nodeIndex] ??
       parseDevice(options.device.split(',')[0]!);
@@ -97,7 +90,8 @@ class NodeProcess {
     this.gateway.startDrainLoop();
     const port = await this.gateway.listen(options.host, options.port);
     send({ type: 'listening', nodeIndex: options.nodeIndex, port });
-    await this.table.loadInitial(entries);
+    await this.table.loadPlan(options.plan);
+    this.gateway.epoch = options.epoch;
     this.state = 'ready';
     send({ type: 'ready', nodeIndex: options.nodeIndex, health: this.health() });
   }
@@ -150,19 +144,6 @@ class NodeProcess {
             metrics: this.gateway.metricsJson(this.metrics),
           });
         else send({ type: 'collected', requestId: message.requestId, health: this.health() });
-        return;
-      case 'set-default-model':
-        try {
-          this.gateway!.setDefaultModel(message.model);
-          send({ type: 'command-result', requestId: message.requestId, ok: true });
-        } catch (error) {
-          send({
-            type: 'command-result',
-            requestId: message.requestId,
-            ok: false,
-            error: (error as Error).message,
-          });
-        }
         return;
       case 'crash-worker': {
         const ok =

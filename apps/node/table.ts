@@ -134,13 +134,19 @@ export class ModelTable {
     this.logger.info({ model: runtime.model.name, version: runtime.version }, 'model version released');
   }
 
-  /** Initial load: every version found in the repository, stable = each model's default version. */
-  async loadInitial(entries: ModelEntry[]): Promise<void> {
-    await Promise.all(entries.flatMap((entry) => entry.versions.map((version) => this.loadVersion(entry, version.version))));
-    for (const entry of entries) {
-      const model = this.models.get(entry.name);
-      if (model) model.stable = entry.defaultVersion;
+  /** Start-up (and restart): load exactly the host's current table. */
+  async loadPlan(plan: TablePlan): Promise<void> {
+    await Promise.all(
+      plan.models.flatMap((modelPlan) => {
+        const entry = this.readEntry(modelPlan.name);
+        return modelPlan.versions.map((version) => this.loadVersion(entry, version));
+      }),
+    );
+    for (const modelPlan of plan.models) {
+      const model = this.models.get(modelPlan.name);
+      if (model) model.stable = modelPlan.stable;
     }
+    this.gateway().setDefaultModel(plan.defaultModel);
   }
 
   /** Current table, as the supervisor plans with it. */

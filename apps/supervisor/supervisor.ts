@@ -7,12 +7,13 @@ import { type ChildProcess, fork } from 'node:child_process';
 import { createServer } from 'node:net';
 import * as path from 'node:path';
 import type { Logger } from 'pino';
-import { collectDefaultMetrics, Registry } from 'prom-client';
+import { Counter, collectDefaultMetrics, Histogram, Registry } from 'prom-client';
 import type { ServerConfig } from '../../libs/config';
 import { defaultIntraOpThreads } from '../../libs/inference';
 import type { MetricJson } from '../../libs/metrics';
 import { aggregateToText, PROMETHEUS_CONTENT_TYPE } from '../../libs/metrics';
 import { type ErrorCode, encodeError, httpStatusOf } from '../../libs/protocol';
+import { type ModelEntry, readModel, scanRepository } from '../../libs/registry';
 import type {
   ControlRequest,
   ControlResponse,
@@ -20,10 +21,15 @@ import type {
   NodeMessage,
   NodeStartOptions,
   SupervisorMessage,
+  TablePlan,
 } from '../node/ipc';
 import { authorizeAdmin } from './admin-auth';
+import type { NodeChannel, ReloadOutcome, ReloadStrategy, StepAnswer } from './coordinator';
+import { ReloadBusyError, ReloadCoordinator } from './coordinator';
 
 const COLLECT_TIMEOUT_MS = 5000;
+/** Loading sessions can take a while for big models; a node silent this long counts as failed. */
+const RELOAD_STEP_TIMEOUT_MS = 120000;
 const START_TIMEOUT_MS = 120000;
 
 interface NodeHandle {
@@ -46,7 +52,10 @@ export class Supervisor {
   private readonly nodes: NodeHandle[] = [];
   private port = 0;
   private stopping = false;
-  private readonly waiters = new Map<number, (message: NodeMessage) => void>();
+  private readonly waiters = new Map<number, { node: number; answer: (message: NodeMessage | undefined) => void }>();
+  private coordinator: ReloadCoordinator | undefined;
+  private readonly reloadsTotal: Counter<'result' | 'strategy'>;
+  private readonly reloadDuration: Histogram<'strategy'>;
   private nextRequestId = 1;
   private readonly registry = new Registry();
   private defaultModel: string;
@@ -58,6 +67,19 @@ export class Supervisor {
   ) {
     collectDefaultMetrics({ register: this.registry, prefix: 'streaminfer_supervisor_' });
     this.defaultModel = options.config.defaultModel;
+    this.reloadsTotal = new Counter({
+      name: 'streaminfer_reloads_total',
+      help: 'Model table reloads, by result (committed, failed, unchanged) and strategy.',
+      labelNames: ['result', 'strategy'],
+      registers: [this.registry],
+    });
+    this.reloadDuration = new Histogram({
+      name: 'streaminfer_reload_duration_seconds',
+      help: 'Time from a reload request to its outcome (prepare + commit + release, or every node rolled).',
+      labelNames: ['strategy'],
+      buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+      registers: [this.registry],
+    });
   }
 
   get listeningPort(): number {
@@ -98,11 +120,49 @@ export class Supervisor {
       shutdownTimeoutMs: config.shutdownTimeoutMs,
       logLevel: config.logLevel,
       testHooks: this.options.testHooks,
+      plan: this.coordinator!.table,
+      epoch: this.coordinator!.epoch,
     };
+  }
+
+  /** The table the repository asks for: every version loaded, stable = config.json's default_version. */
+  private repositoryPlan(entries: ModelEntry[], defaultModel: string, keepStable?: TablePlan): TablePlan {
+    return {
+      defaultModel,
+      models: entries.map((entry) => {
+        const current = keepStable?.models.find((model) => model.name === entry.name);
+        const versions = entry.versions.map((version) => version.version);
+        // A stable version chosen through the API survives a rescan unless config.json's default moved.
+        const stable =
+          current && versions.includes(current.stable) && this.lastDefaults.get(entry.name) === entry.defaultVersion
+            ? current.stable
+            : entry.defaultVersion;
+        return { name: entry.name, versions, stable };
+      }),
+    };
+  }
+
+  private readonly lastDefaults = new Map<string, string>();
+
+  private scan(): ModelEntry[] {
+    const entries = scanRepository(path.resolve(this.options.config.modelsDir));
+    return entries;
   }
 
   /** Starts node 0 first (it may pick the port when --port 0), then the others on the same port. */
   async start(): Promise<number> {
+    const entries = this.scan();
+    if (!entries.some((entry) => entry.name === this.defaultModel)) {
+      throw new Error(
+        `default model "${this.defaultModel}" (STREAMINFER_MODEL_NAME) is not in ${this.options.config.modelsDir}; found ${entries.map((entry) => entry.name).join(', ')}`,
+      );
+    }
+    this.coordinator = new ReloadCoordinator(this.repositoryPlan(entries, this.defaultModel), {
+      nodes: () => this.nodes.map((handle) => this.channel(handle)),
+      now: () => Date.now(),
+      onOutcome: (outcome) => this.recordOutcome(outcome),
+    });
+    for (const entry of entries) this.lastDefaults.set(entry.name, entry.defaultVersion);
     this.port = this.options.config.port;
     // A port picked by the kernel (port 0) is not shared through SO_REUSEPORT: pick one for all nodes first.
     if (this.port === 0 && this.options.config.nodes > 1)
@@ -151,6 +211,7 @@ export class Supervisor {
       child.on('exit', (code, signal) => {
         clearTimeout(timer);
         handle.ready = false;
+        this.failWaitersOf(index);
         if (this.nodes[index] !== handle) return;
         if (this.stopping) return;
         reject(new Error(`node ${index} exited during start (code ${code}, signal ${signal})`));
@@ -186,7 +247,7 @@ export class Supervisor {
       case 'command-result': {
         const waiter = this.waiters.get(message.requestId);
         this.waiters.delete(message.requestId);
-        waiter?.(message);
+        waiter?.answer(message);
         return;
       }
       case 'drained':
@@ -204,10 +265,11 @@ export class Supervisor {
     if (handle.child.connected) handle.child.send(message);
   }
 
-  /** Asks one node and waits for its answer (or a timeout). */
+  /** Asks one node and waits for its answer; undefined on timeout or when the node dies first. */
   private ask(
     handle: NodeHandle,
     build: (requestId: number) => SupervisorMessage,
+    timeoutMs = COLLECT_TIMEOUT_MS,
   ): Promise<NodeMessage | undefined> {
     const requestId = this.nextRequestId++;
     return new Promise((resolve) => {
@@ -218,13 +280,112 @@ export class Supervisor {
       const timer = setTimeout(() => {
         this.waiters.delete(requestId);
         resolve(undefined);
-      }, COLLECT_TIMEOUT_MS);
-      this.waiters.set(requestId, (message) => {
-        clearTimeout(timer);
-        resolve(message);
+      }, timeoutMs);
+      this.waiters.set(requestId, {
+        node: handle.index,
+        answer: (message) => {
+          clearTimeout(timer);
+          resolve(message);
+        },
       });
       handle.child.send(build(requestId));
     });
+  }
+
+  /** A node died: everything asked of it is answered "no answer" now, not at the timeout. */
+  private failWaitersOf(nodeIndex: number): void {
+    for (const [requestId, waiter] of this.waiters) {
+      if (waiter.node !== nodeIndex) continue;
+      this.waiters.delete(requestId);
+      waiter.answer(undefined);
+    }
+  }
+
+  private async step(handle: NodeHandle, build: (requestId: number) => SupervisorMessage): Promise<StepAnswer> {
+    const answer = await this.ask(handle, build, RELOAD_STEP_TIMEOUT_MS);
+    if (!answer) return { ok: false, error: 'no answer (the node died or timed out)' };
+    if (answer.type !== 'command-result') return { ok: false, error: `unexpected answer ${answer.type}` };
+    return answer.error === undefined ? { ok: answer.ok, data: answer.data } : { ok: answer.ok, error: answer.error, data: answer.data };
+  }
+
+  private channel(handle: NodeHandle): NodeChannel {
+    return {
+      index: handle.index,
+      prepare: (plan) => this.step(handle, (requestId) => ({ type: 'prepare', requestId, plan })),
+      commit: (plan, epoch) => this.step(handle, (requestId) => ({ type: 'commit', requestId, plan, epoch })),
+      abort: () => this.step(handle, (requestId) => ({ type: 'abort', requestId })),
+      release: (plan) => this.step(handle, (requestId) => ({ type: 'release', requestId, plan })),
+      roll: (plan, epoch) => this.step(handle, (requestId) => ({ type: 'roll', requestId, plan, epoch })),
+    };
+  }
+
+  private recordOutcome(outcome: ReloadOutcome): void {
+    this.reloadsTotal.inc({ result: outcome.result, strategy: outcome.strategy });
+    this.reloadDuration.observe({ strategy: outcome.strategy }, outcome.durationMs / 1000);
+    if (outcome.result === 'committed') this.defaultModel = outcome.defaultModel.to;
+    const log = { id: outcome.id, reason: outcome.reason, strategy: outcome.strategy, epoch: outcome.epoch, changes: outcome.changes, durationMs: outcome.durationMs };
+    if (outcome.result === 'failed') this.logger.error({ ...log, err: outcome.error }, 'reload failed; still serving the previous table');
+    else this.logger.info(log, 'reload committed');
+  }
+
+  /**
+   * Builds the next table for a reload request and runs it. `model` + `version`: make that version stable
+   * (loading it if needed). `model` alone: make it the default model. Neither: re-read the repository.
+   */
+  async reload(request: { model?: string; version?: string; strategy?: ReloadStrategy; defaultModel?: string }, reason: string): Promise<ReloadOutcome> {
+    const coordinator = this.coordinator!;
+    const current = coordinator.table;
+    const strategy = request.strategy ?? 'atomic';
+    let plan: TablePlan;
+    if (request.model !== undefined && request.version !== undefined) {
+      const entry = this.readEntry(request.model);
+      if (!entry.versions.some((version) => version.version === request.version)) {
+        throw new ReloadInputError('unknown_version', `model "${request.model}" has no version "${request.version}" in the repository; found ${entry.versions.map((v) => v.version).join(', ')}`);
+      }
+      const version = request.version;
+      plan = {
+        defaultModel: current.defaultModel,
+        models: current.models.some((model) => model.name === entry.name)
+          ? current.models.map((model) =>
+              model.name !== entry.name
+                ? model
+                : {
+                    name: model.name,
+                    // Rolling swaps in place (one version on the device); atomic loads beside and keeps the old.
+                    versions: strategy === 'rolling' ? [version] : [...new Set([...model.versions, version])],
+                    stable: version,
+                  },
+            )
+          : [...current.models, { name: entry.name, versions: [version], stable: version }],
+      };
+    } else if (request.model !== undefined) {
+      if (!current.models.some((model) => model.name === request.model)) {
+        throw new ReloadInputError('unknown_model', `unknown model "${request.model}"; available: ${current.models.map((m) => m.name).join(', ')}`);
+      }
+      plan = { ...current, defaultModel: request.model };
+    } else {
+      const entries = this.scan();
+      plan = this.repositoryPlan(entries, request.defaultModel ?? current.defaultModel, current);
+      if (!plan.models.some((model) => model.name === plan.defaultModel)) {
+        throw new ReloadInputError('unknown_model', `default model "${plan.defaultModel}" is not in the repository`);
+      }
+      for (const entry of entries) this.lastDefaults.set(entry.name, entry.defaultVersion);
+    }
+    return coordinator.reload(plan, strategy, reason);
+  }
+
+  private readEntry(name: string): ModelEntry {
+    try {
+      return readModel(path.join(path.resolve(this.options.config.modelsDir), name), name);
+    } catch (error) {
+      const current = this.coordinator!.table.models.map((m) => m.name);
+      if (!current.includes(name)) throw new ReloadInputError('unknown_model', `unknown model "${name}"; available: ${current.join(', ')}`);
+      throw new ReloadInputError('bad_request', (error as Error).message);
+    }
+  }
+
+  get lastReload(): ReloadOutcome | undefined {
+    return this.coordinator?.last;
   }
 
   private async collect(what: 'metrics' | 'health'): Promise<Array<NodeMessage | undefined>> {
@@ -290,31 +451,17 @@ export class Supervisor {
     return aggregateToText(perProcess);
   }
 
-  private async broadcast(
-    build: (requestId: number) => SupervisorMessage,
-  ): Promise<{ ok: boolean; errors: string[] }> {
-    const answers = await Promise.all(this.nodes.map((handle) => this.ask(handle, build)));
-    const errors: string[] = [];
-    answers.forEach((answer, index) => {
-      if (!answer) errors.push(`node ${index} did not answer`);
-      else if (answer.type === 'command-result' && !answer.ok) errors.push(`node ${index}: ${answer.error}`);
-    });
-    return { ok: errors.length === 0, errors };
-  }
-
-  /** Switches the model that requests without a "model" field go to, on every node. */
-  async setDefaultModel(model: string): Promise<ControlResponse> {
-    const previous = this.defaultModel;
-    const result = await this.broadcast((requestId) => ({ type: 'set-default-model', requestId, model }));
-    if (!result.ok) {
-      // Put back any node that already switched, so the host never serves two defaults.
-      await this.broadcast((requestId) => ({ type: 'set-default-model', requestId, model: previous }));
-      const unknown = result.errors.some((error) => error.includes('unknown model'));
-      return jsonError(unknown ? 'unknown_model' : 'internal', result.errors.join('; '));
+  /** Runs a reload and turns its outcome into the API's answer. */
+  async reloadResponse(request: { model?: string; version?: string; strategy?: ReloadStrategy; defaultModel?: string }, reason: string): Promise<ControlResponse> {
+    try {
+      const outcome = await this.reload(request, reason);
+      if (outcome.result === 'failed') return { status: 500, contentType: 'application/json', body: JSON.stringify({ ...outcomeBody(outcome), type: 'error', code: 'reload_failed', message: outcome.error }) };
+      return json(200, outcomeBody(outcome));
+    } catch (error) {
+      if (error instanceof ReloadBusyError) return { status: 409, contentType: 'application/json', body: encodeError(null, 'reload_in_progress', error.message) };
+      if (error instanceof ReloadInputError) return jsonError(error.code, error.message);
+      return jsonError('internal', (error as Error).message);
     }
-    this.defaultModel = model;
-    this.logger.info({ from: previous, to: model }, 'default model switched');
-    return json(200, { ok: true, default_model: model, previous });
   }
 
   async handleControl(request: ControlRequest): Promise<ControlResponse> {
@@ -354,12 +501,21 @@ export class Supervisor {
       }
     }
     if (url === '/api/reload') {
-      if (method !== 'POST') return jsonError('method_not_allowed', 'use POST /api/reload');
-      if (body.model === undefined)
-        return json(200, { ok: true, default_model: this.defaultModel, changed: false });
-      if (typeof body.model !== 'string' || body.model.length === 0)
-        return jsonError('bad_request', '"model" must be a model name');
-      return this.setDefaultModel(body.model);
+      if (method === 'GET') return json(200, this.lastReload ? outcomeBody(this.lastReload) : { id: 0 });
+      if (method !== 'POST') return jsonError('method_not_allowed', 'use POST /api/reload (GET shows the last outcome)');
+      for (const field of ['model', 'version', 'strategy'] as const) {
+        const value = body[field];
+        if (value !== undefined && (typeof value !== 'string' || value.length === 0)) return jsonError('bad_request', `"${field}" must be a non-empty string`);
+      }
+      if (body.version !== undefined && body.model === undefined) return jsonError('bad_request', '"version" needs "model"');
+      if (body.strategy !== undefined && body.strategy !== 'atomic' && body.strategy !== 'rolling') {
+        return jsonError('bad_request', '"strategy" must be "atomic" or "rolling"');
+      }
+      const request: { model?: string; version?: string; strategy?: ReloadStrategy } = {};
+      if (typeof body.model === 'string') request.model = body.model;
+      if (typeof body.version === 'string') request.version = body.version;
+      if (typeof body.strategy === 'string') request.strategy = body.strategy as ReloadStrategy;
+      return this.reloadResponse(request, 'POST /api/reload');
     }
     if (url === '/api/models' && method === 'GET') {
       const report = await this.healthReport();
@@ -426,6 +582,35 @@ function pickFreePort(host: string): Promise<number> {
       );
     });
   });
+}
+
+class ReloadInputError extends Error {
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'ReloadInputError';
+  }
+}
+
+function outcomeBody(outcome: ReloadOutcome): Record<string, unknown> {
+  return {
+    ok: outcome.result !== 'failed',
+    id: outcome.id,
+    result: outcome.result,
+    strategy: outcome.strategy,
+    reason: outcome.reason,
+    epoch: outcome.epoch,
+    epoch_before: outcome.epochBefore,
+    changes: outcome.changes,
+    default_model: outcome.defaultModel.to,
+    previous: outcome.defaultModel.from,
+    duration_ms: outcome.durationMs,
+    started_at: outcome.startedAt,
+    ...(outcome.error ? { error: outcome.error } : {}),
+    ...(outcome.warnings ? { warnings: outcome.warnings } : {}),
+  };
 }
 
 function json(status: number, body: unknown): ControlResponse {

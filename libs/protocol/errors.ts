@@ -19,6 +19,8 @@ export const ERROR_CODES = [
   'model_error',
   'internal',
   'client_queue_full',
+  'reload_in_progress',
+  'reload_failed',
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
@@ -40,6 +42,8 @@ const HTTP_STATUS: Record<ErrorCode, number> = {
   model_error: 500,
   internal: 500,
   client_queue_full: 429,
+  reload_in_progress: 409,
+  reload_failed: 500,
 };
 
 const STATUS_TEXT: Record<number, string> = {
@@ -48,6 +52,7 @@ const STATUS_TEXT: Record<number, string> = {
   401: '401 Unauthorized',
   404: '404 Not Found',
   405: '405 Method Not Allowed',
+  409: '409 Conflict',
   413: '413 Payload Too Large',
   429: '429 Too Many Requests',
   500: '500 Internal Server Error',

@@ -62,7 +62,8 @@ describe('POST /api/reload switches the default model with zero failed requests'
     expect((await postJson(`${server.url}/api/reload`, { model: 7 })).body).toMatchObject({
       code: 'bad_request',
     });
-    expect((await fetch(`${server.url}/api/reload`)).status).toBe(405);
+    expect((await fetch(`${server.url}/api/reload`, { method: 'PUT' })).status).toBe(405);
+    expect(await (await fetch(`${server.url}/api/reload`)).json()).toMatchObject({ result: 'committed' });
   });
 
   test('streaminfer reload and status work against the running server', async () => {
