@@ -110,10 +110,15 @@ serve
       let defaultModel: string;
       try {
         const fresh = filePath ? JSON.parse(readFileSync(filePath, 'utf8')) : undefined;
-        const next = resolveConfig(filePath ? { flags, env: process.env, file: fresh, filePath } : { flags, env: process.env });
+        const next = resolveConfig(
+          filePath ? { flags, env: process.env, file: fresh, filePath } : { flags, env: process.env },
+        );
         defaultModel = next.defaultModel;
       } catch (error) {
-        logger.error({ err: (error as Error).message }, 'SIGHUP: configuration rejected; still serving the previous one');
+        logger.error(
+          { err: (error as Error).message },
+          'SIGHUP: configuration rejected; still serving the previous one',
+        );
         return;
       }
       void supervisor.reloadResponse({ defaultModel }, 'SIGHUP');
@@ -206,9 +211,13 @@ interface ReloadAnswer {
 }
 
 function describeReload(answer: ReloadAnswer): string {
-  const lines = [`reload ${answer.id}: ${answer.result} (${answer.strategy}), epoch ${answer.epoch_before} -> ${answer.epoch}, ${answer.duration_ms} ms`];
-  for (const change of answer.changes ?? []) lines.push(`  ${change.model}: ${change.from ?? '(new)'} -> ${change.to ?? '(removed)'}`);
-  if (answer.previous !== answer.default_model) lines.push(`  default model: ${answer.previous} -> ${answer.default_model}`);
+  const lines = [
+    `reload ${answer.id}: ${answer.result} (${answer.strategy}), epoch ${answer.epoch_before} -> ${answer.epoch}, ${answer.duration_ms} ms`,
+  ];
+  for (const change of answer.changes ?? [])
+    lines.push(`  ${change.model}: ${change.from ?? '(new)'} -> ${change.to ?? '(removed)'}`);
+  if (answer.previous !== answer.default_model)
+    lines.push(`  default model: ${answer.previous} -> ${answer.default_model}`);
   if (answer.error) lines.push(`  error: ${answer.error}`);
   return lines.join('\n');
 }
@@ -216,45 +225,61 @@ function describeReload(answer: ReloadAnswer): string {
 addClientOptions(
   program
     .command('reload')
-    .description('reload models on every node: a version, the default model, or re-read the repository (like SIGHUP)'),
+    .description(
+      'reload models on every node: a version, the default model, or re-read the repository (like SIGHUP)',
+    ),
 )
   .option('--model <name>', 'model to act on (alone: make it the default model)')
   .option('--version <v>', 'with --model: make this version stable (loads it if needed)')
-  .addOption(new Option('--strategy <name>', 'atomic (epoch barrier) or rolling (node by node, in place)').choices(['atomic', 'rolling']))
-  .option('--pid-file <file>', 'signal the supervisor (SIGHUP: re-read config and repository) instead of calling the API')
-  .action(async (flags: ClientFlags & { model?: string; version?: string; strategy?: string; pidFile?: string }) => {
-    const options = clientOptions(flags);
-    let answer: ReloadAnswer;
-    let status = 200;
-    if (flags.pidFile) {
-      if (flags.model || flags.version || flags.strategy) fail('--pid-file sends SIGHUP (re-read everything); it takes no --model, --version or --strategy');
-      const pid = Number(readFileSync(flags.pidFile, 'utf8').trim());
-      if (!Number.isInteger(pid) || pid <= 0) fail(`${flags.pidFile} holds no pid`);
-      const before = ((await callServer(options, 'GET', '/api/reload')).body as ReloadAnswer).id ?? 0;
-      process.kill(pid, 'SIGHUP');
-      const until = Date.now() + 120000;
-      for (;;) {
-        answer = (await callServer(options, 'GET', '/api/reload')).body as ReloadAnswer;
-        if ((answer.id ?? 0) > before) break;
-        if (Date.now() > until) fail('SIGHUP sent, but no reload outcome appeared within 120 s');
-        await new Promise((resolve) => setTimeout(resolve, 100));
+  .addOption(
+    new Option('--strategy <name>', 'atomic (epoch barrier) or rolling (node by node, in place)').choices([
+      'atomic',
+      'rolling',
+    ]),
+  )
+  .option(
+    '--pid-file <file>',
+    'signal the supervisor (SIGHUP: re-read config and repository) instead of calling the API',
+  )
+  .action(
+    async (
+      flags: ClientFlags & { model?: string; version?: string; strategy?: string; pidFile?: string },
+    ) => {
+      const options = clientOptions(flags);
+      let answer: ReloadAnswer;
+      let status = 200;
+      if (flags.pidFile) {
+        if (flags.model || flags.version || flags.strategy)
+          fail('--pid-file sends SIGHUP (re-read everything); it takes no --model, --version or --strategy');
+        const pid = Number(readFileSync(flags.pidFile, 'utf8').trim());
+        if (!Number.isInteger(pid) || pid <= 0) fail(`${flags.pidFile} holds no pid`);
+        const before = ((await callServer(options, 'GET', '/api/reload')).body as ReloadAnswer).id ?? 0;
+        process.kill(pid, 'SIGHUP');
+        const until = Date.now() + 120000;
+        for (;;) {
+          answer = (await callServer(options, 'GET', '/api/reload')).body as ReloadAnswer;
+          if ((answer.id ?? 0) > before) break;
+          if (Date.now() > until) fail('SIGHUP sent, but no reload outcome appeared within 120 s');
+          await new Promise((resolve) => setTimeout(resolve, 100));
+        }
+        if (answer.result === 'failed') status = 500;
+      } else {
+        const body: Record<string, string> = {};
+        if (flags.model) body.model = flags.model;
+        if (flags.version) body.version = flags.version;
+        if (flags.strategy) body.strategy = flags.strategy;
+        if (flags.version && !flags.model) fail('--version needs --model');
+        const response = await callServer(options, 'POST', '/api/reload', body);
+        status = response.status;
+        answer = response.body as ReloadAnswer;
       }
-      if (answer.result === 'failed') status = 500;
-    } else {
-      const body: Record<string, string> = {};
-      if (flags.model) body.model = flags.model;
-      if (flags.version) body.version = flags.version;
-      if (flags.strategy) body.strategy = flags.strategy;
-      if (flags.version && !flags.model) fail('--version needs --model');
-      const response = await callServer(options, 'POST', '/api/reload', body);
-      status = response.status;
-      answer = response.body as ReloadAnswer;
-    }
-    if (flags.json) console.log(JSON.stringify({ status, ...answer }));
-    else if (answer.id !== undefined && answer.result) (status === 200 ? console.log : console.error)(describeReload(answer));
-    else console.error(`reload failed (${status} ${answer.code}): ${answer.message}`);
-    if (status !== 200) process.exitCode = 1;
-  });
+      if (flags.json) console.log(JSON.stringify({ status, ...answer }));
+      else if (answer.id !== undefined && answer.result)
+        (status === 200 ? console.log : console.error)(describeReload(answer));
+      else console.error(`reload failed (${status} ${answer.code}): ${answer.message}`);
+      if (status !== 200) process.exitCode = 1;
+    },
+  );
 
 const models = program.command('models').description('inspect the models of a running server');
 addClientOptions(models.command('list').description('list models and versions')).action(

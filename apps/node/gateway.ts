@@ -41,7 +41,6 @@ import {
   readComputeMs,
   readErrorResponse,
   readQueueMs,
-  readResponseEpoch,
   readResponseRequestId,
   readResponseStatus,
   requestRecordBytes,
@@ -82,6 +81,8 @@ interface Pending {
   res: uWS.HttpResponse | undefined;
   http: HttpState | undefined;
   client: ClientState;
+  /** The model-table epoch the request was routed in: its answer reports it. */
+  epoch: number;
   /** Answer with a binary tensor frame (the request was one). */
   binary: boolean;
 }
@@ -526,6 +527,7 @@ export class Gateway {
       }
       runtime.admitted++;
       this.pending.set(requestId, {
+        epoch: this.epoch,
         clientId: request.id,
         slot,
         startedAt,
@@ -574,9 +576,15 @@ export class Gateway {
     const name = request.model ?? this.defaultModel;
     const model = this.models.get(name);
     if (!model) {
-      throw new ProtocolError('unknown_model', `unknown model "${name}"; available: ${[...this.models.keys()].join(', ')}`);
+      throw new ProtocolError(
+        'unknown_model',
+        `unknown model "${name}"; available: ${[...this.models.keys()].join(', ')}`,
+      );
     }
-    const version = request.version === undefined || request.version === 'stable' || request.version === 'default' ? model.stable : request.version;
+    const version =
+      request.version === undefined || request.version === 'stable' || request.version === 'default'
+        ? model.stable
+        : request.version;
     const runtime = model.versions.get(version);
     if (!runtime) {
       const known = model.entry.versions.some((entry) => entry.version === version);
@@ -672,7 +680,7 @@ export class Gateway {
         id: pending.clientId,
         model: runtime.model.name,
         version: runtime.version,
-        epoch: readResponseEpoch(view, offset),
+        epoch: pending.epoch,
         latency_ms: latencyMs,
       });
       this.metrics.recordQueueAndCompute(
@@ -686,7 +694,7 @@ export class Gateway {
         pending.clientId,
         runtime.model.name,
         runtime.version,
-        readResponseEpoch(view, offset),
+        pending.epoch,
         result,
         latencyMs,
       );

@@ -9,8 +9,8 @@ import { metricsBufferFor } from '../../libs/metrics';
 import { RingBuffer } from '../../libs/ring';
 import { Gateway } from './gateway';
 import type { ControlResponse, NodeMessage, NodeStartOptions, SupervisorMessage } from './ipc';
-import { ModelTable } from './table';
 import { WorkerPool } from './pool';
+import { ModelTable } from './table';
 
 function send(message: NodeMessage): void {
   if (process.connected) process.send?.(message);
@@ -159,7 +159,9 @@ class NodeProcess {
         return;
       }
       case 'prepare':
-        this.reloadStep(message.requestId, async () => ({ prepared: await this.table!.prepare(message.plan) }));
+        this.reloadStep(message.requestId, async () => ({
+          prepared: await this.table!.prepare(message.plan),
+        }));
         return;
       case 'commit':
         this.reloadStep(message.requestId, async () => {
@@ -175,7 +177,9 @@ class NodeProcess {
         });
         return;
       case 'release':
-        this.reloadStep(message.requestId, async () => ({ released: await this.table!.release(message.plan) }));
+        this.reloadStep(message.requestId, async () => ({
+          released: await this.table!.release(message.plan),
+        }));
         return;
       case 'roll':
         this.reloadStep(message.requestId, async () => {

@@ -46,7 +46,8 @@ export class ModelTable {
   /** Rings and a slot number, no lanes yet: requests routed here wait until lanes attach. */
   private createSlot(entry: ModelEntry, version: string): SlotRuntime {
     const slot = this.freeSlots.pop();
-    if (slot === undefined) throw new Error(`no free model slot (at most ${MAX_SLOTS - 1} versions loaded at once)`);
+    if (slot === undefined)
+      throw new Error(`no free model slot (at most ${MAX_SLOTS - 1} versions loaded at once)`);
     resetSlot(this.metrics, slot);
     const rings = PRIORITY_RING_SHARE.map((share) => {
       const ring = RingBuffer.create(Math.max(4096, this.options.ringBytes / share));
@@ -94,9 +95,20 @@ export class ModelTable {
     runtime.loadedWorkers = this.pool.size;
     if (result.fallbackReason) {
       runtime.fallbackReason = result.fallbackReason;
-      this.logger.warn({ model: runtime.model.name, version, reason: result.fallbackReason }, 'GPU unavailable: running on CPU (--device auto)');
+      this.logger.warn(
+        { model: runtime.model.name, version, reason: result.fallbackReason },
+        'GPU unavailable: running on CPU (--device auto)',
+      );
     }
-    this.logger.info({ model: runtime.model.name, version, provider: result.executionProvider, loadMs: Math.round(result.loadMs) }, 'model loaded');
+    this.logger.info(
+      {
+        model: runtime.model.name,
+        version,
+        provider: result.executionProvider,
+        loadMs: Math.round(result.loadMs),
+      },
+      'model loaded',
+    );
   }
 
   private fileOf(entry: ModelEntry, version: string): string {
@@ -174,7 +186,8 @@ export class ModelTable {
           if (loaded?.versions.has(version)) continue;
           this.prepared.push(await this.loadVersion(entry, version));
         }
-        if (!modelPlan.versions.includes(modelPlan.stable)) throw new Error(`plan for ${modelPlan.name} makes ${modelPlan.stable} stable without loading it`);
+        if (!modelPlan.versions.includes(modelPlan.stable))
+          throw new Error(`plan for ${modelPlan.name} makes ${modelPlan.stable} stable without loading it`);
       }
       return this.prepared.length;
     } catch (error) {

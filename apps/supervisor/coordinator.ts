@@ -126,7 +126,9 @@ export class ReloadCoordinator {
   private async atomic(plan: TablePlan): Promise<string | undefined> {
     const nodes = this.options.nodes();
     const prepared = await Promise.all(nodes.map((node) => node.prepare(plan)));
-    const failures = prepared.map((answer, i) => (answer.ok ? undefined : `node ${nodes[i]!.index}: ${answer.error}`)).filter(Boolean);
+    const failures = prepared
+      .map((answer, i) => (answer.ok ? undefined : `node ${nodes[i]!.index}: ${answer.error}`))
+      .filter(Boolean);
     if (failures.length > 0) {
       await Promise.all(nodes.map((node) => node.abort()));
       return `prepare failed, nothing changed: ${failures.join('; ')}`;
@@ -138,7 +140,10 @@ export class ReloadCoordinator {
     this.table = plan;
     await Promise.all(nodes.map((node) => node.release(plan)));
     for (const [i, answer] of committed.entries()) {
-      if (!answer.ok) this.warnings.push(`node ${nodes[i]!.index} missed the commit (${answer.error}); it restarts on the new table`);
+      if (!answer.ok)
+        this.warnings.push(
+          `node ${nodes[i]!.index} missed the commit (${answer.error}); it restarts on the new table`,
+        );
     }
     return undefined;
   }

@@ -52,7 +52,10 @@ export class Supervisor {
   private readonly nodes: NodeHandle[] = [];
   private port = 0;
   private stopping = false;
-  private readonly waiters = new Map<number, { node: number; answer: (message: NodeMessage | undefined) => void }>();
+  private readonly waiters = new Map<
+    number,
+    { node: number; answer: (message: NodeMessage | undefined) => void }
+  >();
   private coordinator: ReloadCoordinator | undefined;
   private readonly reloadsTotal: Counter<'result' | 'strategy'>;
   private readonly reloadDuration: Histogram<'strategy'>;
@@ -134,7 +137,9 @@ export class Supervisor {
         const versions = entry.versions.map((version) => version.version);
         // A stable version chosen through the API survives a rescan unless config.json's default moved.
         const stable =
-          current && versions.includes(current.stable) && this.lastDefaults.get(entry.name) === entry.defaultVersion
+          current &&
+          versions.includes(current.stable) &&
+          this.lastDefaults.get(entry.name) === entry.defaultVersion
             ? current.stable
             : entry.defaultVersion;
         return { name: entry.name, versions, stable };
@@ -301,11 +306,16 @@ export class Supervisor {
     }
   }
 
-  private async step(handle: NodeHandle, build: (requestId: number) => SupervisorMessage): Promise<StepAnswer> {
+  private async step(
+    handle: NodeHandle,
+    build: (requestId: number) => SupervisorMessage,
+  ): Promise<StepAnswer> {
     const answer = await this.ask(handle, build, RELOAD_STEP_TIMEOUT_MS);
     if (!answer) return { ok: false, error: 'no answer (the node died or timed out)' };
     if (answer.type !== 'command-result') return { ok: false, error: `unexpected answer ${answer.type}` };
-    return answer.error === undefined ? { ok: answer.ok, data: answer.data } : { ok: answer.ok, error: answer.error, data: answer.data };
+    return answer.error === undefined
+      ? { ok: answer.ok, data: answer.data }
+      : { ok: answer.ok, error: answer.error, data: answer.data };
   }
 
   private channel(handle: NodeHandle): NodeChannel {
@@ -323,8 +333,16 @@ export class Supervisor {
     this.reloadsTotal.inc({ result: outcome.result, strategy: outcome.strategy });
     this.reloadDuration.observe({ strategy: outcome.strategy }, outcome.durationMs / 1000);
     if (outcome.result === 'committed') this.defaultModel = outcome.defaultModel.to;
-    const log = { id: outcome.id, reason: outcome.reason, strategy: outcome.strategy, epoch: outcome.epoch, changes: outcome.changes, durationMs: outcome.durationMs };
-    if (outcome.result === 'failed') this.logger.error({ ...log, err: outcome.error }, 'reload failed; still serving the previous table');
+    const log = {
+      id: outcome.id,
+      reason: outcome.reason,
+      strategy: outcome.strategy,
+      epoch: outcome.epoch,
+      changes: outcome.changes,
+      durationMs: outcome.durationMs,
+    };
+    if (outcome.result === 'failed')
+      this.logger.error({ ...log, err: outcome.error }, 'reload failed; still serving the previous table');
     else this.logger.info(log, 'reload committed');
   }
 
@@ -332,7 +350,10 @@ export class Supervisor {
    * Builds the next table for a reload request and runs it. `model` + `version`: make that version stable
    * (loading it if needed). `model` alone: make it the default model. Neither: re-read the repository.
    */
-  async reload(request: { model?: string; version?: string; strategy?: ReloadStrategy; defaultModel?: string }, reason: string): Promise<ReloadOutcome> {
+  async reload(
+    request: { model?: string; version?: string; strategy?: ReloadStrategy; defaultModel?: string },
+    reason: string,
+  ): Promise<ReloadOutcome> {
     const coordinator = this.coordinator!;
     const current = coordinator.table;
     const strategy = request.strategy ?? 'atomic';
@@ -340,7 +361,10 @@ export class Supervisor {
     if (request.model !== undefined && request.version !== undefined) {
       const entry = this.readEntry(request.model);
       if (!entry.versions.some((version) => version.version === request.version)) {
-        throw new ReloadInputError('unknown_version', `model "${request.model}" has no version "${request.version}" in the repository; found ${entry.versions.map((v) => v.version).join(', ')}`);
+        throw new ReloadInputError(
+          'unknown_version',
+          `model "${request.model}" has no version "${request.version}" in the repository; found ${entry.versions.map((v) => v.version).join(', ')}`,
+        );
       }
       const version = request.version;
       plan = {
@@ -360,14 +384,20 @@ export class Supervisor {
       };
     } else if (request.model !== undefined) {
       if (!current.models.some((model) => model.name === request.model)) {
-        throw new ReloadInputError('unknown_model', `unknown model "${request.model}"; available: ${current.models.map((m) => m.name).join(', ')}`);
+        throw new ReloadInputError(
+          'unknown_model',
+          `unknown model "${request.model}"; available: ${current.models.map((m) => m.name).join(', ')}`,
+        );
       }
       plan = { ...current, defaultModel: request.model };
     } else {
       const entries = this.scan();
       plan = this.repositoryPlan(entries, request.defaultModel ?? current.defaultModel, current);
       if (!plan.models.some((model) => model.name === plan.defaultModel)) {
-        throw new ReloadInputError('unknown_model', `default model "${plan.defaultModel}" is not in the repository`);
+        throw new ReloadInputError(
+          'unknown_model',
+          `default model "${plan.defaultModel}" is not in the repository`,
+        );
       }
       for (const entry of entries) this.lastDefaults.set(entry.name, entry.defaultVersion);
     }
@@ -379,7 +409,11 @@ export class Supervisor {
       return readModel(path.join(path.resolve(this.options.config.modelsDir), name), name);
     } catch (error) {
       const current = this.coordinator!.table.models.map((m) => m.name);
-      if (!current.includes(name)) throw new ReloadInputError('unknown_model', `unknown model "${name}"; available: ${current.join(', ')}`);
+      if (!current.includes(name))
+        throw new ReloadInputError(
+          'unknown_model',
+          `unknown model "${name}"; available: ${current.join(', ')}`,
+        );
       throw new ReloadInputError('bad_request', (error as Error).message);
     }
   }
@@ -452,13 +486,31 @@ export class Supervisor {
   }
 
   /** Runs a reload and turns its outcome into the API's answer. */
-  async reloadResponse(request: { model?: string; version?: string; strategy?: ReloadStrategy; defaultModel?: string }, reason: string): Promise<ControlResponse> {
+  async reloadResponse(
+    request: { model?: string; version?: string; strategy?: ReloadStrategy; defaultModel?: string },
+    reason: string,
+  ): Promise<ControlResponse> {
     try {
       const outcome = await this.reload(request, reason);
-      if (outcome.result === 'failed') return { status: 500, contentType: 'application/json', body: JSON.stringify({ ...outcomeBody(outcome), type: 'error', code: 'reload_failed', message: outcome.error }) };
+      if (outcome.result === 'failed')
+        return {
+          status: 500,
+          contentType: 'application/json',
+          body: JSON.stringify({
+            ...outcomeBody(outcome),
+            type: 'error',
+            code: 'reload_failed',
+            message: outcome.error,
+          }),
+        };
       return json(200, outcomeBody(outcome));
     } catch (error) {
-      if (error instanceof ReloadBusyError) return { status: 409, contentType: 'application/json', body: encodeError(null, 'reload_in_progress', error.message) };
+      if (error instanceof ReloadBusyError)
+        return {
+          status: 409,
+          contentType: 'application/json',
+          body: encodeError(null, 'reload_in_progress', error.message),
+        };
       if (error instanceof ReloadInputError) return jsonError(error.code, error.message);
       return jsonError('internal', (error as Error).message);
     }
@@ -502,12 +554,15 @@ export class Supervisor {
     }
     if (url === '/api/reload') {
       if (method === 'GET') return json(200, this.lastReload ? outcomeBody(this.lastReload) : { id: 0 });
-      if (method !== 'POST') return jsonError('method_not_allowed', 'use POST /api/reload (GET shows the last outcome)');
+      if (method !== 'POST')
+        return jsonError('method_not_allowed', 'use POST /api/reload (GET shows the last outcome)');
       for (const field of ['model', 'version', 'strategy'] as const) {
         const value = body[field];
-        if (value !== undefined && (typeof value !== 'string' || value.length === 0)) return jsonError('bad_request', `"${field}" must be a non-empty string`);
+        if (value !== undefined && (typeof value !== 'string' || value.length === 0))
+          return jsonError('bad_request', `"${field}" must be a non-empty string`);
       }
-      if (body.version !== undefined && body.model === undefined) return jsonError('bad_request', '"version" needs "model"');
+      if (body.version !== undefined && body.model === undefined)
+        return jsonError('bad_request', '"version" needs "model"');
       if (body.strategy !== undefined && body.strategy !== 'atomic' && body.strategy !== 'rolling') {
         return jsonError('bad_request', '"strategy" must be "atomic" or "rolling"');
       }

@@ -1,6 +1,6 @@
 /** Starts the real server as a separate process and talks to it with real WebSocket/HTTP clients. */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtempSync, symlinkSync } from 'node:fs';
+import { cpSync, mkdtempSync, symlinkSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import WebSocket from 'ws';
@@ -26,12 +26,18 @@ export interface StartOptions {
   env?: Record<string, string>;
   /** Serve only these shipped models (a temporary repository of symlinks), to keep start-up fast. */
   models?: string[];
+  /** Like `models`, but copied, so the test may change them. */
+  copyModels?: string[];
+  /** Use this repository as is. */
+  modelsDir?: string;
   timeoutMs?: number;
 }
 
-export function modelsSubset(models: string[]): string {
+export function modelsSubset(models: string[], copy: string[] = []): string {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'streaminfer-models-'));
   for (const model of models) symlinkSync(path.join(MODELS_DIR, model), path.join(dir, model));
+  // Copies can be changed by a test (new versions, corrupt files) without touching the shipped models.
+  for (const model of copy) cpSync(path.join(MODELS_DIR, model), path.join(dir, model), { recursive: true });
   return dir;
 }
 
@@ -44,7 +50,9 @@ export function runCli(args: string[], env: Record<string, string> = {}): ChildP
 
 export async function startServer(options: StartOptions = {}): Promise<ServerHandle> {
   const args = ['serve', '--port', '0', '--host', '127.0.0.1', ...(options.args ?? [])];
-  if (options.models) args.push('--models-dir', modelsSubset(options.models));
+  if (options.modelsDir) args.push('--models-dir', options.modelsDir);
+  else if (options.models || options.copyModels)
+    args.push('--models-dir', modelsSubset(options.models ?? [], options.copyModels ?? []));
   // Tests that blast one connection opt out of the default per-client rate limit unless they test it.
   const child = runCli(args, {
     STREAMINFER_TEST_HOOKS: '1',
