@@ -281,30 +281,98 @@ addClientOptions(
     },
   );
 
-const models = program.command('models').description('inspect the models of a running server');
-addClientOptions(models.command('list').description('list models and versions')).action(
-  async (flags: ClientFlags) => {
-    const { status, body } = await callServer(clientOptions(flags), 'GET', '/api/models');
-    if (flags.json || status !== 200) console.log(JSON.stringify(body, null, 2));
-    else {
-      const list = body as {
-        default_model: string;
-        models: Array<{
-          name: string;
-          default_version: string;
-          versions: Array<{ version: string; execution_provider: string }>;
-        }>;
-      };
-      for (const model of list.models) {
-        const mark = model.name === list.default_model ? ' (default model)' : '';
-        console.log(
-          `${model.name}${mark}: versions ${model.versions.map((v) => v.version).join(', ')}; default v${model.default_version}; ${model.versions[0]?.execution_provider}`,
-        );
-      }
+const models = program
+  .command('models')
+  .description('inspect and roll out model versions on a running server');
+
+interface ModelListing {
+  default_model: string;
+  models: Array<{
+    name: string;
+    default_version: string;
+    aliases?: Record<string, string>;
+    canary_percent?: number;
+    shadow?: boolean;
+    versions: Array<{ version: string; execution_provider: string }>;
+  }>;
+}
+
+addClientOptions(
+  models.command('list').description('models, loaded versions, aliases, canary and shadow'),
+).action(async (flags: ClientFlags) => {
+  const { status, body } = await callServer(clientOptions(flags), 'GET', '/api/models');
+  if (flags.json || status !== 200) console.log(JSON.stringify(body, null, 2));
+  else {
+    const list = body as ModelListing;
+    for (const model of list.models) {
+      const mark = model.name === list.default_model ? ' (default model)' : '';
+      const aliases = Object.entries(model.aliases ?? { stable: model.default_version })
+        .map(([alias, version]) => `${alias}=${version}`)
+        .join(' ');
+      const extras = [
+        model.canary_percent ? `canary ${model.canary_percent}%` : '',
+        model.shadow ? 'shadow on' : '',
+      ]
+        .filter(Boolean)
+        .join(', ');
+      console.log(
+        `${model.name}${mark}: ${aliases}; loaded ${model.versions.map((v) => v.version).join(', ')} on ${model.versions[0]?.execution_provider}${extras ? `; ${extras}` : ''}`,
+      );
     }
-    if (status !== 200) process.exitCode = 1;
-  },
+  }
+  if (status !== 200) process.exitCode = 1;
+});
+
+/** Runs one registry action and prints its outcome. */
+async function registryCommand(
+  flags: ClientFlags,
+  name: string,
+  action: string,
+  body: Record<string, unknown>,
+): Promise<void> {
+  const { status, body: answer } = await callServer(
+    clientOptions(flags),
+    'POST',
+    `/api/models/${encodeURIComponent(name)}/${action}`,
+    body,
+  );
+  const result = answer as ReloadAnswer & { model?: Record<string, unknown> };
+  if (flags.json) console.log(JSON.stringify({ status, ...result }));
+  else if (status === 200) {
+    const model = result.model ?? {};
+    console.log(
+      `${name}: stable=${model.stable} candidate=${model.candidate ?? '-'} previous=${model.previous_stable ?? '-'} canary=${model.canary_percent}% shadow=${model.shadow ? 'on' : 'off'} (epoch ${result.epoch}, ${result.duration_ms} ms)`,
+    );
+  } else console.error(`${action} failed (${status} ${result.code}): ${result.message}`);
+  if (status !== 200) process.exitCode = 1;
+}
+
+addClientOptions(
+  models.command('deploy <name> <version>').description('load a version beside stable as the candidate'),
+).action((name: string, version: string, flags: ClientFlags) =>
+  registryCommand(flags, name, 'candidate', { version }),
 );
+addClientOptions(
+  models.command('canary <name> <percent>').description('send this % of unpinned requests to the candidate'),
+).action((name: string, percent: string, flags: ClientFlags) => {
+  const value = Number(percent);
+  if (!Number.isFinite(value)) fail('percent must be a number from 0 to 100');
+  return registryCommand(flags, name, 'canary', { percent: value });
+});
+addClientOptions(
+  models.command('shadow <name> <on|off>').description('mirror stable traffic to the candidate and compare'),
+).action((name: string, state: string, flags: ClientFlags) => {
+  if (state !== 'on' && state !== 'off') fail('shadow takes on or off');
+  return registryCommand(flags, name, 'shadow', { enabled: state === 'on' });
+});
+addClientOptions(
+  models
+    .command('promote <name>')
+    .description('the candidate becomes stable (the old stable stays loaded for rollback)'),
+).action((name: string, flags: ClientFlags) => registryCommand(flags, name, 'promote', {}));
+addClientOptions(
+  models.command('rollback <name>').description('stable goes back to the previous stable, instantly'),
+).action((name: string, flags: ClientFlags) => registryCommand(flags, name, 'rollback', {}));
 
 const bench = program.command('bench').description('measure without a server');
 bench

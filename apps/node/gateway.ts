@@ -21,7 +21,13 @@ import {
 } from '../../libs/backpressure';
 import type { MetricJson, ShedReason, SlotDescription } from '../../libs/metrics';
 import { MetricsShard, metricJson, nodeMetricsJson, SHED_REASONS } from '../../libs/metrics';
-import type { BinaryRequest, ErrorCode, InferenceRequest, RequestId } from '../../libs/protocol';
+import type {
+  BinaryRequest,
+  BoundRequest,
+  ErrorCode,
+  InferenceRequest,
+  RequestId,
+} from '../../libs/protocol';
 import {
   bindBinaryRequest,
   bindRequest,
@@ -40,12 +46,15 @@ import {
   RequestError,
   readComputeMs,
   readErrorResponse,
+  readFirstOutput,
   readQueueMs,
   readResponseRequestId,
   readResponseStatus,
   requestRecordBytes,
   writeRequestRecord,
 } from '../../libs/protocol';
+import type { RouteDecision, RouteKind } from '../../libs/registry';
+import { argmax, route, routingKeyDraw } from '../../libs/registry';
 import type { Doorbell, RingBuffer } from '../../libs/ring';
 import type { ControlRequest, ControlResponse, ModelStatus, NodeHealth, NodeStartOptions } from './ipc';
 import type { ModelRuntime, SlotRuntime } from './models';
@@ -80,9 +89,14 @@ interface Pending {
   ws: uWS.WebSocket<Connection> | undefined;
   res: uWS.HttpResponse | undefined;
   http: HttpState | undefined;
-  client: ClientState;
+  /** Undefined for shadow copies: they count against no client. */
+  client: ClientState | undefined;
   /** The model-table epoch the request was routed in: its answer reports it. */
   epoch: number;
+  /** Shadow mode: the comparison this request (or its mirror) feeds. */
+  shadow: ShadowPair | undefined;
+  /** True for the mirrored copy: computed and compared, never answered. */
+  shadowSide: boolean;
   /** Answer with a binary tensor frame (the request was one). */
   binary: boolean;
 }
@@ -119,6 +133,9 @@ export class Gateway {
   private readonly backpressure: ResolvedBackpressureOptions;
   private readonly httpClients: ClientTable<string>;
   readonly counters = { inflightWarnings: 0, slowConsumerWarnings: 0, slowConsumerCloses: 0 };
+  private readonly shadowCounters = new Map<string, { agree: number; disagree: number; skipped: number }>();
+  /** Reused for every routing decision (no allocation per request). */
+  private readonly decision: RouteDecision = { version: '', route: 'stable', shadowVersion: undefined };
   private readonly ringsToNotify = new Set<Doorbell>();
   private notifyScheduled = false;
   defaultModel: string;
@@ -458,6 +475,7 @@ export class Gateway {
       }
       const runtime = this.resolve(request);
       slot = runtime.slot;
+      this.metrics.recordRoute(slot, ROUTE_INDEX[this.decision.route]);
       const now = clock();
       const clientDecision = client.tryAcquire(now);
       if (clientDecision === AdmissionCode.RateLimited) {
@@ -526,7 +544,14 @@ export class Gateway {
         this.scheduleNotify(runtime.doorbell);
       }
       runtime.admitted++;
+      const shadowVersion = this.decision.shadowVersion;
+      const pair =
+        shadowVersion !== undefined
+          ? this.mirror(runtime, shadowVersion, bound, startedAt, deadlineAt, now)
+          : undefined;
       this.pending.set(requestId, {
+        shadow: pair,
+        shadowSide: false,
         epoch: this.epoch,
         clientId: request.id,
         slot,
@@ -581,21 +606,116 @@ export class Gateway {
         `unknown model "${name}"; available: ${[...this.models.keys()].join(', ')}`,
       );
     }
-    const version =
-      request.version === undefined || request.version === 'stable' || request.version === 'default'
-        ? model.stable
-        : request.version;
-    const runtime = model.versions.get(version);
+    const draw = request.routingKey !== undefined ? routingKeyDraw(request.routingKey) : Math.random();
+    let decision: RouteDecision;
+    try {
+      decision = route(model, request.version, draw, this.decision);
+    } catch (error) {
+      throw new ProtocolError('unknown_version', `model "${name}": ${(error as Error).message}`);
+    }
+    const runtime = model.versions.get(decision.version);
     if (!runtime) {
-      const known = model.entry.versions.some((entry) => entry.version === version);
+      const known = model.entry.versions.some((entry) => entry.version === decision.version);
       throw new ProtocolError(
         'unknown_version',
         known
-          ? `model "${name}" version "${version}" is not loaded; loaded: ${[...model.versions.keys()].join(', ')}`
-          : `model "${name}" has no version "${version}"; loaded: ${[...model.versions.keys()].join(', ')}`,
+          ? `model "${name}" version "${decision.version}" is not loaded; loaded: ${[...model.versions.keys()].join(', ')}`
+          : `model "${name}" has no version "${decision.version}"; loaded: ${[...model.versions.keys()].join(', ')}`,
       );
     }
     return runtime;
+  }
+
+  /**
+   * Shadow: a copy of a stable-served request goes to the candidate at the lowest priority (first to be
+   * shed). Its answer is compared with the stable one and never sent. Returns the pair both sides fill.
+   */
+  private mirror(
+    primary: SlotRuntime,
+    version: string,
+    bound: BoundRequest,
+    startedAt: number,
+    deadlineAt: number,
+    now: number,
+  ): ShadowPair | undefined {
+    const target = this.models.get(primary.model.name)?.versions.get(version);
+    const stats = this.shadowStats(primary.model.name);
+    if (!target || target.guard.tryAdmit(target.admitted, 'shadow', now) !== AdmissionCode.Admit) {
+      stats.skipped++;
+      return undefined;
+    }
+    const ring = target.rings[0]!;
+    const length = requestRecordBytes(bound);
+    const offset = length <= ring.maxRecordBytes ? ring.reserve(length) : -1;
+    if (offset < 0) {
+      stats.skipped++;
+      return undefined;
+    }
+    const requestId = this.nextRequestId;
+    this.nextRequestId = this.nextRequestId >= 0xfffffffe ? 1 : this.nextRequestId + 1;
+    try {
+      writeRequestRecord(
+        ring.view,
+        ring.bytes,
+        offset,
+        { requestId, slot: target.slot, priority: 'low', enqueuedAt: startedAt, deadlineAt },
+        bound,
+      );
+    } finally {
+      ring.commit(undefined, false);
+      this.scheduleNotify(target.doorbell);
+    }
+    target.admitted++;
+    const pair: ShadowPair = {
+      model: primary.model.name,
+      classifier: primary.model.signature.labels !== undefined,
+      primary: undefined,
+      candidate: undefined,
+      open: 2,
+    };
+    this.pending.set(requestId, {
+      shadow: pair,
+      shadowSide: true,
+      epoch: this.epoch,
+      clientId: null,
+      slot: target.slot,
+      startedAt,
+      deadlineAt,
+      ws: undefined,
+      res: undefined,
+      http: undefined,
+      client: undefined,
+      binary: false,
+    });
+    this.metrics.addInflight(target.slot, 1);
+    return pair;
+  }
+
+  private shadowStats(model: string): { agree: number; disagree: number; skipped: number } {
+    let stats = this.shadowCounters.get(model);
+    if (!stats) {
+      stats = { agree: 0, disagree: 0, skipped: 0 };
+      this.shadowCounters.set(model, stats);
+    }
+    return stats;
+  }
+
+  /** One side of a shadow pair answered (undefined = it failed): compare once both have. */
+  private settleShadow(
+    pair: ShadowPair,
+    side: 'primary' | 'candidate',
+    output: Float32Array | undefined,
+  ): void {
+    pair[side] = output;
+    pair.open--;
+    if (pair.open > 0) return;
+    const stats = this.shadowStats(pair.model);
+    if (!pair.primary || !pair.candidate) {
+      stats.skipped++;
+      return;
+    }
+    if (outputsAgree(pair.primary, pair.candidate, pair.classifier)) stats.agree++;
+    else stats.disagree++;
   }
 
   private fail(
@@ -672,6 +792,17 @@ export class Gateway {
     const latencyMs = now - pending.startedAt;
     const status = readResponseStatus(view, offset);
     const runtime = this.slots[pending.slot]!;
+    if (pending.shadow) {
+      this.settleShadow(
+        pending.shadow,
+        pending.shadowSide ? 'candidate' : 'primary',
+        status === 0 ? readFirstOutput(view, offset) : undefined,
+      );
+      if (pending.shadowSide) {
+        this.finishInternal(pending);
+        return true;
+      }
+    }
     const protocol = pending.ws ? PROTOCOL_WS : PROTOCOL_HTTP;
     let body: string | Uint8Array;
     let httpStatus = 200;
@@ -721,9 +852,20 @@ export class Gateway {
       runtime.admitted--;
       runtime.guard.onCompleted(1, clock());
     }
-    pending.client.onCompleted();
+    pending.client?.onCompleted();
     if (pending.ws) this.sendWs(pending.ws, body, typeof body !== 'string');
     else if (pending.res) this.replyHttp(pending.res, pending.http, httpStatus, body as string);
+    if (this.pending.size === 0) this.onIdle?.();
+  }
+
+  /** Bookkeeping for a shadow copy that finished: nobody is answered. */
+  private finishInternal(pending: Pending): void {
+    this.metrics.addInflight(pending.slot, -1);
+    const runtime = this.slots[pending.slot];
+    if (runtime) {
+      runtime.admitted--;
+      runtime.guard.onCompleted(1, clock());
+    }
     if (this.pending.size === 0) this.onIdle?.();
   }
 
@@ -732,6 +874,12 @@ export class Gateway {
     const pending = this.pending.get(requestId);
     if (!pending) return false;
     this.pending.delete(requestId);
+    if (pending.shadow)
+      this.settleShadow(pending.shadow, pending.shadowSide ? 'candidate' : 'primary', undefined);
+    if (pending.shadowSide) {
+      this.finishInternal(pending);
+      return true;
+    }
     const protocol = pending.ws ? PROTOCOL_WS : PROTOCOL_HTTP;
     this.metrics.recordRequest(
       pending.slot,
@@ -791,26 +939,35 @@ export class Gateway {
   }
 
   modelStatus(): ModelStatus[] {
-    return [...this.models.values()].map(({ entry, versions, stable }) => {
-      const status: ModelStatus = {
-        name: entry.name,
-        description: entry.description,
-        defaultVersion: stable,
-        inputs: entry.signature.inputs,
-        outputs: entry.signature.outputs,
-        versions: [...versions.values()].map((runtime) => {
-          const version = {
-            version: runtime.version,
-            slot: runtime.slot,
-            executionProvider: runtime.executionProvider,
-            loadedWorkers: runtime.loadedWorkers,
-          };
-          return runtime.fallbackReason ? { ...version, fallbackReason: runtime.fallbackReason } : version;
-        }),
-      };
-      if (entry.signature.labels) status.labels = entry.signature.labels;
-      return status;
-    });
+    return [...this.models.values()].map(
+      ({ entry, versions, stable, candidate, previousStable, canaryFraction, shadow }) => {
+        const status: ModelStatus = {
+          name: entry.name,
+          description: entry.description,
+          defaultVersion: stable,
+          aliases: {
+            stable,
+            ...(candidate ? { candidate } : {}),
+            ...(previousStable ? { previous_stable: previousStable } : {}),
+          },
+          canaryPercent: Math.round(canaryFraction * 10000) / 100,
+          shadow,
+          inputs: entry.signature.inputs,
+          outputs: entry.signature.outputs,
+          versions: [...versions.values()].map((runtime) => {
+            const version = {
+              version: runtime.version,
+              slot: runtime.slot,
+              executionProvider: runtime.executionProvider,
+              loadedWorkers: runtime.loadedWorkers,
+            };
+            return runtime.fallbackReason ? { ...version, fallbackReason: runtime.fallbackReason } : version;
+          }),
+        };
+        if (entry.signature.labels) status.labels = entry.signature.labels;
+        return status;
+      },
+    );
   }
 
   health(nodeIndex: number, state: NodeHealth['state'], workers: number, workersReady: number): NodeHealth {
@@ -853,6 +1010,51 @@ export class Gateway {
           { value: this.counters.inflightWarnings, labels: { code: 'consumer_falling_behind' } },
           { value: this.counters.slowConsumerWarnings, labels: { code: 'slow_consumer' } },
         ],
+      ),
+      metricJson(
+        'streaminfer_shadow_comparisons_total',
+        'Shadow mode: candidate answers compared with the stable answer (top-1 for classifiers).',
+        'counter',
+        [...this.shadowCounters].flatMap(([model, stats]) => [
+          { value: stats.agree, labels: { model, agree: 'true' } },
+          { value: stats.disagree, labels: { model, agree: 'false' } },
+        ]),
+      ),
+      metricJson(
+        'streaminfer_shadow_skipped_total',
+        'Shadow copies not compared: shed under load (they go first) or failed.',
+        'counter',
+        [...this.shadowCounters].map(([model, stats]) => ({ value: stats.skipped, labels: { model } })),
+      ),
+      metricJson(
+        'streaminfer_model_alias',
+        'Registry aliases: which version stable, candidate and previous_stable point at.',
+        'gauge',
+        [...this.models.values()].flatMap((model) =>
+          (
+            [
+              ['stable', model.stable],
+              ['candidate', model.candidate],
+              ['previous_stable', model.previousStable],
+            ] as const
+          )
+            .filter(([, version]) => version !== undefined)
+            .map(([alias, version]) => ({
+              value: 1,
+              labels: { model: model.entry.name, alias, version: version! },
+            })),
+        ),
+        'max',
+      ),
+      metricJson(
+        'streaminfer_canary_fraction',
+        'Share of unpinned requests routed to the candidate.',
+        'gauge',
+        [...this.models.values()].map((model) => ({
+          value: model.canaryFraction,
+          labels: { model: model.entry.name },
+        })),
+        'max',
       ),
       metricJson(
         'streaminfer_slow_consumer_closes_total',
@@ -914,6 +1116,29 @@ export class Gateway {
     this.drainLoopRunning = false;
     if (this.sweepTimer) clearInterval(this.sweepTimer);
   }
+}
+
+interface ShadowPair {
+  model: string;
+  classifier: boolean;
+  primary: Float32Array | undefined;
+  candidate: Float32Array | undefined;
+  /** Sides still to answer. */
+  open: number;
+}
+
+const ROUTE_INDEX: Record<RouteKind, number> = { stable: 0, canary: 1, pinned: 2 };
+/** Regressors agree when every output is within this relative tolerance. */
+const SHADOW_TOLERANCE = 1e-4;
+
+/** Top-1 agreement for classifiers; element-wise tolerance for everything else. */
+export function outputsAgree(a: Float32Array, b: Float32Array, classifier: boolean): boolean {
+  if (classifier) return argmax(a) === argmax(b);
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) {
+    if (Math.abs(a[i]! - b[i]!) > SHADOW_TOLERANCE * Math.max(1, Math.abs(a[i]!))) return false;
+  }
+  return true;
 }
 
 function asProtocolError(error: unknown): ProtocolError {

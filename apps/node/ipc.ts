@@ -41,8 +41,16 @@ export interface NodeStartOptions {
 /** The model table a reload asks for: loaded versions and the stable one per model, and the default model. */
 export interface ModelPlan {
   name: string;
+  /** Versions loaded (always including the aliases below). */
   versions: string[];
   stable: string;
+  candidate?: string;
+  /** Kept loaded so a rollback is instant. */
+  previousStable?: string;
+  /** 0..100: share of unpinned requests sent to the candidate. */
+  canaryPercent?: number;
+  /** Mirror stable-served requests to the candidate and compare. */
+  shadow?: boolean;
 }
 
 export interface TablePlan {
@@ -62,6 +70,9 @@ export interface ModelStatus {
   name: string;
   description: string;
   defaultVersion: string;
+  aliases: Record<string, string>;
+  canaryPercent: number;
+  shadow: boolean;
   versions: ModelVersionStatus[];
   inputs: unknown[];
   outputs: unknown[];

@@ -29,6 +29,11 @@ export interface ModelRuntime {
   versions: Map<string, SlotRuntime>;
   /** The version requests that pin none (or say "stable") go to. */
   stable: string;
+  candidate: string | undefined;
+  previousStable: string | undefined;
+  /** 0..1 of unpinned requests routed to the candidate. */
+  canaryFraction: number;
+  shadow: boolean;
 }
 
 /** Operator settings win when given explicitly; otherwise the model's config.json; otherwise server defaults. */

@@ -12,7 +12,7 @@ import type { ModelEntry } from '../../libs/registry';
 import { readModel } from '../../libs/registry';
 import { Doorbell, RingBuffer } from '../../libs/ring';
 import type { Gateway } from './gateway';
-import type { NodeStartOptions, TablePlan } from './ipc';
+import type { ModelPlan, NodeStartOptions, TablePlan } from './ipc';
 import type { ModelRuntime, SlotRuntime } from './models';
 import { batchOptionsFor } from './models';
 import type { WorkerPool } from './pool';
@@ -128,7 +128,15 @@ export class ModelTable {
     }
     let model = this.models.get(entry.name);
     if (!model) {
-      model = { entry, versions: new Map(), stable: version };
+      model = {
+        entry,
+        versions: new Map(),
+        stable: version,
+        candidate: undefined,
+        previousStable: undefined,
+        canaryFraction: 0,
+        shadow: false,
+      };
       this.models.set(entry.name, model);
     }
     model.versions.set(version, runtime);
@@ -156,23 +164,12 @@ export class ModelTable {
     );
     for (const modelPlan of plan.models) {
       const model = this.models.get(modelPlan.name);
-      if (model) model.stable = modelPlan.stable;
+      if (model) applyRoutes(model, modelPlan);
     }
     this.gateway().setDefaultModel(plan.defaultModel);
   }
 
   /** Current table, as the supervisor plans with it. */
-  plan(defaultModel: string): TablePlan {
-    return {
-      defaultModel,
-      models: [...this.models.values()].map((model) => ({
-        name: model.entry.name,
-        versions: [...model.versions.keys()],
-        stable: model.stable,
-      })),
-    };
-  }
-
   // ---------------------------------------------------------------- atomic reload (epoch barrier)
 
   /** PREPARE: load every version the plan names that is not loaded yet, beside the old ones. */
@@ -209,7 +206,7 @@ export class ModelTable {
       const model = this.models.get(modelPlan.name);
       if (!model) throw new Error(`commit names model ${modelPlan.name}, which is not loaded`);
       model.entry = model.versions.get(modelPlan.stable)?.model ?? model.entry;
-      model.stable = modelPlan.stable;
+      applyRoutes(model, modelPlan);
     }
     this.prepared = [];
     const gateway = this.gateway();
@@ -266,4 +263,15 @@ export class ModelTable {
     this.commit(plan, epoch);
     await this.release(plan);
   }
+}
+
+/** Aliases, canary and shadow from a plan; an alias naming a version that is not loaded is dropped. */
+function applyRoutes(model: ModelRuntime, plan: ModelPlan): void {
+  model.stable = plan.stable;
+  model.candidate =
+    plan.candidate !== undefined && model.versions.has(plan.candidate) ? plan.candidate : undefined;
+  model.previousStable = plan.previousStable;
+  model.canaryFraction =
+    model.candidate === undefined ? 0 : Math.min(100, Math.max(0, plan.canaryPercent ?? 0)) / 100;
+  model.shadow = model.candidate !== undefined && plan.shadow === true;
 }

@@ -13,10 +13,19 @@ import { defaultIntraOpThreads } from '../../libs/inference';
 import type { MetricJson } from '../../libs/metrics';
 import { aggregateToText, PROMETHEUS_CONTENT_TYPE } from '../../libs/metrics';
 import { type ErrorCode, encodeError, httpStatusOf } from '../../libs/protocol';
-import { type ModelEntry, readModel, scanRepository } from '../../libs/registry';
+import {
+  loadState,
+  type ModelEntry,
+  type ModelState,
+  type RegistryState,
+  readModel,
+  saveState,
+  scanRepository,
+} from '../../libs/registry';
 import type {
   ControlRequest,
   ControlResponse,
+  ModelPlan,
   NodeHealth,
   NodeMessage,
   NodeStartOptions,
@@ -142,9 +151,74 @@ export class Supervisor {
           this.lastDefaults.get(entry.name) === entry.defaultVersion
             ? current.stable
             : entry.defaultVersion;
-        return { name: entry.name, versions, stable };
+        const plan: ModelPlan = { name: entry.name, versions, stable };
+        // Registry settings survive a rescan while the versions they name still exist.
+        if (current?.candidate && versions.includes(current.candidate)) {
+          plan.candidate = current.candidate;
+          plan.canaryPercent = current.canaryPercent ?? 0;
+          plan.shadow = current.shadow ?? false;
+        }
+        if (current?.previousStable && versions.includes(current.previousStable))
+          plan.previousStable = current.previousStable;
+        return plan;
       }),
     };
+  }
+
+  /** Applies the persisted registry state (aliases, canary, shadow) to the repository's plan; bad entries are skipped. */
+  private withSavedState(plan: TablePlan): TablePlan {
+    const loaded = loadState(this.options.config.stateDir);
+    if (loaded.warning) this.logger.warn(loaded.warning);
+    if (!loaded.state) return plan;
+    const saved = loaded.state;
+    return {
+      ...plan,
+      models: plan.models.map((model) => {
+        const state = saved.models[model.name];
+        if (!state) return model;
+        const missing = [state.stable, state.candidate, state.previousStable].filter(
+          (v) => v !== undefined && !model.versions.includes(v),
+        );
+        if (missing.length > 0) {
+          this.logger.warn(
+            { model: model.name, missing },
+            'saved registry state names versions that are gone; using the repository defaults for this model',
+          );
+          return model;
+        }
+        const next: ModelPlan = {
+          ...model,
+          stable: state.stable,
+          canaryPercent: state.canaryPercent,
+          shadow: state.shadow,
+        };
+        if (state.candidate !== undefined) next.candidate = state.candidate;
+        if (state.previousStable !== undefined) next.previousStable = state.previousStable;
+        return next;
+      }),
+    };
+  }
+
+  private persist(plan: TablePlan): void {
+    const state: RegistryState = { models: {} };
+    for (const model of plan.models) {
+      const entry: ModelState = {
+        stable: model.stable,
+        canaryPercent: model.canaryPercent ?? 0,
+        shadow: model.shadow ?? false,
+      };
+      if (model.candidate !== undefined) entry.candidate = model.candidate;
+      if (model.previousStable !== undefined) entry.previousStable = model.previousStable;
+      state.models[model.name] = entry;
+    }
+    try {
+      saveState(this.options.config.stateDir, state);
+    } catch (error) {
+      this.logger.error(
+        { err: (error as Error).message, dir: this.options.config.stateDir },
+        'cannot save registry state',
+      );
+    }
   }
 
   private readonly lastDefaults = new Map<string, string>();
@@ -162,11 +236,14 @@ export class Supervisor {
         `default model "${this.defaultModel}" (STREAMINFER_MODEL_NAME) is not in ${this.options.config.modelsDir}; found ${entries.map((entry) => entry.name).join(', ')}`,
       );
     }
-    this.coordinator = new ReloadCoordinator(this.repositoryPlan(entries, this.defaultModel), {
-      nodes: () => this.nodes.map((handle) => this.channel(handle)),
-      now: () => Date.now(),
-      onOutcome: (outcome) => this.recordOutcome(outcome),
-    });
+    this.coordinator = new ReloadCoordinator(
+      this.withSavedState(this.repositoryPlan(entries, this.defaultModel)),
+      {
+        nodes: () => this.nodes.map((handle) => this.channel(handle)),
+        now: () => Date.now(),
+        onOutcome: (outcome) => this.recordOutcome(outcome),
+      },
+    );
     for (const entry of entries) this.lastDefaults.set(entry.name, entry.defaultVersion);
     this.port = this.options.config.port;
     // A port picked by the kernel (port 0) is not shared through SO_REUSEPORT: pick one for all nodes first.
@@ -332,7 +409,10 @@ export class Supervisor {
   private recordOutcome(outcome: ReloadOutcome): void {
     this.reloadsTotal.inc({ result: outcome.result, strategy: outcome.strategy });
     this.reloadDuration.observe({ strategy: outcome.strategy }, outcome.durationMs / 1000);
-    if (outcome.result === 'committed') this.defaultModel = outcome.defaultModel.to;
+    if (outcome.result === 'committed') {
+      this.defaultModel = outcome.defaultModel.to;
+      this.persist(this.coordinator!.table);
+    }
     const log = {
       id: outcome.id,
       reason: outcome.reason,
@@ -373,12 +453,15 @@ export class Supervisor {
           ? current.models.map((model) =>
               model.name !== entry.name
                 ? model
-                : {
-                    name: model.name,
-                    // Rolling swaps in place (one version on the device); atomic loads beside and keeps the old.
-                    versions: strategy === 'rolling' ? [version] : [...new Set([...model.versions, version])],
-                    stable: version,
-                  },
+                : strategy === 'rolling'
+                  ? // Rolling swaps in place: one version on the device, so nothing else stays loaded.
+                    { name: model.name, versions: [version], stable: version }
+                  : {
+                      ...model,
+                      versions: [...new Set([...model.versions, version])],
+                      stable: version,
+                      ...(model.stable !== version ? { previousStable: model.stable } : {}),
+                    },
             )
           : [...current.models, { name: entry.name, versions: [version], stable: version }],
       };
@@ -465,6 +548,9 @@ export class Supervisor {
       models: (first?.models ?? []).map((model) => ({
         name: model.name,
         default_version: model.defaultVersion,
+        aliases: model.aliases,
+        canary_percent: model.canaryPercent,
+        shadow: model.shadow,
         versions: model.versions.map((version) => ({
           version: version.version,
           execution_provider: version.executionProvider,
@@ -483,6 +569,130 @@ export class Supervisor {
       if (answer?.type === 'collected' && answer.metrics) perProcess.push(answer.metrics);
     perProcess.push((await this.registry.getMetricsAsJSON()) as unknown as MetricJson[]);
     return aggregateToText(perProcess);
+  }
+
+  /**
+   * Registry changes: each builds the next table from the current one and goes through the epoch barrier
+   * (loading a new candidate beside the stable one first). Rollback repoints stable at the previous stable,
+   * which stayed loaded, so it is a commit without loading.
+   */
+  async registryResponse(
+    name: string,
+    action: RegistryAction,
+    body: Record<string, unknown>,
+  ): Promise<ControlResponse> {
+    const current = this.coordinator!.table;
+    const model = current.models.find((candidate) => candidate.name === name);
+    if (!model)
+      return jsonError(
+        'unknown_model',
+        `unknown model "${name}"; available: ${current.models.map((m) => m.name).join(', ')}`,
+      );
+    let next: ModelPlan;
+    switch (action) {
+      case 'candidate': {
+        const version = typeof body.version === 'number' ? String(body.version) : body.version;
+        if (typeof version !== 'string' || version.length === 0)
+          return jsonError('bad_request', '"version" must name a version');
+        let entry: ModelEntry;
+        try {
+          entry = this.readEntry(name);
+        } catch (error) {
+          return jsonError('bad_request', (error as Error).message);
+        }
+        if (!entry.versions.some((v) => v.version === version)) {
+          return jsonError(
+            'unknown_version',
+            `model "${name}" has no version "${version}"; found ${entry.versions.map((v) => v.version).join(', ')}`,
+          );
+        }
+        next = {
+          ...model,
+          versions: [...new Set([...model.versions, version])],
+          candidate: version,
+          canaryPercent: 0,
+          shadow: false,
+        };
+        break;
+      }
+      case 'canary': {
+        const percent = body.percent;
+        if (typeof percent !== 'number' || !Number.isFinite(percent) || percent < 0 || percent > 100) {
+          return jsonError('bad_request', '"percent" must be a number from 0 to 100');
+        }
+        if (model.candidate === undefined)
+          return jsonError('bad_request', `model "${name}" has no candidate: deploy one first`);
+        next = { ...model, canaryPercent: percent };
+        break;
+      }
+      case 'shadow': {
+        if (typeof body.enabled !== 'boolean')
+          return jsonError('bad_request', '"enabled" must be true or false');
+        if (body.enabled && model.candidate === undefined)
+          return jsonError('bad_request', `model "${name}" has no candidate: deploy one first`);
+        next = { ...model, shadow: body.enabled };
+        break;
+      }
+      case 'promote': {
+        if (model.candidate === undefined)
+          return jsonError('bad_request', `model "${name}" has no candidate to promote`);
+        next = {
+          name,
+          versions: model.versions,
+          stable: model.candidate,
+          previousStable: model.stable,
+          canaryPercent: 0,
+          shadow: false,
+        };
+        break;
+      }
+      case 'rollback': {
+        if (model.previousStable === undefined)
+          return jsonError('bad_request', `model "${name}" has no previous stable version to roll back to`);
+        next = {
+          ...model,
+          stable: model.previousStable,
+          previousStable: model.stable,
+          versions: [...new Set([...model.versions, model.previousStable])],
+        };
+        if (next.candidate === next.stable) {
+          next.candidate = undefined;
+          next.canaryPercent = 0;
+          next.shadow = false;
+        }
+        break;
+      }
+    }
+    if (next.candidate === undefined) {
+      delete next.candidate;
+      next.canaryPercent = 0;
+      next.shadow = false;
+    }
+    const plan: TablePlan = { ...current, models: current.models.map((m) => (m.name === name ? next : m)) };
+    try {
+      const outcome = await this.coordinator!.reload(plan, 'atomic', `${action} ${name}`);
+      if (outcome.result === 'failed') {
+        return {
+          status: 500,
+          contentType: 'application/json',
+          body: JSON.stringify({
+            ...outcomeBody(outcome),
+            type: 'error',
+            code: 'reload_failed',
+            message: outcome.error,
+          }),
+        };
+      }
+      return json(200, { ...outcomeBody(outcome), model: modelView(next) });
+    } catch (error) {
+      if (error instanceof ReloadBusyError)
+        return {
+          status: 409,
+          contentType: 'application/json',
+          body: encodeError(null, 'reload_in_progress', error.message),
+        };
+      return jsonError('internal', (error as Error).message);
+    }
   }
 
   /** Runs a reload and turns its outcome into the API's answer. */
@@ -572,6 +782,11 @@ export class Supervisor {
       if (typeof body.strategy === 'string') request.strategy = body.strategy as ReloadStrategy;
       return this.reloadResponse(request, 'POST /api/reload');
     }
+    const registry = /^\/api\/models\/([^/]+)\/(candidate|canary|shadow|promote|rollback)$/.exec(url);
+    if (registry) {
+      if (method !== 'POST') return jsonError('method_not_allowed', `use POST ${url}`);
+      return this.registryResponse(decodeURIComponent(registry[1]!), registry[2] as RegistryAction, body);
+    }
     if (url === '/api/models' && method === 'GET') {
       const report = await this.healthReport();
       return json(200, { default_model: report.body.default_model, models: report.body.models });
@@ -637,6 +852,20 @@ function pickFreePort(host: string): Promise<number> {
       );
     });
   });
+}
+
+type RegistryAction = 'candidate' | 'canary' | 'shadow' | 'promote' | 'rollback';
+
+function modelView(model: ModelPlan): Record<string, unknown> {
+  return {
+    name: model.name,
+    stable: model.stable,
+    candidate: model.candidate ?? null,
+    previous_stable: model.previousStable ?? null,
+    canary_percent: model.canaryPercent ?? 0,
+    shadow: model.shadow ?? false,
+    loaded_versions: model.versions,
+  };
 }
 
 class ReloadInputError extends Error {

@@ -41,6 +41,7 @@ export function nodeMetricsJson(
   const shed: MetricValue<string>[] = [];
   const modelInfo: MetricValue<string>[] = [];
   const batches: MetricValue<string>[] = [];
+  const routed: MetricValue<string>[] = [];
   for (const slot of slots) {
     const totals = readSlotTotals(buffer, slot.slot);
     const base = { model: slot.model, version: slot.version };
@@ -53,6 +54,8 @@ export function nodeMetricsJson(
     pushHistogram(batchSize, 'streaminfer_batch_size', base, totals.batchSize);
     for (const entry of totals.shed)
       shed.push({ value: entry.value, labels: { ...base, reason: entry.reason } });
+    for (const entry of totals.routes)
+      routed.push({ value: entry.value, labels: { ...base, route: entry.route } });
     if (slot.version !== '') {
       queueDepth.push({ value: slot.queueDepth, labels: base });
       inflight.push({ value: totals.inflight, labels: base });
@@ -90,6 +93,12 @@ export function nodeMetricsJson(
     ),
     metricJson('streaminfer_batch_size', 'Items per model run.', 'histogram', batchSize),
     metricJson('streaminfer_batches_total', 'Model runs.', 'counter', batches),
+    metricJson(
+      'streaminfer_routed_requests_total',
+      'Admitted requests by the route that chose their version: stable, canary (to the candidate), pinned (version named).',
+      'counter',
+      routed,
+    ),
     metricJson('streaminfer_queue_depth', 'Requests waiting for a worker.', 'gauge', queueDepth),
     metricJson('streaminfer_inflight_requests', 'Requests admitted and not yet answered.', 'gauge', inflight),
     metricJson(

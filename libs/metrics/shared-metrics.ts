@@ -22,6 +22,8 @@ export const SHED_REASONS = [
   'shutting_down',
 ] as const;
 export type ShedReason = (typeof SHED_REASONS)[number];
+/** How a request reached its version (registry routing). */
+export const ROUTE_NAMES = ['stable', 'canary', 'pinned'] as const;
 
 /** Index 0 = ok; then one per error code. */
 const CODE_COUNT = ERROR_CODES.length + 1;
@@ -36,7 +38,8 @@ const BATCH_SIZE = COMPUTE_DURATION + HISTOGRAM_WIDTH;
 const INFLIGHT = BATCH_SIZE + BATCH_HISTOGRAM_WIDTH;
 const SHED = INFLIGHT + 1;
 const BATCHES = SHED + SHED_REASONS.length;
-const SLOT_WIDTH = BATCHES + 1;
+const ROUTES = BATCHES + 1;
+const SLOT_WIDTH = ROUTES + ROUTE_NAMES.length;
 const SHARD_WIDTH = MAX_SLOTS * SLOT_WIDTH;
 
 export class MetricsShard {
@@ -73,6 +76,10 @@ export class MetricsShard {
     this.cells[slot * SLOT_WIDTH + INFLIGHT]! += delta;
   }
 
+  recordRoute(slot: number, route: number): void {
+    this.cells[slot * SLOT_WIDTH + ROUTES + route]!++;
+  }
+
   recordShed(slot: number, reason: number): void {
     this.cells[slot * SLOT_WIDTH + SHED + reason]!++;
   }
@@ -100,6 +107,7 @@ export interface SlotTotals {
   inflight: number;
   shed: { reason: ShedReason; value: number }[];
   batches: number;
+  routes: { route: (typeof ROUTE_NAMES)[number]; value: number }[];
 }
 
 export interface HistogramTotals {
@@ -145,6 +153,9 @@ export function readSlotTotals(buffer: SharedArrayBuffer, slot: number): SlotTot
       (entry) => entry.value > 0,
     ),
     batches: sum(BATCHES),
+    routes: ROUTE_NAMES.map((route, index) => ({ route, value: sum(ROUTES + index) })).filter(
+      (entry) => entry.value > 0,
+    ),
   };
 }
 

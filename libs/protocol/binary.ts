@@ -221,7 +221,7 @@ export function decodeBinaryRequest(frame: ArrayBuffer, defaults: { model?: stri
     });
     at += align8(length);
   }
-  return {
+  const request: BinaryRequest = {
     id,
     model,
     version,
@@ -232,6 +232,12 @@ export function decodeBinaryRequest(frame: ArrayBuffer, defaults: { model?: stri
     priority,
     tensors,
   };
+  if (header.routing_key !== undefined) {
+    if (typeof header.routing_key !== 'string' || header.routing_key.length > 256)
+      fail(id, '"routing_key" must be a string of at most 256 characters');
+    request.routingKey = header.routing_key;
+  }
+  return request;
 }
 
 /** Checks a binary request against the model's signature; the bound inputs carry the raw bytes to copy. */

@@ -20,6 +20,8 @@ export interface InferenceRequest {
   text: string | undefined;
   deadlineMs: number | undefined;
   priority: Priority;
+  /** Sticky canary routing: requests with the same key always land on the same side. */
+  routingKey?: string;
 }
 
 /** Thrown for a request whose id is known, so the error answer can still be matched by the client. */
@@ -112,7 +114,23 @@ function readFields(
     }
     priority = body.priority as Priority;
   }
-  return { id, model, version, input: body.input, inputs, text, deadlineMs, priority };
+  const request: InferenceRequest = {
+    id,
+    model,
+    version,
+    input: body.input,
+    inputs,
+    text,
+    deadlineMs,
+    priority,
+  };
+  if (body.routing_key !== undefined) {
+    if (typeof body.routing_key !== 'string' || body.routing_key.length > MAX_NAME_LENGTH) {
+      throw new ProtocolError('bad_request', '"routing_key" must be a string of at most 256 characters');
+    }
+    request.routingKey = body.routing_key;
+  }
+  return request;
 }
 
 /** One validated input of one request, measured so its record can be written in a single reserve. */

@@ -152,7 +152,7 @@ describe('per-client in-flight cap, model queue bound, deadlines, priorities', (
   test('batches are filled from higher priority first', async () => {
     const client = await WsClient.connect(server.wsUrl);
     const order: string[] = [];
-    const low = Array.from({ length: 8 }, (_, i) =>
+    const low = Array.from({ length: 16 }, (_, i) =>
       client
         .request({ id: `low-${i}`, input: features, priority: 'low' })
         .then((a) => order.push(String(a.id))),
@@ -164,9 +164,9 @@ describe('per-client in-flight cap, model queue bound, deadlines, priorities', (
         .then((a) => order.push(String(a.id))),
     );
     await Promise.all([...low, ...high]);
-    // The first low batch may already run; the high ones jump every low request still queued.
+    // The first low batches may already be claimed; the high ones jump every low request still queued.
     const lastHigh = Math.max(order.indexOf('high-0'), order.indexOf('high-1'));
-    expect(lastHigh).toBeLessThan(order.length - 2);
+    expect(lastHigh).toBeLessThan(order.length - 4);
     expect(order.slice(lastHigh + 1).every((id) => id.startsWith('low-'))).toBe(true);
     client.close();
   });

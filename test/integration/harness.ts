@@ -54,9 +54,13 @@ export async function startServer(options: StartOptions = {}): Promise<ServerHan
   else if (options.models || options.copyModels)
     args.push('--models-dir', modelsSubset(options.models ?? [], options.copyModels ?? []));
   // Tests that blast one connection opt out of the default per-client rate limit unless they test it.
+  // Each server keeps its registry state in its own directory unless the test shares one on purpose.
+  const stateDir =
+    options.env?.STREAMINFER_STATE_DIR ?? mkdtempSync(path.join(os.tmpdir(), 'streaminfer-state-'));
   const child = runCli(args, {
     STREAMINFER_TEST_HOOKS: '1',
     STREAMINFER_RATE_LIMIT_RPS: '0',
+    STREAMINFER_STATE_DIR: stateDir,
     ...options.env,
   });
   let output = '';
