@@ -134,6 +134,9 @@ export class Gateway {
   private readonly httpClients: ClientTable<string>;
   readonly counters = { inflightWarnings: 0, slowConsumerWarnings: 0, slowConsumerCloses: 0 };
   private readonly shadowCounters = new Map<string, { agree: number; disagree: number; skipped: number }>();
+  /** Unanswered client requests per routing epoch (at most two epochs are live around a reload). */
+  private readonly epochPending = new Map<number, number>();
+  private deferred: Array<{ pending: Pending; body: string | Uint8Array; httpStatus: number }> = [];
   /** Reused for every routing decision (no allocation per request). */
   private readonly decision: RouteDecision = { version: '', route: 'stable', shadowVersion: undefined };
   private readonly ringsToNotify = new Set<Doorbell>();
@@ -549,6 +552,7 @@ export class Gateway {
         shadowVersion !== undefined
           ? this.mirror(runtime, shadowVersion, bound, startedAt, deadlineAt, now)
           : undefined;
+      this.epochPending.set(this.epoch, (this.epochPending.get(this.epoch) ?? 0) + 1);
       this.pending.set(requestId, {
         shadow: pair,
         shadowSide: false,
@@ -853,9 +857,40 @@ export class Gateway {
       runtime.guard.onCompleted(1, clock());
     }
     pending.client?.onCompleted();
+    const left = (this.epochPending.get(pending.epoch) ?? 1) - 1;
+    if (left > 0) this.epochPending.set(pending.epoch, left);
+    else this.epochPending.delete(pending.epoch);
+    if (this.olderEpochPending(pending.epoch)) {
+      // A reload committed while older requests are still computing: hold answers of the new epoch until
+      // the old ones are out, so no connection sees an old-version answer after a new-version one.
+      this.deferred.push({ pending, body, httpStatus });
+    } else {
+      this.deliver(pending, body, httpStatus);
+      if (this.deferred.length > 0) this.flushDeferred();
+    }
+    if (this.pending.size === 0) this.onIdle?.();
+  }
+
+  private deliver(pending: Pending, body: string | Uint8Array, httpStatus: number): void {
     if (pending.ws) this.sendWs(pending.ws, body, typeof body !== 'string');
     else if (pending.res) this.replyHttp(pending.res, pending.http, httpStatus, body as string);
-    if (this.pending.size === 0) this.onIdle?.();
+  }
+
+  /** Whether requests routed in an epoch before `epoch` are still unanswered. */
+  private olderEpochPending(epoch: number): boolean {
+    if (this.epochPending.size === 0) return false;
+    for (const older of this.epochPending.keys()) if (older < epoch) return true;
+    return false;
+  }
+
+  private flushDeferred(): void {
+    const held = this.deferred;
+    this.deferred = [];
+    held.sort((a, b) => a.pending.epoch - b.pending.epoch);
+    for (const entry of held) {
+      if (this.olderEpochPending(entry.pending.epoch)) this.deferred.push(entry);
+      else this.deliver(entry.pending, entry.body, entry.httpStatus);
+    }
   }
 
   /** Bookkeeping for a shadow copy that finished: nobody is answered. */

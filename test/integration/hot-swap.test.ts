@@ -1,4 +1,4 @@
-import { copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import * as path from 'node:path';
 import type { ServerHandle } from './harness';
 import { modelsSubset, postJson, runCli, sleep, startServer, WsClient } from './harness';
@@ -10,20 +10,22 @@ interface Seen {
   epoch: number;
 }
 
-/** Clients streaming digits requests (one in flight each) until stopped; records every answer in order. */
-async function stream(url: string, clients: number) {
+/** Clients streaming digits requests until stopped (`depth` in flight each); records every answer in arrival order. */
+async function stream(url: string, clients: number, depth = 1) {
   const sockets = await Promise.all(Array.from({ length: clients }, () => WsClient.connect(url)));
   const seen: Seen[][] = sockets.map(() => []);
   const errors: string[] = [];
   let stop = false;
-  const loops = sockets.map(async (socket, c) => {
-    let id = 0;
-    while (!stop) {
-      const answer = await socket.request({ id: id++, model: 'digits', input: PIXELS });
-      if (answer.type === 'error') errors.push(`${answer.code}: ${answer.message}`);
-      else seen[c]!.push({ version: answer.version!, epoch: answer.epoch! });
-    }
-  });
+  let id = 0;
+  const loops = sockets.flatMap((socket, c) =>
+    Array.from({ length: depth }, async () => {
+      while (!stop) {
+        const answer = await socket.request({ id: id++, model: 'digits', input: PIXELS });
+        if (answer.type === 'error') errors.push(`${answer.code}: ${answer.message}`);
+        else seen[c]!.push({ version: answer.version!, epoch: answer.epoch! });
+      }
+    }),
+  );
   return {
     seen,
     errors,
@@ -56,7 +58,8 @@ describe('hot-swap on --nodes 2 --workers 2', () => {
   });
 
   test('atomic reload under load: zero failures, a new epoch, and no old answer after a new one', async () => {
-    const load = await stream(server.wsUrl, 6);
+    // Pipelined connections (8 in flight each) too: ordering must hold across the commit.
+    const load = await stream(server.wsUrl, 6, 8);
     await sleep(200);
     const response = await postJson(`${server.url}/api/reload`, { model: 'digits', version: '1' });
     expect(response.status).toBe(200);
@@ -191,5 +194,52 @@ describe('hot-swap on --nodes 2 --workers 2', () => {
     const bad = await run(['reload', '--model', 'digits', '--version', '9', '--url', server.url]);
     expect(bad.code).toBe(1);
     expect(bad.out).toContain('unknown_version');
+  });
+});
+
+describe('answer order across a commit, with slow batches on two workers', () => {
+  test('a pipelined connection never gets an old-version answer after a new-version one', async () => {
+    const dir = modelsSubset([]);
+    mkdirSync(path.join(dir, 'bench', '1'), { recursive: true });
+    mkdirSync(path.join(dir, 'bench', '2'), { recursive: true });
+    const shipped = path.resolve(__dirname, '../../../models/bench');
+    copyFileSync(path.join(shipped, 'config.json'), path.join(dir, 'bench', 'config.json'));
+    for (const version of ['1', '2'])
+      symlinkSync(path.join(shipped, '1', 'model.onnx'), path.join(dir, 'bench', version, 'model.onnx'));
+    const config = JSON.parse(readFileSync(path.join(dir, 'bench', 'config.json'), 'utf8')) as Record<
+      string,
+      unknown
+    >;
+    writeFileSync(
+      path.join(dir, 'bench', 'config.json'),
+      JSON.stringify({ ...config, default_version: '1' }),
+    );
+    const server = await startServer({
+      modelsDir: dir,
+      args: ['--workers', '2', '--model', 'bench'],
+      env: { STREAMINFER_BATCH_SIZE: '4' },
+    });
+    const features = Array.from({ length: 256 }, (_, i) => i % 7);
+    const client = await WsClient.connect(server.wsUrl);
+    const seen: Seen[] = [];
+    let stop = false;
+    let id = 0;
+    const loops = Array.from({ length: 16 }, async () => {
+      while (!stop) {
+        const answer = await client.request({ id: id++, input: features });
+        expect(answer.type).toBeUndefined();
+        seen.push({ version: answer.version!, epoch: answer.epoch! });
+      }
+    });
+    await sleep(300);
+    expect((await postJson(`${server.url}/api/reload`, { model: 'bench', version: '2' })).status).toBe(200);
+    await sleep(300);
+    stop = true;
+    await Promise.all(loops);
+    client.close();
+    expect(seen.some((a) => a.version === '1')).toBe(true);
+    expect(seen.at(-1)!.version).toBe('2');
+    expect(monotonic(seen)).toBe(true);
+    await server.stop();
   });
 });
