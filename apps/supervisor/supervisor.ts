@@ -670,28 +670,11 @@ export class Supervisor {
     }
     const plan: TablePlan = { ...current, models: current.models.map((m) => (m.name === name ? next : m)) };
     try {
-      const outcome = await this.coordinator!.reload(plan, 'atomic', `${action} ${name}`);
-      if (outcome.result === 'failed') {
-        return {
-          status: 500,
-          contentType: 'application/json',
-          body: JSON.stringify({
-            ...outcomeBody(outcome),
-            type: 'error',
-            code: 'reload_failed',
-            message: outcome.error,
-          }),
-        };
-      }
-      return json(200, { ...outcomeBody(outcome), model: modelView(next) });
+      return outcomeResponse(await this.coordinator!.reload(plan, 'atomic', `${action} ${name}`), {
+        model: modelView(next),
+      });
     } catch (error) {
-      if (error instanceof ReloadBusyError)
-        return {
-          status: 409,
-          contentType: 'application/json',
-          body: encodeError(null, 'reload_in_progress', error.message),
-        };
-      return jsonError('internal', (error as Error).message);
+      return reloadErrorResponse(error);
     }
   }
 
@@ -701,28 +684,9 @@ export class Supervisor {
     reason: string,
   ): Promise<ControlResponse> {
     try {
-      const outcome = await this.reload(request, reason);
-      if (outcome.result === 'failed')
-        return {
-          status: 500,
-          contentType: 'application/json',
-          body: JSON.stringify({
-            ...outcomeBody(outcome),
-            type: 'error',
-            code: 'reload_failed',
-            message: outcome.error,
-          }),
-        };
-      return json(200, outcomeBody(outcome));
+      return outcomeResponse(await this.reload(request, reason));
     } catch (error) {
-      if (error instanceof ReloadBusyError)
-        return {
-          status: 409,
-          contentType: 'application/json',
-          body: encodeError(null, 'reload_in_progress', error.message),
-        };
-      if (error instanceof ReloadInputError) return jsonError(error.code, error.message);
-      return jsonError('internal', (error as Error).message);
+      return reloadErrorResponse(error);
     }
   }
 
@@ -852,6 +816,25 @@ function pickFreePort(host: string): Promise<number> {
       );
     });
   });
+}
+
+/** A reload's outcome as the API answers it: 200, or 500 reload_failed with the reason (nothing changed). */
+function outcomeResponse(outcome: ReloadOutcome, extra: Record<string, unknown> = {}): ControlResponse {
+  if (outcome.result === 'failed') {
+    return json(500, {
+      ...outcomeBody(outcome),
+      type: 'error',
+      code: 'reload_failed',
+      message: outcome.error,
+    });
+  }
+  return json(200, { ...outcomeBody(outcome), ...extra });
+}
+
+function reloadErrorResponse(error: unknown): ControlResponse {
+  if (error instanceof ReloadBusyError) return jsonError('reload_in_progress', error.message);
+  if (error instanceof ReloadInputError) return jsonError(error.code, error.message);
+  return jsonError('internal', (error as Error).message);
 }
 
 type RegistryAction = 'candidate' | 'canary' | 'shadow' | 'promote' | 'rollback';

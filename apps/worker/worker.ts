@@ -335,19 +335,13 @@ class Worker {
     try {
       outputs = await lane.loaded.session.run(this.buildFeeds(lane, buffers), fetches);
     } catch (error) {
-      const computeMs = clock() - started;
-      const message = `model run failed: ${(error as Error).message}`;
-      for (let i = 0; i < count; i++) {
-        await this.writeError(
-          lane,
-          buffers.requestIds[i]!,
-          started - buffers.enqueuedAt[i]!,
-          computeMs,
-          count,
-          'model_error',
-          message,
-        );
-      }
+      await this.failBatch(
+        lane,
+        buffers,
+        started,
+        clock() - started,
+        `model run failed: ${(error as Error).message}`,
+      );
       return;
     }
     const computeMs = clock() - started;
@@ -391,18 +385,13 @@ class Worker {
     for (const name of fetches) {
       const tensor = outputs[name] as ort.Tensor | undefined;
       if (!tensor || tensor.dims[0] !== count) {
-        const message = `model output "${name}" has batch dimension ${tensor?.dims[0]} for a batch of ${count}`;
-        for (let i = 0; i < count; i++) {
-          await this.writeError(
-            lane,
-            buffers.requestIds[i]!,
-            started - buffers.enqueuedAt[i]!,
-            computeMs,
-            count,
-            'model_error',
-            message,
-          );
-        }
+        await this.failBatch(
+          lane,
+          buffers,
+          started,
+          computeMs,
+          `model output "${name}" has batch dimension ${tensor?.dims[0]} for a batch of ${count}`,
+        );
         return;
       }
       tensors.push(tensor);
@@ -473,6 +462,27 @@ class Worker {
       ring.commit(undefined, false);
     }
     ring.notifyConsumers();
+  }
+
+  /** Every request of a batch the model could not answer gets the same typed error. */
+  private async failBatch(
+    lane: Lane,
+    buffers: BatchBuffers,
+    started: number,
+    computeMs: number,
+    message: string,
+  ): Promise<void> {
+    for (let i = 0; i < buffers.count; i++) {
+      await this.writeError(
+        lane,
+        buffers.requestIds[i]!,
+        started - buffers.enqueuedAt[i]!,
+        computeMs,
+        buffers.count,
+        'model_error',
+        message,
+      );
+    }
   }
 
   private async reserve(length: number): Promise<number> {
