@@ -247,6 +247,8 @@ export class ModelTable {
       model.versions.set(modelPlan.stable, fresh);
       const previousStable = model.stable;
       model.stable = modelPlan.stable;
+      // From this moment requests are routed to the new version: they belong to the new epoch.
+      this.gateway().epoch = epoch;
       if (old) await this.unloadVersion(old);
       try {
         await this.attachLanes(fresh, file, modelPlan.stable);
@@ -257,6 +259,8 @@ export class ModelTable {
         await this.attachLanes(fresh, this.fileOf(old?.model ?? entry, previousStable), previousStable);
         model.versions.set(previousStable, fresh);
         model.stable = previousStable;
+        // Routing went back: that is another epoch (the coordinator moves every node there too).
+        this.gateway().epoch = epoch + 1;
       }
     }
     if (failures.length > 0) throw new Error(failures.join('; '));

@@ -110,9 +110,10 @@ export class ReloadCoordinator {
         outcome.error = error;
       } else {
         outcome.result = 'committed';
-        outcome.epoch = this.epoch;
       }
     } finally {
+      // A failed rolling reload moved on to an epoch that serves the previous table; atomic never moves.
+      outcome.epoch = this.epoch;
       if (this.warnings.length > 0) outcome.warnings = this.warnings;
       outcome.durationMs = this.options.now() - started;
       this.running = undefined;
@@ -156,9 +157,11 @@ export class ReloadCoordinator {
     for (const node of nodes) {
       const answer = await node.roll(plan, epoch);
       if (!answer.ok) {
-        // The failing node restored itself; put the nodes already rolled back on the previous table.
-        for (const rolled of done.reverse()) await rolled.roll(previous, this.epoch);
-        return `rolling reload failed on node ${node.index}, all nodes are back on epoch ${this.epoch}: ${answer.error}`;
+        // The failing node restored itself; put the nodes already rolled back on the previous table. Epochs
+        // only grow, so "back" is the next epoch after the attempted one, serving the previous table.
+        for (const rolled of done.reverse()) await rolled.roll(previous, epoch + 1);
+        this.epoch = epoch + 1;
+        return `rolling reload failed on node ${node.index}; every node serves the previous table again (epoch ${this.epoch}): ${answer.error}`;
       }
       done.push(node);
     }

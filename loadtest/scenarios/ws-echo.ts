@@ -51,7 +51,14 @@ export const wsEcho: Scenario = {
         ctx,
         `StreamInfer${suffix}`,
         'streaminfer',
-        () => ctx.startStreamInfer({ label: 'StreamInfer', nodes: 1, workers: 1 }),
+        // The per-client rate limit (100 req/s by default) would cap every connection: this measures the stack.
+        () =>
+          ctx.startStreamInfer({
+            label: 'StreamInfer',
+            nodes: 1,
+            workers: 1,
+            env: { STREAMINFER_RATE_LIMIT_RPS: '0' },
+          }),
         load,
         batchSizeCollector,
       );
