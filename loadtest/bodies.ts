@@ -113,7 +113,11 @@ export function loadDigitsRows(repoRoot?: string): number[][] | null {
  * Name of a model's input from `models/<name>/config.json`: the first input whose dtype is
  * `dtype` (any dtype when unset), or undefined when the config cannot be read.
  */
-export function modelInputName(repoRoot: string | undefined, model: string, dtype?: string): string | undefined {
+export function modelInputName(
+  repoRoot: string | undefined,
+  model: string,
+  dtype?: string,
+): string | undefined {
   if (!repoRoot) return undefined;
   try {
     const cfg = JSON.parse(fs.readFileSync(path.join(repoRoot, 'models', model, 'config.json'), 'utf8')) as {
@@ -270,7 +274,10 @@ interface FrameTemplate {
 }
 
 function frameTemplate(fields: Record<string, unknown>, payload: BinaryPayload): FrameTemplate {
-  const frame = encodeBinaryRequest({ id: ID_PLACEHOLDER, ...fields } as Parameters<typeof encodeBinaryRequest>[0], payload.tensors);
+  const frame = encodeBinaryRequest(
+    { id: ID_PLACEHOLDER, ...fields } as Parameters<typeof encodeBinaryRequest>[0],
+    payload.tensors,
+  );
   const bytes = Buffer.from(frame.buffer, frame.byteOffset, frame.byteLength);
   const needle = `"id":${ID_PLACEHOLDER}`;
   const at = bytes.indexOf(needle, 0, 'latin1');
@@ -299,7 +306,10 @@ export function binaryBodyFactory(kind: string, conn: number, opts: BodyOptions 
     const t = templates[id % n]!;
     const digits = String(id);
     if (digits.length > ID_SLOT) {
-      const f = encodeBinaryRequest({ id, ...t.fields } as Parameters<typeof encodeBinaryRequest>[0], t.tensors);
+      const f = encodeBinaryRequest(
+        { id, ...t.fields } as Parameters<typeof encodeBinaryRequest>[0],
+        t.tensors,
+      );
       return Buffer.from(f.buffer, f.byteOffset, f.byteLength);
     }
     const out = Buffer.allocUnsafe(t.bytes.length);

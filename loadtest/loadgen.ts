@@ -100,6 +100,27 @@ interface Budget {
 
 type AnyBodyFn = (id: number) => string | Buffer;
 
+/**
+ * Connections that got an answer in this event-loop turn. Their next requests go out together
+ * once the turn's reads are done (`setImmediate`), not from inside each message handler: a send is
+ * a socket write, and doing it inline would delay — and inflate the measured latency of — every
+ * answer still waiting to be read in the same turn.
+ */
+const toPump = new Set<Conn>();
+let pumpScheduled = false;
+
+function schedulePump(c: Conn): void {
+  toPump.add(c);
+  if (pumpScheduled) return;
+  pumpScheduled = true;
+  setImmediate(() => {
+    pumpScheduled = false;
+    const batch = [...toPump];
+    toPump.clear();
+    for (const conn of batch) conn.kick();
+  });
+}
+
 class Conn {
   ws: WebSocket | undefined;
   seq: number;
@@ -181,6 +202,8 @@ class Conn {
       if (measuring) this.measureFrom = this.seq + 1;
       this.budget = budget;
       this.toSend = budget ? Number.POSITIVE_INFINITY : count;
+      // a retry pause from the warm-up does not delay the measured phase
+      this.pausedUntil = 0;
       this.cap = cap;
       this.phaseDone = resolve;
       if (this.closed) {
@@ -223,6 +246,11 @@ class Conn {
     this.pending.set(id, performance.now());
     if (this.measuring) this.stats.sent++;
     this.ws!.send(this.body(id));
+  }
+
+  /** Send what is due now (called by `schedulePump`). */
+  kick(): void {
+    this.pump();
   }
 
   private schedule(delayMs: number): void {
@@ -322,7 +350,8 @@ class Conn {
     if (retryAfter !== undefined && this.maxRetryPauseMs > 0 && retryAfter > 0) {
       this.pausedUntil = Math.max(this.pausedUntil, now + Math.min(retryAfter, this.maxRetryPauseMs));
     }
-    this.pump();
+    // the next request goes out after every answer read in this turn was timestamped
+    schedulePump(this);
   }
 
   private onClose(code: number, reason: string): void {
@@ -348,7 +377,6 @@ class Conn {
 
   /** Send nothing more in this phase; the phase ends once what is outstanding is answered. */
   stopSending(): void {
-    if (this.measuring && !this.budget && !this.closed) this.stats.notSent += this.toSend;
     this.toSend = 0;
     this.budget = undefined;
     if (this.timer) clearTimeout(this.timer);
@@ -496,9 +524,7 @@ export async function generate(
   });
   const budget: Budget | undefined =
     opts.totalRequests !== undefined ? { left: Math.max(0, Math.floor(opts.totalRequests)) } : undefined;
-  const all = Promise.all(
-    live.map((c) => c.startPhase(opts.requestsPerConnection, true, cap, rate, budget)),
-  );
+  const all = Promise.all(live.map((c) => c.startPhase(opts.requestsPerConnection, true, cap, rate, budget)));
   // connections that never opened owe their whole share (a shared budget is counted below)
   if (!budget) stats.notSent += (conns.length - live.length) * opts.requestsPerConnection;
   let finishing = false;
@@ -507,13 +533,9 @@ export async function generate(
     finishing = true;
     stoppedBy = 'stop_request';
     // stop sending, give what is in flight a moment to be answered (else it counts as client_timeout)
-    let budgetLeft = 0;
-    if (budget) {
-      budgetLeft = budget.left;
-      budget.left = 0;
-    }
+    // the plan ends here: what it did not send yet is not counted as `notSent`
+    if (budget) budget.left = 0;
     for (const c of live) c.stopSending();
-    stats.notSent += budgetLeft;
     await withLimit(all, STOP_GRACE_MS);
   });
   await Promise.race(early ? [all, limit, early] : [all, limit]);

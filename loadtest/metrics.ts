@@ -14,14 +14,21 @@ export interface MetricSample {
   timestampMs?: number;
 }
 
+/**
+ * A sample value. Special values are case-insensitive, as Go's ParseFloat (what Prometheus uses)
+ * reads them: `NaN`, `Nan`, `+Inf`, `-inf`, `Infinity`, … (prom-client writes `Nan` for an empty mean).
+ */
 function parseValue(s: string): number {
-  switch (s) {
-    case '+Inf':
-    case 'Inf':
+  switch (s.toLowerCase()) {
+    case '+inf':
+    case 'inf':
+    case '+infinity':
+    case 'infinity':
       return Number.POSITIVE_INFINITY;
-    case '-Inf':
+    case '-inf':
+    case '-infinity':
       return Number.NEGATIVE_INFINITY;
-    case 'NaN':
+    case 'nan':
       return Number.NaN;
     default: {
       const v = Number(s);

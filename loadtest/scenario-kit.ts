@@ -2,6 +2,10 @@
  * Small helpers shared by scenarios: medians and ratios over runs, the standard pair of
  * bar charts (throughput, p99), and the notes every side-by-side comparison needs.
  */
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { markdownTable } from './report';
 import type { ServerHandle } from './server-process';
 import type { LoadResult } from './stats';
 import { barChart, type LineSeries, lineChart, PALETTE } from './svg-chart';
@@ -229,4 +233,80 @@ export function timelineChart(
     title,
     svg: lineChart({ title, xLabel: 'seconds since start', yLabel: 'answers/s', series, markers }),
   };
+}
+
+/**
+ * A temporary model repository holding only `names` (symlinks into `models/`), so a server
+ * started on it loads nothing else. The caller removes it (`fs.rmSync(dir, { recursive: true })`).
+ */
+export function modelsDirWith(
+  repoRoot: string,
+  names: readonly string[],
+  prefix = 'streaminfer-models-',
+): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  for (const name of names) fs.symlinkSync(path.join(repoRoot, 'models', name), path.join(dir, name), 'dir');
+  return dir;
+}
+
+export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** One figure judged against a target (the "done-when" tables of the scenarios). */
+export interface Verdict {
+  name: string;
+  target: string;
+  /** the measured figure, formatted */
+  measured: string;
+  /** undefined when the figure could not be measured */
+  pass: boolean | undefined;
+  /** what was observed, especially when it fails */
+  detail?: string;
+}
+
+export function verdictText(pass: boolean | undefined): string {
+  return pass === undefined ? 'n/a' : pass ? 'PASS' : 'FAIL';
+}
+
+/** Markdown table of verdicts. */
+export function verdictTable(verdicts: readonly Verdict[]): string {
+  return markdownTable(
+    ['figure', 'target', 'measured', 'verdict', 'detail'],
+    verdicts.map((v) => [v.name, v.target, v.measured, verdictText(v.pass), v.detail ?? '']),
+    ['left', 'left', 'right', 'left', 'left'],
+  );
+}
+
+/** One-line summary of verdicts for the notes: "name target → PASS: measured; …". */
+export function verdictNote(prefix: string, verdicts: readonly Verdict[]): string {
+  return (
+    `${prefix}: ` +
+    verdicts
+      .map(
+        (v) =>
+          `${v.name} ${v.target} → ${verdictText(v.pass)}: ${v.measured}${v.detail && v.pass === false ? ` (${v.detail})` : ''}`,
+      )
+      .join('; ') +
+    '.'
+  );
+}
+
+/** `ctx.measure` that never throws: a failed run becomes `run.error` (with the server's stderr tail). */
+export async function measureSafe(
+  ctx: ScenarioContext,
+  label: string,
+  target: string,
+  server: ServerHandle,
+  load: LoadSpec,
+): Promise<RunRecord> {
+  try {
+    const run = await ctx.measure(label, server, load);
+    run.target = target;
+    return run;
+  } catch (e) {
+    return {
+      label,
+      target,
+      error: `${errText(e)}\n--- server stderr (tail) ---\n${server.stderrTail().slice(-4000)}`,
+    };
+  }
 }

@@ -147,6 +147,8 @@ export interface LoadResult {
   binary?: boolean;
   /** a shared request budget over all connections, instead of requestsPerConnection each */
   totalRequests?: number;
+  /** epoch ms the measured phase started (timeline and samples are relative to it) */
+  startEpochMs?: number;
 }
 
 export function newHistogram(): hdr.Histogram {
@@ -390,7 +392,8 @@ export function mergePartials(parts: readonly PartialResult[], meta: MergeMeta):
       }
       h.add(hdr.decodeFromCompressedBase64(b64));
     }
-    for (const [code, counts] of Object.entries(p.retryAfterMs ?? {})) addAll((retryAfter[code] ??= {}), counts);
+    for (const [code, counts] of Object.entries(p.retryAfterMs ?? {}))
+      addAll((retryAfter[code] ??= {}), counts);
     if (p.samples) {
       samples ??= [];
       for (const s of p.samples) samples.push(s);
@@ -455,6 +458,7 @@ export function mergePartials(parts: readonly PartialResult[], meta: MergeMeta):
         .map(([code, counts]) => [code, summarizeCounts(counts)] as const)
         .filter((e): e is readonly [string, RetryAfterSummary] => e[1] !== undefined),
     ),
+    startEpochMs: start,
     ...(meta.binary ? { binary: true } : {}),
     ...(meta.totalRequests !== undefined ? { totalRequests: meta.totalRequests } : {}),
   };

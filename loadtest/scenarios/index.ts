@@ -4,9 +4,22 @@
  */
 import type { Scenario } from '../types';
 import { batching } from './batching';
+import { hotSwap } from './hot-swap';
+import { overload } from './overload';
+import { registry } from './registry';
+import { runaway } from './runaway';
+import { slowConsumer } from './slow-consumer';
 import { wsEcho } from './ws-echo';
 
-export const SCENARIOS: readonly Scenario[] = [wsEcho, batching];
+export const SCENARIOS: readonly Scenario[] = [
+  wsEcho,
+  batching,
+  runaway,
+  overload,
+  slowConsumer,
+  hotSwap,
+  registry,
+];
 
 export function findScenario(name: string): Scenario | undefined {
   return SCENARIOS.find((s) => s.name === name);
