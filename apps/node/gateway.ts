@@ -140,6 +140,7 @@ export class Gateway {
   /** Reused for every routing decision (no allocation per request). */
   private readonly decision: RouteDecision = { version: '', route: 'stable', shadowVersion: undefined };
   private readonly ringsToNotify = new Set<Doorbell>();
+  private readonly rungThisTurn = new Set<Doorbell>();
   private notifyScheduled = false;
   defaultModel: string;
   epoch = 0;
@@ -585,11 +586,17 @@ export class Gateway {
   }
 
   /**
-   * Workers are woken once per event-loop turn, not once per request: every frame uWS read in this turn is
-   * already in the ring when the notify goes out, so a worker claims them as one batch.
+   * Waking a worker costs a cross-thread notify, so it happens at most twice per event-loop turn and lane:
+   * at the first request of the turn (the worker starts at once, in parallel with the rest of the turn) and,
+   * if more requests followed, once at the end of the turn (the worker claims them as one batch).
    */
   private scheduleNotify(doorbell: Doorbell): void {
-    this.ringsToNotify.add(doorbell);
+    if (!this.rungThisTurn.has(doorbell)) {
+      this.rungThisTurn.add(doorbell);
+      doorbell.ring();
+    } else {
+      this.ringsToNotify.add(doorbell);
+    }
     if (this.notifyScheduled) return;
     this.notifyScheduled = true;
     setImmediate(this.flushNotifies);
@@ -599,6 +606,7 @@ export class Gateway {
     this.notifyScheduled = false;
     for (const doorbell of this.ringsToNotify) doorbell.ring();
     this.ringsToNotify.clear();
+    this.rungThisTurn.clear();
   };
 
   private resolve(request: InferenceRequest): SlotRuntime {
@@ -931,7 +939,8 @@ export class Gateway {
     while (this.drainLoopRunning) {
       const sequence = ring.writeSequence();
       if (ring.pendingRecords() === 0) {
-        await ring.waitForData(sequence, 500);
+        // The uWS sockets keep this process alive: no timer per wait.
+        await ring.waitForData(sequence, 500, false);
         continue;
       }
       this.drainNow();

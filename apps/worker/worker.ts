@@ -207,7 +207,8 @@ class Worker {
       wake = resolve;
     });
     lane.wake = wake;
-    await Promise.race([lane.doorbell.wait(sequence, Math.max(0, timeoutMs)), woken]);
+    // The control port keeps this thread alive: no timer per wait.
+    await Promise.race([lane.doorbell.wait(sequence, Math.max(0, timeoutMs), false), woken]);
     lane.wake = undefined;
   }
 

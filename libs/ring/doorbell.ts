@@ -51,8 +51,12 @@ export class Doorbell {
     if (Atomics.load(this.cells, WAITERS) !== 0) Atomics.notify(this.cells, SEQUENCE);
   }
 
-  /** Resolves when the sequence differs from `seen` (at once if it already does) or after timeoutMs. */
-  async wait(seen: number, timeoutMs: number): Promise<'ok' | 'timed-out'> {
+  /**
+   * Resolves when the sequence differs from `seen` (at once if it already does) or after timeoutMs.
+   * `keepAlive` false: the caller's thread is kept alive by something else (a MessagePort, a server), so no
+   * timer is armed per wait.
+   */
+  async wait(seen: number, timeoutMs: number, keepAlive = true): Promise<'ok' | 'timed-out'> {
     if (typeof timeoutMs !== 'number' || Number.isNaN(timeoutMs)) {
       throw new RingTypeError(
         'ERR_RING_INVALID_ARGUMENT',
@@ -66,9 +70,10 @@ export class Doorbell {
       const result = waitAsync(this.cells, SEQUENCE, seen, timeoutMs);
       if (!result.async) return result.value === 'timed-out' ? 'timed-out' : 'ok';
       // A pending waitAsync alone does not keep a Node event loop alive.
-      const keepAlive = setTimeout(noop, Math.min(timeoutMs, 2 ** 30));
+      if (!keepAlive) return await result.value;
+      const timer = setTimeout(noop, Math.min(timeoutMs, 2 ** 30));
       const value = await result.value;
-      clearTimeout(keepAlive);
+      clearTimeout(timer);
       return value;
     } finally {
       Atomics.sub(this.cells, WAITERS, 1);

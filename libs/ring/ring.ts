@@ -87,14 +87,20 @@ function parkAsync(
   index: number,
   value: number,
   timeoutMs: number,
+  keepAlive = true,
 ): Promise<RingWaitResult> {
   const r = requireWaitAsync()(header, index, value, timeoutMs);
   if (!r.async) return Promise.resolve(r.value === 'timed-out' ? 'timed-out' : 'ok');
-  const keepAlive = setInterval(noop, Math.max(1, Math.min(timeoutMs, MAX_TIMER_MS)));
+  if (!keepAlive) return r.value.then(toWaitResult);
+  const timer = setInterval(noop, Math.max(1, Math.min(timeoutMs, MAX_TIMER_MS)));
   return r.value.then((v) => {
-    clearInterval(keepAlive);
-    return v === 'timed-out' ? 'timed-out' : 'ok';
+    clearInterval(timer);
+    return toWaitResult(v);
   });
+}
+
+function toWaitResult(value: 'ok' | 'timed-out'): RingWaitResult {
+  return value === 'timed-out' ? 'timed-out' : 'ok';
 }
 
 /**
@@ -484,7 +490,11 @@ export class RingBuffer {
    * 'timed-out' after `timeoutMs` (0 = just check; Infinity = no limit). Uses Atomics.waitAsync: the event loop
    * keeps running, and the pending wait keeps it alive.
    */
-  async waitForData(seenWriteSequence: number, timeoutMs: number): Promise<RingWaitResult> {
+  /**
+   * `keepAlive` false skips the timer that otherwise keeps the event loop alive during the wait, for callers
+   * whose loop is kept alive anyway (a server socket, a MessagePort) and that wait very often.
+   */
+  async waitForData(seenWriteSequence: number, timeoutMs: number, keepAlive = true): Promise<RingWaitResult> {
     if (typeof seenWriteSequence !== 'number') {
       throw new RingTypeError(
         'ERR_RING_INVALID_ARGUMENT',
@@ -500,7 +510,7 @@ export class RingBuffer {
     // changes the value the wait compares (so it returns at once) or sees the count and notifies.
     Atomics.add(h, H_WAITING_CONSUMERS, 1);
     try {
-      return await parkAsync(h, H_WRITE_SEQ, expected, t);
+      return await parkAsync(h, H_WRITE_SEQ, expected, t, keepAlive);
     } finally {
       Atomics.sub(h, H_WAITING_CONSUMERS, 1);
     }
