@@ -32,11 +32,15 @@ import {
   bindBinaryRequest,
   bindRequest,
   decodeBinaryRequest,
+  decodeOutputsFlat,
   decodeRequest,
   decodeResult,
+  decodeV2Request,
   encodeBinaryAnswer,
   encodeError,
   encodeResult,
+  encodeV2Error,
+  encodeV2Response,
   encodeWarning,
   errorCodeIndex,
   httpStatusLine,
@@ -51,6 +55,7 @@ import {
   readResponseRequestId,
   readResponseStatus,
   requestRecordBytes,
+  v2ModelMetadata,
   writeRequestRecord,
 } from '../../libs/protocol';
 import type { RouteDecision, RouteKind } from '../../libs/registry';
@@ -60,6 +65,7 @@ import type { ControlRequest, ControlResponse, ModelStatus, NodeHealth, NodeStar
 import type { ModelRuntime, SlotRuntime } from './models';
 import { queueDepth } from './models';
 
+const SERVER_VERSION: string = (require('../../../package.json') as { version: string }).version;
 const clock = (): number => performance.timeOrigin + performance.now();
 const decoder = new TextDecoder();
 const PROTOCOL_WS = 0;
@@ -79,6 +85,8 @@ interface Connection {
 
 interface HttpState {
   aborted: boolean;
+  /** Open Inference Protocol request: answers and errors use its JSON shapes. */
+  v2?: boolean;
 }
 
 interface Pending {
@@ -246,10 +254,52 @@ export class Gateway {
       },
     });
     this.app.post('/predict', (res, req) => this.onHttpPredict(res, req));
+    this.app.post('/v2/models/:name/infer', (res, req) =>
+      this.onHttpInfer(res, req, {
+        model: decodeURIComponent(req.getParameter(0) ?? ''),
+        version: undefined,
+      }),
+    );
+    this.app.post('/v2/models/:name/versions/:version/infer', (res, req) =>
+      this.onHttpInfer(res, req, {
+        model: decodeURIComponent(req.getParameter(0) ?? ''),
+        version: decodeURIComponent(req.getParameter(1) ?? ''),
+      }),
+    );
+    this.app.get('/v2/models/:name', (res, req) =>
+      this.onV2Model(res, decodeURIComponent(req.getParameter(0) ?? ''), undefined, false),
+    );
+    this.app.get('/v2/models/:name/ready', (res, req) =>
+      this.onV2Model(res, decodeURIComponent(req.getParameter(0) ?? ''), undefined, true),
+    );
+    this.app.get('/v2/models/:name/versions/:version', (res, req) =>
+      this.onV2Model(
+        res,
+        decodeURIComponent(req.getParameter(0) ?? ''),
+        decodeURIComponent(req.getParameter(1) ?? ''),
+        false,
+      ),
+    );
+    this.app.get('/v2/models/:name/versions/:version/ready', (res, req) =>
+      this.onV2Model(
+        res,
+        decodeURIComponent(req.getParameter(0) ?? ''),
+        decodeURIComponent(req.getParameter(1) ?? ''),
+        true,
+      ),
+    );
+    this.app.get('/v2', (res) =>
+      this.replyHttp(
+        res,
+        undefined,
+        200,
+        JSON.stringify({ name: 'streaminfer', version: SERVER_VERSION, extensions: [] }),
+      ),
+    );
     this.app.any('/predict', (res) =>
       this.replyHttp(res, undefined, 405, encodeError(null, 'method_not_allowed', 'use POST /predict')),
     );
-    for (const pattern of ['/health', '/metrics', '/api/*', '/v2/*', '/v2']) {
+    for (const pattern of ['/health', '/metrics', '/api/*', '/v2/health/*']) {
       this.app.any(pattern, (res, req) => this.onControl(res, req));
     }
     this.app.any('/*', (res, req) => {
@@ -304,46 +354,111 @@ export class Gateway {
   // ---------------------------------------------------------------- HTTP
 
   private onHttpPredict(res: uWS.HttpResponse, req: uWS.HttpRequest): void {
+    this.onHttpInfer(res, req, undefined);
+  }
+
+  /**
+   * One HTTP inference request: `/predict` (our JSON) or, with `v2`, the Open Inference Protocol's
+   * `/v2/models/{name}[/versions/{v}]/infer`. Same limits and admission as WebSocket requests.
+   */
+  private onHttpInfer(
+    res: uWS.HttpResponse,
+    req: uWS.HttpRequest,
+    v2: { model: string; version: string | undefined } | undefined,
+  ): void {
     const startedAt = clock();
-    const state: HttpState = { aborted: false };
+    const state: HttpState = { aborted: false, v2: v2 !== undefined };
     res.onAborted(() => {
       state.aborted = true;
     });
     const clientKey = this.httpClientKey(res, req);
     const declared = Number(req.getHeader('content-length') || '0');
-    if (declared > this.options.maxPayloadBytes) {
-      this.metrics.recordRequest(UNROUTED_SLOT, PROTOCOL_HTTP, errorCodeIndex('payload_too_large'), 0);
-      this.replyHttp(
+    const tooLarge = (): void => {
+      this.fail(
+        undefined,
         res,
         state,
-        413,
-        encodeError(
-          null,
-          'payload_too_large',
-          `body of ${declared} bytes exceeds the ${this.options.maxPayloadBytes}-byte limit`,
-        ),
+        null,
+        UNROUTED_SLOT,
+        startedAt,
+        new ProtocolError('payload_too_large', `body exceeds the ${this.options.maxPayloadBytes}-byte limit`),
         true,
       );
+    };
+    if (declared > this.options.maxPayloadBytes) {
+      tooLarge();
       return;
     }
     this.readBody(res, state, (body) => {
       if (body === undefined) {
-        this.metrics.recordRequest(UNROUTED_SLOT, PROTOCOL_HTTP, errorCodeIndex('payload_too_large'), 0);
-        this.replyHttp(
+        tooLarge();
+        return;
+      }
+      const client = this.httpClients.get(clientKey, clock());
+      if (!v2) {
+        this.admit(body, startedAt, undefined, res, state, client);
+        return;
+      }
+      const model = this.models.get(v2.model);
+      if (!model) {
+        this.fail(
+          undefined,
           res,
           state,
-          413,
-          encodeError(
-            null,
-            'payload_too_large',
-            `body exceeds the ${this.options.maxPayloadBytes}-byte limit`,
+          null,
+          UNROUTED_SLOT,
+          startedAt,
+          new ProtocolError(
+            'unknown_model',
+            `unknown model "${v2.model}"; available: ${[...this.models.keys()].join(', ')}`,
           ),
-          true,
         );
         return;
       }
-      this.admit(body, startedAt, undefined, res, state, this.httpClients.get(clientKey, clock()));
+      let request: InferenceRequest;
+      try {
+        request = decodeV2Request(body, v2.model, v2.version, model.entry.signature);
+      } catch (error) {
+        const id = error instanceof RequestError ? error.requestId : null;
+        this.fail(undefined, res, state, id, UNROUTED_SLOT, startedAt, asProtocolError(error));
+        return;
+      }
+      this.admitDecoded(request, undefined, startedAt, undefined, res, state, client);
     });
+  }
+
+  /** Open Inference Protocol metadata and readiness, answered from this node's model table (the host's). */
+  private onV2Model(res: uWS.HttpResponse, name: string, version: string | undefined, ready: boolean): void {
+    const model = this.models.get(name);
+    const loaded = model !== undefined && (version === undefined || model.versions.has(version));
+    if (ready) {
+      this.replyHttp(
+        res,
+        undefined,
+        loaded && !this.draining ? 200 : 404,
+        JSON.stringify({ name, ready: loaded && !this.draining }),
+      );
+      return;
+    }
+    if (!model || !loaded) {
+      this.replyHttp(
+        res,
+        undefined,
+        404,
+        encodeV2Error(
+          model ? 'unknown_version' : 'unknown_model',
+          `no model "${name}"${version ? ` version "${version}"` : ''} loaded`,
+        ),
+      );
+      return;
+    }
+    const versions = version === undefined ? [...model.versions.keys()] : [version];
+    this.replyHttp(
+      res,
+      undefined,
+      200,
+      JSON.stringify(v2ModelMetadata(name, versions, model.entry.signature)),
+    );
   }
 
   /** An HTTP client is its address, or the first X-Forwarded-For hop when the operator trusts the proxy. */
@@ -738,10 +853,13 @@ export class Gateway {
     slot: number,
     startedAt: number,
     error: ProtocolError,
+    close = false,
   ): void {
     const protocol = ws ? PROTOCOL_WS : PROTOCOL_HTTP;
     this.metrics.recordRequest(slot, protocol, errorCodeIndex(error.code), (clock() - startedAt) / 1000);
-    const body = encodeError(id, error.code, error.message, error.retryAfterMs);
+    const body = http?.v2
+      ? encodeV2Error(error.code, error.message)
+      : encodeError(id, error.code, error.message, error.retryAfterMs);
     if (ws) {
       this.sendWs(ws, body, false);
       return;
@@ -751,7 +869,7 @@ export class Gateway {
         error.retryAfterMs !== undefined
           ? { 'retry-after': String(Math.max(1, Math.ceil(error.retryAfterMs / 1000))) }
           : undefined;
-      this.replyHttp(res, http, httpStatusOf(error.code), body, false, headers);
+      this.replyHttp(res, http, httpStatusOf(error.code), body, close, headers);
     }
   }
 
@@ -818,7 +936,19 @@ export class Gateway {
     const protocol = pending.ws ? PROTOCOL_WS : PROTOCOL_HTTP;
     let body: string | Uint8Array;
     let httpStatus = 200;
-    if (status === 0 && pending.binary) {
+    if (status === 0 && pending.http?.v2) {
+      body = encodeV2Response(
+        runtime.model.name,
+        runtime.version,
+        typeof pending.clientId === 'string' ? pending.clientId : null,
+        decodeOutputsFlat(ring.bytes, view, offset, runtime.model.signature),
+      );
+      this.metrics.recordQueueAndCompute(
+        pending.slot,
+        readQueueMs(view, offset) / 1000,
+        readComputeMs(view, offset) / 1000,
+      );
+    } else if (status === 0 && pending.binary) {
       body = encodeBinaryAnswer(ring.bytes, view, offset, runtime.model.signature, {
         id: pending.clientId,
         model: runtime.model.name,
@@ -848,7 +978,9 @@ export class Gateway {
       );
     } else {
       const error = readErrorResponse(ring.bytes, view, offset);
-      body = encodeError(pending.clientId, error.code, error.message);
+      body = pending.http?.v2
+        ? encodeV2Error(error.code, error.message)
+        : encodeError(pending.clientId, error.code, error.message);
       httpStatus = httpStatusOf(error.code);
     }
     this.metrics.recordRequest(pending.slot, protocol, status, latencyMs / 1000);
@@ -930,7 +1062,10 @@ export class Gateway {
       errorCodeIndex(code),
       (clock() - pending.startedAt) / 1000,
     );
-    this.complete(pending, encodeError(pending.clientId, code, message), httpStatusOf(code));
+    const body = pending.http?.v2
+      ? encodeV2Error(code, message)
+      : encodeError(pending.clientId, code, message);
+    this.complete(pending, body, httpStatusOf(code));
     return true;
   }
 

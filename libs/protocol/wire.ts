@@ -414,3 +414,30 @@ export function readFirstOutput(view: DataView, offset: number): Float32Array | 
   for (let i = 0; i < values.length; i++) values[i] = view.getFloat32(data + 4 * i, true);
   return values;
 }
+
+/** Every output of a successful response as flat values with per-item dims (Open Inference Protocol answers). */
+export function decodeOutputsFlat(
+  bytes: Uint8Array,
+  view: DataView,
+  offset: number,
+  signature: ModelSignature,
+): Array<{ name: string; dtype: DType; dims: number[]; data: unknown[] }> {
+  const count = view.getUint8(offset + 7);
+  const outputs: Array<{ name: string; dtype: DType; dims: number[]; data: unknown[] }> = [];
+  let section = offset + RESPONSE_HEADER_BYTES;
+  for (let i = 0; i < count; i++) {
+    const byteLength = view.getUint32(section, true);
+    const rank = view.getUint8(section + 4);
+    const spec = signature.outputs[view.getUint8(section + 5)];
+    const dtype: DType = spec?.dtype ?? 'float32';
+    const dims: number[] = [];
+    for (let axis = 0; axis < rank; axis++) dims.push(view.getUint32(section + 8 + 4 * axis, true));
+    const elements = dims.reduce((product, dim) => product * dim, 1);
+    const cursor = { at: section + outputSectionHeaderBytes(rank) };
+    const data = new Array<unknown>(elements);
+    for (let e = 0; e < elements; e++) data[e] = readScalar(bytes, view, cursor, dtype);
+    outputs.push({ name: spec?.name ?? `output_${i}`, dtype, dims, data });
+    section = section + outputSectionHeaderBytes(rank) + byteLength;
+  }
+  return outputs;
+}
