@@ -253,7 +253,7 @@ export class Gateway {
         this.sockets.delete(ws);
       },
     });
-    this.app.post('/predict', (res, req) => this.onHttpPredict(res, req));
+    this.app.post('/predict', (res, req) => this.onHttpInfer(res, req, undefined));
     this.app.post('/v2/models/:name/infer', (res, req) =>
       this.onHttpInfer(res, req, {
         model: decodeURIComponent(req.getParameter(0) ?? ''),
@@ -336,15 +336,12 @@ export class Gateway {
     const client = ws.getUserData().client;
     if (isBinary) {
       // Tensor frame: its byte views are valid only during this callback, and admission copies them now.
-      let request: BinaryRequest;
-      try {
-        request = decodeBinaryRequest(message, { model: this.defaultModel });
-      } catch (error) {
-        const id = error instanceof RequestError ? error.requestId : null;
-        this.fail(ws, undefined, undefined, id, UNROUTED_SLOT, startedAt, asProtocolError(error));
-        return;
-      }
-      this.admitDecoded(request, request, startedAt, ws, undefined, undefined, client);
+      const request = this.decodeOrFail(
+        () => decodeBinaryRequest(message, { model: this.defaultModel }),
+        startedAt,
+        ws,
+      );
+      if (request) this.admitDecoded(request, request, startedAt, ws, undefined, undefined, client);
       return;
     }
     // The ArrayBuffer is only valid during this callback: decoding copies it into a string.
@@ -352,10 +349,6 @@ export class Gateway {
   }
 
   // ---------------------------------------------------------------- HTTP
-
-  private onHttpPredict(res: uWS.HttpResponse, req: uWS.HttpRequest): void {
-    this.onHttpInfer(res, req, undefined);
-  }
 
   /**
    * One HTTP inference request: `/predict` (our JSON) or, with `v2`, the Open Inference Protocol's
@@ -415,15 +408,14 @@ export class Gateway {
         );
         return;
       }
-      let request: InferenceRequest;
-      try {
-        request = decodeV2Request(body, v2.model, v2.version, model.entry.signature);
-      } catch (error) {
-        const id = error instanceof RequestError ? error.requestId : null;
-        this.fail(undefined, res, state, id, UNROUTED_SLOT, startedAt, asProtocolError(error));
-        return;
-      }
-      this.admitDecoded(request, undefined, startedAt, undefined, res, state, client);
+      const request = this.decodeOrFail(
+        () => decodeV2Request(body, v2.model, v2.version, model.entry.signature),
+        startedAt,
+        undefined,
+        res,
+        state,
+      );
+      if (request) this.admitDecoded(request, undefined, startedAt, undefined, res, state, client);
     });
   }
 
@@ -562,15 +554,31 @@ export class Gateway {
     http: HttpState | undefined,
     client: ClientState,
   ): void {
-    let request: InferenceRequest;
+    const request = this.decodeOrFail(
+      () => decodeRequest(text, { model: this.defaultModel }),
+      startedAt,
+      ws,
+      res,
+      http,
+    );
+    if (request) this.admitDecoded(request, undefined, startedAt, ws, res, http, client);
+  }
+
+  /** Runs a decoder; a malformed request is answered right here (with its id when readable) and yields undefined. */
+  private decodeOrFail<T>(
+    decode: () => T,
+    startedAt: number,
+    ws: uWS.WebSocket<Connection> | undefined,
+    res?: uWS.HttpResponse,
+    http?: HttpState,
+  ): T | undefined {
     try {
-      request = decodeRequest(text, { model: this.defaultModel });
+      return decode();
     } catch (error) {
       const id = error instanceof RequestError ? error.requestId : null;
       this.fail(ws, res, http, id, UNROUTED_SLOT, startedAt, asProtocolError(error));
-      return;
+      return undefined;
     }
-    this.admitDecoded(request, undefined, startedAt, ws, res, http, client);
   }
 
   /**
