@@ -29,6 +29,7 @@ import type {
   RequestId,
 } from '../../libs/protocol';
 import {
+  argmax,
   bindBinaryRequest,
   bindRequest,
   decodeBinaryRequest,
@@ -59,7 +60,7 @@ import {
   writeRequestRecord,
 } from '../../libs/protocol';
 import type { RouteDecision, RouteKind } from '../../libs/registry';
-import { argmax, route, routingKeyDraw } from '../../libs/registry';
+import { route, routingKeyDraw } from '../../libs/registry';
 import type { Doorbell, RingBuffer } from '../../libs/ring';
 import type { ControlRequest, ControlResponse, ModelStatus, NodeHealth, NodeStartOptions } from './ipc';
 import type { ModelRuntime, SlotRuntime } from './models';

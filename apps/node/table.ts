@@ -88,7 +88,6 @@ export class ModelTable {
       rings: runtime.rings.map((ring) => ring.buffer),
       doorbell: runtime.doorbell.buffer,
       batching: batchOptionsFor(runtime.model, this.options.batch),
-      epoch: this.gateway().epoch,
     });
     runtime.version = version;
     runtime.executionProvider = result.executionProvider;

@@ -29,7 +29,6 @@ export interface LoadCommand {
   rings: SharedArrayBuffer[];
   doorbell: SharedArrayBuffer;
   batching: BatchPolicyOptions;
-  epoch: number;
 }
 
 export type WorkerCommand =

@@ -43,7 +43,6 @@ interface Lane {
   slot: number;
   model: string;
   version: string;
-  epoch: number;
   signature: ModelSignature;
   /** Request rings by priority code (0 low, 1 normal, 2 high). */
   rings: RingBuffer[];
@@ -157,7 +156,6 @@ class Worker {
         slot: command.slot,
         model: command.model,
         version: command.version,
-        epoch: command.epoch,
         signature: command.signature,
         rings,
         doorbell: Doorbell.from(command.doorbell),
@@ -433,7 +431,6 @@ class Worker {
           computeMs,
           batchSize: count,
           workerIndex: this.init.workerIndex,
-          epoch: lane.epoch,
         },
         0,
         tensors.length,
@@ -519,7 +516,6 @@ class Worker {
         computeMs,
         batchSize,
         workerIndex: this.init.workerIndex,
-        epoch: lane.epoch,
       },
       code,
       message,

@@ -130,7 +130,7 @@ test('answers carry raw outputs and the classifier label', () => {
   writeResponseHeader(
     view,
     0,
-    { requestId: 1, slot: 1, queueMs: 0, computeMs: 0, batchSize: 1, workerIndex: 0, epoch: 2 },
+    { requestId: 1, slot: 1, queueMs: 0, computeMs: 0, batchSize: 1, workerIndex: 0 },
     0,
     1,
   );

@@ -23,5 +23,5 @@ export type { BindLimits, BoundInput, BoundRequest, InferenceRequest, Priority, 
 export { bindRequest, decodeRequest, PRIORITIES, RequestError, utf8Length } from './request';
 export { encodeError, encodeResult, encodeWarning } from './responses';
 export type { DType, ModelSignature, TensorSpec } from './signature';
-export { bytesPerElement, DTYPES, isDType, MAX_INPUTS, parseSignature } from './signature';
+export { argmax, bytesPerElement, DTYPES, isDType, MAX_INPUTS, parseSignature } from './signature';
 export * from './wire';

@@ -223,7 +223,6 @@ describe('wire records', () => {
       computeMs: 2,
       batchSize: 4,
       workerIndex: 0,
-      epoch: 3,
     };
     writeResponseHeader(view, 0, header, 0, 1);
     let at = writeOutputSectionHeader(view, RESPONSE_HEADER_BYTES, 0, [10], 40);

@@ -104,3 +104,10 @@ function parseSpecs(raw: unknown, where: string, kind: 'input' | 'output'): Tens
     return result;
   });
 }
+
+/** Index of the largest value: the top-1 class of a classifier's output. */
+export function argmax(values: ArrayLike<number>): number {
+  let best = 0;
+  for (let i = 1; i < values.length; i++) if (values[i]! > values[best]!) best = i;
+  return best;
+}

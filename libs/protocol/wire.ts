@@ -5,7 +5,7 @@
  * Request record:  u32 requestId · u16 slot · u8 priority · u8 inputMask · f64 enqueuedAt · f64 deadlineAt
  *                  then per supplied input: u32 byteLength · u8 rank · u8 inputIndex · u16 0 · u32 dims[rank] · bytes
  * Response record: u32 requestId · u16 slot · u8 status (0 ok, else error code index) · u8 outputCount
- *                  f32 queueMs · f32 computeMs · u16 batchSize · u16 workerIndex · u32 epoch
+ *                  f32 queueMs · f32 computeMs · u16 batchSize · u16 workerIndex · u32 0 (reserved)
  *                  then per output: u32 byteLength · u8 rank · u8 outputIndex · u16 0 · u32 dims[rank] · bytes
  *                  or, for an error, u32 messageLength · utf8 message.
  * Strings inside a tensor are u32 byteLength · utf8, one after another.
@@ -15,6 +15,7 @@ import { errorCodeFromIndex, errorCodeIndex } from './errors';
 import type { BoundRequest, Priority } from './request';
 import { inputHeaderBytes, utf8Encoder, utf8Length } from './request';
 import type { DType, ModelSignature, TensorSpec } from './signature';
+import { argmax } from './signature';
 
 export const REQUEST_HEADER_BYTES = 24;
 export const RESPONSE_HEADER_BYTES = 24;
@@ -212,7 +213,6 @@ export interface ResponseHeader {
   computeMs: number;
   batchSize: number;
   workerIndex: number;
-  epoch: number;
 }
 
 export function writeResponseHeader(
@@ -230,7 +230,7 @@ export function writeResponseHeader(
   view.setFloat32(offset + 12, header.computeMs, true);
   view.setUint16(offset + 16, Math.min(header.batchSize, 0xffff), true);
   view.setUint16(offset + 18, header.workerIndex, true);
-  view.setUint32(offset + 20, header.epoch >>> 0, true);
+  view.setUint32(offset + 20, 0, true);
 }
 
 export function errorResponseBytes(message: string): number {
@@ -294,10 +294,6 @@ export function readComputeMs(view: DataView, offset: number): number {
 export function readBatchSize(view: DataView, offset: number): number {
   return view.getUint16(offset + 16, true);
 }
-export function readResponseEpoch(view: DataView, offset: number): number {
-  return view.getUint32(offset + 20, true);
-}
-
 export function readErrorResponse(
   bytes: Uint8Array,
   view: DataView,
@@ -340,8 +336,7 @@ export function decodeResult(
 
 function classify(value: unknown, labels: string[]): unknown {
   if (!Array.isArray(value)) return value;
-  let best = 0;
-  for (let i = 1; i < value.length; i++) if ((value[i] as number) > (value[best] as number)) best = i;
+  const best = argmax(value as number[]);
   return { label: labels[best] ?? String(best), probabilities: value };
 }
 

@@ -83,10 +83,3 @@ export function routingKeyDraw(key: string): number {
   hash ^= hash >>> 13;
   return (hash >>> 0) / 4294967296;
 }
-
-/** Top-1 agreement for classifiers: same argmax. */
-export function argmax(values: ArrayLike<number>): number {
-  let best = 0;
-  for (let i = 1; i < values.length; i++) if (values[i]! > values[best]!) best = i;
-  return best;
-}
