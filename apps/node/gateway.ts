@@ -150,6 +150,8 @@ export class Gateway {
   private readonly decision: RouteDecision = { version: '', route: 'stable', shadowVersion: undefined };
   private readonly ringsToNotify = new Set<Doorbell>();
   private readonly rungThisTurn = new Set<Doorbell>();
+  /** Element cap per input: no input can hold more float32s than a maximal payload. */
+  private readonly bindLimits: { maxElements: number };
   private notifyScheduled = false;
   defaultModel: string;
   epoch = 0;
@@ -165,6 +167,7 @@ export class Gateway {
     private readonly hooks: GatewayHooks,
   ) {
     this.defaultModel = options.defaultModel;
+    this.bindLimits = { maxElements: Math.floor(options.maxPayloadBytes / 4) };
     this.backpressure = validateBackpressureOptions({
       rateLimitRps: options.backpressure.rateLimitRps,
       rateLimitBurst: options.backpressure.rateLimitBurst,
@@ -629,10 +632,9 @@ export class Gateway {
           runtime.guard.retryAfterMs,
         );
       }
-      const limits = { maxElements: Math.floor(this.options.maxPayloadBytes / 4) };
       const bound = binary
-        ? bindBinaryRequest(binary, runtime.model.signature, limits)
-        : bindRequest(request, runtime.model.signature, limits);
+        ? bindBinaryRequest(binary, runtime.model.signature, this.bindLimits)
+        : bindRequest(request, runtime.model.signature, this.bindLimits);
       const length = requestRecordBytes(bound);
       const ring = runtime.rings[PRIORITY_CODE[request.priority]]!;
       if (length > ring.maxRecordBytes) {

@@ -224,8 +224,7 @@ export class Supervisor {
   private readonly lastDefaults = new Map<string, string>();
 
   private scan(): ModelEntry[] {
-    const entries = scanRepository(path.resolve(this.options.config.modelsDir));
-    return entries;
+    return scanRepository(path.resolve(this.options.config.modelsDir));
   }
 
   /** Starts node 0 first (it may pick the port when --port 0), then the others on the same port. */
