@@ -4,6 +4,7 @@ import {
   inProcessAt,
   judge,
   metricDeltas,
+  pairedCeiling,
   parseInProcess,
   TARGETS,
 } from '../../loadtest/scenarios/batching';
@@ -50,6 +51,20 @@ describe('parseInProcess / inProcessAt', () => {
       [8, 1200],
     ]);
     expect(bestOf([])).toBeUndefined();
+  });
+
+  it('pairs a run with the passes just before and after it', () => {
+    const before = parseInProcess(JSON_OUT);
+    const after = {
+      ...before,
+      results: before.results.map((r) => ({ ...r, itemsPerSecond: r.itemsPerSecond / 2 })),
+    };
+    expect(pairedCeiling(before, after, 4)).toBe((880 + 440) / 2);
+    expect(pairedCeiling(before, after, 1)).toBe((312.5 + 156.25) / 2);
+    // one side failed: the other alone
+    expect(pairedCeiling(undefined, after, 4)).toBe(440);
+    expect(pairedCeiling(before, undefined, 2)).toBe(580);
+    expect(pairedCeiling(undefined, undefined, 2)).toBeUndefined();
   });
 
   it('rejects output without usable rows', () => {
