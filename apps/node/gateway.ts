@@ -39,7 +39,8 @@ import {
   decodeV2Request,
   encodeBinaryAnswer,
   encodeError,
-  encodeResult,
+  encodeResultHead,
+  encodeResultWithHead,
   encodeV2Error,
   encodeV2Response,
   encodeWarning,
@@ -974,14 +975,11 @@ export class Gateway {
       );
     } else if (status === 0) {
       const result = decodeResult(ring.bytes, view, offset, runtime.model.signature);
-      body = encodeResult(
-        pending.clientId,
-        runtime.model.name,
-        runtime.version,
-        pending.epoch,
-        result,
-        latencyMs,
-      );
+      if (runtime.resultHeadEpoch !== pending.epoch) {
+        runtime.resultHead = encodeResultHead(runtime.model.name, runtime.version, pending.epoch);
+        runtime.resultHeadEpoch = pending.epoch;
+      }
+      body = encodeResultWithHead(pending.clientId, runtime.resultHead, result, latencyMs);
       this.metrics.recordQueueAndCompute(
         pending.slot,
         readQueueMs(view, offset) / 1000,

@@ -22,6 +22,9 @@ export interface SlotRuntime {
   loadedWorkers: number;
   /** No longer routed: draining before its lanes are unloaded. */
   retiring: boolean;
+  /** `encodeResultHead` of this version for `resultHeadEpoch` (JSON answers), rebuilt when the epoch changes. */
+  resultHead: string;
+  resultHeadEpoch: number;
 }
 
 export interface ModelRuntime {

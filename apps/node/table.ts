@@ -65,6 +65,8 @@ export class ModelTable {
       executionProvider: 'pending',
       loadedWorkers: 0,
       retiring: false,
+      resultHead: '',
+      resultHeadEpoch: -1,
     };
     this.slots[slot] = runtime;
     return runtime;

@@ -21,7 +21,14 @@ export type { V2Output } from './kserve';
 export { decodeV2Request, encodeV2Error, encodeV2Response, v2Datatype, v2ModelMetadata } from './kserve';
 export type { BindLimits, BoundInput, BoundRequest, InferenceRequest, Priority, RequestId } from './request';
 export { bindRequest, decodeRequest, PRIORITIES, RequestError, utf8Length } from './request';
-export { encodeError, encodeResult, encodeWarning } from './responses';
+export {
+  encodeError,
+  encodeResult,
+  encodeResultHead,
+  encodeResultWithHead,
+  encodeWarning,
+  formatMilliseconds,
+} from './responses';
 export type { DType, ModelSignature, TensorSpec } from './signature';
 export { argmax, bytesPerElement, DTYPES, isDType, MAX_INPUTS, parseSignature } from './signature';
 export * from './wire';

@@ -4,9 +4,12 @@ import {
   decodeResult,
   encodeError,
   encodeResult,
+  encodeResultHead,
+  encodeResultWithHead,
   errorCodeFromIndex,
   errorCodeIndex,
   findInputSection,
+  formatMilliseconds,
   type ModelSignature,
   ProtocolError,
   parseSignature,
@@ -242,6 +245,36 @@ describe('codes and encoders', () => {
   test('code indexes round-trip', () => {
     for (const name of ['bad_request', 'internal', 'deadline_exceeded'] as const)
       expect(errorCodeFromIndex(errorCodeIndex(name))).toBe(name);
+  });
+  test('latency_ms text is exactly Math.round(ms * 1000) / 1000 as JSON', () => {
+    const samples = [
+      0, 0.0004, 0.0005, 0.001, 0.01, 0.1, 0.12, 0.123, 1, 1.5, 1.05, 1.005, 1.0049, 2.99951, 10, 99.9999,
+    ];
+    let x = 0.37;
+    for (let i = 0; i < 5000; i++) {
+      x = (x * 9301 + 49297) % 233280;
+      samples.push(x / 1000, x / 7, x * 13.37);
+    }
+    for (const ms of samples)
+      expect(formatMilliseconds(ms)).toBe(JSON.stringify(Math.round(ms * 1000) / 1000));
+    // outside the integer path it still gives the same JSON
+    expect(formatMilliseconds(-1.5)).toBe(JSON.stringify(Math.round(-1.5 * 1000) / 1000));
+  });
+  test('an answer built from a cached head equals the one-shot encoder', () => {
+    const head = encodeResultHead('m"x', '2', 7);
+    for (const id of [1, 1.5, 'a"b', null] as const) {
+      expect(encodeResultWithHead(id, head, [0.5, -1], 3.25)).toBe(
+        encodeResult(id, 'm"x', '2', 7, [0.5, -1], 3.25),
+      );
+    }
+    expect(JSON.parse(encodeResultWithHead(-0, head, 'ok', 0))).toEqual({
+      id: 0,
+      model: 'm"x',
+      version: '2',
+      epoch: 7,
+      result: 'ok',
+      latency_ms: 0,
+    });
   });
   test('encoders produce valid JSON', () => {
     expect(JSON.parse(encodeResult(1, 'm', '2', 0, { a: [1] }, 1.23456))).toEqual({

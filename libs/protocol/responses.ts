@@ -10,21 +10,56 @@ export function encodeResult(
   result: unknown,
   latencyMs: number,
 ): string {
+  return encodeResultWithHead(id, encodeResultHead(model, version, epoch), result, latencyMs);
+}
+
+/**
+ * The part of an answer that only depends on the model version and the epoch
+ * (`,"model":…,"version":…,"epoch":…,"result":`): the gateway builds it once per version and epoch.
+ */
+export function encodeResultHead(model: string, version: string, epoch: number): string {
   return (
-    '{"id":' +
-    JSON.stringify(id) +
     ',"model":' +
     JSON.stringify(model) +
     ',"version":' +
     JSON.stringify(version) +
     ',"epoch":' +
     epoch +
-    ',"result":' +
+    ',"result":'
+  );
+}
+
+/** An answer from its cached head (`encodeResultHead`). */
+export function encodeResultWithHead(
+  id: RequestId,
+  head: string,
+  result: unknown,
+  latencyMs: number,
+): string {
+  return (
+    '{"id":' +
+    (typeof id === 'number' ? String(id) : JSON.stringify(id)) +
+    head +
     JSON.stringify(result) +
     ',"latency_ms":' +
-    Math.round(latencyMs * 1000) / 1000 +
+    formatMilliseconds(latencyMs) +
     '}'
   );
+}
+
+/**
+ * `Math.round(ms * 1000) / 1000` as JSON text, from integers: the same digits without a
+ * double-to-shortest-decimal conversion per answer.
+ */
+export function formatMilliseconds(ms: number): string {
+  const micros = Math.round(ms * 1000);
+  if (!Number.isSafeInteger(micros) || micros < 0) return String(micros / 1000);
+  const whole = Math.floor(micros / 1000);
+  const fraction = micros - whole * 1000;
+  if (fraction === 0) return String(whole);
+  if (fraction % 100 === 0) return whole + '.' + fraction / 100;
+  if (fraction % 10 === 0) return whole + (fraction < 100 ? '.0' : '.') + fraction / 10;
+  return whole + (fraction < 10 ? '.00' : fraction < 100 ? '.0' : '.') + fraction;
 }
 
 export function encodeError(id: RequestId, code: ErrorCode, message: string, retryAfterMs?: number): string {
