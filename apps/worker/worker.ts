@@ -381,6 +381,7 @@ class Worker {
     const tensors: ort.Tensor[] = [];
     const outputIndexes: number[] = [];
     const itemElements: number[] = [];
+    const itemDims: number[][] = [];
     for (const name of fetches) {
       const tensor = outputs[name] as ort.Tensor | undefined;
       if (!tensor || tensor.dims[0] !== count) {
@@ -395,7 +396,9 @@ class Worker {
       }
       tensors.push(tensor);
       outputIndexes.push(specs.findIndex((spec) => spec.name === name));
-      itemElements.push(tensor.dims.slice(1).reduce((product, dim) => product * dim, 1));
+      const dims = tensor.dims.slice(1);
+      itemDims.push(dims);
+      itemElements.push(dims.reduce((product, dim) => product * dim, 1));
     }
     const ring = this.responses;
     for (let item = 0; item < count; item++) {
@@ -403,7 +406,7 @@ class Worker {
       for (let t = 0; t < tensors.length; t++) {
         const tensor = tensors[t]!;
         length +=
-          outputSectionHeaderBytes(tensor.dims.length - 1) + itemByteLength(tensor, item, itemElements[t]!);
+          outputSectionHeaderBytes(itemDims[t]!.length) + itemByteLength(tensor, item, itemElements[t]!);
       }
       const queueMs = started - buffers.enqueuedAt[item]!;
       const requestId = buffers.requestIds[item]!;
@@ -442,7 +445,7 @@ class Worker {
         const tensor = tensors[t]!;
         const elements = itemElements[t]!;
         const bytes = itemByteLength(tensor, item, elements);
-        at = writeOutputSectionHeader(view, at, outputIndexes[t]!, tensor.dims.slice(1), bytes);
+        at = writeOutputSectionHeader(view, at, outputIndexes[t]!, itemDims[t]!, bytes);
         if (tensor.type === 'string') {
           const data = tensor.data as string[];
           for (let e = item * elements; e < (item + 1) * elements; e++) {
