@@ -13,7 +13,8 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { loadDigits } from '../../scripts/models/digits-data';
-import { callText, postTimed, scratchRepository, type TimedCall } from '../admin-client';
+import { AdminCaller } from '../admin-caller';
+import { callText, scratchRepository, type TimedCall } from '../admin-client';
 import { histogramMeanDelta, type MetricSample, scrapeMetrics, sumSamples } from '../metrics';
 import { fmt, markdownTable } from '../report';
 import { errText } from '../scenario-kit';
@@ -111,6 +112,7 @@ export interface ReloadCall extends PlannedReload {
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 async function driveReloads(
+  admin: AdminCaller,
   baseUrl: string,
   plan: readonly PlannedReload[],
   t0: number,
@@ -125,7 +127,7 @@ async function driveReloads(
     let call: TimedCall;
     for (;;) {
       attempts++;
-      call = await postTimed(`${baseUrl}/api/reload`, {
+      call = await admin.post(`${baseUrl}/api/reload`, {
         model: MODEL,
         version: p.version,
         strategy: p.strategy,
@@ -264,6 +266,7 @@ export const hotSwap: Scenario = {
         errText(e) + (server ? `\n--- server stderr (tail) ---\n${server.stderrTail().slice(-4000)}` : ''),
     });
     let loop: ClosedLoop | undefined;
+    let admin: AdminCaller | undefined;
     let calls: ReloadCall[] = [];
     let t0 = 0;
     let tEnd = 0;
@@ -293,11 +296,13 @@ export const hotSwap: Scenario = {
         timeoutMs: 10_000,
       });
       await loop.open();
+      // reload calls from another process: a fetch here would delay the clients' receive stamps
+      admin = await AdminCaller.start(`${server.baseUrl}/health`);
       before = await scrapeMetrics(`${server.baseUrl}/metrics`);
       ctx.log(`hot-swap: ${connections} clients for ${durationMs / 1000} s, ${plan.length} reload calls`);
       t0 = performance.now();
       loop.start();
-      calls = await driveReloads(server.baseUrl, plan, t0, (m) => ctx.log(`hot-swap: ${m}`));
+      calls = await driveReloads(admin, server.baseUrl, plan, t0, (m) => ctx.log(`hot-swap: ${m}`));
       const lastReturned = calls.at(-1)?.returnedMs ?? t0;
       const endAt = Math.max(t0 + durationMs, lastReturned + tailMs);
       await sleep(endAt - performance.now());
@@ -306,11 +311,13 @@ export const hotSwap: Scenario = {
       after = await scrapeMetrics(`${server.baseUrl}/metrics`);
     } catch (e) {
       if (loop) await loop.stop().catch(() => undefined);
+      admin?.close();
       const run = fail(e);
       if (server) run.server = { command: server.command, env: server.env, exit: await server.stop() };
       scratch.cleanup();
       return { params, runs: [run], ratios: [], charts: [], notes: [] };
     }
+    admin?.close();
     const exit = await server.stop();
     scratch.cleanup();
 

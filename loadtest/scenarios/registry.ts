@@ -16,7 +16,8 @@ import * as path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import * as ort from 'onnxruntime-node';
 import { loadDigits } from '../../scripts/models/digits-data';
-import { callText, postTimed, scratchRepository, type TimedCall } from '../admin-client';
+import { AdminCaller } from '../admin-caller';
+import { callText, scratchRepository, type TimedCall } from '../admin-client';
 import { type MetricSample, scrapeMetrics, sumSamples } from '../metrics';
 import { fmt, markdownTable } from '../report';
 import { errText } from '../scenario-kit';
@@ -150,7 +151,9 @@ export const registry: Scenario = {
     const rows: RowSource = rowSource(digits.pixels, 64);
     const scratch = scratchRepository(ctx.repoRoot, [MODEL], 'streaminfer-registry');
     let server: ServerHandle | undefined;
-    const api = (p: string, body: unknown): Promise<TimedCall> => postTimed(`${server!.baseUrl}${p}`, body);
+    // admin calls from another process: a fetch here would delay the clients' receive stamps
+    let admin: AdminCaller | undefined;
+    const api = (p: string, body: unknown): Promise<TimedCall> => admin!.post(`${server!.baseUrl}${p}`, body);
     const must = async (p: string, body: unknown, want?: Record<string, unknown>): Promise<TimedCall> => {
       const c = await api(p, body);
       if (c.status !== 200) throw new Error(`POST ${p} ${JSON.stringify(body)}: ${callText(c)}`);
@@ -194,6 +197,7 @@ export const registry: Scenario = {
         args: ['--host', '127.0.0.1', '--models-dir', scratch.modelsDir, '--model', MODEL],
         env: { STREAMINFER_RATE_LIMIT_RPS: '0', STREAMINFER_STATE_DIR: scratch.stateDir },
       });
+      admin = await AdminCaller.start(`${server.baseUrl}/health`);
       // stable = 1 (atomic reload; the repository default 2 becomes previous_stable), candidate = 2
       setup.push(await must('/api/reload', { model: MODEL, version: STABLE }));
       setup.push(
@@ -336,6 +340,7 @@ export const registry: Scenario = {
         );
       }
     } catch (e) {
+      admin?.close();
       const error =
         errText(e) + (server ? `\n--- server stderr (tail) ---\n${server.stderrTail().slice(-4000)}` : '');
       const run = {
@@ -349,6 +354,7 @@ export const registry: Scenario = {
       scratch.cleanup();
       return { params, runs: [run], ratios: [], charts: [], notes: [] };
     }
+    admin?.close();
     const exit = await server.stop();
     scratch.cleanup();
 
