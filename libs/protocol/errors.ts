@@ -86,7 +86,12 @@ export class ProtocolError extends Error {
   readonly retryAfterMs: number | undefined;
 
   constructor(code: ErrorCode, message: string, retryAfterMs?: number) {
+    // A typed error is an answer to a client, not a bug: no stack. Capturing one cost ~4.5 µs, paid for
+    // every shed request under overload.
+    const stackTraceLimit = Error.stackTraceLimit;
+    Error.stackTraceLimit = 0;
     super(message);
+    Error.stackTraceLimit = stackTraceLimit;
     this.name = 'ProtocolError';
     this.code = code;
     this.retryAfterMs = retryAfterMs;

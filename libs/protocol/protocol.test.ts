@@ -241,6 +241,20 @@ describe('wire records', () => {
   });
 });
 
+describe('ProtocolError', () => {
+  test('carries its code but no stack frames, and leaves Error.stackTraceLimit as it was', () => {
+    const limit = Error.stackTraceLimit;
+    const error = new ProtocolError('overloaded', 'queue full', 5);
+    expect(error).toBeInstanceOf(Error);
+    expect(error.code).toBe('overloaded');
+    expect(error.retryAfterMs).toBe(5);
+    expect(error.stack ?? '').not.toMatch(/\n\s+at /);
+    expect(Error.stackTraceLimit).toBe(limit);
+    // ordinary errors still get their stacks
+    expect(new Error('bug').stack).toMatch(/\n\s+at /);
+  });
+});
+
 describe('codes and encoders', () => {
   test('code indexes round-trip', () => {
     for (const name of ['bad_request', 'internal', 'deadline_exceeded'] as const)
