@@ -10,7 +10,7 @@
  */
 import { type ChildProcess, fork } from 'node:child_process';
 import { performance } from 'node:perf_hooks';
-import { postTimed, type TimedCall } from './admin-client';
+import { getTimed, postTimed, type TimedCall } from './admin-client';
 
 interface CallRequest {
   seq: number;
@@ -43,16 +43,8 @@ export class AdminCaller {
     });
     child.on('exit', (code, signal) => {
       this.exited = true;
-      const now = performance.now();
-      for (const resolve of this.waiting.values()) {
-        resolve({
-          status: 0,
-          body: {},
-          calledMs: now,
-          returnedMs: now,
-          error: `admin caller exited (${signal ?? `code ${code}`})`,
-        });
-      }
+      for (const resolve of this.waiting.values())
+        resolve(noAnswer(`admin caller exited (${signal ?? `code ${code}`})`));
       this.waiting.clear();
     });
   }
@@ -102,31 +94,18 @@ export class AdminCaller {
   }
 }
 
+function noAnswer(error: string): TimedCall {
+  const now = performance.now();
+  return { status: 0, body: {}, calledMs: now, returnedMs: now, error };
+}
+
 async function answer(request: CallRequest): Promise<CallAnswer> {
+  const call =
+    request.body === undefined
+      ? await getTimed(request.url, request.timeoutMs)
+      : await postTimed(request.url, request.body, request.timeoutMs);
+  // wall-clock stamps: the parent moves them onto its own clock
   const origin = performance.timeOrigin;
-  if (request.body === undefined) {
-    const calledMs = performance.now();
-    try {
-      const r = await fetch(request.url, { signal: AbortSignal.timeout(request.timeoutMs) });
-      await r.text();
-      return {
-        seq: request.seq,
-        call: {
-          status: r.status,
-          body: {},
-          calledMs: origin + calledMs,
-          returnedMs: origin + performance.now(),
-        },
-      };
-    } catch (e) {
-      const now = origin + performance.now();
-      return {
-        seq: request.seq,
-        call: { status: 0, body: {}, calledMs: origin + calledMs, returnedMs: now, error: String(e) },
-      };
-    }
-  }
-  const call = await postTimed(request.url, request.body, request.timeoutMs);
   return {
     seq: request.seq,
     call: { ...call, calledMs: origin + call.calledMs, returnedMs: origin + call.returnedMs },

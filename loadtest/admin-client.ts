@@ -20,15 +20,23 @@ export interface TimedCall {
 }
 
 /** POST `body` as JSON to `url`; never throws. */
-export async function postTimed(url: string, body: unknown, timeoutMs = 60_000): Promise<TimedCall> {
+export function postTimed(url: string, body: unknown, timeoutMs = 60_000): Promise<TimedCall> {
+  return timedCall(
+    url,
+    { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) },
+    timeoutMs,
+  );
+}
+
+/** GET `url`; never throws. */
+export function getTimed(url: string, timeoutMs = 10_000): Promise<TimedCall> {
+  return timedCall(url, { method: 'GET' }, timeoutMs);
+}
+
+async function timedCall(url: string, init: RequestInit, timeoutMs: number): Promise<TimedCall> {
   const calledMs = performance.now();
   try {
-    const r = await fetch(url, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify(body),
-      signal: AbortSignal.timeout(timeoutMs),
-    });
+    const r = await fetch(url, { ...init, signal: AbortSignal.timeout(timeoutMs) });
     const text = await r.text();
     const returnedMs = performance.now();
     let parsed: Record<string, unknown>;
@@ -48,14 +56,6 @@ export async function postTimed(url: string, body: unknown, timeoutMs = 60_000):
       error: e instanceof Error ? e.message : String(e),
     };
   }
-}
-
-/** GET `url` and parse its JSON (throws on a non-200 answer). */
-export async function getJson(url: string, timeoutMs = 10_000): Promise<Record<string, unknown>> {
-  const r = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
-  const text = await r.text();
-  if (r.status !== 200) throw new Error(`GET ${url}: HTTP ${r.status}: ${text.slice(0, 300)}`);
-  return JSON.parse(text) as Record<string, unknown>;
 }
 
 /** One-line description of a failed call, for errors and notes. */

@@ -15,6 +15,11 @@ export function escapeCell(s: string): string {
 
 export type Align = 'left' | 'right' | 'center';
 
+/** `left` left-aligned columns, then `right` right-aligned ones (a label or two, then figures). */
+export function leftThenRight(left: number, right: number): Align[] {
+  return [...Array<Align>(left).fill('left'), ...Array<Align>(right).fill('right')];
+}
+
 /** GitHub-flavoured Markdown table; numbers are right-aligned unless `align` says otherwise. */
 export function markdownTable(headers: string[], rows: (string | number)[][], align?: Align[]): string {
   const al: Align[] =

@@ -14,7 +14,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { histogramMeanDelta, histogramTotals, type MetricSample, scrapeMetrics } from '../metrics';
-import { fmt, markdownTable } from '../report';
+import { fmt, leftThenRight, markdownTable } from '../report';
 import { runLoad } from '../run-load';
 import {
   type Collector,
@@ -605,20 +605,7 @@ export const batching: Scenario = {
           'server CPU',
         ],
         perRun,
-        [
-          'left',
-          'left',
-          'right',
-          'right',
-          'right',
-          'right',
-          'right',
-          'right',
-          'right',
-          'right',
-          'right',
-          'right',
-        ],
+        leftThenRight(2, 10),
       ),
       '',
       'Mean batch = Δ`streaminfer_batch_size_sum` ÷ Δ`_count` for model="bench" between scrapes when the measured ' +

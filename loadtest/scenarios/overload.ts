@@ -15,7 +15,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { type MetricSample, scrapeMetrics, sumSamples } from '../metrics';
-import { fmt, markdownTable } from '../report';
+import { fmt, leftThenRight, markdownTable } from '../report';
 import { runLoad } from '../run-load';
 import {
   errText,
@@ -447,20 +447,7 @@ export const overload: Scenario = {
             '',
           ],
         ],
-        [
-          'left',
-          'right',
-          'right',
-          'right',
-          'right',
-          'right',
-          'right',
-          'right',
-          'right',
-          'right',
-          'right',
-          'right',
-        ],
+        leftThenRight(1, 11),
       ),
       '',
       '### Done-when',
