@@ -7,6 +7,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as zlib from 'node:zlib';
 import { type BinaryTensor, encodeBinaryFrame, encodeBinaryRequest } from '../libs/protocol';
+import { digitsDataPath } from '../scripts/models/digits-data';
 
 export interface BodyOptions {
   /** model name to put in the request (each body kind has a default) */
@@ -80,13 +81,12 @@ function floats(rand: () => number, n: number): number[] {
 
 let digitsCache: number[][] | null | undefined;
 
-/** Rows (64 pixel counts each) of the shared digits data set, or null when it is absent. */
+/** Rows (64 pixel counts each) of the repository's digits data set, or null when it is absent. */
 export function loadDigitsRows(repoRoot?: string): number[][] | null {
   if (digitsCache !== undefined) return digitsCache;
   const candidates = [
     process.env['STREAMINFER_DIGITS_CSV'],
-    repoRoot ? path.resolve(repoRoot, '../shared/data/digits.csv.gz') : undefined,
-    repoRoot ? path.resolve(repoRoot, 'shared/data/digits.csv.gz') : undefined,
+    repoRoot ? digitsDataPath(repoRoot) : undefined,
   ].filter((p): p is string => typeof p === 'string');
   digitsCache = null;
   for (const file of candidates) {

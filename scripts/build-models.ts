@@ -6,7 +6,7 @@
  *
  * Usage (after `npm run build`; `npm run models` does both):
  *
- *   node dist/scripts/build-models.js [--only digits,bench] [--data ../shared/data/digits.csv.gz]
+ *   node dist/scripts/build-models.js [--only digits,bench] [--data data/digits.csv.gz]
  *                                     [--out models] [--check]
  *
  * Relative --data and --out paths are resolved against the repository root, not the
@@ -19,6 +19,7 @@ import { Command } from 'commander';
 import { buildBench } from './models/bench';
 import { serializeConfig, validateConfig } from './models/config';
 import { buildDigits } from './models/digits';
+import { DIGITS_DATA_FILE } from './models/digits-data';
 import { buildEcho } from './models/echo';
 import type { BuiltModel } from './models/types';
 import { buildUpper } from './models/upper';
@@ -26,7 +27,7 @@ import { buildUpper } from './models/upper';
 export const MODEL_NAMES = ['echo', 'upper', 'digits', 'bench'] as const;
 export type ModelName = (typeof MODEL_NAMES)[number];
 
-export const DEFAULT_DATA = '../shared/data/digits.csv.gz';
+export const DEFAULT_DATA = DIGITS_DATA_FILE;
 
 /** The repository root: the nearest ancestor of this file holding package.json. */
 export function repoRoot(from = __dirname): string {

@@ -12,7 +12,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { loadDigits } from '../../scripts/models/digits-data';
+import { digitsDataPath, loadDigits } from '../../scripts/models/digits-data';
 import { AdminCaller } from '../admin-caller';
 import { callText, scratchRepository, type TimedCall } from '../admin-client';
 import { histogramMeanDelta, type MetricSample, scrapeMetrics, sumSamples } from '../metrics';
@@ -255,7 +255,7 @@ export const hotSwap: Scenario = {
       server: `serve --nodes 2 --workers 1 --model ${MODEL}`,
       env: 'STREAMINFER_RATE_LIMIT_RPS=0, fresh STREAMINFER_STATE_DIR',
     };
-    const digits = loadDigits(path.resolve(ctx.repoRoot, '../shared/data/digits.csv.gz'));
+    const digits = loadDigits(digitsDataPath(ctx.repoRoot));
     const rows = rowSource(digits.pixels, 64);
     const scratch = scratchRepository(ctx.repoRoot, [MODEL], 'streaminfer-hotswap');
     let server: ServerHandle | undefined;

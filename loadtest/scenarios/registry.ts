@@ -15,7 +15,7 @@
 import * as path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import * as ort from 'onnxruntime-node';
-import { loadDigits } from '../../scripts/models/digits-data';
+import { digitsDataPath, loadDigits } from '../../scripts/models/digits-data';
 import { AdminCaller } from '../admin-caller';
 import { callText, scratchRepository, type TimedCall } from '../admin-client';
 import { type MetricSample, scrapeMetrics, sumSamples } from '../metrics';
@@ -147,7 +147,7 @@ export const registry: Scenario = {
       shadow: { requests: shadowRequests, connections: shadowConns, gapMs: 2, rows: 'distinct' },
       rollback: { connections: rollbackConns, trials, beforeMs: rollbackLeadMs, afterMs: rollbackLeadMs },
     };
-    const digits = loadDigits(path.resolve(ctx.repoRoot, '../shared/data/digits.csv.gz'));
+    const digits = loadDigits(digitsDataPath(ctx.repoRoot));
     const rows: RowSource = rowSource(digits.pixels, 64);
     const scratch = scratchRepository(ctx.repoRoot, [MODEL], 'streaminfer-registry');
     let server: ServerHandle | undefined;

@@ -3,6 +3,7 @@
  * followed by the label 0..9) and its deterministic train / held-out split.
  */
 import { existsSync, readFileSync } from 'node:fs';
+import * as path from 'node:path';
 import { gunzipSync } from 'node:zlib';
 
 export const N_PIXELS = 64;
@@ -13,6 +14,14 @@ export interface Digits {
   pixels: Float64Array;
   labels: Int32Array;
   n: number;
+}
+
+/** Where the data lives inside the repository (data/README.md has its source and licence). */
+export const DIGITS_DATA_FILE = 'data/digits.csv.gz';
+
+/** The digits data of the repository rooted at `repoRoot`. */
+export function digitsDataPath(repoRoot: string): string {
+  return path.join(repoRoot, DIGITS_DATA_FILE);
 }
 
 /** Every 5th row (index % 5 === 4) is held out; the rest is the training set. */
@@ -47,8 +56,7 @@ export function parseDigits(csv: string): Digits {
 export function loadDigits(file: string): Digits {
   if (!existsSync(file)) {
     throw new Error(
-      `digits data not found at ${file} — it lives in the shared checkout (../shared/data/digits.csv.gz ` +
-        'relative to the repository root)',
+      `digits data not found at ${file} — the repository ships it as ${DIGITS_DATA_FILE} (see data/README.md)`,
     );
   }
   return parseDigits(gunzipSync(readFileSync(file)).toString('utf8'));

@@ -1,20 +1,13 @@
-/** Locates the shared digits data and the committed model repository for the model tests. */
-import { existsSync } from 'node:fs';
+/** Locates the repository's digits data and the committed model repository for the model tests. */
 import * as path from 'node:path';
-import { type Digits, loadDigits } from '../../scripts/models/digits-data';
+import { type Digits, digitsDataPath, loadDigits } from '../../scripts/models/digits-data';
 
 /** Compiled to dist/test/models: the repository root is three levels up. */
 export const REPO_ROOT = path.resolve(__dirname, '../../..');
 export const MODELS_DIR = path.join(REPO_ROOT, 'models');
-export const DIGITS_PATH = path.resolve(__dirname, '../../../../shared/data/digits.csv.gz');
+export const DIGITS_PATH = digitsDataPath(REPO_ROOT);
 
 export function digitsPath(): string {
-  if (!existsSync(DIGITS_PATH)) {
-    throw new Error(
-      `digits data not found at ${DIGITS_PATH}: the model tests need the shared checkout's ` +
-        'data/digits.csv.gz next to the repository (../shared/data/digits.csv.gz from the repo root)',
-    );
-  }
   return DIGITS_PATH;
 }
 
