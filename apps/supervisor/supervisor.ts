@@ -705,6 +705,7 @@ export class Supervisor {
         this.options.config.adminToken,
         request.remoteAddress,
         request.authorization,
+        { forwardedFor: request.forwardedFor, forwarded: request.forwarded },
       );
       if (!auth.ok) return jsonError('unauthorized', auth.reason);
       return this.handleAdmin(request);

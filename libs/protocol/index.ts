@@ -18,7 +18,14 @@ export {
   ProtocolError,
 } from './errors';
 export type { V2Output } from './kserve';
-export { decodeV2Request, encodeV2Error, encodeV2Response, v2Datatype, v2ModelMetadata } from './kserve';
+export {
+  decodePathSegment,
+  decodeV2Request,
+  encodeV2Error,
+  encodeV2Response,
+  v2Datatype,
+  v2ModelMetadata,
+} from './kserve';
 export type { BindLimits, BoundInput, BoundRequest, InferenceRequest, Priority, RequestId } from './request';
 export { bindRequest, decodeRequest, PRIORITIES, RequestError, utf8Length } from './request';
 export {
