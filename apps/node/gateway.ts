@@ -27,9 +27,9 @@ import type {
   ErrorCode,
   InferenceRequest,
   RequestId,
+  ShadowOutput,
 } from '../../libs/protocol';
 import {
-  argmax,
   bindBinaryRequest,
   bindRequest,
   decodeBinaryRequest,
@@ -48,6 +48,7 @@ import {
   errorCodeIndex,
   httpStatusLine,
   httpStatusOf,
+  outputsAgree,
   PRIORITY_CODE,
   ProtocolError,
   RequestError,
@@ -1021,7 +1022,7 @@ export class Gateway {
   private settleShadow(
     pair: ShadowPair,
     side: 'primary' | 'candidate',
-    output: Float32Array | undefined,
+    output: ShadowOutput | undefined,
   ): void {
     pair[side] = output;
     pair.open--;
@@ -1153,7 +1154,7 @@ export class Gateway {
       this.settleShadow(
         pending.shadow,
         pending.shadowSide ? 'candidate' : 'primary',
-        status === 0 ? readFirstOutput(view, offset) : undefined,
+        status === 0 ? readFirstOutput(ring.bytes, view, offset, runtime.model.signature) : undefined,
       );
       if (pending.shadowSide) {
         this.answering = undefined;
@@ -1460,7 +1461,7 @@ export class Gateway {
       ),
       metricJson(
         'streaminfer_shadow_comparisons_total',
-        'Shadow mode: candidate answers compared with the stable answer (top-1 for classifiers).',
+        'Shadow mode: candidate answers compared with the stable answer by dtype (top-1 for classifiers, exact for integers and strings, relative 1e-4 for floats; NaN never agrees).',
         'counter',
         [...this.shadowCounters].flatMap(([model, stats]) => [
           { value: stats.agree, labels: { model, agree: 'true' } },
@@ -1584,25 +1585,13 @@ export class Gateway {
 interface ShadowPair {
   model: string;
   classifier: boolean;
-  primary: Float32Array | undefined;
-  candidate: Float32Array | undefined;
+  primary: ShadowOutput | undefined;
+  candidate: ShadowOutput | undefined;
   /** Sides still to answer. */
   open: number;
 }
 
 const ROUTE_INDEX: Record<RouteKind, number> = { stable: 0, canary: 1, pinned: 2 };
-/** Regressors agree when every output is within this relative tolerance. */
-const SHADOW_TOLERANCE = 1e-4;
-
-/** Top-1 agreement for classifiers; element-wise tolerance for everything else. */
-export function outputsAgree(a: Float32Array, b: Float32Array, classifier: boolean): boolean {
-  if (classifier) return argmax(a) === argmax(b);
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) {
-    if (Math.abs(a[i]! - b[i]!) > SHADOW_TOLERANCE * Math.max(1, Math.abs(a[i]!))) return false;
-  }
-  return true;
-}
 
 function asProtocolError(error: unknown): ProtocolError {
   if (error instanceof ProtocolError) return error;

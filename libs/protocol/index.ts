@@ -36,6 +36,8 @@ export {
   encodeWarning,
   formatMilliseconds,
 } from './responses';
+export type { ShadowOutput } from './shadow';
+export { outputsAgree, readFirstOutput, SHADOW_FLOAT_TOLERANCE } from './shadow';
 export type { DType, ModelSignature, TensorSpec } from './signature';
 export { argmax, bytesPerElement, DTYPES, isDType, MAX_INPUTS, parseSignature } from './signature';
 export * from './wire';
