@@ -573,12 +573,16 @@ export class Gateway {
     const model = this.models.get(name);
     const loaded = model !== undefined && (version === undefined || model.versions.has(version));
     if (ready) {
-      this.replyHttp(
-        res,
-        undefined,
-        loaded && !this.draining ? 200 : 404,
-        JSON.stringify({ name, ready: loaded && !this.draining }),
-      );
+      if (loaded && !this.draining) {
+        this.replyHttp(res, undefined, 200, JSON.stringify({ name, ready: true }));
+        return;
+      }
+      // Not ready: the same shape, plus the typed error every 4xx carries.
+      const code = this.draining ? 'unavailable' : model ? 'unknown_version' : 'unknown_model';
+      const error = this.draining
+        ? 'server is shutting down'
+        : `no model "${name}"${version ? ` version "${version}"` : ''} loaded`;
+      this.replyHttp(res, undefined, 404, JSON.stringify({ name, ready: false, error, code }));
       return;
     }
     if (!model || !loaded) {
