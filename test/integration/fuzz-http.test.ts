@@ -212,9 +212,20 @@ function rawRequest(method: string, path: string, body: Uint8Array | undefined):
   });
 }
 
+/** Node pids from /health, waiting (up to 15 s) for a node that died to be back, so a restart is counted. */
 async function nodePids(): Promise<number[]> {
-  const health = (await (await fetch(`${server.url}/health`)).json()) as { nodes: Array<{ pid: number }> };
-  return health.nodes.map((node) => node.pid);
+  for (let attempt = 0; ; attempt++) {
+    try {
+      const response = await fetch(`${server.url}/health`);
+      if (response.status === 200 || attempt >= 150) {
+        const health = (await response.json()) as { nodes: Array<{ pid: number }> };
+        return health.nodes.map((node) => node.pid);
+      }
+    } catch (error) {
+      if (attempt >= 150) throw error;
+    }
+    await sleep(100);
+  }
 }
 
 test('every route × method × hostile path × hostile body: a typed 4xx, never a 5xx or a dropped connection', async () => {
