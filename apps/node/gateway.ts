@@ -210,7 +210,12 @@ export class Gateway {
     // Frames above our own limit get a typed error; only frames far above it are cut at the protocol level.
     this.hardFrameLimit = Math.max(options.maxPayloadBytes * 4, 16 * 1024 * 1024);
     this.guard = new TransportGuard(logger);
-    this.holdLimits = { maxHoldMs: EPOCH_HOLD_MAX_MS, maxHoldBytes: EPOCH_HOLD_MAX_BYTES };
+    // Tests shorten the time bound (STREAMINFER_TEST_HOLD_MS, honoured only with test hooks on).
+    const testHoldMs = options.testHooks ? Number(process.env.STREAMINFER_TEST_HOLD_MS) : Number.NaN;
+    this.holdLimits = {
+      maxHoldMs: testHoldMs > 0 ? testHoldMs : EPOCH_HOLD_MAX_MS,
+      maxHoldBytes: EPOCH_HOLD_MAX_BYTES,
+    };
     this.app = uWS.App();
     this.routes();
   }
