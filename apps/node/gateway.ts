@@ -1291,6 +1291,7 @@ export class Gateway {
     }
     if (next === Number.POSITIVE_INFINITY) return;
     this.holdTimer = setTimeout(this.onHoldTimer, Math.max(1, next - clock()));
+    this.holdTimer.unref();
   }
 
   private readonly onHoldTimer = (): void => {
@@ -1588,6 +1589,7 @@ export class Gateway {
     }
     this.drainLoopRunning = false;
     if (this.sweepTimer) clearInterval(this.sweepTimer);
+    if (this.holdTimer) clearTimeout(this.holdTimer);
   }
 }
 
