@@ -27,13 +27,14 @@ import type {
   ErrorCode,
   InferenceRequest,
   RequestId,
+  ShadowOutput,
 } from '../../libs/protocol';
 import {
-  argmax,
   bindBinaryRequest,
   bindRequest,
   decodeBinaryRequest,
   decodeOutputsFlat,
+  decodePathSegment,
   decodeRequest,
   decodeResult,
   decodeV2Request,
@@ -47,6 +48,7 @@ import {
   errorCodeIndex,
   httpStatusLine,
   httpStatusOf,
+  outputsAgree,
   PRIORITY_CODE,
   ProtocolError,
   RequestError,
@@ -63,9 +65,12 @@ import {
 import type { RouteDecision, RouteKind } from '../../libs/registry';
 import { route, routingKeyDraw } from '../../libs/registry';
 import type { Doorbell, RingBuffer } from '../../libs/ring';
+import type { EpochHoldLimits, HoldRelease } from './epoch-order';
+import { EPOCH_HOLD_MAX_BYTES, EPOCH_HOLD_MAX_MS, EpochOrder } from './epoch-order';
 import type { ControlRequest, ControlResponse, ModelStatus, NodeHealth, NodeStartOptions } from './ipc';
 import type { ModelRuntime, SlotRuntime } from './models';
 import { queueDepth } from './models';
+import { TransportGuard } from './transport-guard';
 
 const SERVER_VERSION: string = (require('../../../package.json') as { version: string }).version;
 const clock = (): number => performance.timeOrigin + performance.now();
@@ -83,6 +88,13 @@ interface Connection {
   closed: boolean;
   /** Rate limit, in-flight cap and slow-consumer state of this connection. */
   client: ClientState;
+  /** Answer order across a reload: newer-epoch answers held (bounded) behind this connection's older ones. */
+  order: EpochOrder<HeldAnswer>;
+}
+
+interface HeldAnswer {
+  pending: Pending;
+  body: string | Uint8Array;
 }
 
 interface HttpState {
@@ -101,6 +113,9 @@ interface Pending {
   http: HttpState | undefined;
   /** Undefined for shadow copies: they count against no client. */
   client: ClientState | undefined;
+  /** The WebSocket connection's state (undefined for HTTP and shadow copies): kept here, since a closed
+   * uWS socket may no longer be asked for it. */
+  connection: Connection | undefined;
   /** The model-table epoch the request was routed in: its answer reports it. */
   epoch: number;
   /** Shadow mode: the comparison this request (or its mirror) feeds. */
@@ -142,11 +157,22 @@ export class Gateway {
   private onIdle: (() => void) | undefined;
   private readonly backpressure: ResolvedBackpressureOptions;
   private readonly httpClients: ClientTable<string>;
-  readonly counters = { inflightWarnings: 0, slowConsumerWarnings: 0, slowConsumerCloses: 0 };
+  readonly counters = {
+    inflightWarnings: 0,
+    slowConsumerWarnings: 0,
+    slowConsumerCloses: 0,
+    answersHeld: 0,
+    holdReleases: { time: 0, bytes: 0 } as Record<HoldRelease, number>,
+  };
+  /** Every uWS callback runs behind it: an exception answers 500 / closes one socket, never the node. */
+  readonly guard: TransportGuard;
+  private readonly holdLimits: EpochHoldLimits;
+  /** WebSocket connections with answers held across a reload (see EpochOrder), for the time bound. */
+  private readonly heldConnections = new Map<Connection, uWS.WebSocket<Connection>>();
+  private holdTimer: NodeJS.Timeout | undefined;
+  /** The request the drain loop is answering, so a failure there still answers it. */
+  private answering: Pending | undefined;
   private readonly shadowCounters = new Map<string, { agree: number; disagree: number; skipped: number }>();
-  /** Unanswered client requests per routing epoch (at most two epochs are live around a reload). */
-  private readonly epochPending = new Map<number, number>();
-  private deferred: Array<{ pending: Pending; body: string | Uint8Array; httpStatus: number }> = [];
   /** Reused for every routing decision (no allocation per request). */
   private readonly decision: RouteDecision = { version: '', route: 'stable', shadowVersion: undefined };
   private readonly ringsToNotify = new Set<Doorbell>();
@@ -183,6 +209,13 @@ export class Gateway {
     this.metrics = new MetricsShard(metricsBuffer, 0);
     // Frames above our own limit get a typed error; only frames far above it are cut at the protocol level.
     this.hardFrameLimit = Math.max(options.maxPayloadBytes * 4, 16 * 1024 * 1024);
+    this.guard = new TransportGuard(logger);
+    // Tests shorten the time bound (STREAMINFER_TEST_HOLD_MS, honoured only with test hooks on).
+    const testHoldMs = options.testHooks ? Number(process.env.STREAMINFER_TEST_HOLD_MS) : Number.NaN;
+    this.holdLimits = {
+      maxHoldMs: testHoldMs > 0 ? testHoldMs : EPOCH_HOLD_MAX_MS,
+      maxHoldBytes: EPOCH_HOLD_MAX_BYTES,
+    };
     this.app = uWS.App();
     this.routes();
   }
@@ -225,7 +258,87 @@ export class Gateway {
   }
 
   private routes(): void {
-    this.app.ws<Connection>('/ws', {
+    const guard = this.guard;
+    this.app.ws<Connection>(
+      '/ws',
+      this.wsBehavior('/ws', (ws, message, isBinary) => this.onWsMessage(ws, message, isBinary)),
+    );
+    this.app.post(
+      '/predict',
+      guard.http('POST /predict', (res, req) => this.onHttpInfer(res, req, undefined, 'POST /predict')),
+    );
+    this.v2Route('post', '/v2/models/:name/infer', (res, req, name, version, route) =>
+      this.onHttpInfer(res, req, { model: name, version }, route),
+    );
+    this.v2Route('post', '/v2/models/:name/versions/:version/infer', (res, req, name, version, route) =>
+      this.onHttpInfer(res, req, { model: name, version }, route),
+    );
+    this.v2Route('get', '/v2/models/:name', (res, _req, name, version) =>
+      this.onV2Model(res, name, version, false),
+    );
+    this.v2Route('get', '/v2/models/:name/ready', (res, _req, name, version) =>
+      this.onV2Model(res, name, version, true),
+    );
+    this.v2Route('get', '/v2/models/:name/versions/:version', (res, _req, name, version) =>
+      this.onV2Model(res, name, version, false),
+    );
+    this.v2Route('get', '/v2/models/:name/versions/:version/ready', (res, _req, name, version) =>
+      this.onV2Model(res, name, version, true),
+    );
+    this.app.get(
+      '/v2',
+      guard.http('GET /v2', (res) =>
+        this.replyHttp(
+          res,
+          undefined,
+          200,
+          JSON.stringify({ name: 'streaminfer', version: SERVER_VERSION, extensions: [] }),
+        ),
+      ),
+    );
+    this.app.any(
+      '/predict',
+      guard.http('ANY /predict', (res) =>
+        this.replyHttp(res, undefined, 405, encodeError(null, 'method_not_allowed', 'use POST /predict')),
+      ),
+    );
+    for (const pattern of ['/health', '/metrics', '/api/*', '/v2/health/*']) {
+      const route = `ANY ${pattern}`;
+      this.app.any(
+        pattern,
+        guard.http(route, (res, req) => this.onControl(res, req, route)),
+      );
+    }
+    if (this.options.testHooks) this.testRoutes();
+    this.app.any(
+      '/*',
+      guard.http('ANY /*', (res, req) => {
+        const path = req.getUrl();
+        this.replyHttp(
+          res,
+          undefined,
+          404,
+          encodeError(null, 'not_found', `no route for ${req.getMethod().toUpperCase()} ${path}`),
+        );
+      }),
+    );
+  }
+
+  /**
+   * The WebSocket behaviour of a route, every callback behind the guard: a failure closes only that socket
+   * (1011). Built once per route; the message path adds a try/catch and nothing else.
+   */
+  private wsBehavior(
+    path: string,
+    onMessage: (ws: uWS.WebSocket<Connection>, message: ArrayBuffer, isBinary: boolean) => void,
+  ): uWS.WebSocketBehavior<Connection> {
+    const guard = this.guard;
+    const upgradeRoute = `ws ${path} upgrade`;
+    const openRoute = `ws ${path} open`;
+    const messageRoute = `ws ${path} message`;
+    const drainRoute = `ws ${path} drain`;
+    const closeRoute = `ws ${path} close`;
+    return {
       maxPayloadLength: this.hardFrameLimit,
       idleTimeout: 120,
       sendPingsAutomatically: true,
@@ -233,89 +346,124 @@ export class Gateway {
       maxBackpressure:
         this.options.backpressure.slowConsumerCloseBytes + 2 * this.options.maxPayloadBytes + 1024 * 1024,
       upgrade: (res, req, context) => {
-        if (this.draining) {
-          res.writeStatus('503 Service Unavailable').end('server is shutting down');
-          return;
+        try {
+          if (this.draining) {
+            res.writeStatus('503 Service Unavailable').end('server is shutting down');
+            return;
+          }
+          res.upgrade<Connection>(
+            {
+              id: this.nextConnectionId++,
+              closed: false,
+              client: this.newClient(clock()),
+              order: new EpochOrder<HeldAnswer>(this.holdLimits),
+            },
+            req.getHeader('sec-websocket-key'),
+            req.getHeader('sec-websocket-protocol'),
+            req.getHeader('sec-websocket-extensions'),
+            context,
+          );
+        } catch (error) {
+          guard.httpFailed(upgradeRoute, res, error);
         }
-        res.upgrade<Connection>(
-          { id: this.nextConnectionId++, closed: false, client: this.newClient(clock()) },
-          req.getHeader('sec-websocket-key'),
-          req.getHeader('sec-websocket-protocol'),
-          req.getHeader('sec-websocket-extensions'),
-          context,
-        );
       },
       open: (ws) => {
-        this.sockets.add(ws);
+        try {
+          this.sockets.add(ws);
+        } catch (error) {
+          guard.wsFailed(openRoute, ws, error);
+        }
       },
-      message: (ws, message, isBinary) => this.onWsMessage(ws, message, isBinary),
+      message: (ws, message, isBinary) => {
+        try {
+          onMessage(ws, message, isBinary);
+        } catch (error) {
+          guard.wsFailed(messageRoute, ws, error);
+        }
+      },
       drain: (ws) => {
-        // The client caught up: let the slow-consumer episode end.
-        ws.getUserData().client.observeBufferedAmount(ws.getBufferedAmount());
+        try {
+          // The client caught up: let the slow-consumer episode end.
+          const connection = ws.getUserData();
+          connection.client.observeBufferedAmount(ws.getBufferedAmount() + connection.order.heldBytes);
+        } catch (error) {
+          guard.wsFailed(drainRoute, ws, error);
+        }
       },
       close: (ws) => {
-        ws.getUserData().closed = true;
-        this.sockets.delete(ws);
+        try {
+          const connection = ws.getUserData();
+          connection.closed = true;
+          connection.order.clear();
+          this.heldConnections.delete(connection);
+          this.sockets.delete(ws);
+        } catch (error) {
+          guard.record(closeRoute, error);
+        }
       },
-    });
-    this.app.post('/predict', (res, req) => this.onHttpInfer(res, req, undefined));
-    this.app.post('/v2/models/:name/infer', (res, req) =>
-      this.onHttpInfer(res, req, {
-        model: decodeURIComponent(req.getParameter(0) ?? ''),
-        version: undefined,
+    };
+  }
+
+  /**
+   * An Open Inference Protocol route with `:name` (and `:version`) parameters: both are percent-decoded by
+   * one helper, and a malformed escape is `400 bad_request`, never an exception.
+   */
+  private v2Route(
+    method: 'get' | 'post',
+    pattern: string,
+    handler: (
+      res: uWS.HttpResponse,
+      req: uWS.HttpRequest,
+      name: string,
+      version: string | undefined,
+      route: string,
+    ) => void,
+  ): void {
+    const route = `${method.toUpperCase()} ${pattern}`;
+    const hasVersion = pattern.includes(':version');
+    this.app[method](
+      pattern,
+      this.guard.http(route, (res, req) => {
+        const name = decodePathSegment(req.getParameter(0));
+        const version = hasVersion ? decodePathSegment(req.getParameter(1)) : undefined;
+        if (name === undefined || (hasVersion && version === undefined)) {
+          this.replyHttp(
+            res,
+            undefined,
+            400,
+            encodeV2Error('bad_request', 'malformed percent-escape in the model name or version of the path'),
+            method === 'post',
+          );
+          return;
+        }
+        handler(res, req, name, version, route);
       }),
     );
-    this.app.post('/v2/models/:name/versions/:version/infer', (res, req) =>
-      this.onHttpInfer(res, req, {
-        model: decodeURIComponent(req.getParameter(0) ?? ''),
-        version: decodeURIComponent(req.getParameter(1) ?? ''),
+  }
+
+  /**
+   * STREAMINFER_TEST_HOOKS only: handlers that throw on purpose, so tests can prove the guard keeps the node
+   * up. `/debug/throw` throws in the route handler (GET) or in the body callback (POST); `/debug/ws` throws
+   * on every message.
+   */
+  private testRoutes(): void {
+    this.app.any(
+      '/debug/throw',
+      this.guard.http('ANY /debug/throw', (res, req) => {
+        if (req.getMethod() !== 'post') throw new Error('test hook: thrown in a route handler');
+        const state: HttpState = { aborted: false };
+        this.onAborted(res, state, 'ANY /debug/throw');
+        this.readBody(res, state, 'ANY /debug/throw', () => {
+          throw new Error('test hook: thrown in a body callback');
+        });
       }),
     );
-    this.app.get('/v2/models/:name', (res, req) =>
-      this.onV2Model(res, decodeURIComponent(req.getParameter(0) ?? ''), undefined, false),
+    this.app.ws<Connection>(
+      '/debug/ws',
+      this.wsBehavior('/debug/ws', () => {
+        throw new Error('test hook: thrown in a WebSocket message handler');
+      }),
     );
-    this.app.get('/v2/models/:name/ready', (res, req) =>
-      this.onV2Model(res, decodeURIComponent(req.getParameter(0) ?? ''), undefined, true),
-    );
-    this.app.get('/v2/models/:name/versions/:version', (res, req) =>
-      this.onV2Model(
-        res,
-        decodeURIComponent(req.getParameter(0) ?? ''),
-        decodeURIComponent(req.getParameter(1) ?? ''),
-        false,
-      ),
-    );
-    this.app.get('/v2/models/:name/versions/:version/ready', (res, req) =>
-      this.onV2Model(
-        res,
-        decodeURIComponent(req.getParameter(0) ?? ''),
-        decodeURIComponent(req.getParameter(1) ?? ''),
-        true,
-      ),
-    );
-    this.app.get('/v2', (res) =>
-      this.replyHttp(
-        res,
-        undefined,
-        200,
-        JSON.stringify({ name: 'streaminfer', version: SERVER_VERSION, extensions: [] }),
-      ),
-    );
-    this.app.any('/predict', (res) =>
-      this.replyHttp(res, undefined, 405, encodeError(null, 'method_not_allowed', 'use POST /predict')),
-    );
-    for (const pattern of ['/health', '/metrics', '/api/*', '/v2/health/*']) {
-      this.app.any(pattern, (res, req) => this.onControl(res, req));
-    }
-    this.app.any('/*', (res, req) => {
-      const path = req.getUrl();
-      this.replyHttp(
-        res,
-        undefined,
-        404,
-        encodeError(null, 'not_found', `no route for ${req.getMethod().toUpperCase()} ${path}`),
-      );
-    });
   }
 
   // ---------------------------------------------------------------- WebSocket
@@ -338,7 +486,8 @@ export class Gateway {
       );
       return;
     }
-    const client = ws.getUserData().client;
+    const connection = ws.getUserData();
+    const client = connection.client;
     if (isBinary) {
       // Tensor frame: its byte views are valid only during this callback, and admission copies them now.
       const request = this.decodeOrFail(
@@ -346,11 +495,12 @@ export class Gateway {
         startedAt,
         ws,
       );
-      if (request) this.admitDecoded(request, request, startedAt, ws, undefined, undefined, client);
+      if (request)
+        this.admitDecoded(request, request, startedAt, ws, undefined, undefined, client, connection);
       return;
     }
     // The ArrayBuffer is only valid during this callback: decoding copies it into a string.
-    this.admit(decoder.decode(message), startedAt, ws, undefined, undefined, client);
+    this.admit(decoder.decode(message), startedAt, ws, undefined, undefined, client, connection);
   }
 
   // ---------------------------------------------------------------- HTTP
@@ -363,12 +513,11 @@ export class Gateway {
     res: uWS.HttpResponse,
     req: uWS.HttpRequest,
     v2: { model: string; version: string | undefined } | undefined,
+    route: string,
   ): void {
     const startedAt = clock();
     const state: HttpState = { aborted: false, v2: v2 !== undefined };
-    res.onAborted(() => {
-      state.aborted = true;
-    });
+    this.onAborted(res, state, route);
     const clientKey = this.httpClientKey(res, req);
     const declared = Number(req.getHeader('content-length') || '0');
     const tooLarge = (): void => {
@@ -387,7 +536,7 @@ export class Gateway {
       tooLarge();
       return;
     }
-    this.readBody(res, state, (body) => {
+    this.readBody(res, state, route, (body) => {
       if (body === undefined) {
         tooLarge();
         return;
@@ -429,12 +578,16 @@ export class Gateway {
     const model = this.models.get(name);
     const loaded = model !== undefined && (version === undefined || model.versions.has(version));
     if (ready) {
-      this.replyHttp(
-        res,
-        undefined,
-        loaded && !this.draining ? 200 : 404,
-        JSON.stringify({ name, ready: loaded && !this.draining }),
-      );
+      if (loaded && !this.draining) {
+        this.replyHttp(res, undefined, 200, JSON.stringify({ name, ready: true }));
+        return;
+      }
+      // Not ready: the same shape, plus the typed error every 4xx carries.
+      const code = this.draining ? 'unavailable' : model ? 'unknown_version' : 'unknown_model';
+      const error = this.draining
+        ? 'server is shutting down'
+        : `no model "${name}"${version ? ` version "${version}"` : ''} loaded`;
+      this.replyHttp(res, undefined, 404, JSON.stringify({ name, ready: false, error, code }));
       return;
     }
     if (!model || !loaded) {
@@ -467,23 +620,47 @@ export class Gateway {
     return decoder.decode(res.getRemoteAddressAsText());
   }
 
-  /** Collects a request body (copying each chunk: uWS reuses them); undefined when it exceeds the limit. */
-  private readBody(res: uWS.HttpResponse, state: HttpState, done: (body: string | undefined) => void): void {
+  /** Marks the request aborted when the client goes away (guarded like every uWS callback). */
+  private onAborted(res: uWS.HttpResponse, state: HttpState, route: string): void {
+    res.onAborted(() => {
+      try {
+        state.aborted = true;
+      } catch (error) {
+        this.guard.record(`${route} aborted`, error);
+      }
+    });
+  }
+
+  /**
+   * Collects a request body (copying each chunk: uWS reuses them); undefined when it exceeds the limit.
+   * `done` runs inside the body callback, so it is guarded here: a failure answers `500 internal`.
+   */
+  private readBody(
+    res: uWS.HttpResponse,
+    state: HttpState,
+    route: string,
+    done: (body: string | undefined) => void,
+  ): void {
     const chunks: Buffer[] = [];
     let total = 0;
     let finished = false;
     res.onData((chunk, isLast) => {
-      if (finished || state.aborted) return;
-      total += chunk.byteLength;
-      if (total > this.options.maxPayloadBytes) {
+      try {
+        if (finished || state.aborted) return;
+        total += chunk.byteLength;
+        if (total > this.options.maxPayloadBytes) {
+          finished = true;
+          done(undefined);
+          return;
+        }
+        chunks.push(Buffer.from(new Uint8Array(chunk)));
+        if (isLast) {
+          finished = true;
+          done(chunks.length === 1 ? chunks[0]!.toString('utf8') : Buffer.concat(chunks).toString('utf8'));
+        }
+      } catch (error) {
         finished = true;
-        done(undefined);
-        return;
-      }
-      chunks.push(Buffer.from(new Uint8Array(chunk)));
-      if (isLast) {
-        finished = true;
-        done(chunks.length === 1 ? chunks[0]!.toString('utf8') : Buffer.concat(chunks).toString('utf8'));
+        this.guard.httpFailed(`${route} body`, res, error);
       }
     });
   }
@@ -505,11 +682,9 @@ export class Gateway {
     });
   }
 
-  private onControl(res: uWS.HttpResponse, req: uWS.HttpRequest): void {
+  private onControl(res: uWS.HttpResponse, req: uWS.HttpRequest, route: string): void {
     const state: HttpState = { aborted: false };
-    res.onAborted(() => {
-      state.aborted = true;
-    });
+    this.onAborted(res, state, route);
     const request: ControlRequest = {
       method: req.getMethod().toUpperCase(),
       path: req.getUrl(),
@@ -517,23 +692,32 @@ export class Gateway {
       body: '',
       remoteAddress: decoder.decode(res.getRemoteAddressAsText()),
       authorization: req.getHeader('authorization'),
+      forwardedFor: req.getHeader('x-forwarded-for'),
+      forwarded: req.getHeader('forwarded'),
     };
     const forward = (): void => {
       this.hooks.forwardControl(request, (response) => {
-        if (state.aborted) return;
-        res.cork(() => {
-          res.writeStatus(httpStatusLine(response.status)).writeHeader('content-type', response.contentType);
-          if (response.headers)
-            for (const [name, value] of Object.entries(response.headers)) res.writeHeader(name, value);
-          res.end(response.body);
-        });
+        // Runs from the supervisor's IPC answer, outside any uWS callback: guarded the same way.
+        try {
+          if (state.aborted) return;
+          res.cork(() => {
+            res
+              .writeStatus(httpStatusLine(response.status))
+              .writeHeader('content-type', response.contentType);
+            if (response.headers)
+              for (const [name, value] of Object.entries(response.headers)) res.writeHeader(name, value);
+            res.end(response.body);
+          });
+        } catch (error) {
+          this.guard.httpFailed(`${route} reply`, res, error);
+        }
       });
     };
     if (request.method === 'GET' || request.method === 'HEAD') {
       forward();
       return;
     }
-    this.readBody(res, state, (body) => {
+    this.readBody(res, state, route, (body) => {
       if (body === undefined) {
         this.replyHttp(
           res,
@@ -558,6 +742,7 @@ export class Gateway {
     res: uWS.HttpResponse | undefined,
     http: HttpState | undefined,
     client: ClientState,
+    connection?: Connection,
   ): void {
     const request = this.decodeOrFail(
       () => decodeRequest(text, { model: this.defaultModel }),
@@ -566,7 +751,7 @@ export class Gateway {
       res,
       http,
     );
-    if (request) this.admitDecoded(request, undefined, startedAt, ws, res, http, client);
+    if (request) this.admitDecoded(request, undefined, startedAt, ws, res, http, client, connection);
   }
 
   /** Runs a decoder; a malformed request is answered right here (with its id when readable) and yields undefined. */
@@ -598,6 +783,7 @@ export class Gateway {
     res: uWS.HttpResponse | undefined,
     http: HttpState | undefined,
     client: ClientState,
+    connection?: Connection,
   ): void {
     let slot = UNROUTED_SLOT;
     try {
@@ -680,7 +866,7 @@ export class Gateway {
         shadowVersion !== undefined
           ? this.mirror(runtime, shadowVersion, bound, startedAt, deadlineAt, now)
           : undefined;
-      this.epochPending.set(this.epoch, (this.epochPending.get(this.epoch) ?? 0) + 1);
+      connection?.order.admitted(this.epoch);
       this.pending.set(requestId, {
         shadow: pair,
         shadowSide: false,
@@ -693,6 +879,7 @@ export class Gateway {
         res,
         http,
         client,
+        connection,
         binary: binary !== undefined,
       });
       this.metrics.addInflight(slot, 1);
@@ -824,6 +1011,7 @@ export class Gateway {
       res: undefined,
       http: undefined,
       client: undefined,
+      connection: undefined,
       binary: false,
     });
     this.metrics.addInflight(target.slot, 1);
@@ -843,7 +1031,7 @@ export class Gateway {
   private settleShadow(
     pair: ShadowPair,
     side: 'primary' | 'candidate',
-    output: Float32Array | undefined,
+    output: ShadowOutput | undefined,
   ): void {
     pair[side] = output;
     pair.open--;
@@ -896,7 +1084,14 @@ export class Gateway {
     ws.cork(() => {
       ws.send(message, isBinary);
     });
-    const signal = connection.client.observeBufferedAmount(ws.getBufferedAmount());
+    this.observeConsumer(ws, connection);
+  }
+
+  /** Unsent bytes (buffered by uWS, or held across a reload) against the slow-consumer limits. */
+  private observeConsumer(ws: uWS.WebSocket<Connection>, connection: Connection): void {
+    const signal = connection.client.observeBufferedAmount(
+      ws.getBufferedAmount() + connection.order.heldBytes,
+    );
     if (signal === ConsumerSignal.Ok) return;
     if (signal === ConsumerSignal.Warn) {
       this.counters.slowConsumerWarnings++;
@@ -915,7 +1110,7 @@ export class Gateway {
     this.metrics.recordShed(UNROUTED_SLOT, SHED.slow_consumer);
     connection.closed = true;
     this.logger.warn(
-      { connection: connection.id, buffered: ws.getBufferedAmount() },
+      { connection: connection.id, buffered: ws.getBufferedAmount(), held: connection.order.heldBytes },
       'slow consumer closed (1013)',
     );
     ws.end(SLOW_CONSUMER_CLOSE_CODE, 'slow consumer: unread answers passed the limit');
@@ -923,13 +1118,43 @@ export class Gateway {
 
   // ---------------------------------------------------------------- responses
 
+  /**
+   * The drain loop is not a uWS callback, but a throw there would end the node just the same: guarded, and
+   * the request being answered gets `internal` instead of nothing.
+   */
   private readonly onResponse = (offset: number): boolean => {
+    try {
+      return this.answerResponse(offset);
+    } catch (error) {
+      this.guard.record('response', error);
+      const pending = this.answering;
+      this.answering = undefined;
+      if (pending === undefined) return true;
+      try {
+        if (pending.shadowSide) this.finishInternal(pending);
+        else
+          this.complete(
+            pending,
+            pending.http?.v2
+              ? encodeV2Error('internal', 'internal error while answering; it was logged')
+              : encodeError(pending.clientId, 'internal', 'internal error while answering; it was logged'),
+            500,
+          );
+      } catch (again) {
+        this.guard.record('response', again);
+      }
+      return true;
+    }
+  };
+
+  private answerResponse(offset: number): boolean {
     const ring = this.responses;
     const view = ring.view;
     const requestId = readResponseRequestId(view, offset);
     const pending = this.pending.get(requestId);
     if (!pending) return true; // answered already (sweeper, dead worker) — drop the late duplicate
     this.pending.delete(requestId);
+    this.answering = pending;
     const now = clock();
     const latencyMs = now - pending.startedAt;
     const status = readResponseStatus(view, offset);
@@ -938,9 +1163,10 @@ export class Gateway {
       this.settleShadow(
         pending.shadow,
         pending.shadowSide ? 'candidate' : 'primary',
-        status === 0 ? readFirstOutput(view, offset) : undefined,
+        status === 0 ? readFirstOutput(ring.bytes, view, offset, runtime.model.signature) : undefined,
       );
       if (pending.shadowSide) {
+        this.answering = undefined;
         this.finishInternal(pending);
         return true;
       }
@@ -993,9 +1219,10 @@ export class Gateway {
       httpStatus = httpStatusOf(error.code);
     }
     this.metrics.recordRequest(pending.slot, protocol, status, latencyMs / 1000);
+    this.answering = undefined;
     this.complete(pending, body, httpStatus);
     return true;
-  };
+  }
 
   private complete(pending: Pending, body: string | Uint8Array, httpStatus: number): void {
     this.metrics.addInflight(pending.slot, -1);
@@ -1006,16 +1233,15 @@ export class Gateway {
       runtime.guard.onCompleted(1, clock());
     }
     pending.client?.onCompleted();
-    const left = (this.epochPending.get(pending.epoch) ?? 1) - 1;
-    if (left > 0) this.epochPending.set(pending.epoch, left);
-    else this.epochPending.delete(pending.epoch);
-    if (this.olderEpochPending(pending.epoch)) {
-      // A reload committed while older requests are still computing: hold answers of the new epoch until
-      // the old ones are out, so no connection sees an old-version answer after a new-version one.
-      this.deferred.push({ pending, body, httpStatus });
-    } else {
+    const connection = pending.connection;
+    if (connection === undefined) {
+      // HTTP carries one request at a time per connection: nothing to order.
       this.deliver(pending, body, httpStatus);
-      if (this.deferred.length > 0) this.flushDeferred();
+    } else if (connection.order.answered(pending.epoch)) {
+      this.deliver(pending, body, httpStatus);
+      if (connection.order.heldCount > 0) this.deliverReady(connection);
+    } else if (!connection.closed) {
+      this.hold(connection, pending, body);
     }
     if (this.pending.size === 0) this.onIdle?.();
   }
@@ -1025,22 +1251,62 @@ export class Gateway {
     else if (pending.res) this.replyHttp(pending.res, pending.http, httpStatus, body as string);
   }
 
-  /** Whether requests routed in an epoch before `epoch` are still unanswered. */
-  private olderEpochPending(epoch: number): boolean {
-    if (this.epochPending.size === 0) return false;
-    for (const older of this.epochPending.keys()) if (older < epoch) return true;
-    return false;
+  /**
+   * A reload committed while this connection's older-epoch requests still compute: hold this newer answer
+   * so the connection never sees an old version after a new one — bounded in bytes here, in time by the
+   * hold timer; held bytes count as unsent bytes for the slow-consumer limit.
+   */
+  private hold(connection: Connection, pending: Pending, body: string | Uint8Array): void {
+    const ws = pending.ws!;
+    const bytes = typeof body === 'string' ? Buffer.byteLength(body) : body.byteLength;
+    this.counters.answersHeld++;
+    if (connection.order.hold(pending.epoch, { pending, body }, bytes, clock()) === 'bytes') {
+      this.releaseHeld(connection, 'bytes');
+      return;
+    }
+    this.heldConnections.set(connection, ws);
+    this.observeConsumer(ws, connection);
+    this.scheduleHoldTimer();
   }
 
-  private flushDeferred(): void {
-    const held = this.deferred;
-    this.deferred = [];
-    held.sort((a, b) => a.pending.epoch - b.pending.epoch);
-    for (const entry of held) {
-      if (this.olderEpochPending(entry.pending.epoch)) this.deferred.push(entry);
-      else this.deliver(entry.pending, entry.body, entry.httpStatus);
-    }
+  private deliverReady(connection: Connection): void {
+    const ready = connection.order.takeReady();
+    if (ready) for (const { pending, body } of ready) this.deliver(pending, body, 200);
+    if (connection.order.heldCount === 0) this.heldConnections.delete(connection);
   }
+
+  /** A bound ran out: deliver what is held; the older answers will come after (see EpochOrder). */
+  private releaseHeld(connection: Connection, reason: HoldRelease): void {
+    this.counters.holdReleases[reason]++;
+    this.heldConnections.delete(connection);
+    for (const { pending, body } of connection.order.releaseAll()) this.deliver(pending, body, 200);
+  }
+
+  private scheduleHoldTimer(): void {
+    if (this.holdTimer !== undefined) return;
+    let next = Number.POSITIVE_INFINITY;
+    for (const connection of this.heldConnections.keys()) {
+      const at = connection.order.releaseAt;
+      if (at !== undefined && at < next) next = at;
+    }
+    if (next === Number.POSITIVE_INFINITY) return;
+    this.holdTimer = setTimeout(this.onHoldTimer, Math.max(1, next - clock()));
+    this.holdTimer.unref();
+  }
+
+  private readonly onHoldTimer = (): void => {
+    this.holdTimer = undefined;
+    try {
+      const now = clock();
+      for (const connection of [...this.heldConnections.keys()]) {
+        if (connection.closed || connection.order.heldCount === 0) this.heldConnections.delete(connection);
+        else if (connection.order.expired(now)) this.releaseHeld(connection, 'time');
+      }
+      this.scheduleHoldTimer();
+    } catch (error) {
+      this.guard.record('answer hold timer', error);
+    }
+  };
 
   /** Bookkeeping for a shadow copy that finished: nobody is answered. */
   private finishInternal(pending: Pending): void {
@@ -1102,7 +1368,11 @@ export class Gateway {
     const now = clock();
     for (const [requestId, pending] of this.pending) {
       if (now > pending.deadlineAt + SWEEP_GRACE_MS) {
-        this.answerWithError(requestId, 'deadline_exceeded', 'no worker answered before the deadline');
+        try {
+          this.answerWithError(requestId, 'deadline_exceeded', 'no worker answered before the deadline');
+        } catch (error) {
+          this.guard.record('sweep', error);
+        }
       }
     }
   }
@@ -1201,7 +1471,7 @@ export class Gateway {
       ),
       metricJson(
         'streaminfer_shadow_comparisons_total',
-        'Shadow mode: candidate answers compared with the stable answer (top-1 for classifiers).',
+        'Shadow mode: candidate answers compared with the stable answer by dtype (top-1 for classifiers, exact for integers and strings, relative 1e-4 for floats; NaN never agrees).',
         'counter',
         [...this.shadowCounters].flatMap(([model, stats]) => [
           { value: stats.agree, labels: { model, agree: 'true' } },
@@ -1244,6 +1514,22 @@ export class Gateway {
         })),
         'max',
       ),
+      metricJson(
+        'streaminfer_answers_held_total',
+        'Answers of a new model-table epoch held on their WebSocket connection until its older-epoch answers were out.',
+        'counter',
+        [{ value: this.counters.answersHeld, labels: {} }],
+      ),
+      metricJson(
+        'streaminfer_answer_hold_releases_total',
+        'Held answers delivered early because a bound ran out (time or bytes): older answers on that connection come after them.',
+        'counter',
+        [
+          { value: this.counters.holdReleases.time, labels: { reason: 'time' } },
+          { value: this.counters.holdReleases.bytes, labels: { reason: 'bytes' } },
+        ],
+      ),
+      this.guard.metric(),
       metricJson(
         'streaminfer_slow_consumer_closes_total',
         'WebSocket clients closed with 1013 because their unread answers passed the limit.',
@@ -1303,31 +1589,20 @@ export class Gateway {
     }
     this.drainLoopRunning = false;
     if (this.sweepTimer) clearInterval(this.sweepTimer);
+    if (this.holdTimer) clearTimeout(this.holdTimer);
   }
 }
 
 interface ShadowPair {
   model: string;
   classifier: boolean;
-  primary: Float32Array | undefined;
-  candidate: Float32Array | undefined;
+  primary: ShadowOutput | undefined;
+  candidate: ShadowOutput | undefined;
   /** Sides still to answer. */
   open: number;
 }
 
 const ROUTE_INDEX: Record<RouteKind, number> = { stable: 0, canary: 1, pinned: 2 };
-/** Regressors agree when every output is within this relative tolerance. */
-const SHADOW_TOLERANCE = 1e-4;
-
-/** Top-1 agreement for classifiers; element-wise tolerance for everything else. */
-export function outputsAgree(a: Float32Array, b: Float32Array, classifier: boolean): boolean {
-  if (classifier) return argmax(a) === argmax(b);
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) {
-    if (Math.abs(a[i]! - b[i]!) > SHADOW_TOLERANCE * Math.max(1, Math.abs(a[i]!))) return false;
-  }
-  return true;
-}
 
 function asProtocolError(error: unknown): ProtocolError {
   if (error instanceof ProtocolError) return error;

@@ -99,6 +99,9 @@ export interface ControlRequest {
   body: string;
   remoteAddress: string;
   authorization: string;
+  /** Proxy headers as received ('' when absent): a proxied admin call is not a loopback caller. */
+  forwardedFor?: string;
+  forwarded?: string;
 }
 
 export interface ControlResponse {

@@ -27,3 +27,17 @@ test('with a token, every client must present it', () => {
   expect(authorizeAdmin('t0k', '10.1.1.1', 'Bearer t0kk').ok).toBe(false);
   expect(authorizeAdmin('t0k', '10.1.1.1', 'Basic t0k').ok).toBe(false);
 });
+
+test('without a token, a proxied request (X-Forwarded-For or Forwarded) is refused even from loopback', () => {
+  const viaProxy = authorizeAdmin(undefined, '127.0.0.1', '', { forwardedFor: '203.0.113.7' });
+  expect(viaProxy.ok).toBe(false);
+  expect(!viaProxy.ok && viaProxy.reason).toMatch(/proxy.*X-Forwarded-For.*admin token/);
+  expect(authorizeAdmin(undefined, '::1', '', { forwarded: 'for=203.0.113.7;proto=https' }).ok).toBe(false);
+  expect(authorizeAdmin(undefined, '127.0.0.1', '', { forwardedFor: '', forwarded: '' }).ok).toBe(true);
+});
+
+test('with a token, a proxied request that sends it is served; one that does not is refused', () => {
+  const proxy = { forwardedFor: '203.0.113.7', forwarded: 'for=203.0.113.7' };
+  expect(authorizeAdmin('t0k', '127.0.0.1', 'Bearer t0k', proxy).ok).toBe(true);
+  expect(authorizeAdmin('t0k', '127.0.0.1', '', proxy).ok).toBe(false);
+});

@@ -10,14 +10,23 @@ export function isLoopbackAddress(address: string): boolean {
   return /^(0{1,4}:){5}ffff:7f[0-9a-f]{2}:[0-9a-f]{1,4}$/.test(value);
 }
 
+/** Proxy headers of an admin request, as received ('' or undefined when absent). */
+export interface ProxyHeaders {
+  forwardedFor?: string;
+  forwarded?: string;
+}
+
 /**
  * Admin endpoints: with a token configured, a matching `Authorization: Bearer <token>` is required from every
- * client; without one, only loopback clients are served.
+ * client; without one, only loopback clients are served — and a request carrying `X-Forwarded-For` or
+ * `Forwarded` is not one: behind a local reverse proxy every caller's connection comes from loopback, so the
+ * address proves nothing and the request is refused.
  */
 export function authorizeAdmin(
   token: string | undefined,
   remoteAddress: string,
   authorization: string,
+  proxy: ProxyHeaders = {},
 ): { ok: true } | { ok: false; reason: string } {
   if (token) {
     const presented = /^Bearer\s+(.+)$/i.exec(authorization.trim())?.[1] ?? '';
@@ -27,6 +36,13 @@ export function authorizeAdmin(
     return {
       ok: false,
       reason: 'admin endpoints need "Authorization: Bearer <token>" (STREAMINFER_ADMIN_TOKEN)',
+    };
+  }
+  if (proxy.forwardedFor || proxy.forwarded) {
+    return {
+      ok: false,
+      reason:
+        'admin request came through a proxy (X-Forwarded-For or Forwarded header): a proxied caller is not a loopback client; configure an admin token (STREAMINFER_ADMIN_TOKEN) and send "Authorization: Bearer <token>"',
     };
   }
   if (isLoopbackAddress(remoteAddress)) return { ok: true };

@@ -12,7 +12,7 @@ import type { ServerConfig } from '../../libs/config';
 import { defaultIntraOpThreads } from '../../libs/inference';
 import type { MetricJson } from '../../libs/metrics';
 import { aggregateToText, PROMETHEUS_CONTENT_TYPE } from '../../libs/metrics';
-import { type ErrorCode, encodeError, httpStatusOf } from '../../libs/protocol';
+import { decodePathSegment, type ErrorCode, encodeError, httpStatusOf } from '../../libs/protocol';
 import {
   loadState,
   type ModelEntry,
@@ -691,6 +691,9 @@ export class Supervisor {
 
   async handleControl(request: ControlRequest): Promise<ControlResponse> {
     const { method, path: url } = request;
+    const probe = url === '/health' || url === '/v2/health/ready' || url === '/v2/health/live';
+    if (probe && method !== 'GET' && method !== 'HEAD')
+      return jsonError('method_not_allowed', `use GET ${url}`);
     if (url === '/health' || url === '/v2/health/ready') {
       const report = await this.healthReport();
       return json(report.ready ? 200 : 503, url === '/health' ? report.body : { ready: report.ready });
@@ -705,6 +708,7 @@ export class Supervisor {
         this.options.config.adminToken,
         request.remoteAddress,
         request.authorization,
+        { forwardedFor: request.forwardedFor, forwarded: request.forwarded },
       );
       if (!auth.ok) return jsonError('unauthorized', auth.reason);
       return this.handleAdmin(request);
@@ -748,7 +752,10 @@ export class Supervisor {
     const registry = /^\/api\/models\/([^/]+)\/(candidate|canary|shadow|promote|rollback)$/.exec(url);
     if (registry) {
       if (method !== 'POST') return jsonError('method_not_allowed', `use POST ${url}`);
-      return this.registryResponse(decodeURIComponent(registry[1]!), registry[2] as RegistryAction, body);
+      const model = decodePathSegment(registry[1]);
+      if (model === undefined)
+        return jsonError('bad_request', 'malformed percent-escape in the model name of the path');
+      return this.registryResponse(model, registry[2] as RegistryAction, body);
     }
     if (url === '/api/models' && method === 'GET') {
       const report = await this.healthReport();

@@ -18,7 +18,14 @@ export {
   ProtocolError,
 } from './errors';
 export type { V2Output } from './kserve';
-export { decodeV2Request, encodeV2Error, encodeV2Response, v2Datatype, v2ModelMetadata } from './kserve';
+export {
+  decodePathSegment,
+  decodeV2Request,
+  encodeV2Error,
+  encodeV2Response,
+  v2Datatype,
+  v2ModelMetadata,
+} from './kserve';
 export type { BindLimits, BoundInput, BoundRequest, InferenceRequest, Priority, RequestId } from './request';
 export { bindRequest, decodeRequest, PRIORITIES, RequestError, utf8Length } from './request';
 export {
@@ -29,6 +36,8 @@ export {
   encodeWarning,
   formatMilliseconds,
 } from './responses';
+export type { ShadowOutput } from './shadow';
+export { outputsAgree, readFirstOutput, SHADOW_FLOAT_TOLERANCE } from './shadow';
 export type { DType, ModelSignature, TensorSpec } from './signature';
 export { argmax, bytesPerElement, DTYPES, isDType, MAX_INPUTS, parseSignature } from './signature';
 export * from './wire';

@@ -1,4 +1,5 @@
 import {
+  decodePathSegment,
   decodeV2Request,
   encodeV2Response,
   type ModelSignature,
@@ -118,4 +119,14 @@ test('answers and metadata use the protocol shapes', () => {
     inputs: [{ name: 'pixels', datatype: 'FP32', shape: [-1, 2, 2] }],
     outputs: [{ name: 'p', datatype: 'FP32', shape: [-1, 3] }],
   });
+});
+
+test('decodePathSegment: percent-decodes a route parameter; a malformed escape is undefined, never a throw', () => {
+  expect(decodePathSegment('digits')).toBe('digits');
+  expect(decodePathSegment('my%20model')).toBe('my model');
+  expect(decodePathSegment('%00')).toBe('\u0000');
+  expect(decodePathSegment('')).toBe('');
+  expect(decodePathSegment(undefined)).toBeUndefined();
+  for (const bad of ['%', '%E0%A4%A', '%zz', 'a%2', '%ED%A0%80', '%C0'])
+    expect(decodePathSegment(bad)).toBeUndefined();
 });

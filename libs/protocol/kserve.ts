@@ -173,3 +173,17 @@ export function v2ModelMetadata(
     outputs: signature.outputs.map(tensor),
   };
 }
+
+/**
+ * One route parameter (a path segment) percent-decoded; undefined when its escapes are malformed
+ * (`%`, `%E0%A4%A`, a lone surrogate), which the caller answers `400 bad_request`.
+ */
+export function decodePathSegment(raw: string | undefined): string | undefined {
+  if (raw === undefined) return undefined;
+  if (raw.indexOf('%') < 0) return raw;
+  try {
+    return decodeURIComponent(raw);
+  } catch {
+    return undefined;
+  }
+}

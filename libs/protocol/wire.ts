@@ -398,18 +398,6 @@ function readScalar(bytes: Uint8Array, view: DataView, cursor: { at: number }, d
   }
 }
 
-/** The first output of a successful response, as float32 values (a copy), for shadow comparisons. */
-export function readFirstOutput(view: DataView, offset: number): Float32Array | undefined {
-  if (view.getUint8(offset + 7) === 0) return undefined;
-  const section = offset + RESPONSE_HEADER_BYTES;
-  const byteLength = view.getUint32(section, true);
-  if (byteLength % 4 !== 0) return undefined;
-  const data = section + outputSectionHeaderBytes(view.getUint8(section + 4));
-  const values = new Float32Array(byteLength / 4);
-  for (let i = 0; i < values.length; i++) values[i] = view.getFloat32(data + 4 * i, true);
-  return values;
-}
-
 /** Every output of a successful response as flat values with per-item dims (Open Inference Protocol answers). */
 export function decodeOutputsFlat(
   bytes: Uint8Array,
