@@ -171,8 +171,26 @@ export class Supervisor {
     if (loaded.warning) this.logger.warn(loaded.warning);
     if (!loaded.state) return plan;
     const saved = loaded.state;
+    let defaultModel = plan.defaultModel;
+    // The saved default model (a `reload --model X`) wins unless the operator changed STREAMINFER_MODEL_NAME
+    // since it was saved, or the model is gone.
+    if (saved.defaultModel !== undefined && saved.defaultModel !== plan.defaultModel) {
+      const configured = this.options.config.defaultModel;
+      if (saved.configuredDefaultModel !== undefined && saved.configuredDefaultModel !== configured) {
+        this.logger.info(
+          { saved: saved.defaultModel, configured },
+          'the configured default model changed since the state was saved; using the configured one',
+        );
+      } else if (!plan.models.some((model) => model.name === saved.defaultModel)) {
+        this.logger.warn(
+          { saved: saved.defaultModel, configured },
+          'saved default model is not in the repository; using the configured one',
+        );
+      } else defaultModel = saved.defaultModel;
+    }
     return {
       ...plan,
+      defaultModel,
       models: plan.models.map((model) => {
         const state = saved.models[model.name];
         if (!state) return model;
@@ -200,7 +218,11 @@ export class Supervisor {
   }
 
   private persist(plan: TablePlan): void {
-    const state: RegistryState = { models: {} };
+    const state: RegistryState = {
+      defaultModel: plan.defaultModel,
+      configuredDefaultModel: this.options.config.defaultModel,
+      models: {},
+    };
     for (const model of plan.models) {
       const entry: ModelState = {
         stable: model.stable,
@@ -235,15 +257,16 @@ export class Supervisor {
         `default model "${this.defaultModel}" (STREAMINFER_MODEL_NAME) is not in ${this.options.config.modelsDir}; found ${entries.map((entry) => entry.name).join(', ')}`,
       );
     }
-    this.coordinator = new ReloadCoordinator(
-      this.withSavedState(this.repositoryPlan(entries, this.defaultModel)),
-      {
-        nodes: () => this.nodes.map((handle) => this.channel(handle)),
-        now: () => Date.now(),
-        onOutcome: (outcome) => this.recordOutcome(outcome),
-      },
-    );
+    const initial = this.withSavedState(this.repositoryPlan(entries, this.defaultModel));
+    this.defaultModel = initial.defaultModel;
+    this.coordinator = new ReloadCoordinator(initial, {
+      nodes: () => this.nodes.map((handle) => this.channel(handle)),
+      now: () => Date.now(),
+      onOutcome: (outcome) => this.recordOutcome(outcome),
+    });
     for (const entry of entries) this.lastDefaults.set(entry.name, entry.defaultVersion);
+    // What the host serves from now on, including a configured default model that won over the saved one.
+    this.persist(initial);
     this.port = this.options.config.port;
     // A port picked by the kernel (port 0) is not shared through SO_REUSEPORT: pick one for all nodes first.
     if (this.port === 0 && this.options.config.nodes > 1)
