@@ -37,9 +37,8 @@ import type { NodeChannel, ReloadOutcome, ReloadStrategy, StepAnswer } from './c
 import { ReloadBusyError, ReloadCoordinator } from './coordinator';
 
 const COLLECT_TIMEOUT_MS = 5000;
-/** Loading sessions can take a while for big models; a node silent this long counts as failed. */
-const RELOAD_STEP_TIMEOUT_MS = 120000;
 const START_TIMEOUT_MS = 120000;
+const RESTART_POLL_MS = 50;
 
 interface NodeHandle {
   index: number;
@@ -409,12 +408,32 @@ export class Supervisor {
     handle: NodeHandle,
     build: (requestId: number) => SupervisorMessage,
   ): Promise<StepAnswer> {
-    const answer = await this.ask(handle, build, RELOAD_STEP_TIMEOUT_MS);
+    if (this.options.testHooks) {
+      const injected = this.injectedFailure(handle.index, build(0).type);
+      if (injected) return injected;
+    }
+    // Loading sessions can take a while for big models; a node silent this long counts as failed.
+    const answer = await this.ask(handle, build, this.options.config.reloadStepTimeoutMs);
     if (!answer) return { ok: false, error: 'no answer (the node died or timed out)' };
     if (answer.type !== 'command-result') return { ok: false, error: `unexpected answer ${answer.type}` };
     return answer.error === undefined
       ? { ok: answer.ok, data: answer.data }
       : { ok: answer.ok, error: answer.error, data: answer.data };
+  }
+
+  /** Test hooks: reload steps scripted to fail (`node:step` → how many calls of that step to let through first). */
+  private readonly failSteps = new Map<string, number>();
+
+  private injectedFailure(node: number, step: string): StepAnswer | undefined {
+    const key = `${node}:${step}`;
+    const skip = this.failSteps.get(key);
+    if (skip === undefined) return undefined;
+    if (skip > 0) {
+      this.failSteps.set(key, skip - 1);
+      return undefined;
+    }
+    this.failSteps.delete(key);
+    return { ok: false, error: `injected failure of ${step} (test hook)` };
   }
 
   private channel(handle: NodeHandle): NodeChannel {
@@ -425,7 +444,39 @@ export class Supervisor {
       abort: () => this.step(handle, (requestId) => ({ type: 'abort', requestId })),
       release: (plan) => this.step(handle, (requestId) => ({ type: 'release', requestId, plan })),
       roll: (plan, epoch) => this.step(handle, (requestId) => ({ type: 'roll', requestId, plan, epoch })),
+      restart: (reason) => this.restartNode(handle, reason),
     };
+  }
+
+  /**
+   * Replaces a node that cannot reach the host's table: it drains (SIGTERM; SIGKILL once the shutdown grace is
+   * over, e.g. when it is wedged) and the crash-restart path brings it up on the host's current table and
+   * epoch. Resolves when the replacement is ready, or with the reason it is not.
+   */
+  restartNode(handle: NodeHandle, reason: string): Promise<StepAnswer> {
+    const index = handle.index;
+    this.logger.warn({ node: index, reason }, 'restarting node onto the host table');
+    const child = handle.child;
+    if (child.exitCode === null && child.signalCode === null) {
+      const grace = setTimeout(() => child.kill('SIGKILL'), this.options.config.shutdownTimeoutMs + 1000);
+      child.once('exit', () => clearTimeout(grace));
+      child.kill('SIGTERM');
+    }
+    const deadline = Date.now() + START_TIMEOUT_MS + this.options.config.shutdownTimeoutMs;
+    return new Promise((resolve) => {
+      const poll = (): void => {
+        const current = this.nodes[index];
+        if (current !== undefined && current !== handle && current.ready) {
+          // A replacement that started before the host moved came up on the table it was given then.
+          if (current.lastHealth?.epoch === this.coordinator!.epoch) resolve({ ok: true });
+          else this.restartNode(current, `${reason}; came up at another epoch`).then(resolve);
+        } else if (this.stopping) resolve({ ok: false, error: 'the server is shutting down' });
+        else if (Date.now() > deadline)
+          resolve({ ok: false, error: `node ${index} was not ready again in time` });
+        else setTimeout(poll, RESTART_POLL_MS);
+      };
+      poll();
+    });
   }
 
   private recordOutcome(outcome: ReloadOutcome): void {
@@ -442,9 +493,11 @@ export class Supervisor {
       epoch: outcome.epoch,
       changes: outcome.changes,
       durationMs: outcome.durationMs,
+      nodes: outcome.nodes,
+      ...(outcome.warnings ? { warnings: outcome.warnings } : {}),
     };
-    if (outcome.result === 'failed')
-      this.logger.error({ ...log, err: outcome.error }, 'reload failed; still serving the previous table');
+    if (outcome.result === 'failed') this.logger.error({ ...log, err: outcome.error }, 'reload failed');
+    else if (outcome.warnings) this.logger.warn(log, 'reload committed, with warnings');
     else this.logger.info(log, 'reload committed');
   }
 
@@ -790,6 +843,14 @@ export class Supervisor {
         ? json(200, { ok: true })
         : jsonError('bad_request', 'no such worker');
     }
+    if (url === '/api/debug/fail-step' && method === 'POST') {
+      if (!this.options.testHooks) return jsonError('not_found', 'test hooks are disabled');
+      const steps = ['prepare', 'commit', 'abort', 'release', 'roll'];
+      if (!Number.isInteger(body.node) || typeof body.step !== 'string' || !steps.includes(body.step))
+        return jsonError('bad_request', `"node" must be a node index and "step" one of ${steps.join(', ')}`);
+      this.failSteps.set(`${body.node}:${body.step}`, Number(body.skip ?? 0));
+      return json(200, { ok: true });
+    }
     return jsonError('not_found', `no admin route for ${method} ${url}`);
   }
 
@@ -899,6 +960,7 @@ function outcomeBody(outcome: ReloadOutcome): Record<string, unknown> {
     started_at: outcome.startedAt,
     ...(outcome.error ? { error: outcome.error } : {}),
     ...(outcome.warnings ? { warnings: outcome.warnings } : {}),
+    nodes: outcome.nodes,
   };
 }
 
