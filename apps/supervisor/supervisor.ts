@@ -33,12 +33,15 @@ import type {
   TablePlan,
 } from '../node/ipc';
 import { authorizeAdmin } from './admin-auth';
+import { Coalescer } from './coalesce';
 import type { NodeChannel, ReloadOutcome, ReloadStrategy, StepAnswer } from './coordinator';
 import { ReloadBusyError, ReloadCoordinator } from './coordinator';
 
 const COLLECT_TIMEOUT_MS = 5000;
 const START_TIMEOUT_MS = 120000;
 const RESTART_POLL_MS = 50;
+/** Scrapes of one kind start node fan-outs at least this far apart (concurrent scrapes share them). */
+const SCRAPE_MIN_INTERVAL_MS = 50;
 
 interface NodeHandle {
   index: number;
@@ -67,6 +70,9 @@ export class Supervisor {
   private coordinator: ReloadCoordinator | undefined;
   private readonly reloadsTotal: Counter<'result' | 'strategy'>;
   private readonly reloadDuration: Histogram<'strategy'>;
+  private readonly fanOutsTotal: Counter<'what'>;
+  private readonly healthScrapes = new Coalescer(() => this.buildHealthReport(), SCRAPE_MIN_INTERVAL_MS);
+  private readonly metricsScrapes = new Coalescer(() => this.buildMetricsText(), SCRAPE_MIN_INTERVAL_MS);
   private nextRequestId = 1;
   private readonly registry = new Registry();
   private defaultModel: string;
@@ -89,6 +95,12 @@ export class Supervisor {
       help: 'Time from a reload request to its outcome (prepare + commit + release, or every node rolled).',
       labelNames: ['strategy'],
       buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+      registers: [this.registry],
+    });
+    this.fanOutsTotal = new Counter({
+      name: 'streaminfer_control_fanouts_total',
+      help: 'Requests to every node for /health or /metrics (concurrent scrapes share one), by what was collected.',
+      labelNames: ['what'],
       registers: [this.registry],
     });
   }
@@ -581,12 +593,18 @@ export class Supervisor {
   }
 
   private async collect(what: 'metrics' | 'health'): Promise<Array<NodeMessage | undefined>> {
+    this.fanOutsTotal.inc({ what });
     return Promise.all(
       this.nodes.map((handle) => this.ask(handle, (requestId) => ({ type: 'collect', requestId, what }))),
     );
   }
 
-  async healthReport(): Promise<{ ready: boolean; body: Record<string, unknown> }> {
+  /** The host's health; concurrent callers share one fan-out to the nodes (see Coalescer). */
+  healthReport(): Promise<{ ready: boolean; body: Record<string, unknown> }> {
+    return this.healthScrapes.get();
+  }
+
+  private async buildHealthReport(): Promise<{ ready: boolean; body: Record<string, unknown> }> {
     const answers = await this.collect('health');
     const nodes = answers.map((answer, index) => {
       const health = answer?.type === 'collected' ? answer.health : undefined;
@@ -637,7 +655,11 @@ export class Supervisor {
     return { ready, body };
   }
 
-  private async metricsText(): Promise<string> {
+  private metricsText(): Promise<string> {
+    return this.metricsScrapes.get();
+  }
+
+  private async buildMetricsText(): Promise<string> {
     const answers = await this.collect('metrics');
     const perProcess: MetricJson[][] = [];
     for (const answer of answers)
