@@ -88,6 +88,8 @@ serve
         explicitBatchTimeout: explicit('batchTimeoutMs', 'STREAMINFER_BATCH_TIMEOUT_MS'),
         testHooks: process.env.STREAMINFER_TEST_HOOKS === '1',
         cores: os.availableParallelism(),
+        // Flags and environment given at start keep winning over the file on every configuration reload.
+        sources: filePath ? { flags, env: { ...process.env }, filePath } : { flags, env: { ...process.env } },
       },
       logger,
     );
@@ -106,22 +108,19 @@ serve
     process.on('SIGTERM', () => stop('SIGTERM'));
     process.on('SIGINT', () => stop('SIGINT'));
     process.on('SIGHUP', () => {
-      // Re-read the config file and environment, then the model repository: an atomic reload.
-      let defaultModel: string;
+      // Re-read the config file, apply every live setting and re-read the model repository: an atomic reload.
+      let fresh: unknown;
       try {
-        const fresh = filePath ? JSON.parse(readFileSync(filePath, 'utf8')) : undefined;
-        const next = resolveConfig(
-          filePath ? { flags, env: process.env, file: fresh, filePath } : { flags, env: process.env },
-        );
-        defaultModel = next.defaultModel;
+        fresh = filePath ? JSON.parse(readFileSync(filePath, 'utf8')) : undefined;
       } catch (error) {
         logger.error(
-          { err: (error as Error).message },
-          'SIGHUP: configuration rejected; still serving the previous one',
+          { err: (error as Error).message, file: filePath },
+          'SIGHUP: cannot read the config file; still serving the previous configuration',
         );
         return;
       }
-      void supervisor.reloadResponse({ defaultModel }, 'SIGHUP');
+      // The supervisor logs the outcome (and a rejected configuration) itself.
+      void supervisor.reloadConfigResponse(fresh, filePath, 'SIGHUP');
     });
     try {
       const port = await supervisor.start();
@@ -208,6 +207,9 @@ interface ReloadAnswer {
   code?: string;
   message?: string;
   error?: string;
+  settings_applied?: string[];
+  restart_required?: string[];
+  nodes?: Array<{ node: number; state: string; error?: string }>;
 }
 
 function describeReload(answer: ReloadAnswer): string {
@@ -218,6 +220,15 @@ function describeReload(answer: ReloadAnswer): string {
     lines.push(`  ${change.model}: ${change.from ?? '(new)'} -> ${change.to ?? '(removed)'}`);
   if (answer.previous !== answer.default_model)
     lines.push(`  default model: ${answer.previous} -> ${answer.default_model}`);
+  if (answer.settings_applied?.length)
+    lines.push(`  settings applied: ${answer.settings_applied.join(', ')}`);
+  if (answer.restart_required?.length)
+    lines.push(`  need a restart to take effect: ${answer.restart_required.join(', ')}`);
+  for (const node of answer.nodes ?? [])
+    if (node.state !== 'committed' && node.state !== 'rolled')
+      lines.push(
+        `  node ${node.node}: ${node.state.replace('_', ' ')}${node.error ? ` (${node.error})` : ''}`,
+      );
   if (answer.error) lines.push(`  error: ${answer.error}`);
   return lines.join('\n');
 }
@@ -241,14 +252,39 @@ addClientOptions(
     '--pid-file <file>',
     'signal the supervisor (SIGHUP: re-read config and repository) instead of calling the API',
   )
+  .option(
+    '--config <file>',
+    "apply this JSON config file's live settings on every node (as SIGHUP does with the serve --config file); " +
+      'the file is read here and sent to the server',
+  )
   .action(
     async (
-      flags: ClientFlags & { model?: string; version?: string; strategy?: string; pidFile?: string },
+      flags: ClientFlags & {
+        model?: string;
+        version?: string;
+        strategy?: string;
+        pidFile?: string;
+        config?: string;
+      },
     ) => {
       const options = clientOptions(flags);
       let answer: ReloadAnswer;
       let status = 200;
-      if (flags.pidFile) {
+      if (flags.config) {
+        if (flags.model || flags.version || flags.pidFile)
+          fail('--config re-reads everything; it takes no --model, --version or --pid-file');
+        let config: unknown;
+        try {
+          config = JSON.parse(readFileSync(flags.config, 'utf8'));
+        } catch (error) {
+          fail(`cannot read config file ${flags.config}: ${(error as Error).message}`);
+        }
+        const body: Record<string, unknown> = { config };
+        if (flags.strategy) body.strategy = flags.strategy;
+        const response = await callServer({ ...options, timeoutMs: 180000 }, 'POST', '/api/reload', body);
+        status = response.status;
+        answer = response.body as ReloadAnswer;
+      } else if (flags.pidFile) {
         if (flags.model || flags.version || flags.strategy)
           fail('--pid-file sends SIGHUP (re-read everything); it takes no --model, --version or --strategy');
         const pid = Number(readFileSync(flags.pidFile, 'utf8').trim());

@@ -76,6 +76,8 @@ export interface ReloadOutcome {
   warnings?: string[];
   /** Per node, in node order: checked answers, never assumed. */
   nodes: NodeOutcome[];
+  /** A configuration reload: the settings it applied, and those that need a restart (set by the supervisor). */
+  config?: { applied: string[]; restartRequired: string[] };
 }
 
 export class ReloadBusyError extends Error {

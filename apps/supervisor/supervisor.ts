@@ -9,6 +9,7 @@ import * as path from 'node:path';
 import type { Logger } from 'pino';
 import { Counter, collectDefaultMetrics, Histogram, Registry } from 'prom-client';
 import type { ServerConfig } from '../../libs/config';
+import { ConfigError, planConfigChange, resolveConfigDetailed } from '../../libs/config';
 import { defaultIntraOpThreads } from '../../libs/inference';
 import type { MetricJson } from '../../libs/metrics';
 import { aggregateToText, PROMETHEUS_CONTENT_TYPE } from '../../libs/metrics';
@@ -28,6 +29,7 @@ import type {
   ModelPlan,
   NodeHealth,
   NodeMessage,
+  NodeSettings,
   NodeStartOptions,
   SupervisorMessage,
   TablePlan,
@@ -55,6 +57,8 @@ export interface SupervisorOptions {
   config: ServerConfig;
   explicitBatchSize: boolean;
   explicitBatchTimeout: boolean;
+  /** What the configuration was resolved from at start: a configuration reload resolves again with them. */
+  sources?: { flags: Record<string, unknown>; env: Record<string, string | undefined>; filePath?: string };
   testHooks: boolean;
   cores: number;
 }
@@ -77,6 +81,18 @@ export class Supervisor {
   private readonly registry = new Registry();
   private defaultModel: string;
   private readonly startedAt = Date.now();
+  /** The configuration the processes were started with (fixes what a configuration reload can change). */
+  private readonly startedConfig: ServerConfig;
+  /** The configuration a running configuration reload installs once it commits. */
+  private pendingConfig:
+    | {
+        config: ServerConfig;
+        explicitSize: boolean;
+        explicitTimeout: boolean;
+        applied: string[];
+        restartRequired: string[];
+      }
+    | undefined;
 
   constructor(
     private readonly options: SupervisorOptions,
@@ -84,6 +100,7 @@ export class Supervisor {
   ) {
     collectDefaultMetrics({ register: this.registry, prefix: 'streaminfer_supervisor_' });
     this.defaultModel = options.config.defaultModel;
+    this.startedConfig = options.config;
     this.reloadsTotal = new Counter({
       name: 'streaminfer_reloads_total',
       help: 'Model table reloads, by result (committed, failed, unchanged) and strategy.',
@@ -111,7 +128,7 @@ export class Supervisor {
 
   private startOptions(index: number): NodeStartOptions {
     const config = this.options.config;
-    return {
+    const options: NodeStartOptions = {
       nodeIndex: index,
       port: this.port,
       host: config.host,
@@ -145,6 +162,40 @@ export class Supervisor {
       testHooks: this.options.testHooks,
       plan: this.coordinator!.table,
       epoch: this.coordinator!.epoch,
+    };
+    // The host's live settings are those of its table (a node restarted after a failed roll-back gets the
+    // settings the other nodes went back to).
+    const settings = this.coordinator!.table.settings;
+    return settings ? { ...options, ...settings } : options;
+  }
+
+  /** The node settings a configuration asks for (see NodeSettings: what a configuration reload changes). */
+  private nodeSettingsFor(
+    config: ServerConfig,
+    explicitSize: boolean,
+    explicitTimeout: boolean,
+  ): NodeSettings {
+    return {
+      batch: {
+        policy: config.batchPolicy,
+        maxBatchSize: config.batchSize,
+        maxQueueDelayMs: config.batchTimeoutMs,
+        explicitSize,
+        explicitTimeout,
+      },
+      maxPayloadBytes: config.maxPayloadBytes,
+      requestTimeoutMs: config.requestTimeoutMs,
+      backpressure: {
+        rateLimitRps: config.rateLimitRps,
+        rateLimitBurst: config.rateLimitBurst,
+        maxInflightPerClient: config.maxQueueSize,
+        maxModelQueue: config.maxModelQueue,
+        slowConsumerWarnBytes: config.slowConsumerWarnBytes,
+        slowConsumerCloseBytes: config.slowConsumerCloseBytes,
+        trustForwardedFor: config.trustForwardedFor,
+      },
+      shutdownTimeoutMs: config.shutdownTimeoutMs,
+      logLevel: config.logLevel,
     };
   }
 
@@ -268,7 +319,14 @@ export class Supervisor {
         `default model "${this.defaultModel}" (STREAMINFER_MODEL_NAME) is not in ${this.options.config.modelsDir}; found ${entries.map((entry) => entry.name).join(', ')}`,
       );
     }
-    const initial = this.withSavedState(this.repositoryPlan(entries, this.defaultModel));
+    const initial: TablePlan = {
+      ...this.withSavedState(this.repositoryPlan(entries, this.defaultModel)),
+      settings: this.nodeSettingsFor(
+        this.options.config,
+        this.options.explicitBatchSize,
+        this.options.explicitBatchTimeout,
+      ),
+    };
     this.defaultModel = initial.defaultModel;
     this.coordinator = new ReloadCoordinator(initial, {
       nodes: () => this.nodes.map((handle) => this.channel(handle)),
@@ -492,6 +550,20 @@ export class Supervisor {
   }
 
   private recordOutcome(outcome: ReloadOutcome): void {
+    const pending = this.pendingConfig;
+    if (pending) {
+      outcome.config = {
+        applied: outcome.result === 'failed' ? [] : pending.applied,
+        restartRequired: pending.restartRequired,
+      };
+      if (outcome.result !== 'failed') {
+        // Supervisor-side settings (admin token, log level, step timeout) and what restarted nodes get.
+        this.options.config = pending.config;
+        this.options.explicitBatchSize = pending.explicitSize;
+        this.options.explicitBatchTimeout = pending.explicitTimeout;
+        this.logger.level = pending.config.logLevel;
+      }
+    }
     this.reloadsTotal.inc({ result: outcome.result, strategy: outcome.strategy });
     this.reloadDuration.observe({ strategy: outcome.strategy }, outcome.durationMs / 1000);
     if (outcome.result === 'committed') {
@@ -507,6 +579,9 @@ export class Supervisor {
       durationMs: outcome.durationMs,
       nodes: outcome.nodes,
       ...(outcome.warnings ? { warnings: outcome.warnings } : {}),
+      ...(outcome.config
+        ? { settingsApplied: outcome.config.applied, restartRequired: outcome.config.restartRequired }
+        : {}),
     };
     if (outcome.result === 'failed') this.logger.error({ ...log, err: outcome.error }, 'reload failed');
     else if (outcome.warnings) this.logger.warn(log, 'reload committed, with warnings');
@@ -518,7 +593,13 @@ export class Supervisor {
    * (loading it if needed). `model` alone: make it the default model. Neither: re-read the repository.
    */
   async reload(
-    request: { model?: string; version?: string; strategy?: ReloadStrategy; defaultModel?: string },
+    request: {
+      model?: string;
+      version?: string;
+      strategy?: ReloadStrategy;
+      defaultModel?: string;
+      settings?: NodeSettings;
+    },
     reason: string,
   ): Promise<ReloadOutcome> {
     const coordinator = this.coordinator!;
@@ -571,7 +652,81 @@ export class Supervisor {
       }
       for (const entry of entries) this.lastDefaults.set(entry.name, entry.defaultVersion);
     }
-    return coordinator.reload(plan, strategy, reason);
+    return coordinator.reload(
+      { ...plan, settings: request.settings ?? current.settings ?? plan.settings },
+      strategy,
+      reason,
+    );
+  }
+
+  /**
+   * SIGHUP and `reload --config`: resolves the configuration again from `file` (the config file's content),
+   * with the flags and environment given at start still winning over it; applies every live setting on every
+   * node through the epoch barrier, together with a re-read of the model repository; names the settings that
+   * need a restart (in the log and in the outcome). An invalid configuration changes nothing.
+   */
+  async reloadConfig(
+    file: unknown,
+    filePath: string | undefined,
+    reason: string,
+    strategy?: ReloadStrategy,
+  ): Promise<ReloadOutcome> {
+    const sources = this.options.sources ?? { flags: {}, env: {} };
+    let resolved: ReturnType<typeof resolveConfigDetailed>;
+    try {
+      resolved = resolveConfigDetailed({
+        flags: sources.flags,
+        env: sources.env,
+        ...(file !== undefined ? { file } : {}),
+        ...(filePath !== undefined ? { filePath } : {}),
+      });
+    } catch (error) {
+      const message = error instanceof ConfigError ? error.message : (error as Error).message;
+      this.logger.error({ reason, err: message }, 'configuration rejected; still serving the previous one');
+      throw new ReloadInputError('bad_request', message);
+    }
+    for (const warning of resolved.warnings) this.logger.warn({ reason }, warning);
+    const change = planConfigChange(this.options.config, resolved.config, this.startedConfig);
+    const explicitSize = resolved.origins.batchSize !== 'default';
+    const explicitTimeout = resolved.origins.batchTimeoutMs !== 'default';
+    if (change.restartRequired.length > 0)
+      this.logger.warn(
+        { reason, restart_required: change.restartRequired },
+        'configuration reload: these settings take effect only after a restart',
+      );
+    this.pendingConfig = {
+      config: change.next,
+      explicitSize,
+      explicitTimeout,
+      applied: change.applied,
+      restartRequired: change.restartRequired,
+    };
+    try {
+      const request: { defaultModel?: string; settings: NodeSettings; strategy?: ReloadStrategy } = {
+        settings: this.nodeSettingsFor(change.next, explicitSize, explicitTimeout),
+      };
+      // The configured default model applies when the configuration changed it; otherwise the one being
+      // served stays (it may come from `reload --model`).
+      if (change.applied.includes('defaultModel')) request.defaultModel = change.next.defaultModel;
+      if (strategy) request.strategy = strategy;
+      return await this.reload(request, reason);
+    } finally {
+      this.pendingConfig = undefined;
+    }
+  }
+
+  /** reloadConfig as the API answers it. */
+  async reloadConfigResponse(
+    file: unknown,
+    filePath: string | undefined,
+    reason: string,
+    strategy?: ReloadStrategy,
+  ): Promise<ControlResponse> {
+    try {
+      return outcomeResponse(await this.reloadConfig(file, filePath, reason, strategy));
+    } catch (error) {
+      return reloadErrorResponse(error);
+    }
   }
 
   private readEntry(name: string): ModelEntry {
@@ -834,6 +989,15 @@ export class Supervisor {
       }
       if (body.version !== undefined && body.model === undefined)
         return jsonError('bad_request', '"version" needs "model"');
+      if (body.config !== undefined) {
+        if (typeof body.config !== 'object' || body.config === null || Array.isArray(body.config))
+          return jsonError(
+            'bad_request',
+            '"config" must be an object of settings (a config file\'s content)',
+          );
+        if (body.model !== undefined)
+          return jsonError('bad_request', '"config" re-reads everything; it takes no "model" or "version"');
+      }
       if (body.strategy !== undefined && body.strategy !== 'atomic' && body.strategy !== 'rolling') {
         return jsonError('bad_request', '"strategy" must be "atomic" or "rolling"');
       }
@@ -841,6 +1005,13 @@ export class Supervisor {
       if (typeof body.model === 'string') request.model = body.model;
       if (typeof body.version === 'string') request.version = body.version;
       if (typeof body.strategy === 'string') request.strategy = body.strategy as ReloadStrategy;
+      if (body.config !== undefined)
+        return this.reloadConfigResponse(
+          body.config,
+          'sent with POST /api/reload',
+          'POST /api/reload (config)',
+          request.strategy,
+        );
       return this.reloadResponse(request, 'POST /api/reload');
     }
     const registry = /^\/api\/models\/([^/]+)\/(candidate|canary|shadow|promote|rollback)$/.exec(url);
@@ -982,6 +1153,9 @@ function outcomeBody(outcome: ReloadOutcome): Record<string, unknown> {
     started_at: outcome.startedAt,
     ...(outcome.error ? { error: outcome.error } : {}),
     ...(outcome.warnings ? { warnings: outcome.warnings } : {}),
+    ...(outcome.config
+      ? { settings_applied: outcome.config.applied, restart_required: outcome.config.restartRequired }
+      : {}),
     nodes: outcome.nodes,
   };
 }
