@@ -64,7 +64,8 @@ describe('configuration reload on a 2-node server', () => {
       modelsDir: modelsSubset(['echo']),
       stateDir: path.join(dir, 'state'),
       batchPolicy: 'fixed',
-      batchSize: 16,
+      // Lanes are loaded with buffers for batches of 2: growing to 16 later needs new ones.
+      batchSize: 2,
       batchTimeoutMs: 30,
       maxPayloadBytes: 1024 * 1024,
       rateLimitRps: 0,
@@ -164,7 +165,7 @@ describe('configuration reload on a 2-node server', () => {
         second,
         JSON.stringify({
           ...base,
-          batchSize: 1,
+          batchSize: 16,
           maxPayloadBytes: 2048,
           workers: 2,
           port: port + 1,
@@ -177,7 +178,8 @@ describe('configuration reload on a 2-node server', () => {
       expect(committedLogsBefore).toBeGreaterThanOrEqual(2);
       const cli = await runToEnd(['reload', '--config', second, '--url', url]);
       expect(cli.code).toBe(0);
-      expect(cli.out).toMatch(/settings applied: (rateLimitRps|rateLimitBurst|logLevel)/);
+      expect(cli.out).toMatch(/settings applied: .*rateLimitRps/);
+      expect(cli.out).toMatch(/settings applied: .*batchSize/);
       expect(cli.out).toContain('need a restart to take effect: port, workers');
       const json = await runToEnd(['reload', '--config', second, '--url', url, '--json']);
       expect(JSON.parse(json.out)).toMatchObject({
@@ -188,11 +190,19 @@ describe('configuration reload on a 2-node server', () => {
       // (That second, identical reload changed nothing but still names what needs a restart.)
 
       // Every open connection is now rate-limited: 2 tokens, then rate_limited.
+      // Batches grow back to 16 (lanes whose buffers were sized for 1): the admitted answers are batched again,
+      // and right.
+      const m3 = batchHistogram(await (await fetch(`${url}/metrics`)).text(), 'echo');
       const limited = await Promise.all(clients.map((client) => burst(client, 6)));
       for (const answers of limited) {
         expect(answers.filter((answer) => answer.type !== 'error').length).toBeLessThanOrEqual(3);
         expect(answers.some((answer) => answer.code === 'rate_limited')).toBe(true);
       }
+      const admitted = limited.flat().filter((answer) => answer.type !== 'error');
+      expect(admitted.every((answer) => answer.result === 'hi')).toBe(true);
+      const m4 = batchHistogram(await (await fetch(`${url}/metrics`)).text(), 'echo');
+      // Fewer batches than requests, and more than 2 per batch on average on some node.
+      expect(m4.count - m3.count).toBeLessThan(admitted.length / 2);
       // Log level warn on every node and the supervisor: a reload logs no info lines any more.
       const mark = logs.length;
       const quiet = await fetch(`${url}/api/reload`, { method: 'POST', body: '{}' });
