@@ -120,7 +120,10 @@ serve
         return;
       }
       // The supervisor logs the outcome (and a rejected configuration) itself.
-      void supervisor.reloadConfigResponse(fresh, filePath, 'SIGHUP');
+      void supervisor.reloadConfigResponse(fresh, filePath, 'SIGHUP').then((response) => {
+        if (response.status === 409)
+          logger.warn('SIGHUP refused: a reload is in progress; send SIGHUP again once it has finished');
+      });
     });
     try {
       const port = await supervisor.start();

@@ -114,6 +114,11 @@ export class ReloadCoordinator {
     return this.running !== undefined;
   }
 
+  /** The reload in progress, if any. */
+  get current(): { id: number; reason: string } | undefined {
+    return this.running;
+  }
+
   /** Moves the host to `plan`. Refuses (ReloadBusyError) while another reload runs: reloads never interleave. */
   async reload(plan: TablePlan, strategy: ReloadStrategy, reason: string): Promise<ReloadOutcome> {
     if (this.running) throw new ReloadBusyError(this.running);

@@ -671,6 +671,9 @@ export class Supervisor {
     reason: string,
     strategy?: ReloadStrategy,
   ): Promise<ReloadOutcome> {
+    // Refused before anything is staged: the pending configuration belongs to the reload that runs next.
+    const running = this.coordinator!.current;
+    if (running) throw new ReloadBusyError(running);
     const sources = this.options.sources ?? { flags: {}, env: {} };
     let resolved: ReturnType<typeof resolveConfigDetailed>;
     try {

@@ -221,6 +221,33 @@ describe('configuration reload on a 2-node server', () => {
         code: 'bad_request',
         message: expect.stringContaining('batchSize'),
       });
+
+      // The admin token is a supervisor-side setting. A SIGHUP and concurrent `reload --config` requests carry
+      // the same file: whichever runs installs it, the others are refused (409) without undoing it.
+      const token = 'a-long-enough-admin-token-0123';
+      const withToken = {
+        ...base,
+        maxPayloadBytes: 2048,
+        rateLimitRps: 2,
+        rateLimitBurst: 2,
+        adminToken: token,
+      };
+      writeFileSync(configFile, JSON.stringify(withToken));
+      process.kill(child.pid!, 'SIGHUP');
+      const concurrent = await Promise.all(
+        Array.from({ length: 5 }, () =>
+          fetch(`${url}/api/reload`, { method: 'POST', body: JSON.stringify({ config: withToken }) }),
+        ),
+      );
+      for (const response of concurrent) expect([200, 401, 409]).toContain(response.status);
+      const authorized = { authorization: `Bearer ${token}` };
+      let settled = (await (await fetch(`${url}/api/reload`, { headers: authorized })).json()) as Outcome;
+      for (let i = 0; i < 100 && settled.settings_applied?.includes('adminToken') !== true; i++) {
+        await sleep(50);
+        settled = (await (await fetch(`${url}/api/reload`, { headers: authorized })).json()) as Outcome;
+      }
+      expect((await fetch(`${url}/api/reload`)).status).toBe(401);
+      expect((await fetch(`${url}/api/reload`, { headers: authorized })).status).toBe(200);
     } finally {
       for (const client of clients) client.close();
       child.kill('SIGTERM');
