@@ -273,6 +273,7 @@ addClientOptions(
       const options = clientOptions(flags);
       let answer: ReloadAnswer;
       let status = 200;
+      let body: Record<string, unknown> | undefined;
       if (flags.config) {
         if (flags.model || flags.version || flags.pidFile)
           fail('--config re-reads everything; it takes no --model, --version or --pid-file');
@@ -282,35 +283,40 @@ addClientOptions(
         } catch (error) {
           fail(`cannot read config file ${flags.config}: ${(error as Error).message}`);
         }
-        const body: Record<string, unknown> = { config };
-        if (flags.strategy) body.strategy = flags.strategy;
-        const response = await callServer({ ...options, timeoutMs: 180000 }, 'POST', '/api/reload', body);
-        status = response.status;
-        answer = response.body as ReloadAnswer;
+        body = { config };
       } else if (flags.pidFile) {
         if (flags.model || flags.version || flags.strategy)
           fail('--pid-file sends SIGHUP (re-read everything); it takes no --model, --version or --strategy');
-        const pid = Number(readFileSync(flags.pidFile, 'utf8').trim());
-        if (!Number.isInteger(pid) || pid <= 0) fail(`${flags.pidFile} holds no pid`);
-        const before = ((await callServer(options, 'GET', '/api/reload')).body as ReloadAnswer).id ?? 0;
-        process.kill(pid, 'SIGHUP');
-        const until = Date.now() + 120000;
-        for (;;) {
-          answer = (await callServer(options, 'GET', '/api/reload')).body as ReloadAnswer;
-          if ((answer.id ?? 0) > before) break;
-          if (Date.now() > until) fail('SIGHUP sent, but no reload outcome appeared within 120 s');
-          await new Promise((resolve) => setTimeout(resolve, 100));
-        }
-        if (answer.result === 'failed') status = 500;
       } else {
-        const body: Record<string, string> = {};
+        if (flags.version && !flags.model) fail('--version needs --model');
+        body = {};
         if (flags.model) body.model = flags.model;
         if (flags.version) body.version = flags.version;
-        if (flags.strategy) body.strategy = flags.strategy;
-        if (flags.version && !flags.model) fail('--version needs --model');
-        const response = await callServer(options, 'POST', '/api/reload', body);
-        status = response.status;
-        answer = response.body as ReloadAnswer;
+      }
+      if (body && flags.strategy) body.strategy = flags.strategy;
+      const before = ((await callServer(options, 'GET', '/api/reload')).body as ReloadAnswer).id ?? 0;
+      if (flags.pidFile) {
+        const pid = Number(readFileSync(flags.pidFile, 'utf8').trim());
+        if (!Number.isInteger(pid) || pid <= 0) fail(`${flags.pidFile} holds no pid`);
+        process.kill(pid, 'SIGHUP');
+        answer = await outcomeAfter(options, before, 'SIGHUP sent, but');
+        if (answer.result === 'failed') status = 500;
+      } else {
+        let response: { status: number; body: unknown } | undefined;
+        try {
+          response = await callServer({ ...options, timeoutMs: 180000 }, 'POST', '/api/reload', body);
+        } catch (error) {
+          if (!(error instanceof ClientError)) throw error;
+        }
+        const refused = response?.status === 503 && (response.body as ReloadAnswer).code === 'unavailable';
+        if (response && !refused) {
+          status = response.status;
+          answer = response.body as ReloadAnswer;
+        } else {
+          // The node carrying this request went away (the reload restarted it): read the outcome instead.
+          answer = await outcomeAfter(options, before, 'the connection was lost, and');
+          if (answer.result === 'failed') status = 500;
+        }
       }
       if (flags.json) console.log(JSON.stringify({ status, ...answer }));
       else if (answer.id !== undefined && answer.result)
@@ -319,6 +325,26 @@ addClientOptions(
       if (status !== 200) process.exitCode = 1;
     },
   );
+
+/** Waits for a reload outcome newer than `before` (GET /api/reload). */
+async function outcomeAfter(
+  options: ReturnType<typeof clientOptions>,
+  before: number,
+  what: string,
+): Promise<ReloadAnswer> {
+  const until = Date.now() + 180000;
+  for (;;) {
+    // A connection may land on a node that is going away: that is one more try, not a failure.
+    const reply = await callServer(options, 'GET', '/api/reload').catch((error: unknown) => {
+      if (error instanceof ClientError) return undefined;
+      throw error;
+    });
+    const answer = reply?.status === 200 ? (reply.body as ReloadAnswer) : undefined;
+    if (answer && (answer.id ?? 0) > before) return answer;
+    if (Date.now() > until) fail(`${what} no reload outcome appeared within 180 s`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
 
 const models = program
   .command('models')

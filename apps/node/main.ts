@@ -6,6 +6,7 @@ import pino from 'pino';
 import { devicesForNodes, parseDevice } from '../../libs/inference';
 import { assertNativeUws } from '../../libs/inference/uws-check';
 import { metricsBufferFor } from '../../libs/metrics';
+import { encodeError, httpStatusOf } from '../../libs/protocol';
 import { RingBuffer } from '../../libs/ring';
 import { Gateway } from './gateway';
 import type { ControlResponse, NodeMessage, NodeSettings, NodeStartOptions, SupervisorMessage } from './ipc';
@@ -215,6 +216,25 @@ class NodeProcess {
     }
   }
 
+  /**
+   * Control requests still waiting for the supervisor when this node goes away get an answer rather than a
+   * dropped connection: e.g. the reload that restarts this very node answers only once it is back.
+   */
+  private refuseControlWaiters(): void {
+    for (const [requestId, reply] of this.controlWaiters) {
+      this.controlWaiters.delete(requestId);
+      reply({
+        status: httpStatusOf('unavailable'),
+        contentType: 'application/json',
+        body: encodeError(
+          null,
+          'unavailable',
+          'this node stopped before the supervisor answered; ask again (GET /api/reload shows the last reload outcome)',
+        ),
+      });
+    }
+  }
+
   shutdown(): Promise<void> {
     this.shuttingDown ??= this.drain();
     return this.shuttingDown;
@@ -234,6 +254,7 @@ class NodeProcess {
       );
       abandoned = await gateway.waitForIdle(timeoutMs);
       answered = gateway.answered;
+      this.refuseControlWaiters();
       gateway.closeConnections();
     }
     if (this.pool) await this.pool.drain();

@@ -337,9 +337,9 @@ export class Supervisor {
     // What the host serves from now on, including a configured default model that won over the saved one.
     this.persist(initial);
     this.port = this.options.config.port;
-    // A port picked by the kernel (port 0) is not shared through SO_REUSEPORT: pick one for all nodes first.
-    if (this.port === 0 && this.options.config.nodes > 1)
-      this.port = await pickFreePort(this.options.config.host);
+    // A port picked by the kernel (port 0) is not shared through SO_REUSEPORT, and a node restarted after a
+    // graceful drain cannot bind it again (its old connections linger in TIME_WAIT): pick one first, always.
+    if (this.port === 0) this.port = await pickFreePort(this.options.config.host);
     await this.startNode(0, 0);
     await Promise.all(
       Array.from({ length: this.options.config.nodes - 1 }, (_, i) => this.startNode(i + 1, 0)),
@@ -491,18 +491,18 @@ export class Supervisor {
       : { ok: answer.ok, error: answer.error, data: answer.data };
   }
 
-  /** Test hooks: reload steps scripted to fail (`node:step` → how many calls of that step to let through first). */
-  private readonly failSteps = new Map<string, number>();
+  /** Test hooks: reload steps scripted to fail (`node:step` → calls to let through first, then calls to fail). */
+  private readonly failSteps = new Map<string, { skip: number; times: number }>();
 
   private injectedFailure(node: number, step: string): StepAnswer | undefined {
     const key = `${node}:${step}`;
-    const skip = this.failSteps.get(key);
-    if (skip === undefined) return undefined;
-    if (skip > 0) {
-      this.failSteps.set(key, skip - 1);
+    const script = this.failSteps.get(key);
+    if (!script) return undefined;
+    if (script.skip > 0) {
+      script.skip--;
       return undefined;
     }
-    this.failSteps.delete(key);
+    if (--script.times <= 0) this.failSteps.delete(key);
     return { ok: false, error: `injected failure of ${step} (test hook)` };
   }
 
@@ -1044,7 +1044,10 @@ export class Supervisor {
       const steps = ['prepare', 'commit', 'abort', 'release', 'roll'];
       if (!Number.isInteger(body.node) || typeof body.step !== 'string' || !steps.includes(body.step))
         return jsonError('bad_request', `"node" must be a node index and "step" one of ${steps.join(', ')}`);
-      this.failSteps.set(`${body.node}:${body.step}`, Number(body.skip ?? 0));
+      this.failSteps.set(`${body.node}:${body.step}`, {
+        skip: Number(body.skip ?? 0),
+        times: Number(body.times ?? 1),
+      });
       return json(200, { ok: true });
     }
     return jsonError('not_found', `no admin route for ${method} ${url}`);

@@ -4,7 +4,17 @@
  * (STREAMINFER_TEST_HOOKS), so the nodes, the restart and the table they come back on are all real.
  */
 import type { ServerHandle } from './harness';
-import { postJson, startServer, WsClient } from './harness';
+import { postJson, runCli, startServer, WsClient } from './harness';
+
+function run(args: string[]): Promise<{ code: number | null; out: string }> {
+  return new Promise((resolve) => {
+    const child = runCli(args);
+    let out = '';
+    child.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    child.stderr!.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    child.on('exit', (code) => resolve({ code, out }));
+  });
+}
 
 const PIXELS = Array.from({ length: 64 }, (_, i) => (i * 5) % 17);
 
@@ -36,14 +46,24 @@ describe('rolling reload failure: true per-node outcome, restart onto the host t
     expect(
       (await postJson(`${server.url}/api/debug/fail-step`, { node: 0, step: 'roll', skip: 1 })).status,
     ).toBe(200);
-    const response = await postJson(`${server.url}/api/reload`, {
-      model: 'digits',
-      version: '1',
-      strategy: 'rolling',
-    });
-    expect(response.status).toBe(500);
+    // Through the CLI: if its request lands on node 0, which the reload restarts, it reads the outcome from
+    // GET /api/reload instead.
+    const cli = await run([
+      'reload',
+      '--model',
+      'digits',
+      '--version',
+      '1',
+      '--strategy',
+      'rolling',
+      '--url',
+      server.url,
+      '--json',
+    ]);
+    expect(cli.code).toBe(1);
+    const response = { body: JSON.parse(cli.out) as Record<string, unknown> };
     expect(response.body).toMatchObject({
-      code: 'reload_failed',
+      status: 500,
       result: 'failed',
       epoch_before: before.epoch,
       epoch: before.epoch + 2,
@@ -52,8 +72,8 @@ describe('rolling reload failure: true per-node outcome, restart onto the host t
         { node: 1, state: 'restored' },
       ],
     });
-    expect(String(response.body.message)).toContain('node 0 restarted, node 1 restored');
-    expect(String(response.body.message)).not.toContain('every node');
+    expect(String(response.body.error)).toContain('node 0 restarted, node 1 restored');
+    expect(String(response.body.error)).not.toContain('every node');
     // GET /api/reload shows the same outcome.
     const last = (await (await fetch(`${server.url}/api/reload`)).json()) as Record<string, unknown>;
     expect(last.nodes).toEqual(response.body.nodes);
@@ -74,5 +94,68 @@ describe('rolling reload failure: true per-node outcome, restart onto the host t
     );
     for (const client of clients) client.close();
     for (const answer of answers) expect(answer).toMatchObject({ version: '2', epoch: before.epoch + 2 });
+  }, 60000);
+});
+
+describe('the reload restarts the node that carries its request', () => {
+  let server: ServerHandle;
+  beforeAll(async () => {
+    server = await startServer({ models: ['digits'], args: ['--model', 'digits'] });
+  });
+  afterAll(async () => {
+    expect(await server.stop()).toEqual({ code: 0, signal: null });
+  });
+
+  test('the request is answered 503 unavailable, not dropped; GET /api/reload and the CLI give the outcome', async () => {
+    const fail = { node: 0, step: 'roll', times: 2 };
+    expect((await postJson(`${server.url}/api/debug/fail-step`, fail)).status).toBe(200);
+    const pid = (await health(server)).nodes[0]!.pid;
+    const response = await postJson(`${server.url}/api/reload`, {
+      model: 'digits',
+      version: '1',
+      strategy: 'rolling',
+    });
+    expect(response.status).toBe(503);
+    expect(response.body).toMatchObject({ code: 'unavailable' });
+    // With one node the port is dark while it restarts: a refused connection is one more try.
+    let last: Record<string, unknown> = {};
+    for (let i = 0; i < 200 && last.result !== 'failed'; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      last = await fetch(`${server.url}/api/reload`).then(
+        async (reply) => (await reply.json()) as Record<string, unknown>,
+        () => ({}),
+      );
+    }
+    expect(last).toMatchObject({
+      result: 'failed',
+      nodes: [
+        {
+          node: 0,
+          state: 'restarted',
+          error:
+            'roll: injected failure of roll (test hook); roll back: injected failure of roll (test hook)',
+        },
+      ],
+    });
+    const after = await health(server);
+    expect(after.nodes[0]!.pid).not.toBe(pid);
+    expect(after).toMatchObject({ ready: true, epoch: last.epoch });
+
+    // The CLI reads the outcome when its connection's node is restarted.
+    expect((await postJson(`${server.url}/api/debug/fail-step`, fail)).status).toBe(200);
+    const cli = await run([
+      'reload',
+      '--model',
+      'digits',
+      '--version',
+      '1',
+      '--strategy',
+      'rolling',
+      '--url',
+      server.url,
+    ]);
+    expect(cli.code).toBe(1);
+    expect(cli.out).toContain('failed (rolling)');
+    expect(cli.out).toContain('node 0: restarted');
   }, 60000);
 });
