@@ -88,6 +88,8 @@ serve
         explicitBatchTimeout: explicit('batchTimeoutMs', 'STREAMINFER_BATCH_TIMEOUT_MS'),
         testHooks: process.env.STREAMINFER_TEST_HOOKS === '1',
         cores: os.availableParallelism(),
+        // Flags and environment given at start keep winning over the file on every configuration reload.
+        sources: filePath ? { flags, env: { ...process.env }, filePath } : { flags, env: { ...process.env } },
       },
       logger,
     );
@@ -106,22 +108,22 @@ serve
     process.on('SIGTERM', () => stop('SIGTERM'));
     process.on('SIGINT', () => stop('SIGINT'));
     process.on('SIGHUP', () => {
-      // Re-read the config file and environment, then the model repository: an atomic reload.
-      let defaultModel: string;
+      // Re-read the config file, apply every live setting and re-read the model repository: an atomic reload.
+      let fresh: unknown;
       try {
-        const fresh = filePath ? JSON.parse(readFileSync(filePath, 'utf8')) : undefined;
-        const next = resolveConfig(
-          filePath ? { flags, env: process.env, file: fresh, filePath } : { flags, env: process.env },
-        );
-        defaultModel = next.defaultModel;
+        fresh = filePath ? JSON.parse(readFileSync(filePath, 'utf8')) : undefined;
       } catch (error) {
         logger.error(
-          { err: (error as Error).message },
-          'SIGHUP: configuration rejected; still serving the previous one',
+          { err: (error as Error).message, file: filePath },
+          'SIGHUP: cannot read the config file; still serving the previous configuration',
         );
         return;
       }
-      void supervisor.reloadResponse({ defaultModel }, 'SIGHUP');
+      // The supervisor logs the outcome (and a rejected configuration) itself.
+      void supervisor.reloadConfigResponse(fresh, filePath, 'SIGHUP').then((response) => {
+        if (response.status === 409)
+          logger.warn('SIGHUP refused: a reload is in progress; send SIGHUP again once it has finished');
+      });
     });
     try {
       const port = await supervisor.start();
@@ -208,6 +210,9 @@ interface ReloadAnswer {
   code?: string;
   message?: string;
   error?: string;
+  settings_applied?: string[];
+  restart_required?: string[];
+  nodes?: Array<{ node: number; state: string; error?: string }>;
 }
 
 function describeReload(answer: ReloadAnswer): string {
@@ -218,6 +223,15 @@ function describeReload(answer: ReloadAnswer): string {
     lines.push(`  ${change.model}: ${change.from ?? '(new)'} -> ${change.to ?? '(removed)'}`);
   if (answer.previous !== answer.default_model)
     lines.push(`  default model: ${answer.previous} -> ${answer.default_model}`);
+  if (answer.settings_applied?.length)
+    lines.push(`  settings applied: ${answer.settings_applied.join(', ')}`);
+  if (answer.restart_required?.length)
+    lines.push(`  need a restart to take effect: ${answer.restart_required.join(', ')}`);
+  for (const node of answer.nodes ?? [])
+    if (node.state !== 'committed' && node.state !== 'rolled')
+      lines.push(
+        `  node ${node.node}: ${node.state.replace('_', ' ')}${node.error ? ` (${node.error})` : ''}`,
+      );
   if (answer.error) lines.push(`  error: ${answer.error}`);
   return lines.join('\n');
 }
@@ -241,37 +255,68 @@ addClientOptions(
     '--pid-file <file>',
     'signal the supervisor (SIGHUP: re-read config and repository) instead of calling the API',
   )
+  .option(
+    '--config <file>',
+    "apply this JSON config file's live settings on every node (as SIGHUP does with the serve --config file); " +
+      'the file is read here and sent to the server',
+  )
   .action(
     async (
-      flags: ClientFlags & { model?: string; version?: string; strategy?: string; pidFile?: string },
+      flags: ClientFlags & {
+        model?: string;
+        version?: string;
+        strategy?: string;
+        pidFile?: string;
+        config?: string;
+      },
     ) => {
       const options = clientOptions(flags);
       let answer: ReloadAnswer;
       let status = 200;
-      if (flags.pidFile) {
+      let body: Record<string, unknown> | undefined;
+      if (flags.config) {
+        if (flags.model || flags.version || flags.pidFile)
+          fail('--config re-reads everything; it takes no --model, --version or --pid-file');
+        let config: unknown;
+        try {
+          config = JSON.parse(readFileSync(flags.config, 'utf8'));
+        } catch (error) {
+          fail(`cannot read config file ${flags.config}: ${(error as Error).message}`);
+        }
+        body = { config };
+      } else if (flags.pidFile) {
         if (flags.model || flags.version || flags.strategy)
           fail('--pid-file sends SIGHUP (re-read everything); it takes no --model, --version or --strategy');
-        const pid = Number(readFileSync(flags.pidFile, 'utf8').trim());
-        if (!Number.isInteger(pid) || pid <= 0) fail(`${flags.pidFile} holds no pid`);
-        const before = ((await callServer(options, 'GET', '/api/reload')).body as ReloadAnswer).id ?? 0;
-        process.kill(pid, 'SIGHUP');
-        const until = Date.now() + 120000;
-        for (;;) {
-          answer = (await callServer(options, 'GET', '/api/reload')).body as ReloadAnswer;
-          if ((answer.id ?? 0) > before) break;
-          if (Date.now() > until) fail('SIGHUP sent, but no reload outcome appeared within 120 s');
-          await new Promise((resolve) => setTimeout(resolve, 100));
-        }
-        if (answer.result === 'failed') status = 500;
       } else {
-        const body: Record<string, string> = {};
+        if (flags.version && !flags.model) fail('--version needs --model');
+        body = {};
         if (flags.model) body.model = flags.model;
         if (flags.version) body.version = flags.version;
-        if (flags.strategy) body.strategy = flags.strategy;
-        if (flags.version && !flags.model) fail('--version needs --model');
-        const response = await callServer(options, 'POST', '/api/reload', body);
-        status = response.status;
-        answer = response.body as ReloadAnswer;
+      }
+      if (body && flags.strategy) body.strategy = flags.strategy;
+      const before = ((await callServer(options, 'GET', '/api/reload')).body as ReloadAnswer).id ?? 0;
+      if (flags.pidFile) {
+        const pid = Number(readFileSync(flags.pidFile, 'utf8').trim());
+        if (!Number.isInteger(pid) || pid <= 0) fail(`${flags.pidFile} holds no pid`);
+        process.kill(pid, 'SIGHUP');
+        answer = await outcomeAfter(options, before, 'SIGHUP sent, but');
+        if (answer.result === 'failed') status = 500;
+      } else {
+        let response: { status: number; body: unknown } | undefined;
+        try {
+          response = await callServer({ ...options, timeoutMs: 180000 }, 'POST', '/api/reload', body);
+        } catch (error) {
+          if (!(error instanceof ClientError)) throw error;
+        }
+        const refused = response?.status === 503 && (response.body as ReloadAnswer).code === 'unavailable';
+        if (response && !refused) {
+          status = response.status;
+          answer = response.body as ReloadAnswer;
+        } else {
+          // The node carrying this request went away (the reload restarted it): read the outcome instead.
+          answer = await outcomeAfter(options, before, 'the connection was lost, and');
+          if (answer.result === 'failed') status = 500;
+        }
       }
       if (flags.json) console.log(JSON.stringify({ status, ...answer }));
       else if (answer.id !== undefined && answer.result)
@@ -280,6 +325,26 @@ addClientOptions(
       if (status !== 200) process.exitCode = 1;
     },
   );
+
+/** Waits for a reload outcome newer than `before` (GET /api/reload). */
+async function outcomeAfter(
+  options: ReturnType<typeof clientOptions>,
+  before: number,
+  what: string,
+): Promise<ReloadAnswer> {
+  const until = Date.now() + 180000;
+  for (;;) {
+    // A connection may land on a node that is going away: that is one more try, not a failure.
+    const reply = await callServer(options, 'GET', '/api/reload').catch((error: unknown) => {
+      if (error instanceof ClientError) return undefined;
+      throw error;
+    });
+    const answer = reply?.status === 200 ? (reply.body as ReloadAnswer) : undefined;
+    if (answer && (answer.id ?? 0) > before) return answer;
+    if (Date.now() > until) fail(`${what} no reload outcome appeared within 180 s`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
 
 const models = program
   .command('models')

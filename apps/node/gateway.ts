@@ -67,7 +67,14 @@ import { route, routingKeyDraw } from '../../libs/registry';
 import type { Doorbell, RingBuffer } from '../../libs/ring';
 import type { EpochHoldLimits, HoldRelease } from './epoch-order';
 import { EPOCH_HOLD_MAX_BYTES, EPOCH_HOLD_MAX_MS, EpochOrder } from './epoch-order';
-import type { ControlRequest, ControlResponse, ModelStatus, NodeHealth, NodeStartOptions } from './ipc';
+import type {
+  ControlRequest,
+  ControlResponse,
+  ModelStatus,
+  NodeHealth,
+  NodeSettings,
+  NodeStartOptions,
+} from './ipc';
 import type { ModelRuntime, SlotRuntime } from './models';
 import { queueDepth } from './models';
 import { TransportGuard } from './transport-guard';
@@ -155,7 +162,7 @@ export class Gateway {
   private readonly hardFrameLimit: number;
   private sweepTimer: NodeJS.Timeout | undefined;
   private onIdle: (() => void) | undefined;
-  private readonly backpressure: ResolvedBackpressureOptions;
+  private backpressure: ResolvedBackpressureOptions;
   private readonly httpClients: ClientTable<string>;
   readonly counters = {
     inflightWarnings: 0,
@@ -1590,6 +1597,41 @@ export class Gateway {
     this.drainLoopRunning = false;
     if (this.sweepTimer) clearInterval(this.sweepTimer);
     if (this.holdTimer) clearTimeout(this.holdTimer);
+  }
+
+  /**
+   * A configuration reload, at COMMIT: new payload limit, default deadline, rate limit, in-flight cap and model
+   * queue bound for every client and model version from the next request on (requests already admitted keep
+   * their deadline). The WebSocket layer's own frame and buffer caps and the slow-consumer thresholds are
+   * fixed at start: the supervisor never changes those here (it reports them as needing a restart).
+   */
+  applySettings(settings: NodeSettings): void {
+    const backpressure = validateBackpressureOptions({
+      rateLimitRps: settings.backpressure.rateLimitRps,
+      rateLimitBurst: settings.backpressure.rateLimitBurst,
+      maxInflightPerClient: settings.backpressure.maxInflightPerClient,
+      maxModelQueue: settings.backpressure.maxModelQueue,
+      slowConsumerWarnBytes: this.backpressure.slowConsumerWarnBytes,
+      slowConsumerCloseBytes: this.backpressure.slowConsumerCloseBytes,
+    });
+    const options = this.options;
+    options.batch = settings.batch;
+    options.maxPayloadBytes = settings.maxPayloadBytes;
+    options.requestTimeoutMs = settings.requestTimeoutMs;
+    options.shutdownTimeoutMs = settings.shutdownTimeoutMs;
+    options.logLevel = settings.logLevel;
+    options.backpressure = {
+      ...settings.backpressure,
+      slowConsumerWarnBytes: options.backpressure.slowConsumerWarnBytes,
+      slowConsumerCloseBytes: options.backpressure.slowConsumerCloseBytes,
+    };
+    this.bindLimits.maxElements = Math.floor(settings.maxPayloadBytes / 4);
+    this.backpressure = backpressure;
+    const now = clock();
+    for (const ws of this.sockets) ws.getUserData().client.reconfigure(backpressure, now);
+    this.httpClients.forEachState((client) => client.reconfigure(backpressure, now));
+    for (const runtime of this.slots)
+      if (runtime) runtime.guard = runtime.guard.reconfigured(backpressure, now);
   }
 }
 

@@ -56,6 +56,22 @@ export interface ModelPlan {
 export interface TablePlan {
   models: ModelPlan[];
   defaultModel: string;
+  /**
+   * The node settings that can change while serving. Carried by every plan the supervisor makes, checked at
+   * PREPARE and applied at COMMIT (or at the end of a node's roll), so a configuration reload goes through the
+   * same barrier as a model reload and a roll-back restores the previous settings.
+   */
+  settings?: NodeSettings;
+}
+
+/** The part of NodeStartOptions a configuration reload changes on a running node. */
+export interface NodeSettings {
+  batch: NodeStartOptions['batch'];
+  maxPayloadBytes: number;
+  requestTimeoutMs: number;
+  backpressure: NodeStartOptions['backpressure'];
+  shutdownTimeoutMs: number;
+  logLevel: string;
 }
 
 export interface ModelVersionStatus {

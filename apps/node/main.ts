@@ -6,11 +6,12 @@ import pino from 'pino';
 import { devicesForNodes, parseDevice } from '../../libs/inference';
 import { assertNativeUws } from '../../libs/inference/uws-check';
 import { metricsBufferFor } from '../../libs/metrics';
+import { encodeError, httpStatusOf } from '../../libs/protocol';
 import { RingBuffer } from '../../libs/ring';
 import { Gateway } from './gateway';
-import type { ControlResponse, NodeMessage, NodeStartOptions, SupervisorMessage } from './ipc';
+import type { ControlResponse, NodeMessage, NodeSettings, NodeStartOptions, SupervisorMessage } from './ipc';
 import { WorkerPool } from './pool';
-import { ModelTable } from './table';
+import { ModelTable, nodeSettingsOf } from './table';
 
 function send(message: NodeMessage): void {
   if (process.connected) process.send?.(message);
@@ -29,6 +30,8 @@ class NodeProcess {
   private logger = pino({ base: { component: 'node' } });
   private options: NodeStartOptions | undefined;
   private shuttingDown: Promise<void> | undefined;
+  /** What applySettings last applied (start options at first), as JSON: an unchanged plan changes nothing. */
+  private appliedSettings = '';
 
   async start(options: NodeStartOptions): Promise<void> {
     this.options = options;
@@ -96,6 +99,17 @@ class NodeProcess {
     send({ type: 'ready', nodeIndex: options.nodeIndex, health: this.health() });
   }
 
+  /** A configuration reload reaching this node (a COMMIT, or the end of its roll). */
+  private async applySettings(settings: NodeSettings | undefined): Promise<void> {
+    if (!settings) return;
+    const text = canonicalJson(settings);
+    if (text === (this.appliedSettings ||= canonicalJson(nodeSettingsOf(this.options!)))) return;
+    this.logger.level = settings.logLevel;
+    await this.table!.applySettings(settings);
+    this.appliedSettings = text;
+    this.logger.info({ settings }, 'settings applied');
+  }
+
   private reloadStep(requestId: number, step: () => Promise<unknown>): void {
     const run = this.reloadChain.then(step);
     this.reloadChain = run.catch(() => undefined);
@@ -159,13 +173,15 @@ class NodeProcess {
         return;
       }
       case 'prepare':
-        this.reloadStep(message.requestId, async () => ({
-          prepared: await this.table!.prepare(message.plan),
-        }));
+        this.reloadStep(message.requestId, async () => {
+          if (message.plan.settings) this.table!.checkSettings(message.plan.settings);
+          return { prepared: await this.table!.prepare(message.plan) };
+        });
         return;
       case 'commit':
         this.reloadStep(message.requestId, async () => {
           this.table!.commit(message.plan, message.epoch);
+          await this.applySettings(message.plan.settings);
           this.logger.info({ epoch: message.epoch }, 'model table committed');
           return { epoch: message.epoch };
         });
@@ -187,6 +203,7 @@ class NodeProcess {
           this.gateway!.stopListening();
           try {
             await this.table!.rollInPlace(message.plan, message.epoch);
+            await this.applySettings(message.plan.settings);
           } finally {
             await this.gateway!.resumeListening();
           }
@@ -196,6 +213,25 @@ class NodeProcess {
       case 'shutdown':
         void this.shutdown();
         return;
+    }
+  }
+
+  /**
+   * Control requests still waiting for the supervisor when this node goes away get an answer rather than a
+   * dropped connection: e.g. the reload that restarts this very node answers only once it is back.
+   */
+  private refuseControlWaiters(): void {
+    for (const [requestId, reply] of this.controlWaiters) {
+      this.controlWaiters.delete(requestId);
+      reply({
+        status: httpStatusOf('unavailable'),
+        contentType: 'application/json',
+        body: encodeError(
+          null,
+          'unavailable',
+          'this node stopped before the supervisor answered; ask again (GET /api/reload shows the last reload outcome)',
+        ),
+      });
     }
   }
 
@@ -218,6 +254,7 @@ class NodeProcess {
       );
       abandoned = await gateway.waitForIdle(timeoutMs);
       answered = gateway.answered;
+      this.refuseControlWaiters();
       gateway.closeConnections();
     }
     if (this.pool) await this.pool.drain();
@@ -225,6 +262,15 @@ class NodeProcess {
     send({ type: 'drained', nodeIndex: this.options?.nodeIndex ?? -1, answered, abandoned });
     setTimeout(() => process.exit(0), 50);
   }
+}
+
+/** JSON with object keys sorted, so equal settings compare equal whatever order they were built in. */
+function canonicalJson(value: unknown): string {
+  return JSON.stringify(value, (_key, field: unknown) =>
+    typeof field === 'object' && field !== null && !Array.isArray(field)
+      ? Object.fromEntries(Object.entries(field).sort(([a], [b]) => (a < b ? -1 : 1)))
+      : field,
+  );
 }
 
 const node = new NodeProcess();

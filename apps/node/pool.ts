@@ -178,6 +178,9 @@ export class WorkerPool {
       case 'unloaded':
         this.settle(handle, `unload:${event.slot}`, event);
         return;
+      case 'rebatched':
+        this.settle(handle, `rebatch:${event.slot}`, event);
+        return;
       case 'drained':
         this.settle(handle, 'drain', event);
         return;
@@ -229,6 +232,18 @@ export class WorkerPool {
       this.handles
         .filter((h) => h.alive)
         .map((handle) => this.request(handle, `unload:${slot}`, { type: 'unload', slot })),
+    );
+  }
+
+  /** New batch options for a loaded lane on every worker (and for replacement workers from now on). */
+  async rebatchLane(slot: number, batching: LoadCommand['batching']): Promise<void> {
+    const lane = this.lanes.get(slot);
+    if (!lane) return;
+    this.lanes.set(slot, { ...lane, batching });
+    await Promise.all(
+      this.handles
+        .filter((h) => h.alive)
+        .map((handle) => this.request(handle, `rebatch:${slot}`, { type: 'rebatch', slot, batching })),
     );
   }
 

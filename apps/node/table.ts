@@ -7,12 +7,14 @@
 import * as path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
+import { validateBackpressureOptions } from '../../libs/backpressure';
+import { validateBatchPolicyOptions } from '../../libs/batching';
 import { MAX_SLOTS, resetSlot } from '../../libs/metrics';
 import type { ModelEntry } from '../../libs/registry';
 import { readModel } from '../../libs/registry';
 import { Doorbell, RingBuffer } from '../../libs/ring';
 import type { Gateway } from './gateway';
-import type { ModelPlan, NodeStartOptions, TablePlan } from './ipc';
+import type { ModelPlan, NodeSettings, NodeStartOptions, TablePlan } from './ipc';
 import type { ModelRuntime, SlotRuntime } from './models';
 import { batchOptionsFor } from './models';
 import type { WorkerPool } from './pool';
@@ -228,6 +230,32 @@ export class ModelTable {
     return retiring.length;
   }
 
+  // ---------------------------------------------------------------- configuration reload
+
+  /** PREPARE side of a configuration reload: throws (failing the prepare) when this node cannot apply it. */
+  checkSettings(settings: NodeSettings): void {
+    validateBackpressureOptions({
+      rateLimitRps: settings.backpressure.rateLimitRps,
+      rateLimitBurst: settings.backpressure.rateLimitBurst,
+      maxInflightPerClient: settings.backpressure.maxInflightPerClient,
+      maxModelQueue: settings.backpressure.maxModelQueue,
+    });
+    for (const model of this.models.values())
+      validateBatchPolicyOptions(batchOptionsFor(model.entry, settings.batch));
+  }
+
+  /** COMMIT side: the gateway's limits, then every loaded lane's batch options (on every worker). */
+  async applySettings(settings: NodeSettings): Promise<void> {
+    this.gateway().applySettings(settings);
+    await Promise.all(
+      this.slots.map((runtime) =>
+        runtime
+          ? this.pool.rebatchLane(runtime.slot, batchOptionsFor(runtime.model, settings.batch))
+          : undefined,
+      ),
+    );
+  }
+
   // ---------------------------------------------------------------- rolling swap, in place
 
   /**
@@ -268,6 +296,18 @@ export class ModelTable {
     this.commit(plan, epoch);
     await this.release(plan);
   }
+}
+
+/** The settings a node runs with, as a configuration reload would set them. */
+export function nodeSettingsOf(options: NodeStartOptions): NodeSettings {
+  return {
+    batch: options.batch,
+    maxPayloadBytes: options.maxPayloadBytes,
+    requestTimeoutMs: options.requestTimeoutMs,
+    backpressure: options.backpressure,
+    shutdownTimeoutMs: options.shutdownTimeoutMs,
+    logLevel: options.logLevel,
+  };
 }
 
 /** Aliases, canary and shadow from a plan; an alias naming a version that is not loaded is dropped. */

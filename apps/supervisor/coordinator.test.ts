@@ -12,7 +12,7 @@ const v2: TablePlan = {
 };
 const ok: StepAnswer = { ok: true };
 
-type Step = 'prepare' | 'commit' | 'abort' | 'release' | 'roll';
+type Step = 'prepare' | 'commit' | 'abort' | 'release' | 'roll' | 'restart';
 
 /** A node that records every step and answers from a script. */
 function fakeNode(
@@ -31,7 +31,14 @@ function fakeNode(
     abort: () => answer('abort'),
     release: () => answer('release'),
     roll: (plan, epoch) => answer('roll', `@${epoch}:${plan.models[0]!.stable}`),
+    restart: () => answer('restart'),
   };
+}
+
+/** Answers from a list, one per call (the last one repeats). */
+function answers(...list: StepAnswer[]): () => Promise<StepAnswer> {
+  let call = 0;
+  return async () => list[Math.min(call++, list.length - 1)]!;
 }
 
 function coordinator(nodes: NodeChannel[]) {
@@ -53,6 +60,10 @@ describe('atomic reload (epoch barrier)', () => {
     expect(log).toEqual(['0:prepare', '1:prepare', '0:commit@1', '1:commit@1', '0:release', '1:release']);
     expect(c.table).toBe(v2);
     expect(c.last).toBe(outcome);
+    expect(outcome.nodes).toEqual([
+      { node: 0, state: 'committed' },
+      { node: 1, state: 'committed' },
+    ]);
   });
 
   test('a worker failing to load on one node aborts everywhere; the epoch does not move', async () => {
@@ -68,6 +79,10 @@ describe('atomic reload (epoch barrier)', () => {
     expect(log.filter((entry) => entry.includes('commit'))).toEqual([]);
     expect(log).toEqual(expect.arrayContaining(['0:abort', '1:abort']));
     expect(c.table).toBe(v1);
+    expect(outcome.nodes).toEqual([
+      { node: 0, state: 'unchanged' },
+      { node: 1, state: 'unchanged' },
+    ]);
   });
 
   test('a node that dies or times out during prepare counts as a failure', async () => {
@@ -80,15 +95,59 @@ describe('atomic reload (epoch barrier)', () => {
     expect(outcome.error).toContain('no answer');
   });
 
-  test('a node missing the commit (died) does not undo it: it restarts on the new table', async () => {
-    const c = coordinator([
-      fakeNode(0),
-      fakeNode(1, { commit: async () => ({ ok: false, error: 'no answer' }) }),
-    ]);
+  test('a node missing the commit does not undo it: it is restarted onto the new table', async () => {
+    const log: string[] = [];
+    let epochAtRestart = -1;
+    let tableAtRestart: TablePlan | undefined;
+    const nodes = [
+      fakeNode(0, {}, log),
+      fakeNode(
+        1,
+        {
+          commit: async () => ({ ok: false, error: 'no answer' }),
+          restart: async () => {
+            epochAtRestart = c.epoch;
+            tableAtRestart = c.table;
+            return ok;
+          },
+        },
+        log,
+      ),
+    ];
+    const c = coordinator(nodes);
     const outcome = await c.reload(v2, 'atomic', 'test');
     expect(outcome).toMatchObject({ result: 'committed', epoch: 1 });
-    expect(outcome.warnings?.[0]).toContain('node 1 missed the commit');
+    expect(outcome.warnings?.[0]).toContain(
+      'node 1 missed the commit (commit: no answer); restarted onto epoch 1',
+    );
+    expect(outcome.nodes).toEqual([
+      { node: 0, state: 'committed' },
+      { node: 1, state: 'restarted', error: 'commit: no answer' },
+    ]);
+    // The restart comes up on the committed table: the host had moved before it was asked for.
+    expect(epochAtRestart).toBe(1);
+    expect(tableAtRestart).toBe(v2);
+    expect(log).toContain('1:restart');
+    expect(log).not.toContain('1:release');
     expect(c.table).toBe(v2);
+  });
+
+  test('a restart that fails too is reported as such', async () => {
+    const c = coordinator([
+      fakeNode(0, {
+        commit: async () => ({ ok: false, error: 'no answer' }),
+        restart: async () => ({ ok: false, error: 'node 0 did not become ready' }),
+      }),
+    ]);
+    const outcome = await c.reload(v2, 'atomic', 'test');
+    expect(outcome.nodes).toEqual([
+      {
+        node: 0,
+        state: 'restart_failed',
+        error: 'commit: no answer; restart: node 0 did not become ready',
+      },
+    ]);
+    expect(outcome.warnings?.[0]).toContain('its restart failed');
   });
 
   test('a second reload while one runs is refused, never interleaved', async () => {
@@ -114,23 +173,97 @@ describe('rolling reload', () => {
     const outcome = await c.reload(v2, 'rolling', 'test');
     expect(outcome).toMatchObject({ result: 'committed', epoch: 1 });
     expect(log).toEqual(['0:roll@1:2', '1:roll@1:2', '2:roll@1:2']);
+    expect(outcome.nodes.map((node) => node.state)).toEqual(['rolled', 'rolled', 'rolled']);
   });
 
-  test('a failure rolls the nodes already done back to the previous table, in reverse', async () => {
+  test('a failure moves every node back to the previous table at the next epoch, answers checked', async () => {
     const log: string[] = [];
     const nodes = [
       fakeNode(0, {}, log),
       fakeNode(1, {}, log),
-      fakeNode(2, { roll: async () => ({ ok: false, error: 'out of memory' }) }, log),
+      fakeNode(2, { roll: answers({ ok: false, error: 'out of memory' }, ok) }, log),
+      fakeNode(3, {}, log),
     ];
     const c = coordinator(nodes);
     const outcome = await c.reload(v2, 'rolling', 'test');
-    expect(outcome).toMatchObject({ result: 'failed' });
-    expect(outcome.error).toContain('node 2');
-    // Epochs only grow: the way back is epoch 2, serving the previous table.
-    expect(log).toEqual(['0:roll@1:2', '1:roll@1:2', '2:roll@1:2', '1:roll@2:1', '0:roll@2:1']);
+    expect(outcome).toMatchObject({ result: 'failed', epoch: 2 });
+    expect(outcome.error).toContain('rolling reload failed on node 2: out of memory');
+    expect(outcome.error).toContain(
+      'node 0 rolled back, node 1 rolled back, node 2 restored, node 3 unchanged',
+    );
+    // Epochs only grow: the way back is epoch 2, serving the previous table. The failing node confirms first,
+    // then the rolled ones in reverse, then the one never reached moves epoch.
+    expect(log).toEqual([
+      '0:roll@1:2',
+      '1:roll@1:2',
+      '2:roll@1:2',
+      '2:roll@2:1',
+      '1:roll@2:1',
+      '0:roll@2:1',
+      '3:roll@2:1',
+    ]);
+    expect(outcome.nodes).toEqual([
+      { node: 0, state: 'rolled_back' },
+      { node: 1, state: 'rolled_back' },
+      { node: 2, state: 'restored' },
+      { node: 3, state: 'unchanged' },
+    ]);
     expect(c.table).toBe(v1);
     expect(c.epoch).toBe(2);
+  });
+
+  test('a node whose roll-back fails is restarted onto the previous table, and the outcome says so', async () => {
+    const log: string[] = [];
+    let epochAtRestart = -1;
+    let tableAtRestart: TablePlan | undefined;
+    const c = coordinator([
+      fakeNode(
+        0,
+        {
+          roll: answers(ok, { ok: false, error: 'cannot load version 1' }),
+          restart: async () => {
+            epochAtRestart = c.epoch;
+            tableAtRestart = c.table;
+            return ok;
+          },
+        },
+        log,
+      ),
+      fakeNode(1, { roll: answers({ ok: false, error: 'bad file' }, ok) }, log),
+    ]);
+    const outcome = await c.reload(v2, 'rolling', 'test');
+    expect(outcome.result).toBe('failed');
+    expect(outcome.nodes).toEqual([
+      { node: 0, state: 'restarted', error: 'roll back: cannot load version 1' },
+      { node: 1, state: 'restored' },
+    ]);
+    expect(outcome.error).toContain('node 0 restarted, node 1 restored');
+    expect(outcome.error).not.toContain('every node');
+    expect(outcome.warnings?.[0]).toContain('node 0 could not return to the previous table');
+    expect(log).toEqual(['0:roll@1:2', '1:roll@1:2', '1:roll@2:1', '0:roll@2:1', '0:restart']);
+    expect(epochAtRestart).toBe(2);
+    expect(tableAtRestart).toBe(v1);
+  });
+
+  test('a failing node that cannot confirm it restored itself is restarted; a failed restart is reported', async () => {
+    const c = coordinator([
+      fakeNode(0),
+      fakeNode(1, {
+        roll: async () => ({ ok: false, error: 'no answer (the node died or timed out)' }),
+        restart: async () => ({ ok: false, error: 'node 1 did not become ready within 120s' }),
+      }),
+    ]);
+    const outcome = await c.reload(v2, 'rolling', 'test');
+    expect(outcome.nodes).toEqual([
+      { node: 0, state: 'rolled_back' },
+      {
+        node: 1,
+        state: 'restart_failed',
+        error:
+          'roll: no answer (the node died or timed out); roll back: no answer (the node died or timed out); restart: node 1 did not become ready within 120s',
+      },
+    ]);
+    expect(outcome.error).toContain('node 0 rolled back, node 1 restart failed');
   });
 });
 

@@ -9,6 +9,7 @@ import * as path from 'node:path';
 import type { Logger } from 'pino';
 import { Counter, collectDefaultMetrics, Histogram, Registry } from 'prom-client';
 import type { ServerConfig } from '../../libs/config';
+import { ConfigError, planConfigChange, resolveConfigDetailed } from '../../libs/config';
 import { defaultIntraOpThreads } from '../../libs/inference';
 import type { MetricJson } from '../../libs/metrics';
 import { aggregateToText, PROMETHEUS_CONTENT_TYPE } from '../../libs/metrics';
@@ -28,18 +29,21 @@ import type {
   ModelPlan,
   NodeHealth,
   NodeMessage,
+  NodeSettings,
   NodeStartOptions,
   SupervisorMessage,
   TablePlan,
 } from '../node/ipc';
 import { authorizeAdmin } from './admin-auth';
+import { Coalescer } from './coalesce';
 import type { NodeChannel, ReloadOutcome, ReloadStrategy, StepAnswer } from './coordinator';
 import { ReloadBusyError, ReloadCoordinator } from './coordinator';
 
 const COLLECT_TIMEOUT_MS = 5000;
-/** Loading sessions can take a while for big models; a node silent this long counts as failed. */
-const RELOAD_STEP_TIMEOUT_MS = 120000;
 const START_TIMEOUT_MS = 120000;
+const RESTART_POLL_MS = 50;
+/** Scrapes of one kind start node fan-outs at least this far apart (concurrent scrapes share them). */
+const SCRAPE_MIN_INTERVAL_MS = 50;
 
 interface NodeHandle {
   index: number;
@@ -53,6 +57,8 @@ export interface SupervisorOptions {
   config: ServerConfig;
   explicitBatchSize: boolean;
   explicitBatchTimeout: boolean;
+  /** What the configuration was resolved from at start: a configuration reload resolves again with them. */
+  sources?: { flags: Record<string, unknown>; env: Record<string, string | undefined>; filePath?: string };
   testHooks: boolean;
   cores: number;
 }
@@ -68,10 +74,25 @@ export class Supervisor {
   private coordinator: ReloadCoordinator | undefined;
   private readonly reloadsTotal: Counter<'result' | 'strategy'>;
   private readonly reloadDuration: Histogram<'strategy'>;
+  private readonly fanOutsTotal: Counter<'what'>;
+  private readonly healthScrapes = new Coalescer(() => this.buildHealthReport(), SCRAPE_MIN_INTERVAL_MS);
+  private readonly metricsScrapes = new Coalescer(() => this.buildMetricsText(), SCRAPE_MIN_INTERVAL_MS);
   private nextRequestId = 1;
   private readonly registry = new Registry();
   private defaultModel: string;
   private readonly startedAt = Date.now();
+  /** The configuration the processes were started with (fixes what a configuration reload can change). */
+  private readonly startedConfig: ServerConfig;
+  /** The configuration a running configuration reload installs once it commits. */
+  private pendingConfig:
+    | {
+        config: ServerConfig;
+        explicitSize: boolean;
+        explicitTimeout: boolean;
+        applied: string[];
+        restartRequired: string[];
+      }
+    | undefined;
 
   constructor(
     private readonly options: SupervisorOptions,
@@ -79,6 +100,7 @@ export class Supervisor {
   ) {
     collectDefaultMetrics({ register: this.registry, prefix: 'streaminfer_supervisor_' });
     this.defaultModel = options.config.defaultModel;
+    this.startedConfig = options.config;
     this.reloadsTotal = new Counter({
       name: 'streaminfer_reloads_total',
       help: 'Model table reloads, by result (committed, failed, unchanged) and strategy.',
@@ -92,6 +114,12 @@ export class Supervisor {
       buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
       registers: [this.registry],
     });
+    this.fanOutsTotal = new Counter({
+      name: 'streaminfer_control_fanouts_total',
+      help: 'Requests to every node for /health or /metrics (concurrent scrapes share one), by what was collected.',
+      labelNames: ['what'],
+      registers: [this.registry],
+    });
   }
 
   get listeningPort(): number {
@@ -100,7 +128,7 @@ export class Supervisor {
 
   private startOptions(index: number): NodeStartOptions {
     const config = this.options.config;
-    return {
+    const options: NodeStartOptions = {
       nodeIndex: index,
       port: this.port,
       host: config.host,
@@ -134,6 +162,40 @@ export class Supervisor {
       testHooks: this.options.testHooks,
       plan: this.coordinator!.table,
       epoch: this.coordinator!.epoch,
+    };
+    // The host's live settings are those of its table (a node restarted after a failed roll-back gets the
+    // settings the other nodes went back to).
+    const settings = this.coordinator!.table.settings;
+    return settings ? { ...options, ...settings } : options;
+  }
+
+  /** The node settings a configuration asks for (see NodeSettings: what a configuration reload changes). */
+  private nodeSettingsFor(
+    config: ServerConfig,
+    explicitSize: boolean,
+    explicitTimeout: boolean,
+  ): NodeSettings {
+    return {
+      batch: {
+        policy: config.batchPolicy,
+        maxBatchSize: config.batchSize,
+        maxQueueDelayMs: config.batchTimeoutMs,
+        explicitSize,
+        explicitTimeout,
+      },
+      maxPayloadBytes: config.maxPayloadBytes,
+      requestTimeoutMs: config.requestTimeoutMs,
+      backpressure: {
+        rateLimitRps: config.rateLimitRps,
+        rateLimitBurst: config.rateLimitBurst,
+        maxInflightPerClient: config.maxQueueSize,
+        maxModelQueue: config.maxModelQueue,
+        slowConsumerWarnBytes: config.slowConsumerWarnBytes,
+        slowConsumerCloseBytes: config.slowConsumerCloseBytes,
+        trustForwardedFor: config.trustForwardedFor,
+      },
+      shutdownTimeoutMs: config.shutdownTimeoutMs,
+      logLevel: config.logLevel,
     };
   }
 
@@ -171,8 +233,26 @@ export class Supervisor {
     if (loaded.warning) this.logger.warn(loaded.warning);
     if (!loaded.state) return plan;
     const saved = loaded.state;
+    let defaultModel = plan.defaultModel;
+    // The saved default model (a `reload --model X`) wins unless the operator changed STREAMINFER_MODEL_NAME
+    // since it was saved, or the model is gone.
+    if (saved.defaultModel !== undefined && saved.defaultModel !== plan.defaultModel) {
+      const configured = this.options.config.defaultModel;
+      if (saved.configuredDefaultModel !== undefined && saved.configuredDefaultModel !== configured) {
+        this.logger.info(
+          { saved: saved.defaultModel, configured },
+          'the configured default model changed since the state was saved; using the configured one',
+        );
+      } else if (!plan.models.some((model) => model.name === saved.defaultModel)) {
+        this.logger.warn(
+          { saved: saved.defaultModel, configured },
+          'saved default model is not in the repository; using the configured one',
+        );
+      } else defaultModel = saved.defaultModel;
+    }
     return {
       ...plan,
+      defaultModel,
       models: plan.models.map((model) => {
         const state = saved.models[model.name];
         if (!state) return model;
@@ -200,7 +280,11 @@ export class Supervisor {
   }
 
   private persist(plan: TablePlan): void {
-    const state: RegistryState = { models: {} };
+    const state: RegistryState = {
+      defaultModel: plan.defaultModel,
+      configuredDefaultModel: this.options.config.defaultModel,
+      models: {},
+    };
     for (const model of plan.models) {
       const entry: ModelState = {
         stable: model.stable,
@@ -235,19 +319,27 @@ export class Supervisor {
         `default model "${this.defaultModel}" (STREAMINFER_MODEL_NAME) is not in ${this.options.config.modelsDir}; found ${entries.map((entry) => entry.name).join(', ')}`,
       );
     }
-    this.coordinator = new ReloadCoordinator(
-      this.withSavedState(this.repositoryPlan(entries, this.defaultModel)),
-      {
-        nodes: () => this.nodes.map((handle) => this.channel(handle)),
-        now: () => Date.now(),
-        onOutcome: (outcome) => this.recordOutcome(outcome),
-      },
-    );
+    const initial: TablePlan = {
+      ...this.withSavedState(this.repositoryPlan(entries, this.defaultModel)),
+      settings: this.nodeSettingsFor(
+        this.options.config,
+        this.options.explicitBatchSize,
+        this.options.explicitBatchTimeout,
+      ),
+    };
+    this.defaultModel = initial.defaultModel;
+    this.coordinator = new ReloadCoordinator(initial, {
+      nodes: () => this.nodes.map((handle) => this.channel(handle)),
+      now: () => Date.now(),
+      onOutcome: (outcome) => this.recordOutcome(outcome),
+    });
     for (const entry of entries) this.lastDefaults.set(entry.name, entry.defaultVersion);
+    // What the host serves from now on, including a configured default model that won over the saved one.
+    this.persist(initial);
     this.port = this.options.config.port;
-    // A port picked by the kernel (port 0) is not shared through SO_REUSEPORT: pick one for all nodes first.
-    if (this.port === 0 && this.options.config.nodes > 1)
-      this.port = await pickFreePort(this.options.config.host);
+    // A port picked by the kernel (port 0) is not shared through SO_REUSEPORT, and a node restarted after a
+    // graceful drain cannot bind it again (its old connections linger in TIME_WAIT): pick one first, always.
+    if (this.port === 0) this.port = await pickFreePort(this.options.config.host);
     await this.startNode(0, 0);
     await Promise.all(
       Array.from({ length: this.options.config.nodes - 1 }, (_, i) => this.startNode(i + 1, 0)),
@@ -386,12 +478,32 @@ export class Supervisor {
     handle: NodeHandle,
     build: (requestId: number) => SupervisorMessage,
   ): Promise<StepAnswer> {
-    const answer = await this.ask(handle, build, RELOAD_STEP_TIMEOUT_MS);
+    if (this.options.testHooks) {
+      const injected = this.injectedFailure(handle.index, build(0).type);
+      if (injected) return injected;
+    }
+    // Loading sessions can take a while for big models; a node silent this long counts as failed.
+    const answer = await this.ask(handle, build, this.options.config.reloadStepTimeoutMs);
     if (!answer) return { ok: false, error: 'no answer (the node died or timed out)' };
     if (answer.type !== 'command-result') return { ok: false, error: `unexpected answer ${answer.type}` };
     return answer.error === undefined
       ? { ok: answer.ok, data: answer.data }
       : { ok: answer.ok, error: answer.error, data: answer.data };
+  }
+
+  /** Test hooks: reload steps scripted to fail (`node:step` → calls to let through first, then calls to fail). */
+  private readonly failSteps = new Map<string, { skip: number; times: number }>();
+
+  private injectedFailure(node: number, step: string): StepAnswer | undefined {
+    const key = `${node}:${step}`;
+    const script = this.failSteps.get(key);
+    if (!script) return undefined;
+    if (script.skip > 0) {
+      script.skip--;
+      return undefined;
+    }
+    if (--script.times <= 0) this.failSteps.delete(key);
+    return { ok: false, error: `injected failure of ${step} (test hook)` };
   }
 
   private channel(handle: NodeHandle): NodeChannel {
@@ -402,10 +514,56 @@ export class Supervisor {
       abort: () => this.step(handle, (requestId) => ({ type: 'abort', requestId })),
       release: (plan) => this.step(handle, (requestId) => ({ type: 'release', requestId, plan })),
       roll: (plan, epoch) => this.step(handle, (requestId) => ({ type: 'roll', requestId, plan, epoch })),
+      restart: (reason) => this.restartNode(handle, reason),
     };
   }
 
+  /**
+   * Replaces a node that cannot reach the host's table: it drains (SIGTERM; SIGKILL once the shutdown grace is
+   * over, e.g. when it is wedged) and the crash-restart path brings it up on the host's current table and
+   * epoch. Resolves when the replacement is ready, or with the reason it is not.
+   */
+  restartNode(handle: NodeHandle, reason: string): Promise<StepAnswer> {
+    const index = handle.index;
+    this.logger.warn({ node: index, reason }, 'restarting node onto the host table');
+    const child = handle.child;
+    if (child.exitCode === null && child.signalCode === null) {
+      const grace = setTimeout(() => child.kill('SIGKILL'), this.options.config.shutdownTimeoutMs + 1000);
+      child.once('exit', () => clearTimeout(grace));
+      child.kill('SIGTERM');
+    }
+    const deadline = Date.now() + START_TIMEOUT_MS + this.options.config.shutdownTimeoutMs;
+    return new Promise((resolve) => {
+      const poll = (): void => {
+        const current = this.nodes[index];
+        if (current !== undefined && current !== handle && current.ready) {
+          // A replacement that started before the host moved came up on the table it was given then.
+          if (current.lastHealth?.epoch === this.coordinator!.epoch) resolve({ ok: true });
+          else this.restartNode(current, `${reason}; came up at another epoch`).then(resolve);
+        } else if (this.stopping) resolve({ ok: false, error: 'the server is shutting down' });
+        else if (Date.now() > deadline)
+          resolve({ ok: false, error: `node ${index} was not ready again in time` });
+        else setTimeout(poll, RESTART_POLL_MS);
+      };
+      poll();
+    });
+  }
+
   private recordOutcome(outcome: ReloadOutcome): void {
+    const pending = this.pendingConfig;
+    if (pending) {
+      outcome.config = {
+        applied: outcome.result === 'failed' ? [] : pending.applied,
+        restartRequired: pending.restartRequired,
+      };
+      if (outcome.result !== 'failed') {
+        // Supervisor-side settings (admin token, log level, step timeout) and what restarted nodes get.
+        this.options.config = pending.config;
+        this.options.explicitBatchSize = pending.explicitSize;
+        this.options.explicitBatchTimeout = pending.explicitTimeout;
+        this.logger.level = pending.config.logLevel;
+      }
+    }
     this.reloadsTotal.inc({ result: outcome.result, strategy: outcome.strategy });
     this.reloadDuration.observe({ strategy: outcome.strategy }, outcome.durationMs / 1000);
     if (outcome.result === 'committed') {
@@ -419,9 +577,14 @@ export class Supervisor {
       epoch: outcome.epoch,
       changes: outcome.changes,
       durationMs: outcome.durationMs,
+      nodes: outcome.nodes,
+      ...(outcome.warnings ? { warnings: outcome.warnings } : {}),
+      ...(outcome.config
+        ? { settingsApplied: outcome.config.applied, restartRequired: outcome.config.restartRequired }
+        : {}),
     };
-    if (outcome.result === 'failed')
-      this.logger.error({ ...log, err: outcome.error }, 'reload failed; still serving the previous table');
+    if (outcome.result === 'failed') this.logger.error({ ...log, err: outcome.error }, 'reload failed');
+    else if (outcome.warnings) this.logger.warn(log, 'reload committed, with warnings');
     else this.logger.info(log, 'reload committed');
   }
 
@@ -430,7 +593,13 @@ export class Supervisor {
    * (loading it if needed). `model` alone: make it the default model. Neither: re-read the repository.
    */
   async reload(
-    request: { model?: string; version?: string; strategy?: ReloadStrategy; defaultModel?: string },
+    request: {
+      model?: string;
+      version?: string;
+      strategy?: ReloadStrategy;
+      defaultModel?: string;
+      settings?: NodeSettings;
+    },
     reason: string,
   ): Promise<ReloadOutcome> {
     const coordinator = this.coordinator!;
@@ -483,7 +652,84 @@ export class Supervisor {
       }
       for (const entry of entries) this.lastDefaults.set(entry.name, entry.defaultVersion);
     }
-    return coordinator.reload(plan, strategy, reason);
+    return coordinator.reload(
+      { ...plan, settings: request.settings ?? current.settings ?? plan.settings },
+      strategy,
+      reason,
+    );
+  }
+
+  /**
+   * SIGHUP and `reload --config`: resolves the configuration again from `file` (the config file's content),
+   * with the flags and environment given at start still winning over it; applies every live setting on every
+   * node through the epoch barrier, together with a re-read of the model repository; names the settings that
+   * need a restart (in the log and in the outcome). An invalid configuration changes nothing.
+   */
+  async reloadConfig(
+    file: unknown,
+    filePath: string | undefined,
+    reason: string,
+    strategy?: ReloadStrategy,
+  ): Promise<ReloadOutcome> {
+    // Refused before anything is staged: the pending configuration belongs to the reload that runs next.
+    const running = this.coordinator!.current;
+    if (running) throw new ReloadBusyError(running);
+    const sources = this.options.sources ?? { flags: {}, env: {} };
+    let resolved: ReturnType<typeof resolveConfigDetailed>;
+    try {
+      resolved = resolveConfigDetailed({
+        flags: sources.flags,
+        env: sources.env,
+        ...(file !== undefined ? { file } : {}),
+        ...(filePath !== undefined ? { filePath } : {}),
+      });
+    } catch (error) {
+      const message = error instanceof ConfigError ? error.message : (error as Error).message;
+      this.logger.error({ reason, err: message }, 'configuration rejected; still serving the previous one');
+      throw new ReloadInputError('bad_request', message);
+    }
+    for (const warning of resolved.warnings) this.logger.warn({ reason }, warning);
+    const change = planConfigChange(this.options.config, resolved.config, this.startedConfig);
+    const explicitSize = resolved.origins.batchSize !== 'default';
+    const explicitTimeout = resolved.origins.batchTimeoutMs !== 'default';
+    if (change.restartRequired.length > 0)
+      this.logger.warn(
+        { reason, restart_required: change.restartRequired },
+        'configuration reload: these settings take effect only after a restart',
+      );
+    this.pendingConfig = {
+      config: change.next,
+      explicitSize,
+      explicitTimeout,
+      applied: change.applied,
+      restartRequired: change.restartRequired,
+    };
+    try {
+      const request: { defaultModel?: string; settings: NodeSettings; strategy?: ReloadStrategy } = {
+        settings: this.nodeSettingsFor(change.next, explicitSize, explicitTimeout),
+      };
+      // The configured default model applies when the configuration changed it; otherwise the one being
+      // served stays (it may come from `reload --model`).
+      if (change.applied.includes('defaultModel')) request.defaultModel = change.next.defaultModel;
+      if (strategy) request.strategy = strategy;
+      return await this.reload(request, reason);
+    } finally {
+      this.pendingConfig = undefined;
+    }
+  }
+
+  /** reloadConfig as the API answers it. */
+  async reloadConfigResponse(
+    file: unknown,
+    filePath: string | undefined,
+    reason: string,
+    strategy?: ReloadStrategy,
+  ): Promise<ControlResponse> {
+    try {
+      return outcomeResponse(await this.reloadConfig(file, filePath, reason, strategy));
+    } catch (error) {
+      return reloadErrorResponse(error);
+    }
   }
 
   private readEntry(name: string): ModelEntry {
@@ -505,12 +751,18 @@ export class Supervisor {
   }
 
   private async collect(what: 'metrics' | 'health'): Promise<Array<NodeMessage | undefined>> {
+    this.fanOutsTotal.inc({ what });
     return Promise.all(
       this.nodes.map((handle) => this.ask(handle, (requestId) => ({ type: 'collect', requestId, what }))),
     );
   }
 
-  async healthReport(): Promise<{ ready: boolean; body: Record<string, unknown> }> {
+  /** The host's health; concurrent callers share one fan-out to the nodes (see Coalescer). */
+  healthReport(): Promise<{ ready: boolean; body: Record<string, unknown> }> {
+    return this.healthScrapes.get();
+  }
+
+  private async buildHealthReport(): Promise<{ ready: boolean; body: Record<string, unknown> }> {
     const answers = await this.collect('health');
     const nodes = answers.map((answer, index) => {
       const health = answer?.type === 'collected' ? answer.health : undefined;
@@ -561,7 +813,11 @@ export class Supervisor {
     return { ready, body };
   }
 
-  private async metricsText(): Promise<string> {
+  private metricsText(): Promise<string> {
+    return this.metricsScrapes.get();
+  }
+
+  private async buildMetricsText(): Promise<string> {
     const answers = await this.collect('metrics');
     const perProcess: MetricJson[][] = [];
     for (const answer of answers)
@@ -740,6 +996,15 @@ export class Supervisor {
       }
       if (body.version !== undefined && body.model === undefined)
         return jsonError('bad_request', '"version" needs "model"');
+      if (body.config !== undefined) {
+        if (typeof body.config !== 'object' || body.config === null || Array.isArray(body.config))
+          return jsonError(
+            'bad_request',
+            '"config" must be an object of settings (a config file\'s content)',
+          );
+        if (body.model !== undefined)
+          return jsonError('bad_request', '"config" re-reads everything; it takes no "model" or "version"');
+      }
       if (body.strategy !== undefined && body.strategy !== 'atomic' && body.strategy !== 'rolling') {
         return jsonError('bad_request', '"strategy" must be "atomic" or "rolling"');
       }
@@ -747,6 +1012,13 @@ export class Supervisor {
       if (typeof body.model === 'string') request.model = body.model;
       if (typeof body.version === 'string') request.version = body.version;
       if (typeof body.strategy === 'string') request.strategy = body.strategy as ReloadStrategy;
+      if (body.config !== undefined)
+        return this.reloadConfigResponse(
+          body.config,
+          'sent with POST /api/reload',
+          'POST /api/reload (config)',
+          request.strategy,
+        );
       return this.reloadResponse(request, 'POST /api/reload');
     }
     const registry = /^\/api\/models\/([^/]+)\/(candidate|canary|shadow|promote|rollback)$/.exec(url);
@@ -773,6 +1045,17 @@ export class Supervisor {
       return answer?.type === 'command-result' && answer.ok
         ? json(200, { ok: true })
         : jsonError('bad_request', 'no such worker');
+    }
+    if (url === '/api/debug/fail-step' && method === 'POST') {
+      if (!this.options.testHooks) return jsonError('not_found', 'test hooks are disabled');
+      const steps = ['prepare', 'commit', 'abort', 'release', 'roll'];
+      if (!Number.isInteger(body.node) || typeof body.step !== 'string' || !steps.includes(body.step))
+        return jsonError('bad_request', `"node" must be a node index and "step" one of ${steps.join(', ')}`);
+      this.failSteps.set(`${body.node}:${body.step}`, {
+        skip: Number(body.skip ?? 0),
+        times: Number(body.times ?? 1),
+      });
+      return json(200, { ok: true });
     }
     return jsonError('not_found', `no admin route for ${method} ${url}`);
   }
@@ -883,6 +1166,10 @@ function outcomeBody(outcome: ReloadOutcome): Record<string, unknown> {
     started_at: outcome.startedAt,
     ...(outcome.error ? { error: outcome.error } : {}),
     ...(outcome.warnings ? { warnings: outcome.warnings } : {}),
+    ...(outcome.config
+      ? { settings_applied: outcome.config.applied, restart_required: outcome.config.restartRequired }
+      : {}),
+    nodes: outcome.nodes,
   };
 }
 

@@ -34,6 +34,8 @@ export interface LoadCommand {
 export type WorkerCommand =
   | LoadCommand
   | { type: 'unload'; slot: number }
+  /** New batch options for a loaded lane (a configuration reload); applied from its next batch on. */
+  | { type: 'rebatch'; slot: number; batching: BatchPolicyOptions }
   | { type: 'drain' }
   | { type: 'crash'; reason: string };
 
@@ -49,6 +51,7 @@ export type WorkerEvent =
     }
   | { type: 'load-failed'; slot: number; workerIndex: number; error: string }
   | { type: 'unloaded'; slot: number; workerIndex: number }
+  | { type: 'rebatched'; slot: number; workerIndex: number }
   | { type: 'drained'; workerIndex: number }
   | { type: 'log'; level: 'info' | 'warn' | 'error'; msg: string; data?: Record<string, unknown> };
 

@@ -116,6 +116,18 @@ class Worker {
         this.post({ type: 'unloaded', slot: command.slot, workerIndex: this.init.workerIndex });
         return;
       }
+      case 'rebatch': {
+        const lane = this.lanes.get(command.slot);
+        if (lane) {
+          lane.policy = createBatchPolicy(command.batching);
+          lane.maxBatch = Math.min(command.batching.maxBatchSize, MAX_BATCH_ITEMS);
+          // Idle buffers are resized now; those of running batches when they come back (spareBuffers).
+          lane.spare = lane.spare.map((buffers) => this.sized(lane, buffers));
+          lane.wake?.();
+        }
+        this.post({ type: 'rebatched', slot: command.slot, workerIndex: this.init.workerIndex });
+        return;
+      }
       case 'drain':
         this.draining = true;
         for (const lane of this.lanes.values()) lane.wake?.();
@@ -258,7 +270,7 @@ class Worker {
         }
         if (buffers.expiredCount > 0) await this.answerExpired(lane, buffers);
         if (buffers.count === 0) {
-          lane.spare.push(buffers);
+          lane.spare.push(this.sized(lane, buffers));
           continue;
         }
         const region = this.freeRegions.pop()!;
@@ -267,7 +279,7 @@ class Worker {
         void this.runBatch(lane, buffers).finally(() => {
           Atomics.store(this.inflight, region * INFLIGHT_REGION_CELLS, 0);
           this.freeRegions.push(region);
-          lane.spare.push(buffers);
+          lane.spare.push(this.sized(lane, buffers));
           lane.inFlight--;
           lane.wake?.();
         });
@@ -278,6 +290,11 @@ class Worker {
       }
     }
     while (lane.inFlight > 0) await this.pause(lane, lane.doorbell.sequence(), IDLE_WAIT_MS);
+  }
+
+  /** `buffers`, or new ones when the lane's max batch changed since they were made. */
+  private sized(lane: Lane, buffers: BatchBuffers): BatchBuffers {
+    return buffers.maxItems === lane.maxBatch ? buffers : new BatchBuffers(lane.signature, lane.maxBatch);
   }
 
   private publishInflight(region: number, buffers: BatchBuffers): void {

@@ -202,3 +202,25 @@ describe('slow consumer', () => {
     expect(s.observeBufferedAmount(200 * KB)).toBe(ConsumerSignal.Warn);
   });
 });
+
+describe('reconfigure (a configuration reload reaching a live client)', () => {
+  it('applies the new rate limit at once, with a full bucket of the new size', () => {
+    const state = new ClientState(options({ rateLimitRps: 0 }), 0);
+    for (let i = 0; i < 50; i++) expect(state.tryAcquire(0)).toBe(AdmissionCode.Admit);
+    state.reconfigure(options({ rateLimitRps: 2, rateLimitBurst: 2 }), 10);
+    expect(state.tryAcquire(10)).toBe(AdmissionCode.Admit);
+    expect(state.tryAcquire(10)).toBe(AdmissionCode.Admit);
+    expect(state.tryAcquire(10)).toBe(AdmissionCode.RateLimited);
+    expect(state.retryAfterMs).toBe(500);
+  });
+
+  it('keeps the requests in flight counted against the new cap', () => {
+    const state = new ClientState(options({ maxInflightPerClient: 10 }), 0);
+    for (let i = 0; i < 4; i++) admit(state);
+    state.reconfigure(options({ maxInflightPerClient: 4 }), 0);
+    expect(state.inflight).toBe(4);
+    expect(state.tryAcquire(0)).toBe(AdmissionCode.ClientQueueFull);
+    state.onCompleted();
+    expect(state.tryAcquire(0)).toBe(AdmissionCode.Admit);
+  });
+});

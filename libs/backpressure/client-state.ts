@@ -12,25 +12,45 @@ import { TokenBucket } from './token-bucket';
  * `consumer_falling_behind` warning when it returns true); when the request is answered, onCompleted().
  */
 export class ClientState {
-  private readonly bucket: TokenBucket;
-  private readonly gauge: InflightGauge;
+  private bucket: TokenBucket;
+  private gauge: InflightGauge;
   private readonly consumer: SlowConsumerMonitor;
   private retryMs = 0;
 
   constructor(options: BackpressureOptions, now: number) {
     const o = validateBackpressureOptions(options);
-    const max = o.maxInflightPerClient;
     this.bucket = new TokenBucket(o.rateLimitRps, o.rateLimitBurst, now);
-    this.gauge = new InflightGauge(
-      max,
-      Math.max(1, ceilShare(o.warnInflightFraction, max)),
-      floorShare(o.inflightResetFraction, max),
+    this.gauge = ClientState.gaugeFor(
+      o.maxInflightPerClient,
+      o.warnInflightFraction,
+      o.inflightResetFraction,
     );
     this.consumer = new SlowConsumerMonitor(
       o.slowConsumerWarnBytes,
       o.slowConsumerCloseBytes,
       o.slowConsumerResetBytes,
     );
+  }
+
+  private static gaugeFor(max: number, warnFraction: number, resetFraction: number): InflightGauge {
+    return new InflightGauge(max, Math.max(1, ceilShare(warnFraction, max)), floorShare(resetFraction, max));
+  }
+
+  /**
+   * New rate limit and in-flight cap for a live client (a configuration reload). The bucket starts full at the
+   * new size; the requests in flight stay counted against the new cap. Slow-consumer thresholds are kept.
+   */
+  reconfigure(options: BackpressureOptions, now: number): void {
+    const o = validateBackpressureOptions(options);
+    this.bucket = new TokenBucket(o.rateLimitRps, o.rateLimitBurst, now);
+    const gauge = ClientState.gaugeFor(
+      o.maxInflightPerClient,
+      o.warnInflightFraction,
+      o.inflightResetFraction,
+    );
+    gauge.carry(this.gauge);
+    this.gauge = gauge;
+    this.retryMs = 0;
   }
 
   /**

@@ -67,6 +67,11 @@ export class ClientTable<K> {
     return this.entries.size;
   }
 
+  /** Every client state held (e.g. to apply new limits to all of them). */
+  forEachState(visit: (state: ClientState) => void): void {
+    for (const entry of this.entries.values()) visit(entry.state);
+  }
+
   has(key: K): boolean {
     return this.entries.has(key);
   }

@@ -31,6 +31,12 @@ export class InflightGauge {
     return this.warned;
   }
 
+  /** Takes over another gauge's count and episode (same client, new limits). */
+  carry(from: InflightGauge): void {
+    this.count = from.count;
+    this.warned = from.warned && this.count > this.resetLevel;
+  }
+
   /** One more request in flight. Returns true when this opened a warning episode. */
   add(): boolean {
     this.count++;

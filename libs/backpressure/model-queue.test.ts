@@ -198,3 +198,20 @@ describe('model queue: Retry-After from the drain rate', () => {
     expect(quick.drainRatePerSecond()).toBeCloseTo(2000, 0);
   });
 });
+
+describe('reconfigured (a configuration reload)', () => {
+  it('takes the new bound and keeps the measured drain rate', () => {
+    const guard = new ModelQueueGuard(options({ maxModelQueue: 100 }), 0);
+    feed(guard, 1, 0, 1000); // 1 item per ms
+    const measured = guard.estimateRetryAfterMs(50, 1000);
+    const smaller = guard.reconfigured(options({ maxModelQueue: 10 }), 1000);
+    expect(smaller.capacity).toBe(10);
+    expect(smaller.tryAdmit(9, 'normal', 1000)).toBe(AdmissionCode.Admit);
+    expect(smaller.tryAdmit(10, 'normal', 1000)).toBe(AdmissionCode.ModelQueueFull);
+    expect(smaller.estimateRetryAfterMs(50, 1000)).toBe(measured);
+    // A fresh guard has measured nothing: it would answer the default instead.
+    expect(new ModelQueueGuard(options({ maxModelQueue: 10 }), 1000).estimateRetryAfterMs(50, 1000)).not.toBe(
+      measured,
+    );
+  });
+});

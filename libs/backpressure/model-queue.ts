@@ -31,7 +31,8 @@ export class ModelQueueGuard {
   private readonly drain: DrainRateEstimator;
   private retryMs = 0;
 
-  constructor(options: BackpressureOptions, now: number) {
+  /** `drain`: the estimator of the guard this one replaces (a reconfigured bound keeps the measured rate). */
+  constructor(options: BackpressureOptions, now: number, drain?: DrainRateEstimator) {
     const o = validateBackpressureOptions(options);
     const c = o.maxModelQueue;
     this.capacity = c;
@@ -41,7 +42,12 @@ export class ModelQueueGuard {
     this.minRetryMs = o.minRetryAfterMs;
     this.maxRetryMs = o.maxRetryAfterMs;
     this.defaultRetryMs = o.defaultRetryAfterMs;
-    this.drain = new DrainRateEstimator(o.drainRateWindowMs, now);
+    this.drain = drain ?? new DrainRateEstimator(o.drainRateWindowMs, now);
+  }
+
+  /** The same queue under new bounds (a configuration reload), keeping the measured drain rate. */
+  reconfigured(options: BackpressureOptions, now: number): ModelQueueGuard {
+    return new ModelQueueGuard(options, now, this.drain);
   }
 
   /** Queue length below which a request of this priority is admitted (an unknown priority gets shadow's). */

@@ -42,6 +42,7 @@ const ENV: Record<SettingKey, string> = {
   intraOpThreads: 'STREAMINFER_INTRA_OP_THREADS',
   ringBytes: 'STREAMINFER_RING_BYTES',
   shutdownTimeoutMs: 'STREAMINFER_SHUTDOWN_TIMEOUT_MS',
+  reloadStepTimeoutMs: 'STREAMINFER_RELOAD_STEP_TIMEOUT_MS',
   logLevel: 'STREAMINFER_LOG_LEVEL',
   stateDir: 'STREAMINFER_STATE_DIR',
 };
@@ -73,6 +74,7 @@ describe('defaults', () => {
       intraOpThreads: undefined,
       ringBytes: 8388608,
       shutdownTimeoutMs: 30000,
+      reloadStepTimeoutMs: 120000,
       logLevel: 'info',
       stateDir: './.state',
     });
@@ -131,6 +133,7 @@ const LAYERS: {
   intraOpThreads: [2, 'auto', 4, 2, undefined, 4],
   ringBytes: [4096, '65536', 4194304, 4096, 65536, 4194304],
   shutdownTimeoutMs: [0, '1500', 60000, 0, 1500, 60000],
+  reloadStepTimeoutMs: [100, '2500', 3600000, 100, 2500, 3600000],
   logLevel: ['debug', 'WARN', 'silent', 'debug', 'warn', 'silent'],
   stateDir: ['/var/lib/si', './s2', 's3', '/var/lib/si', './s2', 's3'],
 };

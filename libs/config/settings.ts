@@ -47,6 +47,8 @@ export interface ServerConfig {
   intraOpThreads: number | undefined;
   ringBytes: number;
   shutdownTimeoutMs: number;
+  /** How long the supervisor waits for one node's answer to a reload step before counting it as failed. */
+  reloadStepTimeoutMs: number;
   logLevel: LogLevel;
   stateDir: string;
 }
@@ -255,6 +257,13 @@ export const SETTINGS: { readonly [K in SettingKey]: SettingSpec<ServerConfig[K]
     help: 'how long a graceful shutdown waits for admitted requests (ms)',
     expected: 'a number between 0 and 3600000',
     parse: decimal(0, HOUR_MS),
+  },
+  reloadStepTimeoutMs: {
+    env: 'STREAMINFER_RELOAD_STEP_TIMEOUT_MS',
+    default: 120_000,
+    help: 'a node silent this long in a reload step (prepare, commit, roll) counts as failed (ms)',
+    expected: 'a number between 100 and 3600000',
+    parse: decimal(100, HOUR_MS),
   },
   logLevel: {
     env: 'STREAMINFER_LOG_LEVEL',

@@ -4,5 +4,5 @@ export type { ModelBatchingConfig, ModelEntry, ModelVersionEntry } from './repos
 export { compareVersions, RepositoryError, readModel, scanRepository } from './repository';
 export type { ModelRoutes, RouteDecision, RouteKind } from './routing';
 export { ROUTE_KINDS, RoutingError, route, routingKeyDraw } from './routing';
-export type { ModelState, RegistryState } from './state';
+export type { ModelState, RegistryState, StateFs } from './state';
 export { loadState, STATE_FILE, saveState, statePath } from './state';

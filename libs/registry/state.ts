@@ -1,9 +1,10 @@
 /**
- * Persisted registry state: per model the aliases, the canary fraction and the shadow flag, so a restart
- * serves exactly what was served before. Written atomically (temporary file, fsync, rename); a missing or
- * corrupt file falls back to the repository's defaults with a warning, never a crash.
+ * Persisted registry state: per model the aliases, the canary fraction and the shadow flag, plus the default
+ * model, so a restart serves exactly what was served before. Written atomically (temporary file, fsync,
+ * rename, fsync of the directory so the rename itself survives a power loss); a missing or corrupt file falls
+ * back to the repository's defaults with a warning, never a crash.
  */
-import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, writeSync } from 'node:fs';
+import * as fs from 'node:fs';
 import * as path from 'node:path';
 
 export interface ModelState {
@@ -15,9 +16,18 @@ export interface ModelState {
 }
 
 export interface RegistryState {
+  /** The default model being served (absent in files written before it was persisted). */
   defaultModel?: string;
+  /** STREAMINFER_MODEL_NAME when it was saved: a changed setting wins over the saved default at start. */
+  configuredDefaultModel?: string;
   models: Record<string, ModelState>;
 }
+
+/** The file-system calls saveState makes (injectable, so tests can see the directory fsync). */
+export type StateFs = Pick<
+  typeof fs,
+  'mkdirSync' | 'openSync' | 'writeSync' | 'fsyncSync' | 'closeSync' | 'renameSync'
+>;
 
 export const STATE_FILE = 'registry.json';
 const FORMAT = 1;
@@ -26,21 +36,28 @@ export function statePath(stateDir: string): string {
   return path.join(stateDir, STATE_FILE);
 }
 
-export function saveState(stateDir: string, state: RegistryState): void {
-  mkdirSync(stateDir, { recursive: true });
+export function saveState(stateDir: string, state: RegistryState, io: StateFs = fs): void {
+  io.mkdirSync(stateDir, { recursive: true });
   const target = statePath(stateDir);
   const temporary = `${target}.${process.pid}.tmp`;
-  const fd = openSync(temporary, 'w');
+  const fd = io.openSync(temporary, 'w');
   try {
-    writeSync(
+    io.writeSync(
       fd,
       `${JSON.stringify({ format: FORMAT, savedAt: new Date().toISOString(), ...state }, null, 2)}\n`,
     );
-    fsyncSync(fd);
+    io.fsyncSync(fd);
   } finally {
-    closeSync(fd);
+    io.closeSync(fd);
   }
-  renameSync(temporary, target);
+  io.renameSync(temporary, target);
+  // The rename is an update of the directory: without this fsync a crash can bring the old file back.
+  const dir = io.openSync(stateDir, 'r');
+  try {
+    io.fsyncSync(dir);
+  } finally {
+    io.closeSync(dir);
+  }
 }
 
 /** The saved state, or undefined (with the reason in `warning`) when there is none or it cannot be used. */
@@ -48,13 +65,18 @@ export function loadState(stateDir: string): { state?: RegistryState; warning?: 
   const file = statePath(stateDir);
   let text: string;
   try {
-    text = readFileSync(file, 'utf8');
+    text = fs.readFileSync(file, 'utf8');
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === 'ENOENT') return {};
     return { warning: `cannot read ${file}: ${(error as Error).message}; using the repository defaults` };
   }
   try {
-    const parsed = JSON.parse(text) as { format?: unknown; defaultModel?: unknown; models?: unknown };
+    const parsed = JSON.parse(text) as {
+      format?: unknown;
+      defaultModel?: unknown;
+      configuredDefaultModel?: unknown;
+      models?: unknown;
+    };
     if (parsed.format !== FORMAT || typeof parsed.models !== 'object' || parsed.models === null)
       throw new Error('unknown format');
     const models: Record<string, ModelState> = {};
@@ -73,7 +95,10 @@ export function loadState(stateDir: string): { state?: RegistryState; warning?: 
       models[name] = state;
     }
     const state: RegistryState = { models };
+    // Files written before the default model was persisted have neither field: the configured one applies.
     if (typeof parsed.defaultModel === 'string') state.defaultModel = parsed.defaultModel;
+    if (typeof parsed.configuredDefaultModel === 'string')
+      state.configuredDefaultModel = parsed.configuredDefaultModel;
     return { state };
   } catch (error) {
     return { warning: `${file} is corrupt (${(error as Error).message}); using the repository defaults` };
