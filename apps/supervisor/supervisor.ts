@@ -304,13 +304,14 @@ export class Supervisor {
         reject(new Error(`node ${index} exited during start (code ${code}, signal ${signal})`));
         this.logger.error({ node: index, code, signal }, 'node exited; restarting');
         const delay = Math.min(10000, 250 * 2 ** Math.min(handle.restarts, 6));
+        // Not unref'd: with --nodes 1 this timer is all that keeps the supervisor alive until the restart.
         setTimeout(() => {
           if (this.stopping) return;
           this.startNode(index, handle.restarts + 1).then(
             () => this.logger.info({ node: index }, 'node restarted'),
             (error: Error) => this.logger.error({ node: index, err: error.message }, 'node restart failed'),
           );
-        }, delay).unref();
+        }, delay);
       });
       child.send({
         type: 'start',

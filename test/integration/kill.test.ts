@@ -386,6 +386,41 @@ describe('a node restarting while a reload commits', () => {
   });
 });
 
+describe('kill -9 of a lone node started on --port 0', () => {
+  test('it comes back on the port the kernel picked at the first start, with its models loaded', async () => {
+    const server = await startServer({
+      models: ['upper'],
+      args: ['--nodes', '1', '--workers', '1', '--model', 'upper'],
+    });
+    try {
+      const killedPid = server.nodePids[0]!;
+      const killedAt = performance.now();
+      process.kill(killedPid, 'SIGKILL');
+      const back = await waitFor(
+        'the node back',
+        async () => {
+          try {
+            const view = await health(server);
+            return view.ready && view.nodes[0]?.pid !== killedPid ? view : undefined;
+          } catch {
+            return undefined; // nothing listens while the only node restarts
+          }
+        },
+        15000,
+      );
+      console.log(
+        `kill -9 lone node: ${JSON.stringify({ nodeBackMs: Math.round(performance.now() - killedAt) })}`,
+      );
+      expect(back.nodes[0]!.state).toBe('ready');
+      const client = await WsClient.connect(server.wsUrl);
+      expect(await client.request({ id: 1, model: 'upper', text: 'lone' })).toMatchObject({ result: 'LONE' });
+      client.close();
+    } finally {
+      expect(await server.stop()).toEqual({ code: 0, signal: null });
+    }
+  });
+});
+
 /** A pid is gone when it no longer exists or is a zombie nobody reaped yet (it holds no socket then). */
 function gone(pid: number): boolean {
   try {
