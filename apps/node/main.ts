@@ -1,6 +1,8 @@
 /**
  * Node process (forked by the supervisor): a gateway on the main thread plus a Piscina pool it owns.
- * Started with a 'start' message over IPC; answers control collections; drains on 'shutdown' or SIGTERM.
+ * Started with a 'start' message over IPC: loads the host's table, says 'loaded', and listens only on the
+ * supervisor's 'listen' (after a 'sync' to a table committed meanwhile). Answers control collections; drains on
+ * 'shutdown', SIGTERM or the loss of the supervisor.
  */
 import pino from 'pino';
 import { devicesForNodes, parseDevice } from '../../libs/inference';
