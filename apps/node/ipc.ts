@@ -36,6 +36,8 @@ export interface NodeStartOptions {
   /** The host's current model table and epoch: a node (re)starts exactly on it. */
   plan: TablePlan;
   epoch: number;
+  /** How many times this node index was restarted before (absent or 0: first start). */
+  restarts?: number;
 }
 
 /** The model table a reload asks for: loaded versions and the stable one per model, and the default model. */
@@ -138,10 +140,16 @@ export type SupervisorMessage =
   | { type: 'abort'; requestId: number }
   | { type: 'release'; requestId: number; plan: TablePlan }
   | { type: 'roll'; requestId: number; plan: TablePlan; epoch: number }
+  /** To a loaded node that does not listen yet: a reload committed while it loaded; move to this table. */
+  | { type: 'sync'; requestId: number; plan: TablePlan; epoch: number }
+  /** The node is at the host's table and epoch, and in every reload from now on: take traffic. */
+  | { type: 'listen'; port: number }
   | { type: 'shutdown' };
 
 /** node → supervisor */
 export type NodeMessage =
+  /** Every model of the start table is loaded (at `epoch`); the node does not listen until told to. */
+  | { type: 'loaded'; nodeIndex: number; epoch: number }
   | { type: 'listening'; nodeIndex: number; port: number }
   | { type: 'ready'; nodeIndex: number; health: NodeHealth }
   | { type: 'start-failed'; nodeIndex: number; error: string }

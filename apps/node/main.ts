@@ -1,6 +1,8 @@
 /**
  * Node process (forked by the supervisor): a gateway on the main thread plus a Piscina pool it owns.
- * Started with a 'start' message over IPC; answers control collections; drains on 'shutdown' or SIGTERM.
+ * Started with a 'start' message over IPC: loads the host's table, says 'loaded', and listens only on the
+ * supervisor's 'listen' (after a 'sync' to a table committed meanwhile). Answers control collections; drains on
+ * 'shutdown', SIGTERM or the loss of the supervisor.
  */
 import pino from 'pino';
 import { devicesForNodes, parseDevice } from '../../libs/inference';
@@ -91,10 +93,22 @@ class NodeProcess {
       },
     });
     this.gateway.startDrainLoop();
-    const port = await this.gateway.listen(options.host, options.port);
-    send({ type: 'listening', nodeIndex: options.nodeIndex, port });
+    // No listen before every model is loaded: a (re)starting node would answer unknown_model. The supervisor
+    // says when to listen, after bringing the node to the host's current table if a reload committed meanwhile.
+    const delayMs = Number(process.env.STREAMINFER_TEST_RESTART_LOAD_DELAY_MS ?? 0);
+    if (options.testHooks && (options.restarts ?? 0) > 0 && delayMs > 0)
+      await new Promise((resolve) => setTimeout(resolve, delayMs));
     await this.table.loadPlan(options.plan);
     this.gateway.epoch = options.epoch;
+    send({ type: 'loaded', nodeIndex: options.nodeIndex, epoch: options.epoch });
+  }
+
+  /** The supervisor's go: the table is the host's, so traffic may come (port 0 only on a first start: the kernel picks). */
+  private async listen(port: number): Promise<void> {
+    const options = this.options!;
+    if (this.state !== 'starting') return;
+    const bound = await this.gateway!.listen(options.host, port);
+    send({ type: 'listening', nodeIndex: options.nodeIndex, port: bound });
     this.state = 'ready';
     send({ type: 'ready', nodeIndex: options.nodeIndex, health: this.health() });
   }
@@ -108,6 +122,12 @@ class NodeProcess {
     await this.table!.applySettings(settings);
     this.appliedSettings = text;
     this.logger.info({ settings }, 'settings applied');
+  }
+
+  private failStart(error: Error): void {
+    this.logger.error({ err: error.message }, 'node failed to start');
+    send({ type: 'start-failed', nodeIndex: this.options?.nodeIndex ?? -1, error: error.message });
+    setTimeout(() => process.exit(1), 100);
   }
 
   private reloadStep(requestId: number, step: () => Promise<unknown>): void {
@@ -134,10 +154,17 @@ class NodeProcess {
   onMessage(message: SupervisorMessage): void {
     switch (message.type) {
       case 'start':
-        this.start(message.options).catch((error: Error) => {
-          this.logger.error({ err: error.message }, 'node failed to start');
-          send({ type: 'start-failed', nodeIndex: message.options.nodeIndex, error: error.message });
-          setTimeout(() => process.exit(1), 100);
+        this.start(message.options).catch((error: Error) => this.failStart(error));
+        return;
+      case 'listen':
+        this.listen(message.port).catch((error: Error) => this.failStart(error));
+        return;
+      case 'sync':
+        this.reloadStep(message.requestId, async () => {
+          await this.table!.syncTo(message.plan, message.epoch);
+          await this.applySettings(message.plan.settings);
+          this.logger.info({ epoch: message.epoch }, 'model table synced to the host before listening');
+          return { epoch: message.epoch };
         });
         return;
       case 'control-response': {
@@ -180,6 +207,10 @@ class NodeProcess {
         return;
       case 'commit':
         this.reloadStep(message.requestId, async () => {
+          // Test hook: hold the window between a successful prepare and the commit open.
+          const delayMs = Number(process.env.STREAMINFER_TEST_COMMIT_DELAY_MS ?? 0);
+          if (this.options?.testHooks && delayMs > 0)
+            await new Promise((resolve) => setTimeout(resolve, delayMs));
           this.table!.commit(message.plan, message.epoch);
           await this.applySettings(message.plan.settings);
           this.logger.info({ epoch: message.epoch }, 'model table committed');

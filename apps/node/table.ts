@@ -1,8 +1,9 @@
 /**
  * This node's model table: which versions are loaded (each in its own slot: rings + a lane on every worker),
- * which one `stable` routes to, and the steps a reload is made of — prepare (load beside), commit (switch
- * routes), abort (drop what was prepared), release (unload what the new table no longer holds), and the
- * rolling swap (drain, unload, load in place) for devices that cannot hold two versions at once.
+ * which one `stable` routes to, and the steps a reload is made of — prepare (load beside, not routable),
+ * commit (attach what was prepared and switch routes), abort (drop what was prepared), release (unload what
+ * the new table no longer holds), and the rolling swap (drain, unload, load in place) for devices that cannot
+ * hold two versions at once.
  */
 import * as path from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -28,7 +29,10 @@ export class ModelTable {
   readonly models = new Map<string, ModelRuntime>();
   readonly slots: Array<SlotRuntime | undefined> = [];
   private readonly freeSlots: number[] = [];
-  /** Slots loaded by a prepare that was not committed yet (dropped again by abort). */
+  /**
+   * Versions loaded by a prepare that was not committed yet. They are in no model's `versions` (and a new
+   * model is not in `models`), so nothing routes to them until commit attaches them; abort drops them.
+   */
   private prepared: SlotRuntime[] = [];
 
   constructor(
@@ -120,8 +124,8 @@ export class ModelTable {
     return found.file;
   }
 
-  /** Loads one version beside whatever is loaded; it is not routed until a commit names it. */
-  async loadVersion(entry: ModelEntry, version: string): Promise<SlotRuntime> {
+  /** Loads one version into a slot of its own; nothing routes to it yet. */
+  private async loadSlot(entry: ModelEntry, version: string): Promise<SlotRuntime> {
     const runtime = this.createSlot(entry, version);
     try {
       await this.attachLanes(runtime, this.fileOf(entry, version), version);
@@ -129,20 +133,31 @@ export class ModelTable {
       this.freeSlot(runtime);
       throw new Error(`model ${entry.name} version ${version}: ${(error as Error).message}`);
     }
-    let model = this.models.get(entry.name);
+    return runtime;
+  }
+
+  /** Makes a loaded version routable under its model (created on its first version). */
+  private attach(runtime: SlotRuntime): void {
+    let model = this.models.get(runtime.model.name);
     if (!model) {
       model = {
-        entry,
+        entry: runtime.model,
         versions: new Map(),
-        stable: version,
+        stable: runtime.version,
         candidate: undefined,
         previousStable: undefined,
         canaryFraction: 0,
         shadow: false,
       };
-      this.models.set(entry.name, model);
+      this.models.set(runtime.model.name, model);
     }
-    model.versions.set(version, runtime);
+    model.versions.set(runtime.version, runtime);
+  }
+
+  /** Loads one version and makes it routable at once (start-up, before the node listens). */
+  async loadVersion(entry: ModelEntry, version: string): Promise<SlotRuntime> {
+    const runtime = await this.loadSlot(entry, version);
+    this.attach(runtime);
     return runtime;
   }
 
@@ -172,19 +187,19 @@ export class ModelTable {
     this.gateway().setDefaultModel(plan.defaultModel);
   }
 
-  /** Current table, as the supervisor plans with it. */
   // ---------------------------------------------------------------- atomic reload (epoch barrier)
 
-  /** PREPARE: load every version the plan names that is not loaded yet, beside the old ones. */
+  /** PREPARE: load every version the plan names that is not loaded yet, beside the old ones, unroutable. */
   async prepare(plan: TablePlan): Promise<number> {
-    this.prepared = [];
+    // A prepare that was neither committed nor aborted (its coordinator gave up on this node) is dropped.
+    await this.abort();
     try {
       for (const modelPlan of plan.models) {
         const loaded = this.models.get(modelPlan.name);
         const entry = this.readEntry(modelPlan.name);
         for (const version of modelPlan.versions) {
           if (loaded?.versions.has(version)) continue;
-          this.prepared.push(await this.loadVersion(entry, version));
+          this.prepared.push(await this.loadSlot(entry, version));
         }
         if (!modelPlan.versions.includes(modelPlan.stable))
           throw new Error(`plan for ${modelPlan.name} makes ${modelPlan.stable} stable without loading it`);
@@ -203,18 +218,35 @@ export class ModelTable {
     await Promise.all(prepared.map((runtime) => this.unloadVersion(runtime)));
   }
 
-  /** COMMIT: switch every route at once. Requests admitted from now on use the new table. */
+  /** COMMIT: attach what prepare loaded and switch every route at once. Requests admitted from now on use the new table. */
   commit(plan: TablePlan, epoch: number): void {
+    // Checked before anything changes, so a refused commit leaves the table as it was.
     for (const modelPlan of plan.models) {
-      const model = this.models.get(modelPlan.name);
-      if (!model) throw new Error(`commit names model ${modelPlan.name}, which is not loaded`);
+      const known =
+        this.models.has(modelPlan.name) ||
+        this.prepared.some((runtime) => runtime.model.name === modelPlan.name);
+      if (!known) throw new Error(`commit names model ${modelPlan.name}, which is not loaded`);
+    }
+    for (const runtime of this.prepared) this.attach(runtime);
+    this.prepared = [];
+    for (const modelPlan of plan.models) {
+      const model = this.models.get(modelPlan.name)!;
       model.entry = model.versions.get(modelPlan.stable)?.model ?? model.entry;
       applyRoutes(model, modelPlan);
     }
-    this.prepared = [];
     const gateway = this.gateway();
     gateway.setDefaultModel(plan.defaultModel);
     gateway.epoch = epoch;
+  }
+
+  /**
+   * A node that serves nothing yet (restarted while a reload committed) moves to the host's table: release
+   * first (no traffic to drain, and a device may not hold both tables), then load what is missing, then commit.
+   */
+  async syncTo(plan: TablePlan, epoch: number): Promise<void> {
+    await this.release(plan);
+    await this.prepare(plan);
+    this.commit(plan, epoch);
   }
 
   /** RELEASE: unload versions the committed plan no longer holds (each after its admitted requests). */

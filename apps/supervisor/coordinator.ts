@@ -102,6 +102,8 @@ export class ReloadCoordinator {
   last: ReloadOutcome | undefined;
   private warnings: string[] = [];
   private nodeOutcomes: NodeOutcome[] = [];
+  /** The running reload has settled the host's table and epoch; only restarts of stragglers are left. */
+  private settled = false;
 
   constructor(
     initial: TablePlan,
@@ -114,6 +116,14 @@ export class ReloadCoordinator {
     return this.running !== undefined;
   }
 
+  /**
+   * A reload is deciding the host's table: a (re)starting node must wait before it joins. Once the table is
+   * settled the node may join at once — a reload restarting a straggler waits for exactly that node.
+   */
+  get deciding(): boolean {
+    return this.running !== undefined && !this.settled;
+  }
+
   /** The reload in progress, if any. */
   get current(): { id: number; reason: string } | undefined {
     return this.running;
@@ -124,6 +134,7 @@ export class ReloadCoordinator {
     if (this.running) throw new ReloadBusyError(this.running);
     const id = this.nextId++;
     this.running = { id, reason };
+    this.settled = false;
     const started = this.options.now();
     const before = this.table;
     const outcome: ReloadOutcome = {
@@ -206,6 +217,7 @@ export class ReloadCoordinator {
     nodes: Array<{ channel: NodeChannel; error: string }>,
     why: string,
   ): Promise<void> {
+    this.settled = true;
     await Promise.all(
       nodes.map(async ({ channel, error }) => {
         const restarted = await channel.restart(`${why} (${error}); restarting onto epoch ${this.epoch}`);

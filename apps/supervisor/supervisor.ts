@@ -45,9 +45,12 @@ const RESTART_POLL_MS = 50;
 /** Scrapes of one kind start node fan-outs at least this far apart (concurrent scrapes share them). */
 const SCRAPE_MIN_INTERVAL_MS = 50;
 
+const JOIN_POLL_MS = 10;
+
 interface NodeHandle {
   index: number;
   child: ChildProcess;
+  /** At the host's table and epoch and taking part in every reload: set when the node is told to listen. */
   ready: boolean;
   restarts: number;
   lastHealth: NodeHealth | undefined;
@@ -329,7 +332,8 @@ export class Supervisor {
     };
     this.defaultModel = initial.defaultModel;
     this.coordinator = new ReloadCoordinator(initial, {
-      nodes: () => this.nodes.map((handle) => this.channel(handle)),
+      // A node that is (re)starting is not in the barrier: it joins at the table the reload leaves behind.
+      nodes: () => this.nodes.filter((handle) => handle.ready).map((handle) => this.channel(handle)),
       now: () => Date.now(),
       onOutcome: (outcome) => this.recordOutcome(outcome),
     });
@@ -364,11 +368,13 @@ export class Supervisor {
       );
       child.on('message', (message: NodeMessage) => {
         switch (message.type) {
+          case 'loaded':
+            void this.join(handle, message.epoch);
+            return;
           case 'listening':
             if (this.port === 0) this.port = message.port;
             return;
           case 'ready':
-            handle.ready = true;
             handle.lastHealth = message.health;
             clearTimeout(timer);
             resolve();
@@ -390,16 +396,61 @@ export class Supervisor {
         reject(new Error(`node ${index} exited during start (code ${code}, signal ${signal})`));
         this.logger.error({ node: index, code, signal }, 'node exited; restarting');
         const delay = Math.min(10000, 250 * 2 ** Math.min(handle.restarts, 6));
+        // Not unref'd: with --nodes 1 this timer is all that keeps the supervisor alive until the restart.
         setTimeout(() => {
           if (this.stopping) return;
           this.startNode(index, handle.restarts + 1).then(
             () => this.logger.info({ node: index }, 'node restarted'),
             (error: Error) => this.logger.error({ node: index, err: error.message }, 'node restart failed'),
           );
-        }, delay).unref();
+        }, delay);
       });
-      child.send({ type: 'start', options: this.startOptions(index) } satisfies SupervisorMessage);
+      child.send({
+        type: 'start',
+        options: { ...this.startOptions(index), restarts },
+      } satisfies SupervisorMessage);
     });
+  }
+
+  /**
+   * A node has loaded its start table. If a reload committed meanwhile (it was not in that barrier), it is
+   * moved to the current table first; it is told to listen only when no reload is deciding the table (one that
+   * is restarting this very node has settled it) and its epoch is the host's, and it joins the barrier in that
+   * same turn, so no reload can commit between the check and the join.
+   */
+  private async join(handle: NodeHandle, loadedEpoch: number): Promise<void> {
+    const coordinator = this.coordinator!;
+    let epoch = loadedEpoch;
+    while (this.nodes[handle.index] === handle && handle.child.connected && !this.stopping) {
+      if (coordinator.deciding) {
+        await new Promise((resolve) => setTimeout(resolve, JOIN_POLL_MS));
+        continue;
+      }
+      if (epoch === coordinator.epoch) {
+        handle.ready = true;
+        this.sendTo(handle, { type: 'listen', port: this.port });
+        return;
+      }
+      const plan = coordinator.table;
+      const target = coordinator.epoch;
+      this.logger.info(
+        { node: handle.index, from: epoch, to: target },
+        'a reload committed while the node started: syncing it before it listens',
+      );
+      const answer = await this.step(handle, (requestId) => ({
+        type: 'sync',
+        requestId,
+        plan,
+        epoch: target,
+      }));
+      if (!answer.ok) {
+        // It cannot serve the host's table: start it afresh on it (the exit handler restarts it).
+        this.logger.error({ node: handle.index, err: answer.error }, 'node could not sync; restarting it');
+        handle.child.kill('SIGKILL');
+        return;
+      }
+      epoch = target;
+    }
   }
 
   private onNodeMessage(handle: NodeHandle, message: NodeMessage): void {

@@ -118,28 +118,4 @@ describe('failures', () => {
     client.close();
     expect(await server.stop()).toEqual({ code: 0, signal: null });
   });
-
-  test('a killed node process: the other node keeps serving and the supervisor restarts it', async () => {
-    const server = await startServer({ models: ['echo', 'upper'], args: ['--nodes', '2', '--workers', '1'] });
-    expect(server.nodePids).toHaveLength(2);
-    process.kill(server.nodePids[0]!, 'SIGKILL');
-    await sleep(100);
-    for (let i = 0; i < 20; i++) {
-      const client = await WsClient.connect(server.wsUrl);
-      expect(await client.request({ id: i, model: 'upper', text: 'alive' })).toMatchObject({
-        result: 'ALIVE',
-      });
-      client.close();
-    }
-    await waitFor(async () => {
-      const response = await fetch(`${server.url}/health`);
-      const health = (await response.json()) as { ready: boolean; nodes: Array<{ pid?: number }> };
-      return (
-        response.status === 200 &&
-        health.ready &&
-        !health.nodes.some((node) => node.pid === server.nodePids[0])
-      );
-    }, 20000);
-    expect(await server.stop()).toEqual({ code: 0, signal: null });
-  });
 });
