@@ -3,7 +3,6 @@
  * Started with a 'start' message over IPC; answers control collections; drains on 'shutdown' or SIGTERM.
  */
 import pino from 'pino';
-import { devicesForNodes, parseDevice } from '../../libs/inference';
 import { assertNativeUws } from '../../libs/inference/uws-check';
 import { metricsBufferFor } from '../../libs/metrics';
 import { RingBuffer } from '../../libs/ring';
@@ -37,16 +36,13 @@ class NodeProcess {
       base: { component: 'node', node: options.nodeIndex, pid: process.pid },
     });
     assertNativeUws();
-    const device =
-      devicesForNodes(options.device, options.nodeIndex + 1)[options.nodeIndex] ??
-      parseDevice(options.device.split(',')[0]!);
     this.metrics = metricsBufferFor(1 + options.workers);
     const responseRing = RingBuffer.create(options.ringBytes);
     responseRing.setOwnerId(1);
     this.pool = new WorkerPool({
       nodeIndex: options.nodeIndex,
       workers: options.workers,
-      device,
+      device: options.device,
       intraOpThreads: options.intraOpThreads,
       responseRing: responseRing.buffer,
       metrics: this.metrics,

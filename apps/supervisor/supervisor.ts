@@ -104,7 +104,7 @@ export class Supervisor {
       nodeIndex: index,
       port: this.port,
       host: config.host,
-      device: config.device,
+      device: config.devices[index]!,
       workers: config.workers,
       intraOpThreads:
         config.intraOpThreads ?? defaultIntraOpThreads(this.options.cores, config.workers, config.nodes),
