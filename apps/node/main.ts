@@ -3,8 +3,9 @@
  * Started with a 'start' message over IPC; answers control collections; drains on 'shutdown' or SIGTERM.
  */
 import pino from 'pino';
+import { Registry } from 'prom-client';
 import { assertNativeUws } from '../../libs/inference/uws-check';
-import { metricsBufferFor } from '../../libs/metrics';
+import { labelledProcessJson, metricsBufferFor, registerProcessMetrics } from '../../libs/metrics';
 import { RingBuffer } from '../../libs/ring';
 import { Gateway } from './gateway';
 import type { ControlResponse, NodeMessage, NodeStartOptions, SupervisorMessage } from './ipc';
@@ -19,6 +20,8 @@ class NodeProcess {
   private gateway: Gateway | undefined;
   private pool: WorkerPool | undefined;
   private metrics: SharedArrayBuffer | undefined;
+  /** This process's CPU, memory, heap and event-loop lag (the gateway's thread), labelled with the node. */
+  private readonly processMetrics = new Registry();
   private table: ModelTable | undefined;
   /** One reload step at a time on this node (the supervisor also serialises reloads). */
   private reloadChain: Promise<unknown> = Promise.resolve();
@@ -36,6 +39,7 @@ class NodeProcess {
       base: { component: 'node', node: options.nodeIndex, pid: process.pid },
     });
     assertNativeUws();
+    registerProcessMetrics(this.processMetrics, 'streaminfer_node_', { node: String(options.nodeIndex) });
     this.metrics = metricsBufferFor(1 + options.workers);
     const responseRing = RingBuffer.create(options.ringBytes);
     responseRing.setOwnerId(1);
@@ -133,13 +137,16 @@ class NodeProcess {
           send({ type: 'collected', requestId: message.requestId });
           return;
         }
-        if (message.what === 'metrics')
-          send({
-            type: 'collected',
-            requestId: message.requestId,
-            metrics: this.gateway.metricsJson(this.metrics),
-          });
-        else send({ type: 'collected', requestId: message.requestId, health: this.health() });
+        if (message.what === 'metrics') {
+          const metrics = this.gateway.metricsJson(this.metrics);
+          labelledProcessJson(this.processMetrics).then(
+            (own) => send({ type: 'collected', requestId: message.requestId, metrics: [...metrics, ...own] }),
+            (error: Error) => {
+              this.logger.warn({ err: error.message }, 'process metrics not collected');
+              send({ type: 'collected', requestId: message.requestId, metrics });
+            },
+          );
+        } else send({ type: 'collected', requestId: message.requestId, health: this.health() });
         return;
       case 'crash-worker': {
         const ok =

@@ -7,11 +7,11 @@ import { type ChildProcess, fork } from 'node:child_process';
 import { createServer } from 'node:net';
 import * as path from 'node:path';
 import type { Logger } from 'pino';
-import { Counter, collectDefaultMetrics, Histogram, Registry } from 'prom-client';
+import { Counter, Histogram, Registry } from 'prom-client';
 import type { ServerConfig } from '../../libs/config';
 import { defaultIntraOpThreads } from '../../libs/inference';
 import type { MetricJson } from '../../libs/metrics';
-import { aggregateToText, PROMETHEUS_CONTENT_TYPE } from '../../libs/metrics';
+import { aggregateToText, PROMETHEUS_CONTENT_TYPE, registerProcessMetrics } from '../../libs/metrics';
 import { type ErrorCode, encodeError, httpStatusOf } from '../../libs/protocol';
 import {
   loadState,
@@ -77,7 +77,7 @@ export class Supervisor {
     private readonly options: SupervisorOptions,
     private readonly logger: Logger,
   ) {
-    collectDefaultMetrics({ register: this.registry, prefix: 'streaminfer_supervisor_' });
+    registerProcessMetrics(this.registry, 'streaminfer_supervisor_');
     this.defaultModel = options.config.defaultModel;
     this.reloadsTotal = new Counter({
       name: 'streaminfer_reloads_total',
