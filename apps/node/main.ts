@@ -108,6 +108,14 @@ class NodeProcess {
     );
   }
 
+  /** Test hook (STREAMINFER_TEST_HOOKS=1 only): STREAMINFER_TEST_HOLD_PREPARE_MS holds every PREPARE that long. */
+  private async holdPrepareForTest(): Promise<void> {
+    const ms = this.options?.testHooks ? Number(process.env.STREAMINFER_TEST_HOLD_PREPARE_MS ?? 0) : 0;
+    if (!(ms > 0)) return;
+    this.logger.info({ ms }, 'test hook: holding PREPARE');
+    await new Promise((resolve) => setTimeout(resolve, ms));
+  }
+
   private health() {
     return this.gateway!.health(
       this.options!.nodeIndex,
@@ -162,9 +170,10 @@ class NodeProcess {
         return;
       }
       case 'prepare':
-        this.reloadStep(message.requestId, async () => ({
-          prepared: await this.table!.prepare(message.plan),
-        }));
+        this.reloadStep(message.requestId, async () => {
+          await this.holdPrepareForTest();
+          return { prepared: await this.table!.prepare(message.plan) };
+        });
         return;
       case 'commit':
         this.reloadStep(message.requestId, async () => {

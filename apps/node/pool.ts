@@ -232,6 +232,7 @@ export class WorkerPool {
     );
   }
 
+  /** Test hook: the worker dies inside the next batch it runs (see the worker's 'crash' command). */
   crashWorker(workerIndex: number): boolean {
     const handle = this.handles[workerIndex];
     if (!handle?.alive) return false;
