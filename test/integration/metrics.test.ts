@@ -49,6 +49,18 @@ describe('/metrics on --nodes 2: Prometheus naming rules, and every node visible
     });
     expect(kserve.status).toBe(200);
     expect((await postJson(`${server.url}/api/reload`, { model: 'digits', version: '1' })).status).toBe(200);
+    // Registry traffic: a candidate on a canary share, compared in shadow.
+    for (const [action, body] of [
+      ['candidate', { version: '2' }],
+      ['canary', { percent: 50 }],
+      ['shadow', { enabled: true }],
+    ] as const)
+      expect((await postJson(`${server.url}/api/models/digits/${action}`, body)).status).toBe(200);
+    const registryClient = await WsClient.connect(server.wsUrl);
+    await Promise.all(
+      Array.from({ length: 20 }, (_, i) => registryClient.request({ id: i, model: 'digits', input: PIXELS })),
+    );
+    registryClient.close();
     // The first scrape starts prom-client's setImmediate lag probe; the second reports it.
     await (await fetch(`${server.url}/metrics`)).text();
     text = await (await fetch(`${server.url}/metrics`)).text();
@@ -68,7 +80,11 @@ describe('/metrics on --nodes 2: Prometheus naming rules, and every node visible
     // Every kind of traffic above left its mark.
     expect(text).toMatch(/^streaminfer_requests_total\{[^}]*code="unknown_model"\} [1-9]/m);
     expect(text).toMatch(/^streaminfer_shed_total\{[^}]*reason="client_queue_full"\} [1-9]/m);
-    expect(text).toMatch(/^streaminfer_reloads_total\{result="committed",strategy="atomic"\} 1$/m);
+    expect(text).toMatch(/^streaminfer_reloads_total\{result="committed",strategy="atomic"\} [1-9]/m);
+    expect(text).toMatch(/^streaminfer_routed_requests_total\{[^}]*route="canary"\} [1-9]/m);
+    expect(text).toMatch(
+      /^streaminfer_shadow_comparisons_total\{model="digits",agree="(true|false)"\} [1-9]/m,
+    );
   });
 
   test('`promtool check metrics` accepts it (when promtool is installed)', () => {
