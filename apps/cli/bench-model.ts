@@ -6,7 +6,8 @@
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { defaultIntraOpThreads, loadSession, ort, parseDevice } from '../../libs/inference';
+import { parseDeviceEntry } from '../../libs/config';
+import { defaultIntraOpThreads, loadSession, ort } from '../../libs/inference';
 import type { TensorSpec } from '../../libs/protocol';
 import { readModel } from '../../libs/registry';
 
@@ -99,7 +100,9 @@ export async function benchModel(options: BenchModelOptions): Promise<BenchModel
   if (!file) throw new Error(`model ${options.model} has no version ${version}`);
   const intraOpThreads =
     options.intraOpThreads ?? defaultIntraOpThreads(os.availableParallelism(), options.workers);
-  const loaded = await loadSession(file, { device: parseDevice(options.device), intraOpThreads });
+  const device = parseDeviceEntry(options.device);
+  if (!device) throw new Error(`invalid --device "${options.device}": expected cpu, auto, cuda or cuda:N`);
+  const loaded = await loadSession(file, { device, intraOpThreads });
   const session = loaded.session;
   const results: BatchSpeed[] = [];
   try {

@@ -1,11 +1,13 @@
 /** Messages between the supervisor and its node processes (Node IPC channel, control only — never request bytes). */
+import type { DeviceTarget } from '../../libs/config';
 import type { MetricJson } from '../../libs/metrics';
 
 export interface NodeStartOptions {
   nodeIndex: number;
   port: number;
   host: string;
-  device: string;
+  /** This node's own device: the supervisor picks it from the validated `device` setting. */
+  device: DeviceTarget;
   workers: number;
   intraOpThreads: number;
   modelsDir: string;

@@ -5,9 +5,9 @@
  * 'shutdown', SIGTERM or the loss of the supervisor.
  */
 import pino from 'pino';
-import { devicesForNodes, parseDevice } from '../../libs/inference';
+import { Registry } from 'prom-client';
 import { assertNativeUws } from '../../libs/inference/uws-check';
-import { metricsBufferFor } from '../../libs/metrics';
+import { labelledProcessJson, metricsBufferFor, registerProcessMetrics } from '../../libs/metrics';
 import { encodeError, httpStatusOf } from '../../libs/protocol';
 import { RingBuffer } from '../../libs/ring';
 import { Gateway } from './gateway';
@@ -23,6 +23,8 @@ class NodeProcess {
   private gateway: Gateway | undefined;
   private pool: WorkerPool | undefined;
   private metrics: SharedArrayBuffer | undefined;
+  /** This process's CPU, memory, heap and event-loop lag (the gateway's thread), labelled with the node. */
+  private readonly processMetrics = new Registry();
   private table: ModelTable | undefined;
   /** One reload step at a time on this node (the supervisor also serialises reloads). */
   private reloadChain: Promise<unknown> = Promise.resolve();
@@ -42,16 +44,14 @@ class NodeProcess {
       base: { component: 'node', node: options.nodeIndex, pid: process.pid },
     });
     assertNativeUws();
-    const device =
-      devicesForNodes(options.device, options.nodeIndex + 1)[options.nodeIndex] ??
-      parseDevice(options.device.split(',')[0]!);
+    registerProcessMetrics(this.processMetrics, 'streaminfer_node_', { node: String(options.nodeIndex) });
     this.metrics = metricsBufferFor(1 + options.workers);
     const responseRing = RingBuffer.create(options.ringBytes);
     responseRing.setOwnerId(1);
     this.pool = new WorkerPool({
       nodeIndex: options.nodeIndex,
       workers: options.workers,
-      device,
+      device: options.device,
       intraOpThreads: options.intraOpThreads,
       responseRing: responseRing.buffer,
       metrics: this.metrics,
@@ -142,6 +142,14 @@ class NodeProcess {
     );
   }
 
+  /** Test hook (STREAMINFER_TEST_HOOKS=1 only): STREAMINFER_TEST_HOLD_PREPARE_MS holds every PREPARE that long. */
+  private async holdPrepareForTest(): Promise<void> {
+    const ms = this.options?.testHooks ? Number(process.env.STREAMINFER_TEST_HOLD_PREPARE_MS ?? 0) : 0;
+    if (!(ms > 0)) return;
+    this.logger.info({ ms }, 'test hook: holding PREPARE');
+    await new Promise((resolve) => setTimeout(resolve, ms));
+  }
+
   private health() {
     return this.gateway!.health(
       this.options!.nodeIndex,
@@ -178,13 +186,16 @@ class NodeProcess {
           send({ type: 'collected', requestId: message.requestId });
           return;
         }
-        if (message.what === 'metrics')
-          send({
-            type: 'collected',
-            requestId: message.requestId,
-            metrics: this.gateway.metricsJson(this.metrics),
-          });
-        else send({ type: 'collected', requestId: message.requestId, health: this.health() });
+        if (message.what === 'metrics') {
+          const metrics = this.gateway.metricsJson(this.metrics);
+          labelledProcessJson(this.processMetrics).then(
+            (own) => send({ type: 'collected', requestId: message.requestId, metrics: [...metrics, ...own] }),
+            (error: Error) => {
+              this.logger.warn({ err: error.message }, 'process metrics not collected');
+              send({ type: 'collected', requestId: message.requestId, metrics });
+            },
+          );
+        } else send({ type: 'collected', requestId: message.requestId, health: this.health() });
         return;
       case 'crash-worker': {
         const ok =
@@ -201,6 +212,7 @@ class NodeProcess {
       }
       case 'prepare':
         this.reloadStep(message.requestId, async () => {
+          await this.holdPrepareForTest();
           if (message.plan.settings) this.table!.checkSettings(message.plan.settings);
           return { prepared: await this.table!.prepare(message.plan) };
         });

@@ -8,14 +8,14 @@ import * as path from 'node:path';
 import { MessageChannel, type MessagePort } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import { Piscina } from 'piscina';
-import type { DeviceRequest } from '../../libs/inference';
+import type { DeviceTarget } from '../../libs/config';
 import type { LoadCommand, WorkerCommand, WorkerEvent, WorkerInit } from '../worker/messages';
 import { INFLIGHT_CELLS_PER_WORKER, INFLIGHT_REGION_CELLS, MAX_BATCHES_IN_FLIGHT } from '../worker/messages';
 
 export interface PoolOptions {
   nodeIndex: number;
   workers: number;
-  device: DeviceRequest;
+  device: DeviceTarget;
   intraOpThreads: number;
   responseRing: SharedArrayBuffer;
   metrics: SharedArrayBuffer;
@@ -247,6 +247,7 @@ export class WorkerPool {
     );
   }
 
+  /** Test hook: the worker dies inside the next batch it runs (see the worker's 'crash' command). */
   crashWorker(workerIndex: number): boolean {
     const handle = this.handles[workerIndex];
     if (!handle?.alive) return false;

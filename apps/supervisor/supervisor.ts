@@ -7,12 +7,12 @@ import { type ChildProcess, fork } from 'node:child_process';
 import { createServer } from 'node:net';
 import * as path from 'node:path';
 import type { Logger } from 'pino';
-import { Counter, collectDefaultMetrics, Histogram, Registry } from 'prom-client';
+import { Counter, Histogram, Registry } from 'prom-client';
 import type { ServerConfig } from '../../libs/config';
 import { ConfigError, planConfigChange, resolveConfigDetailed } from '../../libs/config';
 import { defaultIntraOpThreads } from '../../libs/inference';
 import type { MetricJson } from '../../libs/metrics';
-import { aggregateToText, PROMETHEUS_CONTENT_TYPE } from '../../libs/metrics';
+import { aggregateToText, PROMETHEUS_CONTENT_TYPE, registerProcessMetrics } from '../../libs/metrics';
 import { decodePathSegment, type ErrorCode, encodeError, httpStatusOf } from '../../libs/protocol';
 import {
   loadState,
@@ -101,7 +101,7 @@ export class Supervisor {
     private readonly options: SupervisorOptions,
     private readonly logger: Logger,
   ) {
-    collectDefaultMetrics({ register: this.registry, prefix: 'streaminfer_supervisor_' });
+    registerProcessMetrics(this.registry, 'streaminfer_supervisor_');
     this.defaultModel = options.config.defaultModel;
     this.startedConfig = options.config;
     this.reloadsTotal = new Counter({
@@ -135,7 +135,7 @@ export class Supervisor {
       nodeIndex: index,
       port: this.port,
       host: config.host,
-      device: config.device,
+      device: config.devices[index]!,
       workers: config.workers,
       intraOpThreads:
         config.intraOpThreads ?? defaultIntraOpThreads(this.options.cores, config.workers, config.nodes),

@@ -1,6 +1,6 @@
 import type { MessagePort } from 'node:worker_threads';
 import type { BatchPolicyOptions } from '../../libs/batching';
-import type { DeviceRequest } from '../../libs/inference';
+import type { DeviceTarget } from '../../libs/config';
 import type { ModelSignature } from '../../libs/protocol';
 
 /** What a node hands each long-lived worker task. */
@@ -13,7 +13,7 @@ export interface WorkerInit {
   metricsShard: number;
   /** Int32Array regions listing the request ids this worker is computing, read by the node if the worker dies. */
   inflight: SharedArrayBuffer;
-  device: DeviceRequest;
+  device: DeviceTarget;
   intraOpThreads: number;
   logLevel: string;
 }

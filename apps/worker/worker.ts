@@ -65,6 +65,8 @@ class Worker {
   private readonly inflight: Int32Array;
   private readonly freeRegions: number[] = [];
   private draining = false;
+  /** Test hook: set by a 'crash' command; the next batch this thread runs dies with it. */
+  private crashReason: string | undefined;
   /** Settles when the batch now running on this worker's CPU cores is done. */
   private deviceTurn: Promise<void> = Promise.resolve();
   private finish!: () => void;
@@ -138,10 +140,9 @@ class Worker {
         this.finish();
         return;
       case 'crash':
-        // Test hook: an uncaught error kills this thread like a native fault would.
-        setImmediate(() => {
-          throw new Error(`worker crash requested: ${command.reason}`);
-        });
+        // Test hook: the thread dies inside its next batch, holding that batch's requests, as a native fault in
+        // a model run would — so a test always has requests for the node to answer on the dead thread's behalf.
+        this.crashReason = command.reason;
         return;
     }
   }
@@ -332,10 +333,19 @@ class Worker {
       await previous;
     }
     try {
+      if (this.crashReason !== undefined) await this.crashNow(this.crashReason);
       await this.computeBatch(lane, buffers, count);
     } finally {
       if (exclusive) release();
     }
+  }
+
+  /** An uncaught error kills this thread like a native fault would; nothing after it runs. */
+  private crashNow(reason: string): Promise<never> {
+    setImmediate(() => {
+      throw new Error(`worker crash requested: ${reason}`);
+    });
+    return new Promise<never>(() => undefined);
   }
 
   private async computeBatch(lane: Lane, buffers: BatchBuffers, count: number): Promise<void> {

@@ -4,6 +4,7 @@ import {
   formatDeviceTarget,
   parseDeviceEntry,
   parseDeviceList,
+  resolveConfig,
 } from './index';
 
 describe('device parsing', () => {
@@ -57,5 +58,35 @@ describe('device parsing', () => {
     expect(devicesPerNode(two, 2)).toEqual(two);
     expect(devicesPerNode(two, 3)).toBeUndefined();
     expect(devicesPerNode(two, 1)).toBeUndefined();
+  });
+
+  it('gives each of two nodes its own cpu from cpu,cpu', () => {
+    expect(devicesPerNode(parseDeviceList('cpu,cpu')!, 2)).toEqual([{ kind: 'cpu' }, { kind: 'cpu' }]);
+  });
+});
+
+describe('the device setting at start (the one parser: config validates, the supervisor hands each node its own)', () => {
+  it('--nodes 2 --device cuda:0,cuda:1: node i gets cuda:i', () => {
+    const config = resolveConfig({ flags: { nodes: 2, device: 'cuda:0,cuda:1' } });
+    expect(config.devices).toEqual([
+      { kind: 'cuda', deviceId: 0 },
+      { kind: 'cuda', deviceId: 1 },
+    ]);
+  });
+
+  it('--nodes 2 --device cpu,cpu resolves to one cpu per node', () => {
+    const config = resolveConfig({ flags: { nodes: 2, device: 'cpu,cpu' } });
+    expect(config.device).toBe('cpu,cpu');
+    expect(config.devices).toEqual([{ kind: 'cpu' }, { kind: 'cpu' }]);
+  });
+
+  it.each([1, 3])('--device cpu,cpu with --nodes %d fails naming the setting', (nodes) => {
+    expect(() => resolveConfig({ flags: { nodes, device: 'cpu,cpu' } })).toThrow(
+      `invalid value "cpu,cpu" for --device (command-line flag): it lists 2 devices but nodes is ${nodes}`,
+    );
+  });
+
+  it('an unknown device names the setting and its source', () => {
+    expect(() => resolveConfig({ env: { STREAMINFER_DEVICE: 'cpu,gpu' } })).toThrow(/STREAMINFER_DEVICE/);
   });
 });

@@ -1,7 +1,8 @@
 /**
- * Device selection: `cpu`, `auto` (CUDA when available, else CPU with a warning), `cuda` (= cuda:0, fatal when
- * unavailable), `cuda:N`, or a comma list giving one device per node (`cuda:0,cuda:1`). Same shape as
- * libs/inference's DeviceRequest, so a node can hand its entry straight to the session loader.
+ * Device selection, the one parser of it: `cpu`, `auto` (CUDA when available, else CPU with a warning), `cuda`
+ * (= cuda:0, fatal when unavailable), `cuda:N`, or a comma list giving one device per node (`cuda:0,cuda:1`).
+ * The setting is validated at start; the supervisor hands each node its own DeviceTarget, which libs/inference
+ * takes as is.
  */
 export type DeviceTarget =
   | { kind: 'cpu' }

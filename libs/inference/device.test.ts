@@ -1,44 +1,4 @@
-import {
-  DeviceError,
-  defaultIntraOpThreads,
-  devicesForNodes,
-  formatDevice,
-  parseDevice,
-  planProviders,
-} from './device';
-
-describe('parseDevice', () => {
-  test.each([
-    ['cpu', { kind: 'cpu' }],
-    ['CPU', { kind: 'cpu' }],
-    ['auto', { kind: 'auto', deviceId: 0 }],
-    ['cuda', { kind: 'cuda', deviceId: 0 }],
-    ['cuda:3', { kind: 'cuda', deviceId: 3 }],
-  ])('%s', (text, expected) => {
-    expect(parseDevice(text)).toEqual(expected);
-  });
-  test.each(['gpu', 'cuda:', 'cuda:x', 'cuda:1:2', ''])('rejects %p', (text) => {
-    expect(() => parseDevice(text)).toThrow(DeviceError);
-  });
-  test('formats back', () => {
-    expect(formatDevice(parseDevice('cuda:2'))).toBe('cuda:2');
-  });
-});
-
-describe('devicesForNodes', () => {
-  test('one device repeats for every node', () => {
-    expect(devicesForNodes('cpu', 3)).toHaveLength(3);
-  });
-  test('a list gives each node its own GPU', () => {
-    expect(devicesForNodes('cuda:0,cuda:1', 2)).toEqual([
-      { kind: 'cuda', deviceId: 0 },
-      { kind: 'cuda', deviceId: 1 },
-    ]);
-  });
-  test('a list of the wrong length is refused', () => {
-    expect(() => devicesForNodes('cuda:0,cuda:1', 3)).toThrow(/2 devices for 3 nodes/);
-  });
-});
+import { DeviceError, defaultIntraOpThreads, planProviders } from './device';
 
 describe('planProviders (the CUDA/CPU selection)', () => {
   test('cpu never tries CUDA', () => {
@@ -62,10 +22,18 @@ describe('planProviders (the CUDA/CPU selection)', () => {
       ],
       strict: false,
     });
+  });
+  test('auto without a CUDA backend runs on CPU and says why', () => {
     expect(planProviders({ kind: 'auto', deviceId: 0 }, ['cpu'])).toEqual({
       attempts: [{ provider: 'cpu', deviceId: 0 }],
       strict: false,
+      fallbackReason: 'cuda:0: this onnxruntime-node build has no CUDA backend',
     });
+  });
+  test('cuda:N without a CUDA backend names the device it was asked for', () => {
+    expect(() => planProviders({ kind: 'cuda', deviceId: 3 }, ['cpu'])).toThrow(
+      '--device cuda:3: this onnxruntime-node build has no CUDA backend',
+    );
   });
   test('intra-op threads share the cores between workers', () => {
     expect(defaultIntraOpThreads(2, 1)).toBe(1);

@@ -1,8 +1,8 @@
-/** Which execution provider a session should use, decided before touching ONNX Runtime (pure, unit-tested). */
-export type DeviceRequest =
-  | { kind: 'cpu' }
-  | { kind: 'auto'; deviceId: number }
-  | { kind: 'cuda'; deviceId: number };
+/**
+ * Which execution provider a session should use, decided before touching ONNX Runtime (pure, unit-tested). The
+ * device itself is parsed once, by libs/config (the `device` setting); this module only consumes it.
+ */
+import type { DeviceTarget } from '../config';
 
 export type ExecutionProviderName = 'cpu' | 'cuda';
 
@@ -15,7 +15,11 @@ export interface ProviderPlan {
   attempts: ProviderAttempt[];
   /** When true, failing every GPU attempt is fatal instead of falling back to CPU. */
   strict: boolean;
+  /** Why `auto` goes to CPU without even trying CUDA: reported like a failed CUDA attempt would be. */
+  fallbackReason?: string;
 }
+
+const NO_CUDA_BACKEND = 'this onnxruntime-node build has no CUDA backend';
 
 export class DeviceError extends Error {
   readonly code = 'ERR_DEVICE';
@@ -25,44 +29,17 @@ export class DeviceError extends Error {
   }
 }
 
-/** Parses `cpu`, `auto`, `cuda`, `cuda:N`. A comma list is split by the caller (one entry per node). */
-export function parseDevice(text: string): DeviceRequest {
-  const value = text.trim().toLowerCase();
-  if (value === 'cpu') return { kind: 'cpu' };
-  if (value === 'auto') return { kind: 'auto', deviceId: 0 };
-  const match = /^cuda(?::(\d{1,3}))?$/.exec(value);
-  if (match) return { kind: 'cuda', deviceId: match[1] === undefined ? 0 : Number(match[1]) };
-  throw new DeviceError(`unknown device "${text}": expected cpu, auto, cuda or cuda:N`);
-}
-
-export function formatDevice(device: DeviceRequest): string {
-  return device.kind === 'cpu' ? 'cpu' : device.kind === 'auto' ? 'auto' : `cuda:${device.deviceId}`;
-}
-
-/** Devices for each node: one entry repeats for every node; a list must name one device per node. */
-export function devicesForNodes(text: string, nodes: number): DeviceRequest[] {
-  const entries = text.split(',').map((entry) => parseDevice(entry));
-  if (entries.length === 1) return Array.from({ length: nodes }, () => entries[0]!);
-  if (entries.length !== nodes) {
-    throw new DeviceError(
-      `--device lists ${entries.length} devices for ${nodes} nodes: give one device, or one per node`,
-    );
-  }
-  return entries;
-}
-
 /**
  * `cpu` → CPU only. `cuda[:N]` → CUDA on device N, fatal when unavailable. `auto` → CUDA on device N when the
- * binding offers it, else CPU (the caller logs the fallback so it is visible).
+ * binding offers it and a session loads there, else CPU with the reason (the caller logs it so it is visible).
  */
-export function planProviders(device: DeviceRequest, availableBackends: readonly string[]): ProviderPlan {
+export function planProviders(device: DeviceTarget, availableBackends: readonly string[]): ProviderPlan {
   const cudaListed = availableBackends.includes('cuda');
   switch (device.kind) {
     case 'cpu':
       return { attempts: [{ provider: 'cpu', deviceId: 0 }], strict: true };
     case 'cuda':
-      if (!cudaListed)
-        throw new DeviceError('--device cuda: this onnxruntime-node build has no CUDA backend');
+      if (!cudaListed) throw new DeviceError(`--device cuda:${device.deviceId}: ${NO_CUDA_BACKEND}`);
       return { attempts: [{ provider: 'cuda', deviceId: device.deviceId }], strict: true };
     case 'auto':
       return cudaListed
@@ -73,7 +50,11 @@ export function planProviders(device: DeviceRequest, availableBackends: readonly
             ],
             strict: false,
           }
-        : { attempts: [{ provider: 'cpu', deviceId: 0 }], strict: false };
+        : {
+            attempts: [{ provider: 'cpu', deviceId: 0 }],
+            strict: false,
+            fallbackReason: `cuda:${device.deviceId}: ${NO_CUDA_BACKEND}`,
+          };
   }
 }
 

@@ -1,10 +1,7 @@
-export type { DeviceRequest, ExecutionProviderName, ProviderAttempt, ProviderPlan } from './device';
+export type { ExecutionProviderName, ProviderAttempt, ProviderPlan } from './device';
 export {
   DeviceError,
   defaultIntraOpThreads,
-  devicesForNodes,
-  formatDevice,
-  parseDevice,
   planProviders,
 } from './device';
 export type { LoadedSession, SessionOptions } from './session';

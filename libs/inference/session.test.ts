@@ -1,9 +1,10 @@
 import * as path from 'node:path';
 import { parseSignature } from '../protocol';
-import { availableBackends, compareSignature, loadSession } from './index';
+import { availableBackends, compareSignature, DeviceError, type LoadedSession, loadSession } from './index';
 import { usesNativeUws } from './uws-check';
 
 const MODELS = path.resolve(__dirname, '../../../models');
+const UPPER = path.join(MODELS, 'upper/1/model.onnx');
 
 describe('loadSession on this host', () => {
   test('cpu loads and reports the provider it got', async () => {
@@ -16,23 +17,38 @@ describe('loadSession on this host', () => {
     await loaded.session.release();
   });
 
-  test('auto falls back to CPU visibly when CUDA cannot be used', async () => {
-    const loaded = await loadSession(path.join(MODELS, 'upper/1/model.onnx'), {
-      device: { kind: 'auto', deviceId: 0 },
-      intraOpThreads: 1,
-    });
-    expect(loaded.executionProvider).toBe('cpu');
-    if (availableBackends().includes('cuda')) expect(loaded.fallbackReason).toMatch(/cuda/);
-    await loaded.session.release();
+  // What a strict cuda:0 load does on this host decides what auto must do: the same assertions hold on a
+  // CPU-only host (CUDA fails, auto runs on CPU and says why) and on a GPU host (both run on CUDA).
+  const strictCuda = async (): Promise<LoadedSession | DeviceError> => {
+    try {
+      return await loadSession(UPPER, { device: { kind: 'cuda', deviceId: 0 }, intraOpThreads: 1 });
+    } catch (error) {
+      return error as DeviceError;
+    }
+  };
+
+  test('cuda is strict: it runs on CUDA or fails with a DeviceError, never silently on CPU', async () => {
+    const outcome = await strictCuda();
+    if (outcome instanceof Error) {
+      expect(outcome).toBeInstanceOf(DeviceError);
+      expect(outcome.message).toMatch(/CUDA/);
+    } else {
+      expect(availableBackends()).toContain('cuda');
+      expect(outcome.executionProvider).toBe('cuda');
+      expect(outcome.fallbackReason).toBeUndefined();
+      await outcome.session.release();
+    }
   });
 
-  test('cuda fails fast on a host without a usable GPU', async () => {
-    await expect(
-      loadSession(path.join(MODELS, 'upper/1/model.onnx'), {
-        device: { kind: 'cuda', deviceId: 0 },
-        intraOpThreads: 1,
-      }),
-    ).rejects.toThrow(/CUDA|cuda/);
+  test('auto runs on CUDA exactly when a strict CUDA load works, and says why when it runs on CPU', async () => {
+    const strict = await strictCuda();
+    const cudaWorks = !(strict instanceof Error);
+    if (!(strict instanceof Error)) await strict.session.release();
+    const loaded = await loadSession(UPPER, { device: { kind: 'auto', deviceId: 0 }, intraOpThreads: 1 });
+    expect(loaded.executionProvider).toBe(cudaWorks ? 'cuda' : 'cpu');
+    if (cudaWorks) expect(loaded.fallbackReason).toBeUndefined();
+    else expect(loaded.fallbackReason).toMatch(/^cuda:0: /);
+    await loaded.session.release();
   });
 
   test('compareSignature catches a config that does not match the file', async () => {

@@ -1,10 +1,11 @@
 import * as ort from 'onnxruntime-node';
+import type { DeviceTarget } from '../config';
 import type { DType, ModelSignature, TensorSpec } from '../protocol';
-import type { DeviceRequest, ExecutionProviderName, ProviderAttempt } from './device';
+import type { ExecutionProviderName, ProviderAttempt } from './device';
 import { DeviceError, planProviders } from './device';
 
 export interface SessionOptions {
-  device: DeviceRequest;
+  device: DeviceTarget;
   intraOpThreads: number;
 }
 
@@ -47,7 +48,7 @@ function sessionOptions(
 /** Creates a session on the planned provider, falling back to CPU only when the device request allows it. */
 export async function loadSession(modelPath: string, options: SessionOptions): Promise<LoadedSession> {
   const plan = planProviders(options.device, availableBackends());
-  const failures: string[] = [];
+  const failures: string[] = plan.fallbackReason === undefined ? [] : [plan.fallbackReason];
   for (const attempt of plan.attempts) {
     try {
       const session = await ort.InferenceSession.create(

@@ -1,5 +1,7 @@
 export type { MetricJson, NodeGauges, SlotDescription } from './export';
 export { aggregateToText, metricJson, nodeMetricsJson, PROMETHEUS_CONTENT_TYPE } from './export';
+export { lintExposition } from './lint';
+export { labelledProcessJson, registerProcessMetrics } from './process';
 export type { HistogramTotals, ProtocolName, ShedReason, SlotTotals } from './shared-metrics';
 export {
   BATCH_SIZE_BUCKETS,

@@ -141,15 +141,6 @@ describe('hot-swap on --nodes 2 --workers 2', () => {
     rmSync(path.join(dir, 'digits', '3'), { recursive: true });
   });
 
-  test('a reload while another runs is refused with reload_in_progress', async () => {
-    const [first, second] = await Promise.all([
-      postJson(`${server.url}/api/reload`, { model: 'digits', version: '1' }),
-      sleep(5).then(() => postJson(`${server.url}/api/reload`, { model: 'digits', version: '2' })),
-    ]);
-    expect(first.status).toBe(200);
-    if (second.status !== 200) expect(second.body).toMatchObject({ code: 'reload_in_progress' });
-  });
-
   test('SIGHUP (via `streaminfer reload --pid-file`) re-reads the repository; the CLI prints the outcome', async () => {
     // A new version 4 and a config that makes it the default.
     mkdirSync(path.join(dir, 'digits', '4'), { recursive: true });
@@ -194,6 +185,41 @@ describe('hot-swap on --nodes 2 --workers 2', () => {
     const bad = await run(['reload', '--model', 'digits', '--version', '9', '--url', server.url]);
     expect(bad.code).toBe(1);
     expect(bad.out).toContain('unknown_version');
+  });
+});
+
+describe('a reload while another runs', () => {
+  test('is refused with 409 reload_in_progress, every time; the first one commits', async () => {
+    // Each PREPARE is held 2 s (test hook), so the second reload always arrives while the first runs.
+    const server = await startServer({
+      models: ['digits'],
+      args: ['--model', 'digits'],
+      env: { STREAMINFER_TEST_HOLD_PREPARE_MS: '2000' },
+    });
+    try {
+      const started = Date.now();
+      const first = postJson(`${server.url}/api/reload`, { model: 'digits', version: '1' });
+      while (!server.logs().includes('test hook: holding PREPARE')) {
+        expect(Date.now() - started).toBeLessThan(10000);
+        await sleep(10);
+      }
+      const second = await postJson(`${server.url}/api/reload`, { model: 'digits', version: '2' });
+      expect(second.status).toBe(409);
+      expect(second.body).toMatchObject({ type: 'error', code: 'reload_in_progress' });
+      expect(await first).toMatchObject({
+        status: 200,
+        body: { result: 'committed', changes: [{ model: 'digits', from: '2', to: '1' }] },
+      });
+      expect(Date.now() - started).toBeGreaterThanOrEqual(2000);
+      // Once the first is done, the refused one goes through.
+      const again = await postJson(`${server.url}/api/reload`, { model: 'digits', version: '2' });
+      expect(again).toMatchObject({ status: 200, body: { result: 'committed' } });
+      console.log(
+        `reload_in_progress: second reload refused while the first held PREPARE (${Date.now() - started} ms)`,
+      );
+    } finally {
+      await server.stop();
+    }
   });
 });
 

@@ -105,8 +105,15 @@ describe('failures', () => {
     stop = true;
     await loop;
     expect(ok).toBeGreaterThan(0);
-    // Requests the dead worker held are answered with a typed error, never lost.
+    // The hook kills the worker inside a batch: the node answers each request it held with a typed error (the
+    // count it logs), never loses one, and no other request fails.
+    const deadWorkerLog = /"failed":(\d+),"msg":"answered the requests of a dead worker"/;
+    await waitFor(async () => deadWorkerLog.test(server.logs()), 5000);
+    const failed = Number(deadWorkerLog.exec(server.logs())![1]);
+    expect(failed).toBeGreaterThan(0);
+    expect(errors).toHaveLength(failed);
     expect(errors.every((code) => code === 'internal')).toBe(true);
+    console.log(`killed worker: ${failed} held requests answered internal, ${ok} answered ok`);
     await waitFor(async () => {
       const health = (await (await fetch(`${server.url}/health`)).json()) as { ready: boolean };
       return health.ready;
