@@ -282,7 +282,7 @@ class Worker {
           this.freeRegions.push(region);
           lane.spare.push(this.sized(lane, buffers));
           lane.inFlight--;
-          lane.wake?.();
+          this.wakeOthersFirst(lane);
         });
       } else if (decision.kind === 'wait') {
         await this.pause(lane, sequence, decision.untilMs - now);
@@ -291,6 +291,17 @@ class Worker {
       }
     }
     while (lane.inFlight > 0) await this.pause(lane, lane.doorbell.sequence(), IDLE_WAIT_MS);
+  }
+
+  /**
+   * A batch region was freed: the other lanes look at their rings before this one does, so the region goes to
+   * another model with work waiting instead of back to a lane with a long backlog. Wake-ups run in this order
+   * (microtasks are FIFO); a doorbell alone would not do, as ONNX Runtime's CPU run is synchronous and a
+   * waitAsync wake-up waits behind it — another model's requests then waited for this lane's whole backlog.
+   */
+  private wakeOthersFirst(lane: Lane): void {
+    for (const other of this.lanes.values()) if (other !== lane) other.wake?.();
+    lane.wake?.();
   }
 
   /** `buffers`, or new ones when the lane's max batch changed since they were made. */
