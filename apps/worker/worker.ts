@@ -64,6 +64,8 @@ class Worker {
   private readonly metrics: MetricsShard;
   private readonly inflight: Int32Array;
   private readonly freeRegions: number[] = [];
+  /** Lanes with requests waiting for a batch region (every region busy): they get the next one first. */
+  private readonly regionWaiters = new Set<Lane>();
   private draining = false;
   /** Test hook: set by a 'crash' command; the next batch this thread runs dies with it. */
   private crashReason: string | undefined;
@@ -241,8 +243,14 @@ class Worker {
         await this.pause(lane, sequence, IDLE_WAIT_MS);
         continue;
       }
-      if (lane.inFlight >= MAX_BATCHES_IN_FLIGHT || this.freeRegions.length === 0) {
+      if (lane.inFlight >= MAX_BATCHES_IN_FLIGHT) {
         await this.pause(lane, sequence, IDLE_WAIT_MS);
+        continue;
+      }
+      if (this.freeRegions.length === 0) {
+        this.regionWaiters.add(lane);
+        await this.pause(lane, sequence, IDLE_WAIT_MS);
+        this.regionWaiters.delete(lane);
         continue;
       }
       oldest = Number.POSITIVE_INFINITY;
@@ -294,13 +302,15 @@ class Worker {
   }
 
   /**
-   * A batch region was freed: the other lanes look at their rings before this one does, so the region goes to
-   * another model with work waiting instead of back to a lane with a long backlog. Wake-ups run in this order
-   * (microtasks are FIFO); a doorbell alone would not do, as ONNX Runtime's CPU run is synchronous and a
+   * A batch region was freed: lanes that wait for one (another model with requests queued) take it before
+   * this lane does, instead of a lane with a long backlog taking it back every time. Wake-ups run in this
+   * order (microtasks are FIFO); a doorbell alone would not do, as ONNX Runtime's CPU run is synchronous and a
    * waitAsync wake-up waits behind it — another model's requests then waited for this lane's whole backlog.
+   * Idle lanes are not woken: they wait on their doorbells, and waking them costs a wait per batch.
    */
   private wakeOthersFirst(lane: Lane): void {
-    for (const other of this.lanes.values()) if (other !== lane) other.wake?.();
+    if (this.regionWaiters.size > 0)
+      for (const waiter of this.regionWaiters) if (waiter !== lane) waiter.wake?.();
     lane.wake?.();
   }
 
