@@ -131,7 +131,7 @@ export class Supervisor {
 
   private startOptions(index: number): NodeStartOptions {
     const config = this.options.config;
-    const options: NodeStartOptions = {
+    return {
       nodeIndex: index,
       port: this.port,
       host: config.host,
@@ -141,35 +141,15 @@ export class Supervisor {
         config.intraOpThreads ?? defaultIntraOpThreads(this.options.cores, config.workers, config.nodes),
       modelsDir: path.resolve(config.modelsDir),
       defaultModel: this.defaultModel,
-      batch: {
-        policy: config.batchPolicy,
-        maxBatchSize: config.batchSize,
-        maxQueueDelayMs: config.batchTimeoutMs,
-        explicitSize: this.options.explicitBatchSize,
-        explicitTimeout: this.options.explicitBatchTimeout,
-      },
-      maxPayloadBytes: config.maxPayloadBytes,
-      requestTimeoutMs: config.requestTimeoutMs,
-      backpressure: {
-        rateLimitRps: config.rateLimitRps,
-        rateLimitBurst: config.rateLimitBurst,
-        maxInflightPerClient: config.maxQueueSize,
-        maxModelQueue: config.maxModelQueue,
-        slowConsumerWarnBytes: config.slowConsumerWarnBytes,
-        slowConsumerCloseBytes: config.slowConsumerCloseBytes,
-        trustForwardedFor: config.trustForwardedFor,
-      },
       ringBytes: config.ringBytes,
-      shutdownTimeoutMs: config.shutdownTimeoutMs,
-      logLevel: config.logLevel,
       testHooks: this.options.testHooks,
       plan: this.coordinator!.table,
       epoch: this.coordinator!.epoch,
+      // The host's live settings are those of its table (a node restarted after a failed roll-back gets the
+      // settings the other nodes went back to).
+      ...(this.coordinator!.table.settings ??
+        this.nodeSettingsFor(config, this.options.explicitBatchSize, this.options.explicitBatchTimeout)),
     };
-    // The host's live settings are those of its table (a node restarted after a failed roll-back gets the
-    // settings the other nodes went back to).
-    const settings = this.coordinator!.table.settings;
-    return settings ? { ...options, ...settings } : options;
   }
 
   /** The node settings a configuration asks for (see NodeSettings: what a configuration reload changes). */

@@ -7,7 +7,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { modelsSubset, runCli, sleep, WsClient } from './harness';
+import { modelsSubset, runCli, runCliToExit, sleep, WsClient } from './harness';
 
 interface Outcome {
   id: number;
@@ -26,16 +26,6 @@ function freePort(): Promise<number> {
       const address = server.address();
       server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject()));
     });
-  });
-}
-
-function runToEnd(args: string[]): Promise<{ code: number | null; out: string }> {
-  return new Promise((resolve) => {
-    const child = runCli(args);
-    let out = '';
-    child.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
-    child.stderr!.on('data', (chunk: Buffer) => (out += chunk.toString()));
-    child.on('exit', (code) => resolve({ code, out }));
   });
 }
 
@@ -176,12 +166,12 @@ describe('configuration reload on a 2-node server', () => {
       );
       const committedLogsBefore = (logs.match(/"msg":"model table committed"/g) ?? []).length;
       expect(committedLogsBefore).toBeGreaterThanOrEqual(2);
-      const cli = await runToEnd(['reload', '--config', second, '--url', url]);
+      const cli = await runCliToExit(['reload', '--config', second, '--url', url]);
       expect(cli.code).toBe(0);
       expect(cli.out).toMatch(/settings applied: .*rateLimitRps/);
       expect(cli.out).toMatch(/settings applied: .*batchSize/);
       expect(cli.out).toContain('need a restart to take effect: port, workers');
-      const json = await runToEnd(['reload', '--config', second, '--url', url, '--json']);
+      const json = await runCliToExit(['reload', '--config', second, '--url', url, '--json']);
       expect(JSON.parse(json.out)).toMatchObject({
         ok: true,
         settings_applied: [],

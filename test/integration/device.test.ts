@@ -1,5 +1,5 @@
 import type { ServerHandle } from './harness';
-import { postJson, runCli, startServer, WsClient } from './harness';
+import { postJson, runCliToExit, startServer, WsClient } from './harness';
 
 interface Health {
   ready: boolean;
@@ -10,17 +10,6 @@ interface Health {
 
 async function health(server: ServerHandle): Promise<Health> {
   return (await (await fetch(`${server.url}/health`)).json()) as Health;
-}
-
-/** Runs the CLI to its exit (a start that must fail before any node is forked). */
-function runToExit(args: string[]): Promise<{ code: number | null; out: string }> {
-  return new Promise((resolve) => {
-    const child = runCli(args);
-    let out = '';
-    child.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
-    child.stderr!.on('data', (chunk: Buffer) => (out += chunk.toString()));
-    child.on('exit', (code) => resolve({ code, out }));
-  });
 }
 
 describe('--nodes 2 --device cpu,cpu: one device per node, end to end', () => {
@@ -71,7 +60,15 @@ describe('--nodes 2 --device cpu,cpu: one device per node, end to end', () => {
 describe('a device list that does not match --nodes fails at start, naming the setting', () => {
   test.each([1, 3])('--nodes %d --device cpu,cpu', async (nodes) => {
     const started = Date.now();
-    const result = await runToExit(['serve', '--port', '0', '--nodes', String(nodes), '--device', 'cpu,cpu']);
+    const result = await runCliToExit([
+      'serve',
+      '--port',
+      '0',
+      '--nodes',
+      String(nodes),
+      '--device',
+      'cpu,cpu',
+    ]);
     expect(result.code).toBe(2);
     expect(result.out).toContain(
       `invalid value "cpu,cpu" for --device (command-line flag): it lists 2 devices but nodes is ${nodes}`,

@@ -112,9 +112,10 @@ function randomName(random: Random): string {
     "'",
   ];
   let name = '';
-  const length = 1 + random.int(12);
+  const length = 1 + random.below(12);
   for (let i = 0; i < length; i++)
-    name += random.int(3) === 0 ? `%${random.int(256).toString(16).padStart(2, '0')}` : random.pick(parts);
+    name +=
+      random.below(3) === 0 ? `%${random.below(256).toString(16).padStart(2, '0')}` : random.pick(parts);
   return name;
 }
 

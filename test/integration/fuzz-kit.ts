@@ -1,32 +1,20 @@
 /** Seeded randomness and hostile values shared by the fuzz suites (deterministic: same seed, same frames). */
+import { Rng } from '../../scripts/models/rng';
 
-/** mulberry32: small, fast, good enough for fuzzing, and reproducible from one 32-bit seed. */
-export class Random {
-  private state: number;
-
-  constructor(seed: number) {
-    this.state = seed >>> 0;
-  }
-
-  next(): number {
-    this.state = (this.state + 0x6d2b79f5) >>> 0;
-    let t = this.state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  }
-
-  int(below: number): number {
+/** The project's seeded generator (mulberry32) with what the fuzzers draw: an index, an item, raw bytes. */
+export class Random extends Rng {
+  /** Uniform integer in [0, below). */
+  below(below: number): number {
     return Math.floor(this.next() * below);
   }
 
   pick<T>(items: readonly T[]): T {
-    return items[this.int(items.length)]!;
+    return items[this.below(items.length)]!;
   }
 
   bytes(length: number): Uint8Array {
     const out = new Uint8Array(length);
-    for (let i = 0; i < length; i++) out[i] = this.int(256);
+    for (let i = 0; i < length; i++) out[i] = this.below(256);
     return out;
   }
 }

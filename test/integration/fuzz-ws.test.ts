@@ -78,7 +78,7 @@ const encoder = new TextEncoder();
 const lossy = new TextDecoder();
 
 function validBinary(random: Random, id: number): Uint8Array {
-  return random.int(2) === 0
+  return random.below(2) === 0
     ? encodeBinaryRequest({ id, model: 'echo' }, [
         { name: 'input', dtype: 'float32', dims: [3], data: Float32Array.from([1, 2, 3]) },
       ])
@@ -89,9 +89,9 @@ function validBinary(random: Random, id: number): Uint8Array {
 
 function flip(random: Random, bytes: Uint8Array, from = 0): Uint8Array {
   const out = Uint8Array.from(bytes);
-  const flips = 1 + random.int(4);
+  const flips = 1 + random.below(4);
   for (let i = 0; i < flips && out.length > from; i++)
-    out[from + random.int(out.length - from)] = random.int(256);
+    out[from + random.below(out.length - from)] = random.below(256);
   return out;
 }
 
@@ -100,15 +100,15 @@ function mutate(random: Random, id: number): { data: string | Uint8Array; binary
   const all = templates(id);
   const base = random.pick(all);
   const text = objectText(base);
-  switch (random.int(14)) {
+  switch (random.below(14)) {
     case 0:
       return { data: lossy.decode(flip(random, encoder.encode(text))), binary: false, kind: 'flip' };
     case 1:
-      return { data: text.slice(0, random.int(text.length)), binary: false, kind: 'cut' };
+      return { data: text.slice(0, random.below(text.length)), binary: false, kind: 'cut' };
     case 2: {
       const other = objectText(random.pick(all));
       return {
-        data: text.slice(0, random.int(text.length)) + other.slice(random.int(other.length)),
+        data: text.slice(0, random.below(text.length)) + other.slice(random.below(other.length)),
         binary: false,
         kind: 'splice',
       };
@@ -118,8 +118,8 @@ function mutate(random: Random, id: number): { data: string | Uint8Array; binary
     case 5: {
       // Odd JSON types in every field: replace, drop, duplicate, or add one.
       const fields = base.map((field) => [...field] as Field);
-      const which = random.int(fields.length);
-      const action = random.int(6);
+      const which = random.below(fields.length);
+      const action = random.below(6);
       if (action === 0) fields.splice(which, 1);
       else if (action === 1) fields.push([fields[which]![0], random.pick(ODD_VALUE_TEXTS)]);
       else if (action === 2)
@@ -141,7 +141,7 @@ function mutate(random: Random, id: number): { data: string | Uint8Array; binary
       return { data: objectText(fields), binary: false, kind: 'tensor' };
     }
     case 7: {
-      const at = random.int(text.length);
+      const at = random.below(text.length);
       return {
         data: text.slice(0, at) + random.pick(RAW_TOKENS) + text.slice(at),
         binary: false,
@@ -151,16 +151,16 @@ function mutate(random: Random, id: number): { data: string | Uint8Array; binary
     case 8:
       return { data: random.pick(ODD_VALUE_TEXTS), binary: false, kind: 'top-level' };
     case 9:
-      return { data: random.bytes(random.int(300)), binary: true, kind: 'garbage' };
+      return { data: random.bytes(random.below(300)), binary: true, kind: 'garbage' };
     case 10: {
       // A valid binary frame, then broken: flipped header or data bytes, cut, or grown.
       const frame = validBinary(random, id);
-      const how = random.int(4);
+      const how = random.below(4);
       if (how === 0) return { data: flip(random, frame.subarray(0, 4)), binary: true, kind: 'bin-prefix' };
       if (how === 1) return { data: flip(random, frame), binary: true, kind: 'bin-flip' };
       if (how === 2)
-        return { data: frame.subarray(0, random.int(frame.length)), binary: true, kind: 'bin-cut' };
-      const grown = new Uint8Array(frame.length + 1 + random.int(64));
+        return { data: frame.subarray(0, random.below(frame.length)), binary: true, kind: 'bin-cut' };
+      const grown = new Uint8Array(frame.length + 1 + random.below(64));
       grown.set(frame);
       grown.set(random.bytes(grown.length - frame.length), frame.length);
       return { data: grown, binary: true, kind: 'bin-grow' };
@@ -202,15 +202,19 @@ function mutate(random: Random, id: number): { data: string | Uint8Array; binary
       // The binary prefix with a header length that lies.
       const frame = validBinary(random, id);
       const out = Uint8Array.from(frame);
-      new DataView(out.buffer).setUint16(2, random.pick([0, 1, out.length, 65535, random.int(65536)]), true);
+      new DataView(out.buffer).setUint16(
+        2,
+        random.pick([0, 1, out.length, 65535, random.below(65536)]),
+        true,
+      );
       return { data: out, binary: true, kind: 'bin-length' };
     }
     default: {
-      const rare = random.int(40);
+      const rare = random.below(40);
       if (rare === 0)
-        return { data: 'x'.repeat(MAX_PAYLOAD + 1 + random.int(100)), binary: false, kind: 'oversize' };
-      if (rare === 1) return { data: '', binary: random.int(2) === 0, kind: 'empty' };
-      return { data: lossy.decode(random.bytes(random.int(100))), binary: false, kind: 'text-garbage' };
+        return { data: 'x'.repeat(MAX_PAYLOAD + 1 + random.below(100)), binary: false, kind: 'oversize' };
+      if (rare === 1) return { data: '', binary: random.below(2) === 0, kind: 'empty' };
+      return { data: lossy.decode(random.bytes(random.below(100))), binary: false, kind: 'text-garbage' };
     }
   }
 }

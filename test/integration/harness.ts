@@ -48,6 +48,20 @@ export function runCli(args: string[], env: Record<string, string> = {}): ChildP
   });
 }
 
+/** Runs the CLI to its exit and returns its exit code and everything it printed (stdout and stderr). */
+export function runCliToExit(
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<{ code: number | null; out: string }> {
+  return new Promise((resolve) => {
+    const child = runCli(args, env);
+    let out = '';
+    child.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    child.stderr!.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    child.on('exit', (code) => resolve({ code, out }));
+  });
+}
+
 export async function startServer(options: StartOptions = {}): Promise<ServerHandle> {
   const args = ['serve', '--port', '0', '--host', '127.0.0.1', ...(options.args ?? [])];
   if (options.modelsDir) args.push('--models-dir', options.modelsDir);

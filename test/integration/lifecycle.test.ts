@@ -1,18 +1,5 @@
 import type { Answer } from './harness';
-import { postJson, runCli, sleep, startServer, WsClient } from './harness';
-
-function runToExit(
-  args: string[],
-  env: Record<string, string> = {},
-): Promise<{ code: number | null; out: string }> {
-  return new Promise((resolve) => {
-    const child = runCli(args, env);
-    let out = '';
-    child.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
-    child.stderr!.on('data', (chunk: Buffer) => (out += chunk.toString()));
-    child.on('exit', (code) => resolve({ code, out }));
-  });
-}
+import { postJson, runCliToExit, sleep, startServer, WsClient } from './harness';
 
 async function waitFor(check: () => Promise<boolean>, timeoutMs: number): Promise<void> {
   const until = Date.now() + timeoutMs;
@@ -25,25 +12,25 @@ async function waitFor(check: () => Promise<boolean>, timeoutMs: number): Promis
 
 describe('start-up validation', () => {
   test('an invalid setting stops the start with a message naming it', async () => {
-    const result = await runToExit(['serve', '--port', '0'], { STREAMINFER_BATCH_SIZE: 'abc' });
+    const result = await runCliToExit(['serve', '--port', '0'], { STREAMINFER_BATCH_SIZE: 'abc' });
     expect(result.code).not.toBe(0);
     expect(result.out).toContain('STREAMINFER_BATCH_SIZE');
   });
 
   test('an invalid flag value names the flag', async () => {
-    const result = await runToExit(['serve', '--port', '70000']);
+    const result = await runCliToExit(['serve', '--port', '70000']);
     expect(result.code).not.toBe(0);
     expect(result.out.toLowerCase()).toContain('port');
   });
 
   test('refuses to run on the pure-JS uWebSockets.js fallback', async () => {
-    const result = await runToExit(['serve', '--port', '0'], { UWS_USE_FALLBACK: '1' });
+    const result = await runCliToExit(['serve', '--port', '0'], { UWS_USE_FALLBACK: '1' });
     expect(result.code).not.toBe(0);
     expect(result.out).toContain('fallback');
   });
 
   test('an unknown default model fails the start clearly', async () => {
-    const result = await runToExit(['serve', '--port', '0', '--model', 'nope']);
+    const result = await runCliToExit(['serve', '--port', '0', '--model', 'nope']);
     expect(result.code).not.toBe(0);
     expect(result.out).toContain('nope');
   });

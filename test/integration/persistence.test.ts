@@ -1,17 +1,7 @@
 import { mkdtempSync, readFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { runCli, startServer, WsClient } from './harness';
-
-function run(args: string[]): Promise<{ code: number | null; out: string }> {
-  return new Promise((resolve) => {
-    const child = runCli(args);
-    let out = '';
-    child.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
-    child.stderr!.on('data', (chunk: Buffer) => (out += chunk.toString()));
-    child.on('exit', (code) => resolve({ code, out }));
-  });
-}
+import { runCliToExit, startServer, WsClient } from './harness';
 
 async function unnamedRequestModel(wsUrl: string): Promise<unknown> {
   const client = await WsClient.connect(wsUrl);
@@ -27,7 +17,7 @@ describe('the default model survives a restart', () => {
     const first = await startServer({ models: ['echo', 'upper'], env });
     try {
       expect(await unnamedRequestModel(first.wsUrl)).toBe('echo');
-      const reload = await run(['reload', '--model', 'upper', '--url', first.url]);
+      const reload = await runCliToExit(['reload', '--model', 'upper', '--url', first.url]);
       expect(reload.code).toBe(0);
       const saved = JSON.parse(readFileSync(path.join(stateDir, 'registry.json'), 'utf8')) as Record<
         string,

@@ -4,17 +4,7 @@
  * (STREAMINFER_TEST_HOOKS), so the nodes, the restart and the table they come back on are all real.
  */
 import type { ServerHandle } from './harness';
-import { postJson, runCli, startServer, WsClient } from './harness';
-
-function run(args: string[]): Promise<{ code: number | null; out: string }> {
-  return new Promise((resolve) => {
-    const child = runCli(args);
-    let out = '';
-    child.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
-    child.stderr!.on('data', (chunk: Buffer) => (out += chunk.toString()));
-    child.on('exit', (code) => resolve({ code, out }));
-  });
-}
+import { postJson, runCliToExit, startServer, WsClient } from './harness';
 
 const PIXELS = Array.from({ length: 64 }, (_, i) => (i * 5) % 17);
 
@@ -48,7 +38,7 @@ describe('rolling reload failure: true per-node outcome, restart onto the host t
     ).toBe(200);
     // Through the CLI: if its request lands on node 0, which the reload restarts, it reads the outcome from
     // GET /api/reload instead.
-    const cli = await run([
+    const cli = await runCliToExit([
       'reload',
       '--model',
       'digits',
@@ -143,7 +133,7 @@ describe('the reload restarts the node that carries its request', () => {
 
     // The CLI reads the outcome when its connection's node is restarted.
     expect((await postJson(`${server.url}/api/debug/fail-step`, fail)).status).toBe(200);
-    const cli = await run([
+    const cli = await runCliToExit([
       'reload',
       '--model',
       'digits',
