@@ -15,7 +15,7 @@ import {
   httpStatusOf,
   ProtocolError,
 } from '../../libs/protocol';
-import type { ModelPlan, RegistryAction } from '../../libs/registry';
+import { type ModelPlan, REGISTRY_ACTIONS, type RegistryAction } from '../../libs/registry';
 import type { ControlRequest, ControlResponse } from '../node/ipc';
 import { authorizeAdmin } from './admin-auth';
 import { Coalescer } from './coalesce';
@@ -24,6 +24,8 @@ import { FAILABLE_STEPS, type Fleet } from './fleet';
 
 /** Scrapes of one kind start node fan-outs at least this far apart (concurrent scrapes share them). */
 const SCRAPE_MIN_INTERVAL_MS = 50;
+
+const REGISTRY_ROUTE = new RegExp(`^/api/models/([^/]+)/(${REGISTRY_ACTIONS.join('|')})$`);
 
 export interface ReloadRequest {
   model?: string;
@@ -115,7 +117,7 @@ export class AdminApi {
       }
     }
     if (url === '/api/reload') return this.reloadRoute(method, body);
-    const registry = /^\/api\/models\/([^/]+)\/(candidate|canary|shadow|promote|rollback)$/.exec(url);
+    const registry = REGISTRY_ROUTE.exec(url);
     if (registry) {
       if (method !== 'POST') return jsonError('method_not_allowed', `use POST ${url}`);
       const model = decodePathSegment(registry[1]);

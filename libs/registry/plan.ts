@@ -210,14 +210,9 @@ export function withModel(table: TablePlan, next: ModelPlan): TablePlan {
   return { ...table, models: table.models.map((model) => (model.name === next.name ? next : model)) };
 }
 
-export type RegistryAction = 'candidate' | 'canary' | 'shadow' | 'promote' | 'rollback';
-export const REGISTRY_ACTIONS: readonly RegistryAction[] = [
-  'candidate',
-  'canary',
-  'shadow',
-  'promote',
-  'rollback',
-];
+/** The registry actions of the admin API (POST /api/models/{name}/{action}). */
+export const REGISTRY_ACTIONS = ['candidate', 'canary', 'shadow', 'promote', 'rollback'] as const;
+export type RegistryAction = (typeof REGISTRY_ACTIONS)[number];
 
 /** A registry change as the API asks for it, its fields checked for type (bounds are the transition's). */
 export type RegistryChange =
