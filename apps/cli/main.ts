@@ -164,22 +164,58 @@ function clientOptions(flags: ClientFlags) {
   return token ? { url: flags.url, token } : { url: flags.url };
 }
 
+/**
+ * Prints an admin answer and sets the exit code (1 unless the server answered 200). `--json`: the answer as
+ * sent, pretty-printed, or with `statusInJson` on one line with the HTTP status folded in; else `human`.
+ */
+function report<T>(
+  flags: ClientFlags,
+  status: number,
+  answer: T,
+  human: (answer: T, status: number) => void,
+  statusInJson = false,
+): void {
+  if (flags.json)
+    console.log(
+      statusInJson ? JSON.stringify({ status, ...(answer as object) }) : JSON.stringify(answer, null, 2),
+    );
+  else human(answer, status);
+  if (status !== 200) process.exitCode = 1;
+}
+
+/** One admin call, its answer printed by `report`. */
+async function runAdmin<T>(
+  flags: ClientFlags,
+  method: 'GET' | 'POST',
+  path: string,
+  body: Record<string, unknown> | undefined,
+  human: (answer: T, status: number) => void,
+  statusInJson = false,
+): Promise<void> {
+  const { status, body: answer } = await callServer(clientOptions(flags), method, path, body);
+  report(flags, status, answer as T, human, statusInJson);
+}
+
+/** A refusal as the server typed it. */
+function printRefusal(what: string, status: number, answer: { code?: string; message?: string }): void {
+  console.error(`${what} failed (${status} ${answer.code}): ${answer.message}`);
+}
+
+interface HealthAnswer {
+  status: string;
+  default_model: string;
+  device: string;
+  nodes: Array<Record<string, unknown>>;
+  models: Array<{
+    name: string;
+    default_version: string;
+    versions: Array<{ version: string; execution_provider: string }>;
+  }>;
+}
+
 addClientOptions(program.command('status').description('health of a running server')).action(
-  async (flags: ClientFlags) => {
-    const { status, body } = await callServer(clientOptions(flags), 'GET', '/health');
-    if (flags.json) console.log(JSON.stringify(body, null, 2));
-    else {
-      const health = body as {
-        status: string;
-        default_model: string;
-        device: string;
-        nodes: Array<Record<string, unknown>>;
-        models: Array<{
-          name: string;
-          default_version: string;
-          versions: Array<{ version: string; execution_provider: string }>;
-        }>;
-      };
+  (flags: ClientFlags) =>
+    runAdmin<HealthAnswer>(flags, 'GET', '/health', undefined, (health) => {
       console.log(
         `status: ${health.status}   default model: ${health.default_model}   device: ${health.device}`,
       );
@@ -192,9 +228,7 @@ addClientOptions(program.command('status').description('health of a running serv
           `model ${model.name}: default v${model.default_version}; ${model.versions.map((v) => `v${v.version} on ${v.execution_provider}`).join(', ')}`,
         );
       }
-    }
-    if (status !== 200) process.exitCode = 1;
-  },
+    }),
 );
 
 interface ReloadAnswer {
@@ -318,11 +352,17 @@ addClientOptions(
           if (answer.result === 'failed') status = 500;
         }
       }
-      if (flags.json) console.log(JSON.stringify({ status, ...answer }));
-      else if (answer.id !== undefined && answer.result)
-        (status === 200 ? console.log : console.error)(describeReload(answer));
-      else console.error(`reload failed (${status} ${answer.code}): ${answer.message}`);
-      if (status !== 200) process.exitCode = 1;
+      report(
+        flags,
+        status,
+        answer,
+        () => {
+          if (answer.id !== undefined && answer.result)
+            (status === 200 ? console.log : console.error)(describeReload(answer));
+          else printRefusal('reload', status, answer);
+        },
+        true,
+      );
     },
   );
 
@@ -364,11 +404,12 @@ interface ModelListing {
 
 addClientOptions(
   models.command('list').description('models, loaded versions, aliases, canary and shadow'),
-).action(async (flags: ClientFlags) => {
-  const { status, body } = await callServer(clientOptions(flags), 'GET', '/api/models');
-  if (flags.json || status !== 200) console.log(JSON.stringify(body, null, 2));
-  else {
-    const list = body as ModelListing;
+).action((flags: ClientFlags) =>
+  runAdmin<ModelListing>(flags, 'GET', '/api/models', undefined, (list, status) => {
+    if (status !== 200) {
+      console.log(JSON.stringify(list, null, 2));
+      return;
+    }
     for (const model of list.models) {
       const mark = model.name === list.default_model ? ' (default model)' : '';
       const aliases = Object.entries(model.aliases ?? { stable: model.default_version })
@@ -384,32 +425,33 @@ addClientOptions(
         `${model.name}${mark}: ${aliases}; loaded ${model.versions.map((v) => v.version).join(', ')} on ${model.versions[0]?.execution_provider}${extras ? `; ${extras}` : ''}`,
       );
     }
-  }
-  if (status !== 200) process.exitCode = 1;
-});
+  }),
+);
 
 /** Runs one registry action and prints its outcome. */
-async function registryCommand(
+function registryCommand(
   flags: ClientFlags,
   name: string,
   action: string,
   body: Record<string, unknown>,
 ): Promise<void> {
-  const { status, body: answer } = await callServer(
-    clientOptions(flags),
+  return runAdmin<ReloadAnswer & { model?: Record<string, unknown> }>(
+    flags,
     'POST',
     `/api/models/${encodeURIComponent(name)}/${action}`,
     body,
+    (result, status) => {
+      if (status !== 200) {
+        printRefusal(action, status, result);
+        return;
+      }
+      const model = result.model ?? {};
+      console.log(
+        `${name}: stable=${model.stable} candidate=${model.candidate ?? '-'} previous=${model.previous_stable ?? '-'} canary=${model.canary_percent}% shadow=${model.shadow ? 'on' : 'off'} (epoch ${result.epoch}, ${result.duration_ms} ms)`,
+      );
+    },
+    true,
   );
-  const result = answer as ReloadAnswer & { model?: Record<string, unknown> };
-  if (flags.json) console.log(JSON.stringify({ status, ...result }));
-  else if (status === 200) {
-    const model = result.model ?? {};
-    console.log(
-      `${name}: stable=${model.stable} candidate=${model.candidate ?? '-'} previous=${model.previous_stable ?? '-'} canary=${model.canary_percent}% shadow=${model.shadow ? 'on' : 'off'} (epoch ${result.epoch}, ${result.duration_ms} ms)`,
-    );
-  } else console.error(`${action} failed (${status} ${result.code}): ${result.message}`);
-  if (status !== 200) process.exitCode = 1;
 }
 
 addClientOptions(
@@ -486,6 +528,4 @@ function fail(message: string): never {
   process.exit(2);
 }
 
-program.parseAsync(process.argv).catch((error: Error) => {
-  fail(error instanceof ClientError ? error.message : error.message);
-});
+program.parseAsync(process.argv).catch((error: Error) => fail(error.message));

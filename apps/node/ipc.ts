@@ -1,8 +1,13 @@
 /** Messages between the supervisor and its node processes (Node IPC channel, control only — never request bytes). */
 import type { DeviceTarget } from '../../libs/config';
 import type { MetricJson } from '../../libs/metrics';
+import type { ModelPlan, NodeSettings, TablePlan } from '../../libs/registry';
 
-export interface NodeStartOptions {
+// The table plan and the live settings belong to the registry's plan; the node reads them from there.
+export type { ModelPlan, NodeSettings, TablePlan };
+
+/** How a node process starts: its own place in the host, then the live settings (see NodeSettings). */
+export interface NodeStartOptions extends NodeSettings {
   nodeIndex: number;
   port: number;
   host: string;
@@ -12,70 +17,13 @@ export interface NodeStartOptions {
   intraOpThreads: number;
   modelsDir: string;
   defaultModel: string;
-  batch: {
-    policy: 'fixed' | 'greedy' | 'adaptive';
-    maxBatchSize: number;
-    maxQueueDelayMs: number;
-    /** When the operator set the batch size or timeout explicitly, it overrides every model's config.json. */
-    explicitSize: boolean;
-    explicitTimeout: boolean;
-  };
-  maxPayloadBytes: number;
-  requestTimeoutMs: number;
-  backpressure: {
-    rateLimitRps: number;
-    rateLimitBurst: number;
-    maxInflightPerClient: number;
-    maxModelQueue: number;
-    slowConsumerWarnBytes: number;
-    slowConsumerCloseBytes: number;
-    trustForwardedFor: boolean;
-  };
   ringBytes: number;
-  shutdownTimeoutMs: number;
-  logLevel: string;
   testHooks: boolean;
   /** The host's current model table and epoch: a node (re)starts exactly on it. */
   plan: TablePlan;
   epoch: number;
   /** How many times this node index was restarted before (absent or 0: first start). */
   restarts?: number;
-}
-
-/** The model table a reload asks for: loaded versions and the stable one per model, and the default model. */
-export interface ModelPlan {
-  name: string;
-  /** Versions loaded (always including the aliases below). */
-  versions: string[];
-  stable: string;
-  candidate?: string;
-  /** Kept loaded so a rollback is instant. */
-  previousStable?: string;
-  /** 0..100: share of unpinned requests sent to the candidate. */
-  canaryPercent?: number;
-  /** Mirror stable-served requests to the candidate and compare. */
-  shadow?: boolean;
-}
-
-export interface TablePlan {
-  models: ModelPlan[];
-  defaultModel: string;
-  /**
-   * The node settings that can change while serving. Carried by every plan the supervisor makes, checked at
-   * PREPARE and applied at COMMIT (or at the end of a node's roll), so a configuration reload goes through the
-   * same barrier as a model reload and a roll-back restores the previous settings.
-   */
-  settings?: NodeSettings;
-}
-
-/** The part of NodeStartOptions a configuration reload changes on a running node. */
-export interface NodeSettings {
-  batch: NodeStartOptions['batch'];
-  maxPayloadBytes: number;
-  requestTimeoutMs: number;
-  backpressure: NodeStartOptions['backpressure'];
-  shutdownTimeoutMs: number;
-  logLevel: string;
 }
 
 export interface ModelVersionStatus {

@@ -1,4 +1,4 @@
-import type { TablePlan } from '../node/ipc';
+import type { TablePlan } from '../../libs/registry';
 import type { NodeChannel, StepAnswer } from './coordinator';
 import { diffTables, ReloadBusyError, ReloadCoordinator } from './coordinator';
 

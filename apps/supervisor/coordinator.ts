@@ -11,7 +11,7 @@
  *
  * It talks to nodes only through NodeChannel, so every failure point is testable without processes.
  */
-import type { TablePlan } from '../node/ipc';
+import type { TablePlan } from '../../libs/registry';
 
 export type ReloadStrategy = 'atomic' | 'rolling';
 

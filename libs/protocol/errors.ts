@@ -101,3 +101,11 @@ export class ProtocolError extends Error {
     return HTTP_STATUS[this.code];
   }
 }
+
+/** The one `unknown_model` answer: the name asked for and the models there are (the gateway's, the host's). */
+export function unknownModel(name: string, available: Iterable<string>): ProtocolError {
+  return new ProtocolError(
+    'unknown_model',
+    `unknown model "${name}"; available: ${[...available].join(', ')}`,
+  );
+}

@@ -16,6 +16,7 @@ export {
   httpStatusLine,
   httpStatusOf,
   ProtocolError,
+  unknownModel,
 } from './errors';
 export type { V2Output } from './kserve';
 export {

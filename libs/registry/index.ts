@@ -1,5 +1,30 @@
 // The top-1 helper lives with the tensor descriptions; routing and shadow comparisons use it from here too.
 export { argmax } from '../protocol';
+export type {
+  ModelPlan,
+  NodeSettings,
+  PlanNotice,
+  Planned,
+  RegistryAction,
+  RegistryChange,
+  RepositoryModel,
+  TablePlan,
+} from './plan';
+export {
+  defaultModelPlan,
+  findModel,
+  REGISTRY_ACTIONS,
+  registryChange,
+  registryStateOf,
+  registryTransition,
+  repositoryDefaults,
+  repositoryPlan,
+  rescanPlan,
+  versionReloadPlan,
+  withModel,
+  withSavedState,
+  withSettings,
+} from './plan';
 export type { ModelBatchingConfig, ModelEntry, ModelVersionEntry } from './repository';
 export { compareVersions, RepositoryError, readModel, scanRepository } from './repository';
 export type { ModelRoutes, RouteDecision, RouteKind } from './routing';

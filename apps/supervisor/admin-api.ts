@@ -1,0 +1,358 @@
+/**
+ * The host's control answers, for any node that received the request on the data port: health and readiness
+ * probes, metrics (every process aggregated), and the admin API under /api/ (token or loopback): reloads,
+ * registry actions, the model list, and the test hooks. It shapes outcomes and typed errors into responses;
+ * what a reload does is the supervisor's.
+ */
+import type { Counter, Registry } from 'prom-client';
+import type { ServerConfig } from '../../libs/config';
+import type { MetricJson } from '../../libs/metrics';
+import { aggregateToText, PROMETHEUS_CONTENT_TYPE } from '../../libs/metrics';
+import {
+  decodePathSegment,
+  type ErrorCode,
+  encodeError,
+  httpStatusOf,
+  ProtocolError,
+} from '../../libs/protocol';
+import { type ModelPlan, REGISTRY_ACTIONS, type RegistryAction } from '../../libs/registry';
+import type { ControlRequest, ControlResponse } from '../node/ipc';
+import { authorizeAdmin } from './admin-auth';
+import { Coalescer } from './coalesce';
+import { ReloadBusyError, type ReloadOutcome, type ReloadStrategy } from './coordinator';
+import { FAILABLE_STEPS, type Fleet } from './fleet';
+
+/** Scrapes of one kind start node fan-outs at least this far apart (concurrent scrapes share them). */
+const SCRAPE_MIN_INTERVAL_MS = 50;
+
+const REGISTRY_ROUTE = new RegExp(`^/api/models/([^/]+)/(${REGISTRY_ACTIONS.join('|')})$`);
+
+export interface ReloadRequest {
+  model?: string;
+  version?: string;
+  strategy?: ReloadStrategy;
+}
+
+/** What the admin API asks of the host (the supervisor). Reloads throw ProtocolError or ReloadBusyError. */
+export interface AdminHost {
+  /** The configuration in force (a configuration reload replaces it). */
+  readonly config: ServerConfig;
+  readonly testHooks: boolean;
+  /** The default model the host serves, for the health report before any node answers. */
+  readonly defaultModel: string;
+  readonly lastReload: ReloadOutcome | undefined;
+  reload(request: ReloadRequest, reason: string): Promise<ReloadOutcome>;
+  reloadConfig(
+    file: unknown,
+    filePath: string | undefined,
+    reason: string,
+    strategy?: ReloadStrategy,
+  ): Promise<ReloadOutcome>;
+  changeRegistry(
+    name: string,
+    action: RegistryAction,
+    body: Record<string, unknown>,
+  ): Promise<{ outcome: ReloadOutcome; model: ModelPlan }>;
+}
+
+export interface HealthReport {
+  ready: boolean;
+  body: Record<string, unknown>;
+}
+
+export class AdminApi {
+  private readonly startedAt = Date.now();
+  private readonly healthScrapes = new Coalescer(() => this.buildHealthReport(), SCRAPE_MIN_INTERVAL_MS);
+  private readonly metricsScrapes = new Coalescer(() => this.buildMetricsText(), SCRAPE_MIN_INTERVAL_MS);
+
+  constructor(
+    private readonly host: AdminHost,
+    private readonly fleet: Fleet,
+    /** The supervisor's own metrics, appended to the nodes'. */
+    private readonly registry: Registry,
+    private readonly fanOutsTotal: Counter<'what'>,
+  ) {}
+
+  /** A control request as a node forwards it; never rejects (an unexpected error is a 500 `internal`). */
+  answer(request: ControlRequest): Promise<ControlResponse> {
+    return this.handleControl(request).catch((error: Error) => jsonError('internal', error.message));
+  }
+
+  async handleControl(request: ControlRequest): Promise<ControlResponse> {
+    const { method, path: url } = request;
+    const probe = url === '/health' || url === '/v2/health/ready' || url === '/v2/health/live';
+    if (probe && method !== 'GET' && method !== 'HEAD')
+      return jsonError('method_not_allowed', `use GET ${url}`);
+    if (url === '/health' || url === '/v2/health/ready') {
+      const report = await this.healthReport();
+      return json(report.ready ? 200 : 503, url === '/health' ? report.body : { ready: report.ready });
+    }
+    if (url === '/v2/health/live') return json(200, { live: true });
+    if (url === '/metrics') {
+      if (method !== 'GET') return jsonError('method_not_allowed', 'use GET /metrics');
+      return { status: 200, contentType: PROMETHEUS_CONTENT_TYPE, body: await this.metricsScrapes.get() };
+    }
+    if (url.startsWith('/api/')) {
+      const auth = authorizeAdmin(this.host.config.adminToken, request.remoteAddress, request.authorization, {
+        forwardedFor: request.forwardedFor,
+        forwarded: request.forwarded,
+      });
+      if (!auth.ok) return jsonError('unauthorized', auth.reason);
+      return this.handleAdmin(request);
+    }
+    return jsonError('not_found', `no route for ${method} ${url}`);
+  }
+
+  private async handleAdmin(request: ControlRequest): Promise<ControlResponse> {
+    const { method, path: url } = request;
+    let body: Record<string, unknown> = {};
+    if (request.body.trim().length > 0) {
+      try {
+        const parsed: unknown = JSON.parse(request.body);
+        if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed))
+          return jsonError('bad_request', 'body must be a JSON object');
+        body = parsed as Record<string, unknown>;
+      } catch {
+        return jsonError('bad_request', 'malformed JSON body');
+      }
+    }
+    if (url === '/api/reload') return this.reloadRoute(method, body);
+    const registry = REGISTRY_ROUTE.exec(url);
+    if (registry) {
+      if (method !== 'POST') return jsonError('method_not_allowed', `use POST ${url}`);
+      const model = decodePathSegment(registry[1]);
+      if (model === undefined)
+        return jsonError('bad_request', 'malformed percent-escape in the model name of the path');
+      return respond(async () => {
+        const { outcome, model: next } = await this.host.changeRegistry(
+          model,
+          registry[2] as RegistryAction,
+          body,
+        );
+        return outcomeResponse(outcome, { model: modelView(next) });
+      });
+    }
+    if (url === '/api/models' && method === 'GET') {
+      const report = await this.healthReport();
+      return json(200, { default_model: report.body.default_model, models: report.body.models });
+    }
+    if (url.startsWith('/api/debug/') && method === 'POST') return this.debugRoute(url, method, body);
+    return jsonError('not_found', `no admin route for ${method} ${url}`);
+  }
+
+  /** POST /api/reload (a model reload, or a configuration reload with "config"); GET shows the last outcome. */
+  private reloadRoute(
+    method: string,
+    body: Record<string, unknown>,
+  ): Promise<ControlResponse> | ControlResponse {
+    const last = this.host.lastReload;
+    if (method === 'GET') return json(200, last ? outcomeBody(last) : { id: 0 });
+    if (method !== 'POST')
+      return jsonError('method_not_allowed', 'use POST /api/reload (GET shows the last outcome)');
+    for (const field of ['model', 'version', 'strategy'] as const) {
+      const value = body[field];
+      if (value !== undefined && (typeof value !== 'string' || value.length === 0))
+        return jsonError('bad_request', `"${field}" must be a non-empty string`);
+    }
+    if (body.version !== undefined && body.model === undefined)
+      return jsonError('bad_request', '"version" needs "model"');
+    if (body.config !== undefined) {
+      if (typeof body.config !== 'object' || body.config === null || Array.isArray(body.config))
+        return jsonError('bad_request', '"config" must be an object of settings (a config file\'s content)');
+      if (body.model !== undefined)
+        return jsonError('bad_request', '"config" re-reads everything; it takes no "model" or "version"');
+    }
+    if (body.strategy !== undefined && body.strategy !== 'atomic' && body.strategy !== 'rolling') {
+      return jsonError('bad_request', '"strategy" must be "atomic" or "rolling"');
+    }
+    const request: ReloadRequest = {};
+    if (typeof body.model === 'string') request.model = body.model;
+    if (typeof body.version === 'string') request.version = body.version;
+    if (typeof body.strategy === 'string') request.strategy = body.strategy as ReloadStrategy;
+    if (body.config !== undefined) {
+      const config = body.config;
+      return respond(async () =>
+        outcomeResponse(
+          await this.host.reloadConfig(
+            config,
+            'sent with POST /api/reload',
+            'POST /api/reload (config)',
+            request.strategy,
+          ),
+        ),
+      );
+    }
+    return respond(async () => outcomeResponse(await this.host.reload(request, 'POST /api/reload')));
+  }
+
+  /** Test hooks (STREAMINFER_TEST_HOOKS=1): crash a worker, script reload steps to fail. */
+  private async debugRoute(
+    url: string,
+    method: string,
+    body: Record<string, unknown>,
+  ): Promise<ControlResponse> {
+    const known = url === '/api/debug/crash-worker' || url === '/api/debug/fail-step';
+    if (!known) return jsonError('not_found', `no admin route for ${method} ${url}`);
+    if (!this.host.testHooks) return jsonError('not_found', 'test hooks are disabled');
+    if (url === '/api/debug/crash-worker') {
+      const node = Number(body.node ?? 0);
+      if (!this.fleet.nodes[node]) return jsonError('bad_request', 'no such node');
+      return (await this.fleet.crashWorker(node, Number(body.worker ?? 0)))
+        ? json(200, { ok: true })
+        : jsonError('bad_request', 'no such worker');
+    }
+    if (!Number.isInteger(body.node) || typeof body.step !== 'string' || !FAILABLE_STEPS.includes(body.step))
+      return jsonError(
+        'bad_request',
+        `"node" must be a node index and "step" one of ${FAILABLE_STEPS.join(', ')}`,
+      );
+    this.fleet.failStep(body.node as number, body.step, {
+      skip: Number(body.skip ?? 0),
+      times: Number(body.times ?? 1),
+    });
+    return json(200, { ok: true });
+  }
+
+  /** The host's health; concurrent callers share one fan-out to the nodes (see Coalescer). */
+  healthReport(): Promise<HealthReport> {
+    return this.healthScrapes.get();
+  }
+
+  private async buildHealthReport(): Promise<HealthReport> {
+    this.fanOutsTotal.inc({ what: 'health' });
+    const answers = await this.fleet.collect('health');
+    const nodes = answers.map((answer, index) => {
+      const health = answer?.type === 'collected' ? answer.health : undefined;
+      if (health) this.fleet.nodes[index]!.lastHealth = health;
+      return health;
+    });
+    const stopping = this.fleet.stopping;
+    const config = this.host.config;
+    const ready =
+      !stopping &&
+      nodes.length === config.nodes &&
+      nodes.every(
+        (node) => node !== undefined && node.state === 'ready' && node.workersReady === node.workers,
+      );
+    const first = nodes.find((node) => node !== undefined);
+    const body = {
+      status: stopping ? 'draining' : ready ? 'ok' : 'starting',
+      ready,
+      uptime_s: Math.round((Date.now() - this.startedAt) / 1000),
+      default_model: first?.defaultModel ?? this.host.defaultModel,
+      device: config.device,
+      epoch: first?.epoch ?? 0,
+      nodes: nodes.map((node, index) =>
+        node
+          ? {
+              node: index,
+              pid: node.pid,
+              state: node.state,
+              workers: node.workers,
+              workers_ready: node.workersReady,
+              inflight: node.inflight,
+              ws_connections: node.wsConnections,
+            }
+          : { node: index, state: 'unreachable' },
+      ),
+      models: (first?.models ?? []).map((model) => ({
+        name: model.name,
+        default_version: model.defaultVersion,
+        aliases: model.aliases,
+        canary_percent: model.canaryPercent,
+        shadow: model.shadow,
+        versions: model.versions.map((version) => ({
+          version: version.version,
+          execution_provider: version.executionProvider,
+          loaded_workers: version.loadedWorkers,
+          ...(version.fallbackReason ? { fallback_reason: version.fallbackReason } : {}),
+        })),
+      })),
+    };
+    return { ready, body };
+  }
+
+  private async buildMetricsText(): Promise<string> {
+    this.fanOutsTotal.inc({ what: 'metrics' });
+    const answers = await this.fleet.collect('metrics');
+    const perProcess: MetricJson[][] = [];
+    for (const answer of answers)
+      if (answer?.type === 'collected' && answer.metrics) perProcess.push(answer.metrics);
+    perProcess.push((await this.registry.getMetricsAsJSON()) as unknown as MetricJson[]);
+    return aggregateToText(perProcess);
+  }
+}
+
+/** Runs a reload and turns its outcome, or its refusal, into the API's answer. */
+export async function respond(run: () => Promise<ControlResponse>): Promise<ControlResponse> {
+  try {
+    return await run();
+  } catch (error) {
+    if (error instanceof ReloadBusyError) return jsonError('reload_in_progress', error.message);
+    if (error instanceof ProtocolError) return jsonError(error.code, error.message);
+    return jsonError('internal', (error as Error).message);
+  }
+}
+
+/** A reload's outcome as the API answers it: 200, or 500 reload_failed with the reason (nothing changed). */
+export function outcomeResponse(
+  outcome: ReloadOutcome,
+  extra: Record<string, unknown> = {},
+): ControlResponse {
+  if (outcome.result === 'failed') {
+    return json(500, {
+      ...outcomeBody(outcome),
+      type: 'error',
+      code: 'reload_failed',
+      message: outcome.error,
+    });
+  }
+  return json(200, { ...outcomeBody(outcome), ...extra });
+}
+
+function modelView(model: ModelPlan): Record<string, unknown> {
+  return {
+    name: model.name,
+    stable: model.stable,
+    candidate: model.candidate ?? null,
+    previous_stable: model.previousStable ?? null,
+    canary_percent: model.canaryPercent ?? 0,
+    shadow: model.shadow ?? false,
+    loaded_versions: model.versions,
+  };
+}
+
+function outcomeBody(outcome: ReloadOutcome): Record<string, unknown> {
+  return {
+    ok: outcome.result !== 'failed',
+    id: outcome.id,
+    result: outcome.result,
+    strategy: outcome.strategy,
+    reason: outcome.reason,
+    epoch: outcome.epoch,
+    epoch_before: outcome.epochBefore,
+    changes: outcome.changes,
+    default_model: outcome.defaultModel.to,
+    previous: outcome.defaultModel.from,
+    duration_ms: outcome.durationMs,
+    started_at: outcome.startedAt,
+    ...(outcome.error ? { error: outcome.error } : {}),
+    ...(outcome.warnings ? { warnings: outcome.warnings } : {}),
+    ...(outcome.config
+      ? { settings_applied: outcome.config.applied, restart_required: outcome.config.restartRequired }
+      : {}),
+    nodes: outcome.nodes,
+  };
+}
+
+function json(status: number, body: unknown): ControlResponse {
+  return { status, contentType: 'application/json', body: JSON.stringify(body) };
+}
+
+function jsonError(code: ErrorCode, message: string): ControlResponse {
+  return {
+    status: httpStatusOf(code),
+    contentType: 'application/json',
+    body: encodeError(null, code, message),
+  };
+}
