@@ -12,8 +12,8 @@ import { encodeError, httpStatusOf } from '../../libs/protocol';
 import { RingBuffer } from '../../libs/ring';
 import { Gateway } from './gateway';
 import type { ControlResponse, NodeMessage, NodeSettings, NodeStartOptions, SupervisorMessage } from './ipc';
-import { WorkerPool } from './pool';
 import { ModelTable, nodeSettingsOf } from './table';
+import { WorkerThreads } from './worker-threads';
 
 function send(message: NodeMessage): void {
   if (process.connected) process.send?.(message);
@@ -21,7 +21,7 @@ function send(message: NodeMessage): void {
 
 class NodeProcess {
   private gateway: Gateway | undefined;
-  private pool: WorkerPool | undefined;
+  private pool: WorkerThreads | undefined;
   private metrics: SharedArrayBuffer | undefined;
   /** This process's CPU, memory, heap and event-loop lag (the gateway's thread), labelled with the node. */
   private readonly processMetrics = new Registry();
@@ -48,7 +48,7 @@ class NodeProcess {
     this.metrics = metricsBufferFor(1 + options.workers);
     const responseRing = RingBuffer.create(options.ringBytes);
     responseRing.setOwnerId(1);
-    this.pool = new WorkerPool({
+    this.pool = new WorkerThreads({
       nodeIndex: options.nodeIndex,
       workers: options.workers,
       device: options.device,
@@ -67,11 +67,11 @@ class NodeProcess {
             for (const ring of runtime?.rings ?? []) ring.forceReleaseLocks(ringOwnerId);
         }
         // Answers already written by the dead worker are delivered first; the rest are failed, never dropped.
-        gateway.drainNow();
+        gateway.answers.drainNow();
         let failed = 0;
         for (const requestId of claimed) {
           if (
-            gateway.answerWithError(
+            gateway.answers.answerWithError(
               requestId,
               'internal',
               `worker ${workerIndex} died while computing this request; retry`,
@@ -83,23 +83,22 @@ class NodeProcess {
       },
     });
     this.pool.start();
-    const table = new ModelTable(options, this.pool, () => this.gateway!, this.metrics, this.logger);
+    const table = new ModelTable(options, this.pool, this.metrics, this.logger);
     this.table = table;
-    this.gateway = new Gateway(options, table.models, table.slots, responseRing, this.metrics, this.logger, {
+    this.gateway = new Gateway(options, table, responseRing, this.metrics, this.logger, {
       forwardControl: (request, reply) => {
         const requestId = this.nextControlId++;
         this.controlWaiters.set(requestId, reply);
         send({ type: 'control-request', requestId, request });
       },
     });
-    this.gateway.startDrainLoop();
+    this.gateway.startAnswering();
     // No listen before every model is loaded: a (re)starting node would answer unknown_model. The supervisor
     // says when to listen, after bringing the node to the host's current table if a reload committed meanwhile.
     const delayMs = Number(process.env.STREAMINFER_TEST_RESTART_LOAD_DELAY_MS ?? 0);
     if (options.testHooks && (options.restarts ?? 0) > 0 && delayMs > 0)
       await new Promise((resolve) => setTimeout(resolve, delayMs));
-    await this.table.loadPlan(options.plan);
-    this.gateway.epoch = options.epoch;
+    await this.table.loadPlan(options.plan, options.epoch);
     send({ type: 'loaded', nodeIndex: options.nodeIndex, epoch: options.epoch });
   }
 
@@ -119,6 +118,8 @@ class NodeProcess {
     const text = canonicalJson(settings);
     if (text === (this.appliedSettings ||= canonicalJson(nodeSettingsOf(this.options!)))) return;
     this.logger.level = settings.logLevel;
+    applyToOptions(this.options!, settings);
+    this.gateway!.applySettings();
     await this.table!.applySettings(settings);
     this.appliedSettings = text;
     this.logger.info({ settings }, 'settings applied');
@@ -151,7 +152,7 @@ class NodeProcess {
   }
 
   private health() {
-    return this.gateway!.health(
+    return this.gateway!.status.health(
       this.options!.nodeIndex,
       this.state,
       this.pool?.size ?? 0,
@@ -187,7 +188,7 @@ class NodeProcess {
           return;
         }
         if (message.what === 'metrics') {
-          const metrics = this.gateway.metricsJson(this.metrics);
+          const metrics = this.gateway.status.metricsJson(this.metrics);
           labelledProcessJson(this.processMetrics).then(
             (own) => send({ type: 'collected', requestId: message.requestId, metrics: [...metrics, ...own] }),
             (error: Error) => {
@@ -292,11 +293,11 @@ class NodeProcess {
     if (gateway) {
       gateway.stopAccepting();
       this.logger.info(
-        { inflight: gateway.inflight },
+        { inflight: gateway.pending.size },
         'draining: listen socket closed, finishing admitted requests',
       );
-      abandoned = await gateway.waitForIdle(timeoutMs);
-      answered = gateway.answered;
+      abandoned = await gateway.answers.waitForIdle(timeoutMs);
+      answered = gateway.answers.answered;
       this.refuseControlWaiters();
       gateway.closeConnections();
     }
@@ -305,6 +306,24 @@ class NodeProcess {
     send({ type: 'drained', nodeIndex: this.options?.nodeIndex ?? -1, answered, abandoned });
     setTimeout(() => process.exit(0), 50);
   }
+}
+
+/**
+ * What a configuration reload changes in the options this node runs with. The WebSocket layer's frame and
+ * buffer caps and the slow-consumer thresholds are fixed at start: the supervisor never changes those here
+ * (it reports them as needing a restart). Requests already admitted keep their deadline.
+ */
+function applyToOptions(options: NodeStartOptions, settings: NodeSettings): void {
+  options.batch = settings.batch;
+  options.maxPayloadBytes = settings.maxPayloadBytes;
+  options.requestTimeoutMs = settings.requestTimeoutMs;
+  options.shutdownTimeoutMs = settings.shutdownTimeoutMs;
+  options.logLevel = settings.logLevel;
+  options.backpressure = {
+    ...settings.backpressure,
+    slowConsumerWarnBytes: options.backpressure.slowConsumerWarnBytes,
+    slowConsumerCloseBytes: options.backpressure.slowConsumerCloseBytes,
+  };
 }
 
 /** JSON with object keys sorted, so equal settings compare equal whatever order they were built in. */

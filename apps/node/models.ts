@@ -1,11 +1,12 @@
 import type { ModelQueueGuard } from '../../libs/backpressure';
 import type { BatchPolicyOptions } from '../../libs/batching';
+import { ProtocolError } from '../../libs/protocol';
 import type { ModelEntry } from '../../libs/registry';
 import type { Doorbell, RingBuffer } from '../../libs/ring';
 import type { NodeStartOptions } from './ipc';
 
 /** One loaded model version on this node: its slot number, its request rings, where it runs. */
-export interface SlotRuntime {
+export interface Slot {
   slot: number;
   model: ModelEntry;
   version: string;
@@ -27,9 +28,9 @@ export interface SlotRuntime {
   resultHeadEpoch: number;
 }
 
-export interface ModelRuntime {
+export interface ServedModel {
   entry: ModelEntry;
-  versions: Map<string, SlotRuntime>;
+  versions: Map<string, Slot>;
   /** The version requests that pin none (or say "stable") go to. */
   stable: string;
   candidate: string | undefined;
@@ -61,8 +62,16 @@ export function batchOptionsFor(entry: ModelEntry, batch: NodeStartOptions['batc
 }
 
 /** Requests of this model version waiting for a worker, all priorities. */
-export function queueDepth(runtime: SlotRuntime): number {
+export function queueDepth(runtime: Slot): number {
   let total = 0;
   for (const ring of runtime.rings) total += ring.pendingRecords();
   return total;
+}
+
+/** The one `unknown_model` error of this node: names what is loaded. */
+export function unknownModelError(name: string, models: Map<string, ServedModel>): ProtocolError {
+  return new ProtocolError(
+    'unknown_model',
+    `unknown model "${name}"; available: ${[...models.keys()].join(', ')}`,
+  );
 }

@@ -3,22 +3,23 @@
  * which one `stable` routes to, and the steps a reload is made of — prepare (load beside, not routable),
  * commit (attach what was prepared and switch routes), abort (drop what was prepared), release (unload what
  * the new table no longer holds), and the rolling swap (drain, unload, load in place) for devices that cannot
- * hold two versions at once.
+ * hold two versions at once. The table owns the epoch (the generation of its routes) and the default model:
+ * nothing else writes them.
  */
 import * as path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
-import { validateBackpressureOptions } from '../../libs/backpressure';
+import type { ResolvedBackpressureOptions } from '../../libs/backpressure';
+import { ModelQueueGuard, validateBackpressureOptions } from '../../libs/backpressure';
 import { validateBatchPolicyOptions } from '../../libs/batching';
 import { MAX_SLOTS, resetSlot } from '../../libs/metrics';
 import type { ModelEntry } from '../../libs/registry';
 import { readModel } from '../../libs/registry';
 import { Doorbell, RingBuffer } from '../../libs/ring';
-import type { Gateway } from './gateway';
 import type { ModelPlan, NodeSettings, NodeStartOptions, TablePlan } from './ipc';
-import type { ModelRuntime, SlotRuntime } from './models';
-import { batchOptionsFor } from './models';
-import type { WorkerPool } from './pool';
+import type { ServedModel, Slot } from './models';
+import { batchOptionsFor, unknownModelError } from './models';
+import type { WorkerThreads } from './worker-threads';
 
 const clock = (): number => performance.timeOrigin + performance.now();
 /** Ring size divisor per priority (low, normal, high): normal traffic gets the full STREAMINFER_RING_BYTES. */
@@ -26,23 +27,43 @@ const PRIORITY_RING_SHARE = [4, 1, 4];
 const DRAIN_POLL_MS = 5;
 
 export class ModelTable {
-  readonly models = new Map<string, ModelRuntime>();
-  readonly slots: Array<SlotRuntime | undefined> = [];
+  readonly models = new Map<string, ServedModel>();
+  readonly slots: Array<Slot | undefined> = [];
   private readonly freeSlots: number[] = [];
   /**
    * Versions loaded by a prepare that was not committed yet. They are in no model's `versions` (and a new
    * model is not in `models`), so nothing routes to them until commit attaches them; abort drops them.
    */
-  private prepared: SlotRuntime[] = [];
+  private prepared: Slot[] = [];
+  private _epoch = 0;
+  private _defaultModel: string;
+  /** The model queue bounds every slot's guard is made with (a configuration reload changes them). */
+  private backpressure: ResolvedBackpressureOptions;
 
   constructor(
     private readonly options: NodeStartOptions,
-    private readonly pool: WorkerPool,
-    private readonly gateway: () => Gateway,
+    private readonly pool: WorkerThreads,
     private readonly metrics: SharedArrayBuffer,
     private readonly logger: Logger,
   ) {
     for (let slot = MAX_SLOTS - 1; slot >= 1; slot--) this.freeSlots.push(slot);
+    this._defaultModel = options.defaultModel;
+    this.backpressure = queueOptions(options.backpressure);
+  }
+
+  /** The generation of the routes: requests admitted now report it; a reload commit moves it. */
+  get epoch(): number {
+    return this._epoch;
+  }
+
+  /** The model of requests that name none. */
+  get defaultModel(): string {
+    return this._defaultModel;
+  }
+
+  private setDefaultModel(model: string): void {
+    if (!this.models.has(model)) throw unknownModelError(model, this.models);
+    this._defaultModel = model;
   }
 
   readEntry(name: string): ModelEntry {
@@ -50,7 +71,7 @@ export class ModelTable {
   }
 
   /** Rings and a slot number, no lanes yet: requests routed here wait until lanes attach. */
-  private createSlot(entry: ModelEntry, version: string): SlotRuntime {
+  private createSlot(entry: ModelEntry, version: string): Slot {
     const slot = this.freeSlots.pop();
     if (slot === undefined)
       throw new Error(`no free model slot (at most ${MAX_SLOTS - 1} versions loaded at once)`);
@@ -60,13 +81,13 @@ export class ModelTable {
       ring.setOwnerId(1);
       return ring;
     });
-    const runtime: SlotRuntime = {
+    const runtime: Slot = {
       slot,
       model: entry,
       version,
       rings,
       doorbell: Doorbell.create(),
-      guard: this.gateway().newModelGuard(clock()),
+      guard: new ModelQueueGuard(this.backpressure, clock()),
       admitted: 0,
       executionProvider: 'pending',
       loadedWorkers: 0,
@@ -78,14 +99,14 @@ export class ModelTable {
     return runtime;
   }
 
-  private freeSlot(runtime: SlotRuntime): void {
+  private freeSlot(runtime: Slot): void {
     if (this.slots[runtime.slot] !== runtime) return;
     this.slots[runtime.slot] = undefined;
     this.freeSlots.push(runtime.slot);
   }
 
   /** Loads `file` on every worker as the consumer of the slot's rings. */
-  private async attachLanes(runtime: SlotRuntime, file: string, version: string): Promise<void> {
+  private async attachLanes(runtime: Slot, file: string, version: string): Promise<void> {
     const result = await this.pool.loadLane({
       type: 'load',
       slot: runtime.slot,
@@ -125,7 +146,7 @@ export class ModelTable {
   }
 
   /** Loads one version into a slot of its own; nothing routes to it yet. */
-  private async loadSlot(entry: ModelEntry, version: string): Promise<SlotRuntime> {
+  private async loadSlot(entry: ModelEntry, version: string): Promise<Slot> {
     const runtime = this.createSlot(entry, version);
     try {
       await this.attachLanes(runtime, this.fileOf(entry, version), version);
@@ -137,7 +158,7 @@ export class ModelTable {
   }
 
   /** Makes a loaded version routable under its model (created on its first version). */
-  private attach(runtime: SlotRuntime): void {
+  private attach(runtime: Slot): void {
     let model = this.models.get(runtime.model.name);
     if (!model) {
       model = {
@@ -155,14 +176,14 @@ export class ModelTable {
   }
 
   /** Loads one version and makes it routable at once (start-up, before the node listens). */
-  async loadVersion(entry: ModelEntry, version: string): Promise<SlotRuntime> {
+  async loadVersion(entry: ModelEntry, version: string): Promise<Slot> {
     const runtime = await this.loadSlot(entry, version);
     this.attach(runtime);
     return runtime;
   }
 
   /** Stops routing to a version, waits until everything admitted for it is answered, then unloads it. */
-  async unloadVersion(runtime: SlotRuntime): Promise<void> {
+  async unloadVersion(runtime: Slot): Promise<void> {
     runtime.retiring = true;
     const model = this.models.get(runtime.model.name);
     if (model?.versions.get(runtime.version) === runtime) model.versions.delete(runtime.version);
@@ -173,7 +194,7 @@ export class ModelTable {
   }
 
   /** Start-up (and restart): load exactly the host's current table. */
-  async loadPlan(plan: TablePlan): Promise<void> {
+  async loadPlan(plan: TablePlan, epoch: number): Promise<void> {
     await Promise.all(
       plan.models.flatMap((modelPlan) => {
         const entry = this.readEntry(modelPlan.name);
@@ -184,7 +205,8 @@ export class ModelTable {
       const model = this.models.get(modelPlan.name);
       if (model) applyRoutes(model, modelPlan);
     }
-    this.gateway().setDefaultModel(plan.defaultModel);
+    this.setDefaultModel(plan.defaultModel);
+    this._epoch = epoch;
   }
 
   // ---------------------------------------------------------------- atomic reload (epoch barrier)
@@ -234,9 +256,8 @@ export class ModelTable {
       model.entry = model.versions.get(modelPlan.stable)?.model ?? model.entry;
       applyRoutes(model, modelPlan);
     }
-    const gateway = this.gateway();
-    gateway.setDefaultModel(plan.defaultModel);
-    gateway.epoch = epoch;
+    this.setDefaultModel(plan.defaultModel);
+    this._epoch = epoch;
   }
 
   /**
@@ -252,7 +273,7 @@ export class ModelTable {
   /** RELEASE: unload versions the committed plan no longer holds (each after its admitted requests). */
   async release(plan: TablePlan): Promise<number> {
     const keep = new Map(plan.models.map((model) => [model.name, new Set(model.versions)]));
-    const retiring: SlotRuntime[] = [];
+    const retiring: Slot[] = [];
     for (const [name, model] of this.models) {
       const wanted = keep.get(name);
       for (const [version, runtime] of model.versions) if (!wanted?.has(version)) retiring.push(runtime);
@@ -276,9 +297,11 @@ export class ModelTable {
       validateBatchPolicyOptions(batchOptionsFor(model.entry, settings.batch));
   }
 
-  /** COMMIT side: the gateway's limits, then every loaded lane's batch options (on every worker). */
+  /** COMMIT side: every slot's model queue bound, then its batch options (on every worker). */
   async applySettings(settings: NodeSettings): Promise<void> {
-    this.gateway().applySettings(settings);
+    this.backpressure = queueOptions(settings.backpressure);
+    const now = clock();
+    for (const slot of this.slots) if (slot) slot.guard = slot.guard.reconfigured(this.backpressure, now);
     await Promise.all(
       this.slots.map((runtime) =>
         runtime
@@ -309,7 +332,7 @@ export class ModelTable {
       const previousStable = model.stable;
       model.stable = modelPlan.stable;
       // From this moment requests are routed to the new version: they belong to the new epoch.
-      this.gateway().epoch = epoch;
+      this._epoch = epoch;
       if (old) await this.unloadVersion(old);
       try {
         await this.attachLanes(fresh, file, modelPlan.stable);
@@ -321,7 +344,7 @@ export class ModelTable {
         model.versions.set(previousStable, fresh);
         model.stable = previousStable;
         // Routing went back: that is another epoch (the coordinator moves every node there too).
-        this.gateway().epoch = epoch + 1;
+        this._epoch = epoch + 1;
       }
     }
     if (failures.length > 0) throw new Error(failures.join('; '));
@@ -342,8 +365,18 @@ export function nodeSettingsOf(options: NodeStartOptions): NodeSettings {
   };
 }
 
+/** The backpressure options a slot's model queue guard is made with. */
+function queueOptions(backpressure: NodeStartOptions['backpressure']): ResolvedBackpressureOptions {
+  return validateBackpressureOptions({
+    rateLimitRps: backpressure.rateLimitRps,
+    rateLimitBurst: backpressure.rateLimitBurst,
+    maxInflightPerClient: backpressure.maxInflightPerClient,
+    maxModelQueue: backpressure.maxModelQueue,
+  });
+}
+
 /** Aliases, canary and shadow from a plan; an alias naming a version that is not loaded is dropped. */
-function applyRoutes(model: ModelRuntime, plan: ModelPlan): void {
+function applyRoutes(model: ServedModel, plan: ModelPlan): void {
   model.stable = plan.stable;
   model.candidate =
     plan.candidate !== undefined && model.versions.has(plan.candidate) ? plan.candidate : undefined;

@@ -41,7 +41,7 @@ interface WorkerHandle {
   pending: Map<string, { resolve: (event: WorkerEvent) => void; reject: (error: Error) => void }>;
 }
 
-export class WorkerPool {
+export class WorkerThreads {
   private readonly piscina: Piscina;
   private readonly handles: WorkerHandle[] = [];
   private readonly lanes = new Map<number, LoadCommand>();
