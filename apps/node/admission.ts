@@ -184,7 +184,7 @@ export class Admission {
     }
     const slot = this.resolve(request);
     if (slot instanceof ProtocolError) return new Rejection(slot, id, UNROUTED_SLOT);
-    const slotIndex = slot.slot;
+    const slotIndex = slot.index;
     const metrics = this.metrics;
     const backpressure = this.options.backpressure;
     metrics.recordRoute(slotIndex, ROUTE_INDEX[this.decision.route]);

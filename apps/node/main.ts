@@ -1,5 +1,5 @@
 /**
- * Node process (forked by the supervisor): a gateway on the main thread plus a Piscina pool it owns.
+ * Node process (forked by the supervisor): a gateway on the main thread plus the worker threads it owns.
  * Started with a 'start' message over IPC: loads the host's table, says 'loaded', and listens only on the
  * supervisor's 'listen' (after a 'sync' to a table committed meanwhile). Answers control collections; drains on
  * 'shutdown', SIGTERM or the loss of the supervisor.
@@ -21,7 +21,7 @@ function send(message: NodeMessage): void {
 
 class NodeProcess {
   private gateway: Gateway | undefined;
-  private pool: WorkerThreads | undefined;
+  private threads: WorkerThreads | undefined;
   private metrics: SharedArrayBuffer | undefined;
   /** This process's CPU, memory, heap and event-loop lag (the gateway's thread), labelled with the node. */
   private readonly processMetrics = new Registry();
@@ -48,7 +48,7 @@ class NodeProcess {
     this.metrics = metricsBufferFor(1 + options.workers);
     const responseRing = RingBuffer.create(options.ringBytes);
     responseRing.setOwnerId(1);
-    this.pool = new WorkerThreads({
+    this.threads = new WorkerThreads({
       nodeIndex: options.nodeIndex,
       workers: options.workers,
       device: options.device,
@@ -63,8 +63,8 @@ class NodeProcess {
         if (ringOwnerId !== undefined) {
           // A thread that died inside reserve/claim would hold that ring's lock forever.
           responseRing.forceReleaseLocks(ringOwnerId);
-          for (const runtime of this.table?.slots ?? [])
-            for (const ring of runtime?.rings ?? []) ring.forceReleaseLocks(ringOwnerId);
+          for (const slot of this.table?.slots ?? [])
+            for (const ring of slot?.rings ?? []) ring.forceReleaseLocks(ringOwnerId);
         }
         // Answers already written by the dead worker are delivered first; the rest are failed, never dropped.
         gateway.answers.drainNow();
@@ -82,8 +82,8 @@ class NodeProcess {
         this.logger.warn({ worker: workerIndex, failed }, 'answered the requests of a dead worker');
       },
     });
-    this.pool.start();
-    const table = new ModelTable(options, this.pool, this.metrics, this.logger);
+    this.threads.start();
+    const table = new ModelTable(options, this.threads, this.metrics, this.logger);
     this.table = table;
     this.gateway = new Gateway(options, table, responseRing, this.metrics, this.logger, {
       forwardControl: (request, reply) => {
@@ -155,8 +155,8 @@ class NodeProcess {
     return this.gateway!.status.health(
       this.options!.nodeIndex,
       this.state,
-      this.pool?.size ?? 0,
-      this.pool?.workersAlive() ?? 0,
+      this.threads?.size ?? 0,
+      this.threads?.workersAlive() ?? 0,
     );
   }
 
@@ -201,8 +201,8 @@ class NodeProcess {
       case 'crash-worker': {
         const ok =
           this.options?.testHooks === true &&
-          this.pool !== undefined &&
-          this.pool.crashWorker(message.workerIndex);
+          this.threads !== undefined &&
+          this.threads.crashWorker(message.workerIndex);
         send({
           type: 'command-result',
           requestId: message.requestId,
@@ -301,7 +301,7 @@ class NodeProcess {
       this.refuseControlWaiters();
       gateway.closeConnections();
     }
-    if (this.pool) await this.pool.drain();
+    if (this.threads) await this.threads.drain();
     this.logger.info({ answered, abandoned }, 'node drained');
     send({ type: 'drained', nodeIndex: this.options?.nodeIndex ?? -1, answered, abandoned });
     setTimeout(() => process.exit(0), 50);

@@ -5,9 +5,12 @@ import type { ModelEntry } from '../../libs/registry';
 import type { Doorbell, RingBuffer } from '../../libs/ring';
 import type { NodeStartOptions } from './ipc';
 
-/** One loaded model version on this node: its slot number, its request rings, where it runs. */
+/**
+ * A slot: one loaded model version on this node — its number (in ring records, metrics and worker messages),
+ * its request rings, its queue guard, where it runs. Each worker thread consumes it through a lane.
+ */
 export interface Slot {
-  slot: number;
+  index: number;
   model: ModelEntry;
   version: string;
   /** Request rings by priority code (0 low, 1 normal, 2 high); workers fill batches from the highest first. */
@@ -62,9 +65,9 @@ export function batchOptionsFor(entry: ModelEntry, batch: NodeStartOptions['batc
 }
 
 /** Requests of this model version waiting for a worker, all priorities. */
-export function queueDepth(runtime: Slot): number {
+export function queueDepth(slot: Slot): number {
   let total = 0;
-  for (const ring of runtime.rings) total += ring.pendingRecords();
+  for (const ring of slot.rings) total += ring.pendingRecords();
   return total;
 }
 

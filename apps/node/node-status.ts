@@ -75,14 +75,14 @@ export class NodeStatus {
           shadow,
           inputs: entry.signature.inputs,
           outputs: entry.signature.outputs,
-          versions: [...versions.values()].map((runtime) => {
+          versions: [...versions.values()].map((slot) => {
             const version = {
-              version: runtime.version,
-              slot: runtime.slot,
-              executionProvider: runtime.executionProvider,
-              loadedWorkers: runtime.loadedWorkers,
+              version: slot.version,
+              slot: slot.index,
+              executionProvider: slot.executionProvider,
+              loadedWorkers: slot.loadedWorkers,
             };
-            return runtime.fallbackReason ? { ...version, fallbackReason: runtime.fallbackReason } : version;
+            return slot.fallbackReason ? { ...version, fallbackReason: slot.fallbackReason } : version;
           }),
         };
         if (entry.signature.labels) status.labels = entry.signature.labels;
@@ -110,15 +110,15 @@ export class NodeStatus {
     const slots: SlotDescription[] = [
       { slot: UNROUTED_SLOT, model: '', version: '', queueDepth: 0, executionProvider: '', alias: '' },
     ];
-    for (const runtime of this.table.slots) {
-      if (!runtime) continue;
+    for (const slot of this.table.slots) {
+      if (!slot) continue;
       slots.push({
-        slot: runtime.slot,
-        model: runtime.model.name,
-        version: runtime.version,
-        queueDepth: queueDepth(runtime),
-        executionProvider: runtime.executionProvider,
-        alias: this.table.models.get(runtime.model.name)?.stable === runtime.version ? 'stable' : '',
+        slot: slot.index,
+        model: slot.model.name,
+        version: slot.version,
+        queueDepth: queueDepth(slot),
+        executionProvider: slot.executionProvider,
+        alias: this.table.models.get(slot.model.name)?.stable === slot.version ? 'stable' : '',
       });
     }
     const metrics = nodeMetricsJson(buffer, slots, {

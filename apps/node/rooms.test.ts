@@ -102,7 +102,7 @@ function world(limits: Limits = {}) {
     return ring;
   });
   const slot: Slot = {
-    slot: 1,
+    index: 1,
     model: DIGITS,
     version: '2',
     rings,

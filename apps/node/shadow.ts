@@ -58,7 +58,7 @@ export class Shadow {
       ring,
       offset,
       target.doorbell,
-      { requestId, slot: target.slot, priority: 'low', enqueuedAt: startedAt, deadlineAt },
+      { requestId, slot: target.index, priority: 'low', enqueuedAt: startedAt, deadlineAt },
       bound,
     );
     target.admitted++;
@@ -71,7 +71,7 @@ export class Shadow {
     };
     this.pending.add(requestId, {
       id: null,
-      slot: target.slot,
+      slot: target.index,
       priority: 'low',
       epoch: this.table.epoch,
       startedAt,
@@ -82,7 +82,7 @@ export class Shadow {
       shadow: pair,
       shadowSide: true,
     });
-    this.metrics.addInflight(target.slot, 1);
+    this.metrics.addInflight(target.index, 1);
     return pair;
   }
 

@@ -42,7 +42,7 @@ export class ModelTable {
 
   constructor(
     private readonly options: NodeStartOptions,
-    private readonly pool: WorkerThreads,
+    private readonly threads: WorkerThreads,
     private readonly metrics: SharedArrayBuffer,
     private readonly logger: Logger,
   ) {
@@ -72,17 +72,17 @@ export class ModelTable {
 
   /** Rings and a slot number, no lanes yet: requests routed here wait until lanes attach. */
   private createSlot(entry: ModelEntry, version: string): Slot {
-    const slot = this.freeSlots.pop();
-    if (slot === undefined)
+    const index = this.freeSlots.pop();
+    if (index === undefined)
       throw new Error(`no free model slot (at most ${MAX_SLOTS - 1} versions loaded at once)`);
-    resetSlot(this.metrics, slot);
+    resetSlot(this.metrics, index);
     const rings = PRIORITY_RING_SHARE.map((share) => {
       const ring = RingBuffer.create(Math.max(4096, this.options.ringBytes / share));
       ring.setOwnerId(1);
       return ring;
     });
-    const runtime: Slot = {
-      slot,
+    const slot: Slot = {
+      index,
       model: entry,
       version,
       rings,
@@ -95,42 +95,42 @@ export class ModelTable {
       resultHead: '',
       resultHeadEpoch: -1,
     };
-    this.slots[slot] = runtime;
-    return runtime;
+    this.slots[index] = slot;
+    return slot;
   }
 
-  private freeSlot(runtime: Slot): void {
-    if (this.slots[runtime.slot] !== runtime) return;
-    this.slots[runtime.slot] = undefined;
-    this.freeSlots.push(runtime.slot);
+  private freeSlot(slot: Slot): void {
+    if (this.slots[slot.index] !== slot) return;
+    this.slots[slot.index] = undefined;
+    this.freeSlots.push(slot.index);
   }
 
   /** Loads `file` on every worker as the consumer of the slot's rings. */
-  private async attachLanes(runtime: Slot, file: string, version: string): Promise<void> {
-    const result = await this.pool.loadLane({
+  private async attachLanes(slot: Slot, file: string, version: string): Promise<void> {
+    const result = await this.threads.loadLane({
       type: 'load',
-      slot: runtime.slot,
-      model: runtime.model.name,
+      slot: slot.index,
+      model: slot.model.name,
       version,
       file,
-      signature: runtime.model.signature,
-      rings: runtime.rings.map((ring) => ring.buffer),
-      doorbell: runtime.doorbell.buffer,
-      batching: batchOptionsFor(runtime.model, this.options.batch),
+      signature: slot.model.signature,
+      rings: slot.rings.map((ring) => ring.buffer),
+      doorbell: slot.doorbell.buffer,
+      batching: batchOptionsFor(slot.model, this.options.batch),
     });
-    runtime.version = version;
-    runtime.executionProvider = result.executionProvider;
-    runtime.loadedWorkers = this.pool.size;
+    slot.version = version;
+    slot.executionProvider = result.executionProvider;
+    slot.loadedWorkers = this.threads.size;
     if (result.fallbackReason) {
-      runtime.fallbackReason = result.fallbackReason;
+      slot.fallbackReason = result.fallbackReason;
       this.logger.warn(
-        { model: runtime.model.name, version, reason: result.fallbackReason },
+        { model: slot.model.name, version, reason: result.fallbackReason },
         'GPU unavailable: running on CPU (--device auto)',
       );
     }
     this.logger.info(
       {
-        model: runtime.model.name,
+        model: slot.model.name,
         version,
         provider: result.executionProvider,
         loadMs: Math.round(result.loadMs),
@@ -147,50 +147,50 @@ export class ModelTable {
 
   /** Loads one version into a slot of its own; nothing routes to it yet. */
   private async loadSlot(entry: ModelEntry, version: string): Promise<Slot> {
-    const runtime = this.createSlot(entry, version);
+    const slot = this.createSlot(entry, version);
     try {
-      await this.attachLanes(runtime, this.fileOf(entry, version), version);
+      await this.attachLanes(slot, this.fileOf(entry, version), version);
     } catch (error) {
-      this.freeSlot(runtime);
+      this.freeSlot(slot);
       throw new Error(`model ${entry.name} version ${version}: ${(error as Error).message}`);
     }
-    return runtime;
+    return slot;
   }
 
   /** Makes a loaded version routable under its model (created on its first version). */
-  private attach(runtime: Slot): void {
-    let model = this.models.get(runtime.model.name);
+  private attach(slot: Slot): void {
+    let model = this.models.get(slot.model.name);
     if (!model) {
       model = {
-        entry: runtime.model,
+        entry: slot.model,
         versions: new Map(),
-        stable: runtime.version,
+        stable: slot.version,
         candidate: undefined,
         previousStable: undefined,
         canaryFraction: 0,
         shadow: false,
       };
-      this.models.set(runtime.model.name, model);
+      this.models.set(slot.model.name, model);
     }
-    model.versions.set(runtime.version, runtime);
+    model.versions.set(slot.version, slot);
   }
 
   /** Loads one version and makes it routable at once (start-up, before the node listens). */
   async loadVersion(entry: ModelEntry, version: string): Promise<Slot> {
-    const runtime = await this.loadSlot(entry, version);
-    this.attach(runtime);
-    return runtime;
+    const slot = await this.loadSlot(entry, version);
+    this.attach(slot);
+    return slot;
   }
 
   /** Stops routing to a version, waits until everything admitted for it is answered, then unloads it. */
-  async unloadVersion(runtime: Slot): Promise<void> {
-    runtime.retiring = true;
-    const model = this.models.get(runtime.model.name);
-    if (model?.versions.get(runtime.version) === runtime) model.versions.delete(runtime.version);
-    while (runtime.admitted > 0) await new Promise((resolve) => setTimeout(resolve, DRAIN_POLL_MS));
-    await this.pool.unloadLane(runtime.slot);
-    this.freeSlot(runtime);
-    this.logger.info({ model: runtime.model.name, version: runtime.version }, 'model version released');
+  async unloadVersion(slot: Slot): Promise<void> {
+    slot.retiring = true;
+    const model = this.models.get(slot.model.name);
+    if (model?.versions.get(slot.version) === slot) model.versions.delete(slot.version);
+    while (slot.admitted > 0) await new Promise((resolve) => setTimeout(resolve, DRAIN_POLL_MS));
+    await this.threads.unloadLane(slot.index);
+    this.freeSlot(slot);
+    this.logger.info({ model: slot.model.name, version: slot.version }, 'model version released');
   }
 
   /** Start-up (and restart): load exactly the host's current table. */
@@ -237,7 +237,7 @@ export class ModelTable {
   async abort(): Promise<void> {
     const prepared = this.prepared;
     this.prepared = [];
-    await Promise.all(prepared.map((runtime) => this.unloadVersion(runtime)));
+    await Promise.all(prepared.map((slot) => this.unloadVersion(slot)));
   }
 
   /** COMMIT: attach what prepare loaded and switch every route at once. Requests admitted from now on use the new table. */
@@ -245,11 +245,10 @@ export class ModelTable {
     // Checked before anything changes, so a refused commit leaves the table as it was.
     for (const modelPlan of plan.models) {
       const known =
-        this.models.has(modelPlan.name) ||
-        this.prepared.some((runtime) => runtime.model.name === modelPlan.name);
+        this.models.has(modelPlan.name) || this.prepared.some((slot) => slot.model.name === modelPlan.name);
       if (!known) throw new Error(`commit names model ${modelPlan.name}, which is not loaded`);
     }
-    for (const runtime of this.prepared) this.attach(runtime);
+    for (const slot of this.prepared) this.attach(slot);
     this.prepared = [];
     for (const modelPlan of plan.models) {
       const model = this.models.get(modelPlan.name)!;
@@ -276,10 +275,10 @@ export class ModelTable {
     const retiring: Slot[] = [];
     for (const [name, model] of this.models) {
       const wanted = keep.get(name);
-      for (const [version, runtime] of model.versions) if (!wanted?.has(version)) retiring.push(runtime);
+      for (const [version, slot] of model.versions) if (!wanted?.has(version)) retiring.push(slot);
       if (!wanted) this.models.delete(name);
     }
-    await Promise.all(retiring.map((runtime) => this.unloadVersion(runtime)));
+    await Promise.all(retiring.map((slot) => this.unloadVersion(slot)));
     return retiring.length;
   }
 
@@ -303,10 +302,8 @@ export class ModelTable {
     const now = clock();
     for (const slot of this.slots) if (slot) slot.guard = slot.guard.reconfigured(this.backpressure, now);
     await Promise.all(
-      this.slots.map((runtime) =>
-        runtime
-          ? this.pool.rebatchLane(runtime.slot, batchOptionsFor(runtime.model, settings.batch))
-          : undefined,
+      this.slots.map((slot) =>
+        slot ? this.threads.rebatchLane(slot.index, batchOptionsFor(slot.model, settings.batch)) : undefined,
       ),
     );
   }

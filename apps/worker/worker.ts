@@ -1,7 +1,8 @@
 /**
- * Piscina worker: one long-lived task per thread. It owns one ONNX Runtime session per loaded model version
- * ("lane") and runs the micro-batcher loop of each lane: wait on the lane's request ring → ask the batch
- * policy → claim a batch → run → write one response record per item into the node's response ring.
+ * A worker thread's one long-lived task (a LaneHost). For each slot of the node (a loaded model version) it
+ * holds a lane: that version's ONNX Runtime session and the micro-batcher loop over the slot's request rings —
+ * wait on the rings → ask the batch policy → claim a batch → run → write one response record per item into
+ * the node's response ring.
  */
 import { performance } from 'node:perf_hooks';
 import { threadId } from 'node:worker_threads';
