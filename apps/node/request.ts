@@ -1,6 +1,7 @@
 /**
  * The request, one object from admission to answer (the node's pending record: no other per-request object
- * is made), and the two kinds of peer an answer goes to.
+ * is made), the two kinds of peer an answer goes to, and the Reply (how an answer is encoded and sent, one
+ * strategy per protocol: reply.ts) over the Transport (the gateway's corked sends).
  */
 import type * as uWS from 'uWebSockets.js';
 import type { ClientState } from '../../libs/backpressure';
