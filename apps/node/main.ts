@@ -1,5 +1,5 @@
 /**
- * Node process (forked by the supervisor): a gateway on the main thread plus a Piscina pool it owns.
+ * Node process (forked by the supervisor): a gateway on the main thread plus the worker threads it owns.
  * Started with a 'start' message over IPC: loads the host's table, says 'loaded', and listens only on the
  * supervisor's 'listen' (after a 'sync' to a table committed meanwhile). Answers control collections; drains on
  * 'shutdown', SIGTERM or the loss of the supervisor.
@@ -12,8 +12,8 @@ import { encodeError, httpStatusOf } from '../../libs/protocol';
 import { RingBuffer } from '../../libs/ring';
 import { Gateway } from './gateway';
 import type { ControlResponse, NodeMessage, NodeSettings, NodeStartOptions, SupervisorMessage } from './ipc';
-import { WorkerPool } from './pool';
 import { ModelTable, nodeSettingsOf } from './table';
+import { WorkerThreads } from './worker-threads';
 
 function send(message: NodeMessage): void {
   if (process.connected) process.send?.(message);
@@ -21,7 +21,7 @@ function send(message: NodeMessage): void {
 
 class NodeProcess {
   private gateway: Gateway | undefined;
-  private pool: WorkerPool | undefined;
+  private threads: WorkerThreads | undefined;
   private metrics: SharedArrayBuffer | undefined;
   /** This process's CPU, memory, heap and event-loop lag (the gateway's thread), labelled with the node. */
   private readonly processMetrics = new Registry();
@@ -48,7 +48,7 @@ class NodeProcess {
     this.metrics = metricsBufferFor(1 + options.workers);
     const responseRing = RingBuffer.create(options.ringBytes);
     responseRing.setOwnerId(1);
-    this.pool = new WorkerPool({
+    this.threads = new WorkerThreads({
       nodeIndex: options.nodeIndex,
       workers: options.workers,
       device: options.device,
@@ -63,15 +63,15 @@ class NodeProcess {
         if (ringOwnerId !== undefined) {
           // A thread that died inside reserve/claim would hold that ring's lock forever.
           responseRing.forceReleaseLocks(ringOwnerId);
-          for (const runtime of this.table?.slots ?? [])
-            for (const ring of runtime?.rings ?? []) ring.forceReleaseLocks(ringOwnerId);
+          for (const slot of this.table?.slots ?? [])
+            for (const ring of slot?.rings ?? []) ring.forceReleaseLocks(ringOwnerId);
         }
         // Answers already written by the dead worker are delivered first; the rest are failed, never dropped.
-        gateway.drainNow();
+        gateway.answers.drainNow();
         let failed = 0;
         for (const requestId of claimed) {
           if (
-            gateway.answerWithError(
+            gateway.answers.answerWithError(
               requestId,
               'internal',
               `worker ${workerIndex} died while computing this request; retry`,
@@ -82,24 +82,23 @@ class NodeProcess {
         this.logger.warn({ worker: workerIndex, failed }, 'answered the requests of a dead worker');
       },
     });
-    this.pool.start();
-    const table = new ModelTable(options, this.pool, () => this.gateway!, this.metrics, this.logger);
+    this.threads.start();
+    const table = new ModelTable(options, this.threads, this.metrics, this.logger);
     this.table = table;
-    this.gateway = new Gateway(options, table.models, table.slots, responseRing, this.metrics, this.logger, {
+    this.gateway = new Gateway(options, table, responseRing, this.metrics, this.logger, {
       forwardControl: (request, reply) => {
         const requestId = this.nextControlId++;
         this.controlWaiters.set(requestId, reply);
         send({ type: 'control-request', requestId, request });
       },
     });
-    this.gateway.startDrainLoop();
+    this.gateway.startAnswering();
     // No listen before every model is loaded: a (re)starting node would answer unknown_model. The supervisor
     // says when to listen, after bringing the node to the host's current table if a reload committed meanwhile.
     const delayMs = Number(process.env.STREAMINFER_TEST_RESTART_LOAD_DELAY_MS ?? 0);
     if (options.testHooks && (options.restarts ?? 0) > 0 && delayMs > 0)
       await new Promise((resolve) => setTimeout(resolve, delayMs));
-    await this.table.loadPlan(options.plan);
-    this.gateway.epoch = options.epoch;
+    await this.table.loadPlan(options.plan, options.epoch);
     send({ type: 'loaded', nodeIndex: options.nodeIndex, epoch: options.epoch });
   }
 
@@ -119,6 +118,8 @@ class NodeProcess {
     const text = canonicalJson(settings);
     if (text === (this.appliedSettings ||= canonicalJson(nodeSettingsOf(this.options!)))) return;
     this.logger.level = settings.logLevel;
+    applyToOptions(this.options!, settings);
+    this.gateway!.applySettings();
     await this.table!.applySettings(settings);
     this.appliedSettings = text;
     this.logger.info({ settings }, 'settings applied');
@@ -151,11 +152,11 @@ class NodeProcess {
   }
 
   private health() {
-    return this.gateway!.health(
+    return this.gateway!.status.health(
       this.options!.nodeIndex,
       this.state,
-      this.pool?.size ?? 0,
-      this.pool?.workersAlive() ?? 0,
+      this.threads?.size ?? 0,
+      this.threads?.workersAlive() ?? 0,
     );
   }
 
@@ -187,7 +188,7 @@ class NodeProcess {
           return;
         }
         if (message.what === 'metrics') {
-          const metrics = this.gateway.metricsJson(this.metrics);
+          const metrics = this.gateway.status.metricsJson(this.metrics);
           labelledProcessJson(this.processMetrics).then(
             (own) => send({ type: 'collected', requestId: message.requestId, metrics: [...metrics, ...own] }),
             (error: Error) => {
@@ -200,8 +201,8 @@ class NodeProcess {
       case 'crash-worker': {
         const ok =
           this.options?.testHooks === true &&
-          this.pool !== undefined &&
-          this.pool.crashWorker(message.workerIndex);
+          this.threads !== undefined &&
+          this.threads.crashWorker(message.workerIndex);
         send({
           type: 'command-result',
           requestId: message.requestId,
@@ -292,19 +293,37 @@ class NodeProcess {
     if (gateway) {
       gateway.stopAccepting();
       this.logger.info(
-        { inflight: gateway.inflight },
+        { inflight: gateway.pending.size },
         'draining: listen socket closed, finishing admitted requests',
       );
-      abandoned = await gateway.waitForIdle(timeoutMs);
-      answered = gateway.answered;
+      abandoned = await gateway.answers.waitForIdle(timeoutMs);
+      answered = gateway.answers.answered;
       this.refuseControlWaiters();
       gateway.closeConnections();
     }
-    if (this.pool) await this.pool.drain();
+    if (this.threads) await this.threads.drain();
     this.logger.info({ answered, abandoned }, 'node drained');
     send({ type: 'drained', nodeIndex: this.options?.nodeIndex ?? -1, answered, abandoned });
     setTimeout(() => process.exit(0), 50);
   }
+}
+
+/**
+ * What a configuration reload changes in the options this node runs with. The WebSocket layer's frame and
+ * buffer caps and the slow-consumer thresholds are fixed at start: the supervisor never changes those here
+ * (it reports them as needing a restart). Requests already admitted keep their deadline.
+ */
+function applyToOptions(options: NodeStartOptions, settings: NodeSettings): void {
+  options.batch = settings.batch;
+  options.maxPayloadBytes = settings.maxPayloadBytes;
+  options.requestTimeoutMs = settings.requestTimeoutMs;
+  options.shutdownTimeoutMs = settings.shutdownTimeoutMs;
+  options.logLevel = settings.logLevel;
+  options.backpressure = {
+    ...settings.backpressure,
+    slowConsumerWarnBytes: options.backpressure.slowConsumerWarnBytes,
+    slowConsumerCloseBytes: options.backpressure.slowConsumerCloseBytes,
+  };
 }
 
 /** JSON with object keys sorted, so equal settings compare equal whatever order they were built in. */

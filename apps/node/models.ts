@@ -1,12 +1,16 @@
 import type { ModelQueueGuard } from '../../libs/backpressure';
 import type { BatchPolicyOptions } from '../../libs/batching';
+import { ProtocolError } from '../../libs/protocol';
 import type { ModelEntry } from '../../libs/registry';
 import type { Doorbell, RingBuffer } from '../../libs/ring';
 import type { NodeStartOptions } from './ipc';
 
-/** One loaded model version on this node: its slot number, its request rings, where it runs. */
-export interface SlotRuntime {
-  slot: number;
+/**
+ * A slot: one loaded model version on this node — its number (in ring records, metrics and worker messages),
+ * its request rings, its queue guard, where it runs. Each worker thread consumes it through a lane.
+ */
+export interface Slot {
+  index: number;
   model: ModelEntry;
   version: string;
   /** Request rings by priority code (0 low, 1 normal, 2 high); workers fill batches from the highest first. */
@@ -27,9 +31,9 @@ export interface SlotRuntime {
   resultHeadEpoch: number;
 }
 
-export interface ModelRuntime {
+export interface ServedModel {
   entry: ModelEntry;
-  versions: Map<string, SlotRuntime>;
+  versions: Map<string, Slot>;
   /** The version requests that pin none (or say "stable") go to. */
   stable: string;
   candidate: string | undefined;
@@ -61,8 +65,16 @@ export function batchOptionsFor(entry: ModelEntry, batch: NodeStartOptions['batc
 }
 
 /** Requests of this model version waiting for a worker, all priorities. */
-export function queueDepth(runtime: SlotRuntime): number {
+export function queueDepth(slot: Slot): number {
   let total = 0;
-  for (const ring of runtime.rings) total += ring.pendingRecords();
+  for (const ring of slot.rings) total += ring.pendingRecords();
   return total;
+}
+
+/** The one `unknown_model` error of this node: names what is loaded. */
+export function unknownModelError(name: string, models: Map<string, ServedModel>): ProtocolError {
+  return new ProtocolError(
+    'unknown_model',
+    `unknown model "${name}"; available: ${[...models.keys()].join(', ')}`,
+  );
 }

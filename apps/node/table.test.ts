@@ -1,15 +1,14 @@
 import * as path from 'node:path';
 import pino from 'pino';
 import { metricsBufferFor } from '../../libs/metrics';
-import type { Gateway } from './gateway';
 import type { NodeStartOptions, TablePlan } from './ipc';
-import type { WorkerPool } from './pool';
 import { ModelTable } from './table';
+import type { WorkerThreads } from './worker-threads';
 
 const MODELS_DIR = path.resolve(__dirname, '../../../models');
 
 /** Workers that load and unload instantly, recording which slots hold a lane. */
-function fakePool(): { pool: WorkerPool; lanes: Set<number> } {
+function fakePool(): { pool: WorkerThreads; lanes: Set<number> } {
   const lanes = new Set<number>();
   const pool = {
     size: 1,
@@ -20,23 +19,16 @@ function fakePool(): { pool: WorkerPool; lanes: Set<number> } {
     unloadLane: async (slot: number) => {
       lanes.delete(slot);
     },
-  } as unknown as WorkerPool;
+  } as unknown as WorkerThreads;
   return { pool, lanes };
 }
 
-function fakeGateway(): Gateway {
-  return {
-    epoch: 0,
-    newModelGuard: () => ({}),
-    setDefaultModel: () => undefined,
-  } as unknown as Gateway;
-}
-
-function newTable(): { table: ModelTable; lanes: Set<number>; gateway: Gateway } {
+function newTable(): { table: ModelTable; lanes: Set<number> } {
   const { pool, lanes } = fakePool();
-  const gateway = fakeGateway();
   const options = {
     modelsDir: MODELS_DIR,
+    defaultModel: 'digits',
+    backpressure: { rateLimitRps: 0, rateLimitBurst: 0, maxInflightPerClient: 64, maxModelQueue: 256 },
     ringBytes: 64 * 1024,
     batch: {
       policy: 'adaptive',
@@ -46,8 +38,8 @@ function newTable(): { table: ModelTable; lanes: Set<number>; gateway: Gateway }
       explicitTimeout: false,
     },
   } as unknown as NodeStartOptions;
-  const table = new ModelTable(options, pool, () => gateway, metricsBufferFor(2), pino({ level: 'silent' }));
-  return { table, lanes, gateway };
+  const table = new ModelTable(options, pool, metricsBufferFor(2), pino({ level: 'silent' }));
+  return { table, lanes };
 }
 
 /** What the gateway's router can reach: a model by name, a version of it. */
@@ -70,8 +62,8 @@ const next: TablePlan = {
 
 describe('ModelTable: nothing a prepare loads is routable before the commit', () => {
   test('a prepared version and a prepared new model are loaded but unroutable; commit attaches both', async () => {
-    const { table, lanes, gateway } = newTable();
-    await table.loadPlan(start);
+    const { table, lanes } = newTable();
+    await table.loadPlan(start, 0);
     expect(lanes.size).toBe(1);
 
     expect(await table.prepare(next)).toBe(2);
@@ -84,12 +76,12 @@ describe('ModelTable: nothing a prepare loads is routable before the commit', ()
     expect(routable(table, 'digits', '2')).toBe(true);
     expect(routable(table, 'upper', '1')).toBe(true);
     expect(table.models.get('digits')!.stable).toBe('2');
-    expect(gateway.epoch).toBe(1);
+    expect(table.epoch).toBe(1);
   });
 
   test('abort unloads what was prepared and routing never saw it', async () => {
     const { table, lanes } = newTable();
-    await table.loadPlan(start);
+    await table.loadPlan(start, 0);
     await table.prepare(next);
     await table.abort();
     expect(lanes.size).toBe(1);
@@ -98,8 +90,8 @@ describe('ModelTable: nothing a prepare loads is routable before the commit', ()
   });
 
   test('a commit naming a model that is neither loaded nor prepared changes nothing', async () => {
-    const { table, gateway } = newTable();
-    await table.loadPlan(start);
+    const { table } = newTable();
+    await table.loadPlan(start, 0);
     await table.prepare(next);
     const bad: TablePlan = {
       ...next,
@@ -108,7 +100,7 @@ describe('ModelTable: nothing a prepare loads is routable before the commit', ()
     expect(() => table.commit(bad, 1)).toThrow(/echo/);
     expect(routable(table, 'digits', '2')).toBe(false);
     expect(routable(table, 'upper')).toBe(false);
-    expect(gateway.epoch).toBe(0);
+    expect(table.epoch).toBe(0);
     // The prepared versions are still there for the right commit.
     table.commit(next, 1);
     expect(routable(table, 'upper', '1')).toBe(true);
@@ -116,15 +108,15 @@ describe('ModelTable: nothing a prepare loads is routable before the commit', ()
 
   test('a prepare left without commit or abort is dropped by the next prepare', async () => {
     const { table, lanes } = newTable();
-    await table.loadPlan(start);
+    await table.loadPlan(start, 0);
     await table.prepare(next);
     await table.prepare(next);
     expect(lanes.size).toBe(3);
   });
 
   test('syncTo moves an idle table to a plan: releases first, loads the rest, commits', async () => {
-    const { table, lanes, gateway } = newTable();
-    await table.loadPlan(next);
+    const { table, lanes } = newTable();
+    await table.loadPlan(next, 0);
     const target: TablePlan = {
       defaultModel: 'digits',
       models: [{ name: 'digits', versions: ['2'], stable: '2' }],
@@ -133,6 +125,6 @@ describe('ModelTable: nothing a prepare loads is routable before the commit', ()
     expect([...table.models.keys()]).toEqual(['digits']);
     expect([...table.models.get('digits')!.versions.keys()]).toEqual(['2']);
     expect(lanes.size).toBe(1);
-    expect(gateway.epoch).toBe(4);
+    expect(table.epoch).toBe(4);
   });
 });

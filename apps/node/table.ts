@@ -3,22 +3,23 @@
  * which one `stable` routes to, and the steps a reload is made of — prepare (load beside, not routable),
  * commit (attach what was prepared and switch routes), abort (drop what was prepared), release (unload what
  * the new table no longer holds), and the rolling swap (drain, unload, load in place) for devices that cannot
- * hold two versions at once.
+ * hold two versions at once. The table owns the epoch (the generation of its routes) and the default model:
+ * nothing else writes them.
  */
 import * as path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
-import { validateBackpressureOptions } from '../../libs/backpressure';
+import type { ResolvedBackpressureOptions } from '../../libs/backpressure';
+import { ModelQueueGuard, validateBackpressureOptions } from '../../libs/backpressure';
 import { validateBatchPolicyOptions } from '../../libs/batching';
 import { MAX_SLOTS, resetSlot } from '../../libs/metrics';
 import type { ModelEntry } from '../../libs/registry';
 import { readModel } from '../../libs/registry';
 import { Doorbell, RingBuffer } from '../../libs/ring';
-import type { Gateway } from './gateway';
 import type { ModelPlan, NodeSettings, NodeStartOptions, TablePlan } from './ipc';
-import type { ModelRuntime, SlotRuntime } from './models';
-import { batchOptionsFor } from './models';
-import type { WorkerPool } from './pool';
+import type { ServedModel, Slot } from './models';
+import { batchOptionsFor, unknownModelError } from './models';
+import type { WorkerThreads } from './worker-threads';
 
 const clock = (): number => performance.timeOrigin + performance.now();
 /** Ring size divisor per priority (low, normal, high): normal traffic gets the full STREAMINFER_RING_BYTES. */
@@ -26,23 +27,43 @@ const PRIORITY_RING_SHARE = [4, 1, 4];
 const DRAIN_POLL_MS = 5;
 
 export class ModelTable {
-  readonly models = new Map<string, ModelRuntime>();
-  readonly slots: Array<SlotRuntime | undefined> = [];
+  readonly models = new Map<string, ServedModel>();
+  readonly slots: Array<Slot | undefined> = [];
   private readonly freeSlots: number[] = [];
   /**
    * Versions loaded by a prepare that was not committed yet. They are in no model's `versions` (and a new
    * model is not in `models`), so nothing routes to them until commit attaches them; abort drops them.
    */
-  private prepared: SlotRuntime[] = [];
+  private prepared: Slot[] = [];
+  private _epoch = 0;
+  private _defaultModel: string;
+  /** The model queue bounds every slot's guard is made with (a configuration reload changes them). */
+  private backpressure: ResolvedBackpressureOptions;
 
   constructor(
     private readonly options: NodeStartOptions,
-    private readonly pool: WorkerPool,
-    private readonly gateway: () => Gateway,
+    private readonly threads: WorkerThreads,
     private readonly metrics: SharedArrayBuffer,
     private readonly logger: Logger,
   ) {
     for (let slot = MAX_SLOTS - 1; slot >= 1; slot--) this.freeSlots.push(slot);
+    this._defaultModel = options.defaultModel;
+    this.backpressure = queueOptions(options.backpressure);
+  }
+
+  /** The generation of the routes: requests admitted now report it; a reload commit moves it. */
+  get epoch(): number {
+    return this._epoch;
+  }
+
+  /** The model of requests that name none. */
+  get defaultModel(): string {
+    return this._defaultModel;
+  }
+
+  private setDefaultModel(model: string): void {
+    if (!this.models.has(model)) throw unknownModelError(model, this.models);
+    this._defaultModel = model;
   }
 
   readEntry(name: string): ModelEntry {
@@ -50,23 +71,23 @@ export class ModelTable {
   }
 
   /** Rings and a slot number, no lanes yet: requests routed here wait until lanes attach. */
-  private createSlot(entry: ModelEntry, version: string): SlotRuntime {
-    const slot = this.freeSlots.pop();
-    if (slot === undefined)
+  private createSlot(entry: ModelEntry, version: string): Slot {
+    const index = this.freeSlots.pop();
+    if (index === undefined)
       throw new Error(`no free model slot (at most ${MAX_SLOTS - 1} versions loaded at once)`);
-    resetSlot(this.metrics, slot);
+    resetSlot(this.metrics, index);
     const rings = PRIORITY_RING_SHARE.map((share) => {
       const ring = RingBuffer.create(Math.max(4096, this.options.ringBytes / share));
       ring.setOwnerId(1);
       return ring;
     });
-    const runtime: SlotRuntime = {
-      slot,
+    const slot: Slot = {
+      index,
       model: entry,
       version,
       rings,
       doorbell: Doorbell.create(),
-      guard: this.gateway().newModelGuard(clock()),
+      guard: new ModelQueueGuard(this.backpressure, clock()),
       admitted: 0,
       executionProvider: 'pending',
       loadedWorkers: 0,
@@ -74,42 +95,42 @@ export class ModelTable {
       resultHead: '',
       resultHeadEpoch: -1,
     };
-    this.slots[slot] = runtime;
-    return runtime;
+    this.slots[index] = slot;
+    return slot;
   }
 
-  private freeSlot(runtime: SlotRuntime): void {
-    if (this.slots[runtime.slot] !== runtime) return;
-    this.slots[runtime.slot] = undefined;
-    this.freeSlots.push(runtime.slot);
+  private freeSlot(slot: Slot): void {
+    if (this.slots[slot.index] !== slot) return;
+    this.slots[slot.index] = undefined;
+    this.freeSlots.push(slot.index);
   }
 
   /** Loads `file` on every worker as the consumer of the slot's rings. */
-  private async attachLanes(runtime: SlotRuntime, file: string, version: string): Promise<void> {
-    const result = await this.pool.loadLane({
+  private async attachLanes(slot: Slot, file: string, version: string): Promise<void> {
+    const result = await this.threads.loadLane({
       type: 'load',
-      slot: runtime.slot,
-      model: runtime.model.name,
+      slot: slot.index,
+      model: slot.model.name,
       version,
       file,
-      signature: runtime.model.signature,
-      rings: runtime.rings.map((ring) => ring.buffer),
-      doorbell: runtime.doorbell.buffer,
-      batching: batchOptionsFor(runtime.model, this.options.batch),
+      signature: slot.model.signature,
+      rings: slot.rings.map((ring) => ring.buffer),
+      doorbell: slot.doorbell.buffer,
+      batching: batchOptionsFor(slot.model, this.options.batch),
     });
-    runtime.version = version;
-    runtime.executionProvider = result.executionProvider;
-    runtime.loadedWorkers = this.pool.size;
+    slot.version = version;
+    slot.executionProvider = result.executionProvider;
+    slot.loadedWorkers = this.threads.size;
     if (result.fallbackReason) {
-      runtime.fallbackReason = result.fallbackReason;
+      slot.fallbackReason = result.fallbackReason;
       this.logger.warn(
-        { model: runtime.model.name, version, reason: result.fallbackReason },
+        { model: slot.model.name, version, reason: result.fallbackReason },
         'GPU unavailable: running on CPU (--device auto)',
       );
     }
     this.logger.info(
       {
-        model: runtime.model.name,
+        model: slot.model.name,
         version,
         provider: result.executionProvider,
         loadMs: Math.round(result.loadMs),
@@ -125,55 +146,55 @@ export class ModelTable {
   }
 
   /** Loads one version into a slot of its own; nothing routes to it yet. */
-  private async loadSlot(entry: ModelEntry, version: string): Promise<SlotRuntime> {
-    const runtime = this.createSlot(entry, version);
+  private async loadSlot(entry: ModelEntry, version: string): Promise<Slot> {
+    const slot = this.createSlot(entry, version);
     try {
-      await this.attachLanes(runtime, this.fileOf(entry, version), version);
+      await this.attachLanes(slot, this.fileOf(entry, version), version);
     } catch (error) {
-      this.freeSlot(runtime);
+      this.freeSlot(slot);
       throw new Error(`model ${entry.name} version ${version}: ${(error as Error).message}`);
     }
-    return runtime;
+    return slot;
   }
 
   /** Makes a loaded version routable under its model (created on its first version). */
-  private attach(runtime: SlotRuntime): void {
-    let model = this.models.get(runtime.model.name);
+  private attach(slot: Slot): void {
+    let model = this.models.get(slot.model.name);
     if (!model) {
       model = {
-        entry: runtime.model,
+        entry: slot.model,
         versions: new Map(),
-        stable: runtime.version,
+        stable: slot.version,
         candidate: undefined,
         previousStable: undefined,
         canaryFraction: 0,
         shadow: false,
       };
-      this.models.set(runtime.model.name, model);
+      this.models.set(slot.model.name, model);
     }
-    model.versions.set(runtime.version, runtime);
+    model.versions.set(slot.version, slot);
   }
 
   /** Loads one version and makes it routable at once (start-up, before the node listens). */
-  async loadVersion(entry: ModelEntry, version: string): Promise<SlotRuntime> {
-    const runtime = await this.loadSlot(entry, version);
-    this.attach(runtime);
-    return runtime;
+  async loadVersion(entry: ModelEntry, version: string): Promise<Slot> {
+    const slot = await this.loadSlot(entry, version);
+    this.attach(slot);
+    return slot;
   }
 
   /** Stops routing to a version, waits until everything admitted for it is answered, then unloads it. */
-  async unloadVersion(runtime: SlotRuntime): Promise<void> {
-    runtime.retiring = true;
-    const model = this.models.get(runtime.model.name);
-    if (model?.versions.get(runtime.version) === runtime) model.versions.delete(runtime.version);
-    while (runtime.admitted > 0) await new Promise((resolve) => setTimeout(resolve, DRAIN_POLL_MS));
-    await this.pool.unloadLane(runtime.slot);
-    this.freeSlot(runtime);
-    this.logger.info({ model: runtime.model.name, version: runtime.version }, 'model version released');
+  async unloadVersion(slot: Slot): Promise<void> {
+    slot.retiring = true;
+    const model = this.models.get(slot.model.name);
+    if (model?.versions.get(slot.version) === slot) model.versions.delete(slot.version);
+    while (slot.admitted > 0) await new Promise((resolve) => setTimeout(resolve, DRAIN_POLL_MS));
+    await this.threads.unloadLane(slot.index);
+    this.freeSlot(slot);
+    this.logger.info({ model: slot.model.name, version: slot.version }, 'model version released');
   }
 
   /** Start-up (and restart): load exactly the host's current table. */
-  async loadPlan(plan: TablePlan): Promise<void> {
+  async loadPlan(plan: TablePlan, epoch: number): Promise<void> {
     await Promise.all(
       plan.models.flatMap((modelPlan) => {
         const entry = this.readEntry(modelPlan.name);
@@ -184,7 +205,8 @@ export class ModelTable {
       const model = this.models.get(modelPlan.name);
       if (model) applyRoutes(model, modelPlan);
     }
-    this.gateway().setDefaultModel(plan.defaultModel);
+    this.setDefaultModel(plan.defaultModel);
+    this._epoch = epoch;
   }
 
   // ---------------------------------------------------------------- atomic reload (epoch barrier)
@@ -215,7 +237,7 @@ export class ModelTable {
   async abort(): Promise<void> {
     const prepared = this.prepared;
     this.prepared = [];
-    await Promise.all(prepared.map((runtime) => this.unloadVersion(runtime)));
+    await Promise.all(prepared.map((slot) => this.unloadVersion(slot)));
   }
 
   /** COMMIT: attach what prepare loaded and switch every route at once. Requests admitted from now on use the new table. */
@@ -223,20 +245,18 @@ export class ModelTable {
     // Checked before anything changes, so a refused commit leaves the table as it was.
     for (const modelPlan of plan.models) {
       const known =
-        this.models.has(modelPlan.name) ||
-        this.prepared.some((runtime) => runtime.model.name === modelPlan.name);
+        this.models.has(modelPlan.name) || this.prepared.some((slot) => slot.model.name === modelPlan.name);
       if (!known) throw new Error(`commit names model ${modelPlan.name}, which is not loaded`);
     }
-    for (const runtime of this.prepared) this.attach(runtime);
+    for (const slot of this.prepared) this.attach(slot);
     this.prepared = [];
     for (const modelPlan of plan.models) {
       const model = this.models.get(modelPlan.name)!;
       model.entry = model.versions.get(modelPlan.stable)?.model ?? model.entry;
       applyRoutes(model, modelPlan);
     }
-    const gateway = this.gateway();
-    gateway.setDefaultModel(plan.defaultModel);
-    gateway.epoch = epoch;
+    this.setDefaultModel(plan.defaultModel);
+    this._epoch = epoch;
   }
 
   /**
@@ -252,13 +272,13 @@ export class ModelTable {
   /** RELEASE: unload versions the committed plan no longer holds (each after its admitted requests). */
   async release(plan: TablePlan): Promise<number> {
     const keep = new Map(plan.models.map((model) => [model.name, new Set(model.versions)]));
-    const retiring: SlotRuntime[] = [];
+    const retiring: Slot[] = [];
     for (const [name, model] of this.models) {
       const wanted = keep.get(name);
-      for (const [version, runtime] of model.versions) if (!wanted?.has(version)) retiring.push(runtime);
+      for (const [version, slot] of model.versions) if (!wanted?.has(version)) retiring.push(slot);
       if (!wanted) this.models.delete(name);
     }
-    await Promise.all(retiring.map((runtime) => this.unloadVersion(runtime)));
+    await Promise.all(retiring.map((slot) => this.unloadVersion(slot)));
     return retiring.length;
   }
 
@@ -276,14 +296,14 @@ export class ModelTable {
       validateBatchPolicyOptions(batchOptionsFor(model.entry, settings.batch));
   }
 
-  /** COMMIT side: the gateway's limits, then every loaded lane's batch options (on every worker). */
+  /** COMMIT side: every slot's model queue bound, then its batch options (on every worker). */
   async applySettings(settings: NodeSettings): Promise<void> {
-    this.gateway().applySettings(settings);
+    this.backpressure = queueOptions(settings.backpressure);
+    const now = clock();
+    for (const slot of this.slots) if (slot) slot.guard = slot.guard.reconfigured(this.backpressure, now);
     await Promise.all(
-      this.slots.map((runtime) =>
-        runtime
-          ? this.pool.rebatchLane(runtime.slot, batchOptionsFor(runtime.model, settings.batch))
-          : undefined,
+      this.slots.map((slot) =>
+        slot ? this.threads.rebatchLane(slot.index, batchOptionsFor(slot.model, settings.batch)) : undefined,
       ),
     );
   }
@@ -309,7 +329,7 @@ export class ModelTable {
       const previousStable = model.stable;
       model.stable = modelPlan.stable;
       // From this moment requests are routed to the new version: they belong to the new epoch.
-      this.gateway().epoch = epoch;
+      this._epoch = epoch;
       if (old) await this.unloadVersion(old);
       try {
         await this.attachLanes(fresh, file, modelPlan.stable);
@@ -321,7 +341,7 @@ export class ModelTable {
         model.versions.set(previousStable, fresh);
         model.stable = previousStable;
         // Routing went back: that is another epoch (the coordinator moves every node there too).
-        this.gateway().epoch = epoch + 1;
+        this._epoch = epoch + 1;
       }
     }
     if (failures.length > 0) throw new Error(failures.join('; '));
@@ -342,8 +362,18 @@ export function nodeSettingsOf(options: NodeStartOptions): NodeSettings {
   };
 }
 
+/** The backpressure options a slot's model queue guard is made with. */
+function queueOptions(backpressure: NodeStartOptions['backpressure']): ResolvedBackpressureOptions {
+  return validateBackpressureOptions({
+    rateLimitRps: backpressure.rateLimitRps,
+    rateLimitBurst: backpressure.rateLimitBurst,
+    maxInflightPerClient: backpressure.maxInflightPerClient,
+    maxModelQueue: backpressure.maxModelQueue,
+  });
+}
+
 /** Aliases, canary and shadow from a plan; an alias naming a version that is not loaded is dropped. */
-function applyRoutes(model: ModelRuntime, plan: ModelPlan): void {
+function applyRoutes(model: ServedModel, plan: ModelPlan): void {
   model.stable = plan.stable;
   model.candidate =
     plan.candidate !== undefined && model.versions.has(plan.candidate) ? plan.candidate : undefined;

@@ -11,7 +11,7 @@ export interface WorkerInit {
   responseRing: SharedArrayBuffer;
   metrics: SharedArrayBuffer;
   metricsShard: number;
-  /** Int32Array regions listing the request ids this worker is computing, read by the node if the worker dies. */
+  /** The node's InflightTable (see inflight-table.ts): the request ids each worker is computing. */
   inflight: SharedArrayBuffer;
   device: DeviceTarget;
   intraOpThreads: number;
@@ -54,10 +54,3 @@ export type WorkerEvent =
   | { type: 'rebatched'; slot: number; workerIndex: number }
   | { type: 'drained'; workerIndex: number }
   | { type: 'log'; level: 'info' | 'warn' | 'error'; msg: string; data?: Record<string, unknown> };
-
-/** Batches a worker may have running at once (the next one is prepared while one runs). */
-export const MAX_BATCHES_IN_FLIGHT = 2;
-export const MAX_BATCH_ITEMS = 4096;
-/** Int32 cells per worker in the in-flight table: per batch slot, a count then ids. */
-export const INFLIGHT_REGION_CELLS = 1 + MAX_BATCH_ITEMS;
-export const INFLIGHT_CELLS_PER_WORKER = MAX_BATCHES_IN_FLIGHT * INFLIGHT_REGION_CELLS;

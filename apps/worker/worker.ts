@@ -1,7 +1,8 @@
 /**
- * Piscina worker: one long-lived task per thread. It owns one ONNX Runtime session per loaded model version
- * ("lane") and runs the micro-batcher loop of each lane: wait on the lane's request ring → ask the batch
- * policy → claim a batch → run → write one response record per item into the node's response ring.
+ * A worker thread's one long-lived task (a LaneHost). For each slot of the node (a loaded model version) it
+ * holds a lane: that version's ONNX Runtime session and the micro-batcher loop over the slot's request rings —
+ * wait on the rings → ask the batch policy → claim a batch → run → write one response record per item into
+ * the node's response ring.
  */
 import { performance } from 'node:perf_hooks';
 import { threadId } from 'node:worker_threads';
@@ -24,13 +25,8 @@ import {
 } from '../../libs/protocol';
 import { Doorbell, RingBuffer } from '../../libs/ring';
 import { BatchBuffers } from './batch';
+import { InflightTable, MAX_BATCH_ITEMS, MAX_BATCHES_IN_FLIGHT } from './inflight-table';
 import type { LoadCommand, WorkerCommand, WorkerEvent, WorkerInit } from './messages';
-import {
-  INFLIGHT_CELLS_PER_WORKER,
-  INFLIGHT_REGION_CELLS,
-  MAX_BATCH_ITEMS,
-  MAX_BATCHES_IN_FLIGHT,
-} from './messages';
 
 const clock = (): number => performance.timeOrigin + performance.now();
 const IDLE_WAIT_MS = 250;
@@ -58,11 +54,12 @@ interface Lane {
   done: Promise<void>;
 }
 
-class Worker {
+/** What runs on one worker thread: its lanes, the batch regions they share, and its control port. */
+class LaneHost {
   private readonly lanes = new Map<number, Lane>();
   private readonly responses: RingBuffer;
   private readonly metrics: MetricsShard;
-  private readonly inflight: Int32Array;
+  private readonly inflight: InflightTable;
   private readonly freeRegions: number[] = [];
   /** Lanes with requests waiting for a batch region (every region busy): they get the next one first. */
   private readonly regionWaiters = new Set<Lane>();
@@ -80,11 +77,7 @@ class Worker {
     this.responses = RingBuffer.from(init.responseRing);
     this.responses.setOwnerId(threadId + 1);
     this.metrics = new MetricsShard(init.metrics, init.metricsShard);
-    this.inflight = new Int32Array(
-      init.inflight,
-      init.workerIndex * INFLIGHT_CELLS_PER_WORKER * 4,
-      INFLIGHT_CELLS_PER_WORKER,
-    );
+    this.inflight = new InflightTable(init.inflight, init.workerIndex);
     for (let region = MAX_BATCHES_IN_FLIGHT - 1; region >= 0; region--) this.freeRegions.push(region);
     // The node needs our ring owner id to release any ring lock this thread might die holding.
     this.post({ type: 'hello', workerIndex: init.workerIndex, ownerId: threadId + 1 });
@@ -283,10 +276,10 @@ class Worker {
           continue;
         }
         const region = this.freeRegions.pop()!;
-        this.publishInflight(region, buffers);
+        this.inflight.publish(region, buffers.requestIds, buffers.count);
         lane.inFlight++;
         void this.runBatch(lane, buffers).finally(() => {
-          Atomics.store(this.inflight, region * INFLIGHT_REGION_CELLS, 0);
+          this.inflight.clear(region);
           this.freeRegions.push(region);
           lane.spare.push(this.sized(lane, buffers));
           lane.inFlight--;
@@ -317,12 +310,6 @@ class Worker {
   /** `buffers`, or new ones when the lane's max batch changed since they were made. */
   private sized(lane: Lane, buffers: BatchBuffers): BatchBuffers {
     return buffers.maxItems === lane.maxBatch ? buffers : new BatchBuffers(lane.signature, lane.maxBatch);
-  }
-
-  private publishInflight(region: number, buffers: BatchBuffers): void {
-    const base = region * INFLIGHT_REGION_CELLS;
-    for (let i = 0; i < buffers.count; i++) this.inflight[base + 1 + i] = buffers.requestIds[i]! | 0;
-    Atomics.store(this.inflight, base, buffers.count);
   }
 
   private async answerExpired(lane: Lane, buffers: BatchBuffers): Promise<void> {
@@ -603,7 +590,7 @@ function typedView(dtype: string, bytes: Uint8Array): TypedArray {
 
 /** Piscina entry point: resolves only when the node drains this worker. */
 export default async function serve(init: WorkerInit): Promise<string> {
-  const worker = new Worker(init);
-  await worker.finished;
+  const host = new LaneHost(init);
+  await host.finished;
   return 'drained';
 }

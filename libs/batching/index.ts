@@ -4,7 +4,6 @@ export {
   BATCH_POLICY_NAMES,
   DEFAULT_COST_PRIOR,
   DEFAULT_SLO_FACTOR,
-  MAX_IN_FLIGHT_BATCHES,
   validateBatchPolicyOptions,
 } from './options';
 export type {

@@ -1,7 +1,8 @@
 /**
- * Owns this node's Piscina pool: one long-lived `serve` task per thread, each with a MessagePort for control.
- * Loads model versions on every worker, and replaces a worker that dies (reloading its lanes, reporting the
- * requests it held so the gateway can answer them).
+ * This node's worker threads. Piscina only starts them: each runs one long-lived `serve` task (a LaneHost)
+ * for the node's whole life, controlled over its own MessagePort — no task queue. Loads a slot's lane on every
+ * thread, and replaces a thread that dies (reloading its lanes, reporting the requests it held so the node
+ * can answer them).
  */
 
 import * as path from 'node:path';
@@ -9,8 +10,8 @@ import { MessageChannel, type MessagePort } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import { Piscina } from 'piscina';
 import type { DeviceTarget } from '../../libs/config';
+import { InflightTable } from '../worker/inflight-table';
 import type { LoadCommand, WorkerCommand, WorkerEvent, WorkerInit } from '../worker/messages';
-import { INFLIGHT_CELLS_PER_WORKER, INFLIGHT_REGION_CELLS, MAX_BATCHES_IN_FLIGHT } from '../worker/messages';
 
 export interface PoolOptions {
   nodeIndex: number;
@@ -41,7 +42,7 @@ interface WorkerHandle {
   pending: Map<string, { resolve: (event: WorkerEvent) => void; reject: (error: Error) => void }>;
 }
 
-export class WorkerPool {
+export class WorkerThreads {
   private readonly piscina: Piscina;
   private readonly handles: WorkerHandle[] = [];
   private readonly lanes = new Map<number, LoadCommand>();
@@ -50,7 +51,7 @@ export class WorkerPool {
   private readonly tasks: Promise<unknown>[] = [];
 
   constructor(private readonly options: PoolOptions) {
-    this.inflight = new SharedArrayBuffer(options.workers * INFLIGHT_CELLS_PER_WORKER * 4);
+    this.inflight = InflightTable.createBuffer(options.workers);
     this.piscina = new Piscina({
       filename: path.join(__dirname, '../worker/worker.js'),
       minThreads: options.workers,
@@ -148,19 +149,7 @@ export class WorkerPool {
 
   /** Request ids a dead worker had claimed; its table is cleared so a replacement starts clean. */
   private claimedBy(workerIndex: number): number[] {
-    const table = new Int32Array(
-      this.inflight,
-      workerIndex * INFLIGHT_CELLS_PER_WORKER * 4,
-      INFLIGHT_CELLS_PER_WORKER,
-    );
-    const ids: number[] = [];
-    for (let region = 0; region < MAX_BATCHES_IN_FLIGHT; region++) {
-      const base = region * INFLIGHT_REGION_CELLS;
-      const count = Atomics.load(table, base);
-      for (let i = 0; i < count; i++) ids.push(table[base + 1 + i]! >>> 0);
-      Atomics.store(table, base, 0);
-    }
-    return ids;
+    return new InflightTable(this.inflight, workerIndex).takeAll();
   }
 
   private onEvent(handle: WorkerHandle, event: WorkerEvent): void {

@@ -1,0 +1,356 @@
+/**
+ * Admission, the same for every protocol: decode → route → client limits (rate, in-flight) → model queue
+ * bound by priority → validate against the model → one record into the ring of the request's priority. A
+ * refused request is returned as a Rejection (answered by the caller), never thrown; nothing is written then.
+ */
+import type { ClientState } from '../../libs/backpressure';
+import { AdmissionCode, CONSUMER_FALLING_BEHIND, resolveDeadline } from '../../libs/backpressure';
+import type { MetricsShard, ShedReason } from '../../libs/metrics';
+import { SHED_REASONS } from '../../libs/metrics';
+import type { BinaryRequest, InferenceRequest, RequestId } from '../../libs/protocol';
+import {
+  bindBinaryRequest,
+  bindRequest,
+  decodeBinaryRequest,
+  decodeRequest,
+  decodeV2Request,
+  encodeWarning,
+  PRIORITY_CODE,
+  ProtocolError,
+  RequestError,
+  requestRecordBytes,
+} from '../../libs/protocol';
+import type { RouteDecision, RouteKind } from '../../libs/registry';
+import { route, routingKeyDraw } from '../../libs/registry';
+import type { NodeStartOptions } from './ipc';
+import type { ServedModel, Slot } from './models';
+import { unknownModelError } from './models';
+import type { PendingRequests } from './pending';
+
+import type { Peer, PendingRequest, Reply } from './request';
+import { PROTOCOL_WS } from './request';
+import type { RingWriter } from './ring-writer';
+import type { Shadow } from './shadow';
+
+/** Slot 0 counts requests that never reached a model (bad JSON, unknown model). */
+export const UNROUTED_SLOT = 0;
+/** No client may ask for a deadline further away than this. */
+const MAX_DEADLINE_MS = 3_600_000;
+/** Shed reasons as indexes of SHED_REASONS (metrics). */
+export const SHED = Object.fromEntries(SHED_REASONS.map((reason, index) => [reason, index])) as Record<
+  ShedReason,
+  number
+>;
+const ROUTE_INDEX: Record<RouteKind, number> = { stable: 0, canary: 1, pinned: 2 };
+const decoder = new TextDecoder();
+
+/** A refused request: the typed error, the client's id when readable, the slot it counts against. */
+export class Rejection {
+  constructor(
+    readonly error: ProtocolError,
+    readonly id: RequestId,
+    readonly slot: number,
+  ) {}
+}
+
+/** What admission reads of the model table (it never writes it). */
+export interface RoutingTable {
+  readonly models: Map<string, ServedModel>;
+  readonly epoch: number;
+  readonly defaultModel: string;
+}
+
+export class Admission {
+  /** Set when the node drains: every request is refused `unavailable`. */
+  draining = false;
+  readonly counters = { inflightWarnings: 0 };
+  /** Reused for every routing decision (no allocation per request). */
+  private readonly decision: RouteDecision = { version: '', route: 'stable', shadowVersion: undefined };
+  /** Element cap per input: no input can hold more float32s than a maximal payload. */
+  private readonly bindLimits: { maxElements: number };
+
+  constructor(
+    private readonly options: NodeStartOptions,
+    private readonly table: RoutingTable,
+    private readonly metrics: MetricsShard,
+    private readonly writer: RingWriter,
+    private readonly pending: PendingRequests,
+    private readonly shadow: Shadow,
+    private readonly clock: () => number,
+  ) {
+    this.bindLimits = { maxElements: Math.floor(options.maxPayloadBytes / 4) };
+  }
+
+  /** A configuration reload changed the payload limit. */
+  setMaxPayloadBytes(bytes: number): void {
+    this.bindLimits.maxElements = Math.floor(bytes / 4);
+  }
+
+  /** An HTTP body over the payload limit (declared, or counted while reading). */
+  bodyTooLarge(): Rejection {
+    return new Rejection(
+      new ProtocolError('payload_too_large', `body exceeds the ${this.options.maxPayloadBytes}-byte limit`),
+      null,
+      UNROUTED_SLOT,
+    );
+  }
+
+  /**
+   * A WebSocket frame: a tensor frame (binary) or JSON. Its bytes are valid only during the uWS callback,
+   * and decoding copies them now.
+   */
+  admitFrame(
+    message: ArrayBuffer,
+    isBinary: boolean,
+    startedAt: number,
+    reply: Reply,
+    peer: Peer,
+    client: ClientState,
+  ): PendingRequest | Rejection {
+    if (message.byteLength > this.options.maxPayloadBytes) {
+      return new Rejection(
+        new ProtocolError(
+          'payload_too_large',
+          `frame of ${message.byteLength} bytes exceeds the ${this.options.maxPayloadBytes}-byte limit`,
+        ),
+        isBinary ? null : sniffId(message),
+        UNROUTED_SLOT,
+      );
+    }
+    if (!isBinary) return this.admitJson(decoder.decode(message), startedAt, reply, peer, client);
+    let request: BinaryRequest;
+    try {
+      request = decodeBinaryRequest(message, { model: this.table.defaultModel });
+    } catch (error) {
+      return decodeRejection(error);
+    }
+    return this.admitDecoded(request, request, startedAt, reply, peer, client);
+  }
+
+  /** Our JSON request (WebSocket text frame or `POST /predict`). */
+  admitJson(
+    text: string,
+    startedAt: number,
+    reply: Reply,
+    peer: Peer,
+    client: ClientState,
+  ): PendingRequest | Rejection {
+    let request: InferenceRequest;
+    try {
+      request = decodeRequest(text, { model: this.table.defaultModel });
+    } catch (error) {
+      return decodeRejection(error);
+    }
+    return this.admitDecoded(request, undefined, startedAt, reply, peer, client);
+  }
+
+  /** An Open Inference Protocol body for `model` (and `version`) from the path. */
+  admitV2(
+    body: string,
+    modelName: string,
+    version: string | undefined,
+    startedAt: number,
+    reply: Reply,
+    peer: Peer,
+    client: ClientState,
+  ): PendingRequest | Rejection {
+    const model = this.table.models.get(modelName);
+    if (!model) return new Rejection(unknownModelError(modelName, this.table.models), null, UNROUTED_SLOT);
+    let request: InferenceRequest;
+    try {
+      request = decodeV2Request(body, modelName, version, model.entry.signature);
+    } catch (error) {
+      return decodeRejection(error);
+    }
+    return this.admitDecoded(request, undefined, startedAt, reply, peer, client);
+  }
+
+  private admitDecoded(
+    request: InferenceRequest,
+    binary: BinaryRequest | undefined,
+    startedAt: number,
+    reply: Reply,
+    peer: Peer,
+    client: ClientState,
+  ): PendingRequest | Rejection {
+    const id = request.id;
+    if (this.draining) {
+      this.metrics.recordShed(UNROUTED_SLOT, SHED.shutting_down);
+      return new Rejection(
+        new ProtocolError('unavailable', 'server is shutting down; retry on another instance'),
+        id,
+        UNROUTED_SLOT,
+      );
+    }
+    const slot = this.resolve(request);
+    if (slot instanceof ProtocolError) return new Rejection(slot, id, UNROUTED_SLOT);
+    const slotIndex = slot.index;
+    const metrics = this.metrics;
+    const backpressure = this.options.backpressure;
+    metrics.recordRoute(slotIndex, ROUTE_INDEX[this.decision.route]);
+    const now = this.clock();
+    const clientDecision = client.tryAcquire(now);
+    if (clientDecision === AdmissionCode.RateLimited) {
+      metrics.recordShed(slotIndex, SHED.rate_limited);
+      return new Rejection(
+        new ProtocolError(
+          'rate_limited',
+          `more than ${backpressure.rateLimitRps} requests per second from this client`,
+          client.retryAfterMs,
+        ),
+        id,
+        slotIndex,
+      );
+    }
+    if (clientDecision === AdmissionCode.ClientQueueFull) {
+      metrics.recordShed(slotIndex, SHED.client_queue_full);
+      return new Rejection(
+        new ProtocolError(
+          'client_queue_full',
+          `this client already has ${client.inflight} requests in flight (limit ${backpressure.maxInflightPerClient}); wait for answers`,
+        ),
+        id,
+        slotIndex,
+      );
+    }
+    if (slot.guard.tryAdmit(slot.admitted, request.priority, now) === AdmissionCode.ModelQueueFull) {
+      metrics.recordShed(slotIndex, SHED.model_queue_full);
+      return new Rejection(
+        new ProtocolError(
+          'overloaded',
+          `model ${slot.model.name} version ${slot.version} is at its queue limit for ${request.priority} priority`,
+          slot.guard.retryAfterMs,
+        ),
+        id,
+        slotIndex,
+      );
+    }
+    let bound: ReturnType<typeof bindRequest>;
+    try {
+      bound = binary
+        ? bindBinaryRequest(binary, slot.model.signature, this.bindLimits)
+        : bindRequest(request, slot.model.signature, this.bindLimits);
+    } catch (error) {
+      return new Rejection(asProtocolError(error), id, slotIndex);
+    }
+    const length = requestRecordBytes(bound);
+    const ring = slot.rings[PRIORITY_CODE[request.priority]]!;
+    if (length > ring.maxRecordBytes) {
+      return new Rejection(
+        new ProtocolError('payload_too_large', `request of ${length} bytes exceeds the model's record limit`),
+        id,
+        slotIndex,
+      );
+    }
+    const offset = ring.reserve(length);
+    if (offset < 0) {
+      metrics.recordShed(slotIndex, SHED.ring_full);
+      return new Rejection(
+        new ProtocolError(
+          'overloaded',
+          `model ${slot.model.name} version ${slot.version} queue is full`,
+          slot.guard.estimateRetryAfterMs(slot.admitted, now),
+        ),
+        id,
+        slotIndex,
+      );
+    }
+    const requestId = this.writer.takeRequestId();
+    const deadlineAt = resolveDeadline(
+      request.deadlineMs,
+      this.options.requestTimeoutMs,
+      MAX_DEADLINE_MS,
+      startedAt,
+    );
+    try {
+      this.writer.write(
+        ring,
+        offset,
+        slot.doorbell,
+        { requestId, slot: slotIndex, priority: request.priority, enqueuedAt: startedAt, deadlineAt },
+        bound,
+      );
+    } catch (error) {
+      return new Rejection(asProtocolError(error), id, slotIndex);
+    }
+    slot.admitted++;
+    const shadowVersion = this.decision.shadowVersion;
+    const pair =
+      shadowVersion !== undefined
+        ? this.shadow.mirror(slot, shadowVersion, bound, startedAt, deadlineAt, now)
+        : undefined;
+    const admitted: PendingRequest = {
+      id,
+      slot: slotIndex,
+      priority: request.priority,
+      epoch: this.table.epoch,
+      startedAt,
+      deadlineAt,
+      reply,
+      peer,
+      client,
+      shadow: pair,
+      shadowSide: false,
+    };
+    this.pending.add(requestId, admitted);
+    metrics.addInflight(slotIndex, 1);
+    if (client.onAdmitted() && peer.protocol === PROTOCOL_WS) {
+      this.counters.inflightWarnings++;
+      reply.warn(
+        peer,
+        encodeWarning(
+          CONSUMER_FALLING_BEHIND,
+          `${client.inflight} requests in flight; at ${backpressure.maxInflightPerClient} new ones are rejected`,
+        ),
+      );
+    }
+    return admitted;
+  }
+
+  /** The slot a request routes to, or the typed error saying why none. */
+  private resolve(request: InferenceRequest): Slot | ProtocolError {
+    const models = this.table.models;
+    const name = request.model ?? this.table.defaultModel;
+    const model = models.get(name);
+    if (!model) return unknownModelError(name, models);
+    const draw = request.routingKey !== undefined ? routingKeyDraw(request.routingKey) : Math.random();
+    let decision: RouteDecision;
+    try {
+      decision = route(model, request.version, draw, this.decision);
+    } catch (error) {
+      return new ProtocolError('unknown_version', `model "${name}": ${(error as Error).message}`);
+    }
+    const slot = model.versions.get(decision.version);
+    if (slot) return slot;
+    const loaded = [...model.versions.keys()].join(', ');
+    const known = model.entry.versions.some((entry) => entry.version === decision.version);
+    return new ProtocolError(
+      'unknown_version',
+      known
+        ? `model "${name}" version "${decision.version}" is not loaded; loaded: ${loaded}`
+        : `model "${name}" has no version "${decision.version}"; loaded: ${loaded}`,
+    );
+  }
+}
+
+export function asProtocolError(error: unknown): ProtocolError {
+  if (error instanceof ProtocolError) return error;
+  return new ProtocolError('internal', `internal error: ${(error as Error)?.message ?? String(error)}`);
+}
+
+/** A malformed request, answered with its id when it was readable. */
+function decodeRejection(error: unknown): Rejection {
+  return new Rejection(
+    asProtocolError(error),
+    error instanceof RequestError ? error.requestId : null,
+    UNROUTED_SLOT,
+  );
+}
+
+/** Best-effort id from the start of a frame we will not parse, so an oversize error can still be matched. */
+function sniffId(message: ArrayBuffer): RequestId {
+  const head = decoder.decode(new Uint8Array(message, 0, Math.min(256, message.byteLength)));
+  const match = /"id"\s*:\s*(-?\d+(?:\.\d+)?|"((?:[^"\\]|\\.){0,256})")/.exec(head);
+  if (!match) return null;
+  return match[2] !== undefined ? match[2] : Number(match[1]);
+}

@@ -1,0 +1,108 @@
+/**
+ * The request, one object from admission to answer (the node's pending record: no other per-request object
+ * is made), the two kinds of peer an answer goes to, and the Reply (how an answer is encoded and sent, one
+ * strategy per protocol: reply.ts) over the Transport (the gateway's corked sends).
+ */
+import type * as uWS from 'uWebSockets.js';
+import type { ClientState } from '../../libs/backpressure';
+import type { ErrorCode, Priority, RequestId, ShadowOutput } from '../../libs/protocol';
+import type { RingBuffer } from '../../libs/ring';
+import type { EpochOrder } from './epoch-order';
+import type { Slot } from './models';
+
+/** Metrics protocol label of a peer. */
+export const PROTOCOL_WS = 0;
+export const PROTOCOL_HTTP = 1;
+
+/** A WebSocket connection (uWS user data): its limits and its answer order across a reload. */
+export interface Connection {
+  readonly protocol: typeof PROTOCOL_WS;
+  id: number;
+  /** Set when uWS opens the socket; frames come only after that. */
+  ws: uWS.WebSocket<Connection> | undefined;
+  closed: boolean;
+  /** Rate limit, in-flight cap and slow-consumer state of this connection. */
+  client: ClientState;
+  /** Answer order across a reload: newer-epoch answers held (bounded) behind this connection's older ones. */
+  order: EpochOrder<HeldAnswer>;
+}
+
+/** One HTTP exchange: its response, and whether the client went away. */
+export interface HttpExchange {
+  readonly protocol: typeof PROTOCOL_HTTP;
+  res: uWS.HttpResponse;
+  aborted: boolean;
+}
+
+export type Peer = Connection | HttpExchange;
+
+export interface HeldAnswer {
+  request: PendingRequest;
+  body: string | Uint8Array;
+}
+
+/** Both sides of a shadow comparison: the stable answer and the candidate's. */
+export interface ShadowPair {
+  model: string;
+  classifier: boolean;
+  primary: ShadowOutput | undefined;
+  candidate: ShadowOutput | undefined;
+  /** Sides still to answer. */
+  open: number;
+}
+
+export interface PendingRequest {
+  /** The id the client gave (echoed in its answer); null when it gave none. */
+  id: RequestId;
+  /** The slot (loaded model version) it was routed to. */
+  slot: number;
+  priority: Priority;
+  /** The model-table epoch it was routed in: its answer reports it. */
+  epoch: number;
+  startedAt: number;
+  deadlineAt: number;
+  /** How its answer is encoded and sent (one shared strategy per protocol). */
+  reply: Reply;
+  /** Where the answer goes; undefined for a shadow copy, which is never answered. */
+  peer: Peer | undefined;
+  /** Undefined for shadow copies: they count against no client. */
+  client: ClientState | undefined;
+  /** Shadow mode: the comparison this request (or its mirror) feeds. */
+  shadow: ShadowPair | undefined;
+  /** True for the mirrored copy: computed and compared, never answered. */
+  shadowSide: boolean;
+}
+
+/** What the transport (the gateway) does for a Reply: corked sends with their backpressure checks. */
+export interface Transport {
+  sendWs(connection: Connection, body: string | Uint8Array, binary: boolean): void;
+  sendHttp(
+    exchange: HttpExchange,
+    status: number,
+    body: string,
+    close: boolean,
+    retryAfterMs: number | undefined,
+  ): void;
+}
+
+export interface Reply {
+  /** The success answer of `request`, decoded from its response record at `offset`. */
+  success(
+    request: PendingRequest,
+    slot: Slot,
+    ring: RingBuffer,
+    offset: number,
+    latencyMs: number,
+  ): string | Uint8Array;
+  /** A typed error in this protocol's shape (`id` is the client's, null when unknown). */
+  error(id: RequestId, code: ErrorCode, message: string, retryAfterMs?: number): string;
+  send(
+    peer: Peer,
+    body: string | Uint8Array,
+    httpStatus: number,
+    close?: boolean,
+    retryAfterMs?: number,
+  ): void;
+  /** A warning frame to the client (WebSocket only; HTTP has no channel for one). */
+  warn(peer: Peer, frame: string): void;
+}

@@ -1,0 +1,111 @@
+/**
+ * Shadow mode: a copy of a stable-served request goes to the candidate at the lowest priority (first to be
+ * shed). Its answer is compared with the stable one and never sent.
+ */
+import { AdmissionCode } from '../../libs/backpressure';
+import type { MetricsShard } from '../../libs/metrics';
+import type { BoundRequest, ShadowOutput } from '../../libs/protocol';
+import { outputsAgree, requestRecordBytes } from '../../libs/protocol';
+import type { ServedModel, Slot } from './models';
+import type { PendingRequests } from './pending';
+
+import type { Reply, ShadowPair } from './request';
+import type { RingWriter } from './ring-writer';
+
+export interface ShadowStats {
+  agree: number;
+  disagree: number;
+  skipped: number;
+}
+
+export class Shadow {
+  /** Comparison counts by model name. */
+  readonly stats = new Map<string, ShadowStats>();
+
+  constructor(
+    private readonly table: { readonly models: Map<string, ServedModel>; readonly epoch: number },
+    private readonly pending: PendingRequests,
+    private readonly writer: RingWriter,
+    private readonly metrics: MetricsShard,
+    /** The reply of a mirrored copy: it sends nothing. */
+    private readonly silent: Reply,
+  ) {}
+
+  /** Mirrors one admitted request to `version`; returns the pair both sides fill, or undefined when shed. */
+  mirror(
+    primary: Slot,
+    version: string,
+    bound: BoundRequest,
+    startedAt: number,
+    deadlineAt: number,
+    now: number,
+  ): ShadowPair | undefined {
+    const target = this.table.models.get(primary.model.name)?.versions.get(version);
+    const stats = this.statsOf(primary.model.name);
+    if (!target || target.guard.tryAdmit(target.admitted, 'shadow', now) !== AdmissionCode.Admit) {
+      stats.skipped++;
+      return undefined;
+    }
+    const ring = target.rings[0]!;
+    const length = requestRecordBytes(bound);
+    const offset = length <= ring.maxRecordBytes ? ring.reserve(length) : -1;
+    if (offset < 0) {
+      stats.skipped++;
+      return undefined;
+    }
+    const requestId = this.writer.takeRequestId();
+    this.writer.write(
+      ring,
+      offset,
+      target.doorbell,
+      { requestId, slot: target.index, priority: 'low', enqueuedAt: startedAt, deadlineAt },
+      bound,
+    );
+    target.admitted++;
+    const pair: ShadowPair = {
+      model: primary.model.name,
+      classifier: primary.model.signature.labels !== undefined,
+      primary: undefined,
+      candidate: undefined,
+      open: 2,
+    };
+    this.pending.add(requestId, {
+      id: null,
+      slot: target.index,
+      priority: 'low',
+      epoch: this.table.epoch,
+      startedAt,
+      deadlineAt,
+      reply: this.silent,
+      peer: undefined,
+      client: undefined,
+      shadow: pair,
+      shadowSide: true,
+    });
+    this.metrics.addInflight(target.index, 1);
+    return pair;
+  }
+
+  /** One side of a shadow pair answered (undefined = it failed): compare once both have. */
+  settle(pair: ShadowPair, side: 'primary' | 'candidate', output: ShadowOutput | undefined): void {
+    pair[side] = output;
+    pair.open--;
+    if (pair.open > 0) return;
+    const stats = this.statsOf(pair.model);
+    if (!pair.primary || !pair.candidate) {
+      stats.skipped++;
+      return;
+    }
+    if (outputsAgree(pair.primary, pair.candidate, pair.classifier)) stats.agree++;
+    else stats.disagree++;
+  }
+
+  private statsOf(model: string): ShadowStats {
+    let stats = this.stats.get(model);
+    if (!stats) {
+      stats = { agree: 0, disagree: 0, skipped: 0 };
+      this.stats.set(model, stats);
+    }
+    return stats;
+  }
+}
