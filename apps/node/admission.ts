@@ -19,12 +19,12 @@ import {
   ProtocolError,
   RequestError,
   requestRecordBytes,
+  unknownModel,
 } from '../../libs/protocol';
 import type { RouteDecision, RouteKind } from '../../libs/registry';
 import { route, routingKeyDraw } from '../../libs/registry';
 import type { NodeStartOptions } from './ipc';
 import type { ServedModel, Slot } from './models';
-import { unknownModelError } from './models';
 import type { PendingRequests } from './pending';
 
 import type { Peer, PendingRequest, Reply } from './request';
@@ -155,7 +155,7 @@ export class Admission {
     client: ClientState,
   ): PendingRequest | Rejection {
     const model = this.table.models.get(modelName);
-    if (!model) return new Rejection(unknownModelError(modelName, this.table.models), null, UNROUTED_SLOT);
+    if (!model) return new Rejection(unknownModel(modelName, this.table.models.keys()), null, UNROUTED_SLOT);
     let request: InferenceRequest;
     try {
       request = decodeV2Request(body, modelName, version, model.entry.signature);
@@ -312,7 +312,7 @@ export class Admission {
     const models = this.table.models;
     const name = request.model ?? this.table.defaultModel;
     const model = models.get(name);
-    if (!model) return unknownModelError(name, models);
+    if (!model) return unknownModel(name, models.keys());
     const draw = request.routingKey !== undefined ? routingKeyDraw(request.routingKey) : Math.random();
     let decision: RouteDecision;
     try {

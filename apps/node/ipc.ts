@@ -1,10 +1,7 @@
 /** Messages between the supervisor and its node processes (Node IPC channel, control only — never request bytes). */
 import type { DeviceTarget } from '../../libs/config';
 import type { MetricJson } from '../../libs/metrics';
-import type { ModelPlan, NodeSettings, TablePlan } from '../../libs/registry';
-
-// The table plan and the live settings belong to the registry's plan; the node reads them from there.
-export type { ModelPlan, NodeSettings, TablePlan };
+import type { NodeSettings, TablePlan } from '../../libs/registry';
 
 /** How a node process starts: its own place in the host, then the live settings (see NodeSettings). */
 export interface NodeStartOptions extends NodeSettings {

@@ -9,9 +9,10 @@ import { Registry } from 'prom-client';
 import { assertNativeUws } from '../../libs/inference/uws-check';
 import { labelledProcessJson, metricsBufferFor, registerProcessMetrics } from '../../libs/metrics';
 import { encodeError, httpStatusOf } from '../../libs/protocol';
+import type { NodeSettings } from '../../libs/registry';
 import { RingBuffer } from '../../libs/ring';
 import { Gateway } from './gateway';
-import type { ControlResponse, NodeMessage, NodeSettings, NodeStartOptions, SupervisorMessage } from './ipc';
+import type { ControlResponse, NodeMessage, NodeStartOptions, SupervisorMessage } from './ipc';
 import { ModelTable, nodeSettingsOf } from './table';
 import { WorkerThreads } from './worker-threads';
 

@@ -1,6 +1,5 @@
 import type { ModelQueueGuard } from '../../libs/backpressure';
 import type { BatchPolicyOptions } from '../../libs/batching';
-import { ProtocolError } from '../../libs/protocol';
 import type { ModelEntry } from '../../libs/registry';
 import type { Doorbell, RingBuffer } from '../../libs/ring';
 import type { NodeStartOptions } from './ipc';
@@ -69,12 +68,4 @@ export function queueDepth(slot: Slot): number {
   let total = 0;
   for (const ring of slot.rings) total += ring.pendingRecords();
   return total;
-}
-
-/** The one `unknown_model` error of this node: names what is loaded. */
-export function unknownModelError(name: string, models: Map<string, ServedModel>): ProtocolError {
-  return new ProtocolError(
-    'unknown_model',
-    `unknown model "${name}"; available: ${[...models.keys()].join(', ')}`,
-  );
 }

@@ -1,7 +1,8 @@
 import * as path from 'node:path';
 import pino from 'pino';
 import { metricsBufferFor } from '../../libs/metrics';
-import type { NodeStartOptions, TablePlan } from './ipc';
+import type { TablePlan } from '../../libs/registry';
+import type { NodeStartOptions } from './ipc';
 import { ModelTable } from './table';
 import type { WorkerThreads } from './worker-threads';
 

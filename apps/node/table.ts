@@ -13,12 +13,13 @@ import type { ResolvedBackpressureOptions } from '../../libs/backpressure';
 import { ModelQueueGuard, validateBackpressureOptions } from '../../libs/backpressure';
 import { validateBatchPolicyOptions } from '../../libs/batching';
 import { MAX_SLOTS, resetSlot } from '../../libs/metrics';
-import type { ModelEntry } from '../../libs/registry';
+import { unknownModel } from '../../libs/protocol';
+import type { ModelEntry, ModelPlan, NodeSettings, TablePlan } from '../../libs/registry';
 import { readModel } from '../../libs/registry';
 import { Doorbell, RingBuffer } from '../../libs/ring';
-import type { ModelPlan, NodeSettings, NodeStartOptions, TablePlan } from './ipc';
+import type { NodeStartOptions } from './ipc';
 import type { ServedModel, Slot } from './models';
-import { batchOptionsFor, unknownModelError } from './models';
+import { batchOptionsFor } from './models';
 import type { WorkerThreads } from './worker-threads';
 
 const clock = (): number => performance.timeOrigin + performance.now();
@@ -62,7 +63,7 @@ export class ModelTable {
   }
 
   private setDefaultModel(model: string): void {
-    if (!this.models.has(model)) throw unknownModelError(model, this.models);
+    if (!this.models.has(model)) throw unknownModel(model, this.models.keys());
     this._defaultModel = model;
   }
 
