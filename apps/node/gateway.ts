@@ -5,7 +5,6 @@
  */
 
 import * as uWS from 'uWebSockets.js';
-import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import type { ResolvedBackpressureOptions } from '../../libs/backpressure';
 import {
@@ -64,7 +63,7 @@ import {
 } from '../../libs/protocol';
 import type { RouteDecision, RouteKind } from '../../libs/registry';
 import { route, routingKeyDraw } from '../../libs/registry';
-import type { Doorbell, RingBuffer } from '../../libs/ring';
+import { sharedClock as clock, type Doorbell, type RingBuffer } from '../../libs/ring';
 import type { EpochHoldLimits, HoldRelease } from './epoch-order';
 import { EPOCH_HOLD_MAX_BYTES, EPOCH_HOLD_MAX_MS, EpochOrder } from './epoch-order';
 import type {
@@ -80,7 +79,6 @@ import { queueDepth } from './models';
 import { TransportGuard } from './transport-guard';
 
 const SERVER_VERSION: string = (require('../../../package.json') as { version: string }).version;
-const clock = (): number => performance.timeOrigin + performance.now();
 const decoder = new TextDecoder();
 const PROTOCOL_WS = 0;
 const PROTOCOL_HTTP = 1;

@@ -6,21 +6,19 @@
  * hold two versions at once.
  */
 import * as path from 'node:path';
-import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { validateBackpressureOptions } from '../../libs/backpressure';
 import { validateBatchPolicyOptions } from '../../libs/batching';
 import { MAX_SLOTS, resetSlot } from '../../libs/metrics';
 import type { ModelEntry } from '../../libs/registry';
 import { readModel } from '../../libs/registry';
-import { Doorbell, RingBuffer } from '../../libs/ring';
+import { sharedClock as clock, Doorbell, RingBuffer } from '../../libs/ring';
 import type { Gateway } from './gateway';
 import type { ModelPlan, NodeSettings, NodeStartOptions, TablePlan } from './ipc';
 import type { ModelRuntime, SlotRuntime } from './models';
 import { batchOptionsFor } from './models';
 import type { WorkerPool } from './pool';
 
-const clock = (): number => performance.timeOrigin + performance.now();
 /** Ring size divisor per priority (low, normal, high): normal traffic gets the full STREAMINFER_RING_BYTES. */
 const PRIORITY_RING_SHARE = [4, 1, 4];
 const DRAIN_POLL_MS = 5;

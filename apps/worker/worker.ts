@@ -3,7 +3,6 @@
  * ("lane") and runs the micro-batcher loop of each lane: wait on the lane's request ring → ask the batch
  * policy → claim a batch → run → write one response record per item into the node's response ring.
  */
-import { performance } from 'node:perf_hooks';
 import { threadId } from 'node:worker_threads';
 import type { BatchPolicy } from '../../libs/batching';
 import { createBatchPolicy } from '../../libs/batching';
@@ -22,7 +21,7 @@ import {
   writeOutputSectionHeader,
   writeResponseHeader,
 } from '../../libs/protocol';
-import { Doorbell, RingBuffer } from '../../libs/ring';
+import { sharedClock as clock, Doorbell, RingBuffer } from '../../libs/ring';
 import { BatchBuffers } from './batch';
 import type { LoadCommand, WorkerCommand, WorkerEvent, WorkerInit } from './messages';
 import {
@@ -32,7 +31,6 @@ import {
   MAX_BATCHES_IN_FLIGHT,
 } from './messages';
 
-const clock = (): number => performance.timeOrigin + performance.now();
 const IDLE_WAIT_MS = 250;
 const DEADLINE_SHED = SHED_REASONS.indexOf('deadline');
 const utf8 = new TextEncoder();

@@ -1,3 +1,4 @@
+export { sharedClock } from './clock';
 export { Doorbell } from './doorbell';
 export type { RingErrorCode, RingErrorLike } from './errors';
 export { isRingError, RingError, RingRangeError, RingTypeError } from './errors';
