@@ -3,9 +3,6 @@ import type { BatchPolicyName, BatchPolicyOptions, CostPrior } from './types';
 
 export const BATCH_POLICY_NAMES: readonly BatchPolicyName[] = Object.freeze(['fixed', 'greedy', 'adaptive']);
 
-/** A worker keeps at most this many batches of one model in flight (one running, the next prepared). */
-export const MAX_IN_FLIGHT_BATCHES = 2;
-
 /** Adaptive default objective when latencySloMs is not given: this factor × maxQueueDelayMs. */
 export const DEFAULT_SLO_FACTOR = 2;
 

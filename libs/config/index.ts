@@ -12,10 +12,9 @@ export { ConfigError, type ConfigSource } from './errors';
 export { type ConfigChange, LIVE_SETTINGS, livePayloadCeiling, planConfigChange } from './live';
 export {
   type ConfigSources,
-  flagName,
   type ResolvedConfig,
   redactConfig,
   resolveConfig,
   resolveConfigDetailed,
 } from './resolve';
-export { LOG_LEVELS, type LogLevel, type ServerConfig, type SettingKey } from './settings';
+export type { LogLevel, ServerConfig, SettingKey } from './settings';

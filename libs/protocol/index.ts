@@ -23,11 +23,10 @@ export {
   decodeV2Request,
   encodeV2Error,
   encodeV2Response,
-  v2Datatype,
   v2ModelMetadata,
 } from './kserve';
 export type { BindLimits, BoundInput, BoundRequest, InferenceRequest, Priority, RequestId } from './request';
-export { bindRequest, decodeRequest, PRIORITIES, RequestError, utf8Length } from './request';
+export { bindRequest, decodeRequest, RequestError, utf8Length } from './request';
 export {
   encodeError,
   encodeResult,
@@ -39,5 +38,5 @@ export {
 export type { ShadowOutput } from './shadow';
 export { outputsAgree, readFirstOutput, SHADOW_FLOAT_TOLERANCE } from './shadow';
 export type { DType, ModelSignature, TensorSpec } from './signature';
-export { argmax, bytesPerElement, DTYPES, isDType, MAX_INPUTS, parseSignature } from './signature';
+export { argmax, bytesPerElement, parseSignature } from './signature';
 export * from './wire';
