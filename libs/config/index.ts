@@ -1,4 +1,3 @@
-export { DEFAULTS } from './defaults';
 export { describeSettings, type SettingDescription } from './describe';
 export {
   type DeviceTarget,

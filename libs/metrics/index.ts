@@ -7,7 +7,6 @@ export {
   MAX_SLOTS,
   MetricsShard,
   metricsBufferFor,
-  readSlotTotals,
   resetSlot,
   SHED_REASONS,
 } from './shared-metrics';

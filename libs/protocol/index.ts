@@ -6,12 +6,10 @@ export {
   encodeBinaryAnswer,
   encodeBinaryFrame,
   encodeBinaryRequest,
-  isBinaryFrame,
 } from './binary';
 export type { ErrorCode } from './errors';
 export {
   ERROR_CODES,
-  errorCodeFromIndex,
   errorCodeIndex,
   httpStatusLine,
   httpStatusOf,
@@ -33,7 +31,6 @@ export {
   encodeResultHead,
   encodeResultWithHead,
   encodeWarning,
-  formatMilliseconds,
 } from './responses';
 export type { ShadowOutput } from './shadow';
 export { outputsAgree, readFirstOutput, SHADOW_FLOAT_TOLERANCE } from './shadow';
