@@ -5,9 +5,8 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import * as zlib from 'node:zlib';
 import { type BinaryTensor, encodeBinaryFrame, encodeBinaryRequest } from '../libs/protocol';
-import { digitsDataPath } from '../scripts/models/digits-data';
+import { digitsDataPath, loadDigits, N_PIXELS } from '../scripts/models/digits-data';
 
 export interface BodyOptions {
   /** model name to put in the request (each body kind has a default) */
@@ -79,34 +78,38 @@ function floats(rand: () => number, n: number): number[] {
   return out;
 }
 
-let digitsCache: number[][] | null | undefined;
+/** Rows by file: null when the file could not be read. */
+const digitsCache = new Map<string, number[][] | null>();
 
-/** Rows (64 pixel counts each) of the repository's digits data set, or null when it is absent. */
+function digitsRowsOf(file: string): number[][] | null {
+  let rows = digitsCache.get(file);
+  if (rows !== undefined) return rows;
+  try {
+    const d = loadDigits(file);
+    rows = Array.from({ length: d.n }, (_, r) =>
+      Array.from(d.pixels.subarray(r * N_PIXELS, (r + 1) * N_PIXELS)),
+    );
+  } catch {
+    rows = null;
+  }
+  digitsCache.set(file, rows);
+  return rows;
+}
+
+/**
+ * Rows (64 pixel counts each) of the file named by `STREAMINFER_DIGITS_CSV`, else of the
+ * repository's digits data set; null when neither can be read.
+ */
 export function loadDigitsRows(repoRoot?: string): number[][] | null {
-  if (digitsCache !== undefined) return digitsCache;
-  const candidates = [
+  for (const file of [
     process.env['STREAMINFER_DIGITS_CSV'],
     repoRoot ? digitsDataPath(repoRoot) : undefined,
-  ].filter((p): p is string => typeof p === 'string');
-  digitsCache = null;
-  for (const file of candidates) {
-    try {
-      const raw = fs.readFileSync(file);
-      const text = file.endsWith('.gz') ? zlib.gunzipSync(raw).toString('utf8') : raw.toString('utf8');
-      const rows: number[][] = [];
-      for (const line of text.split('\n')) {
-        const cells = line.trim().split(',').map(Number);
-        if (cells.length >= 64 && cells.every((c) => Number.isFinite(c))) rows.push(cells.slice(0, 64));
-      }
-      if (rows.length > 0) {
-        digitsCache = rows;
-        break;
-      }
-    } catch {
-      // try the next candidate
-    }
+  ]) {
+    if (file === undefined) continue;
+    const rows = digitsRowsOf(file);
+    if (rows && rows.length > 0) return rows;
   }
-  return digitsCache;
+  return null;
 }
 
 /**

@@ -6,7 +6,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { markdownTable } from './report';
-import type { ServerHandle } from './server-process';
+import type { ExitInfo, ServerHandle } from './server-process';
 import type { LoadResult } from './stats';
 import { barChart, type LineSeries, lineChart, PALETTE } from './svg-chart';
 import type { Chart, LoadSpec, Ratio, RunRecord, ScenarioContext } from './types';
@@ -153,6 +153,77 @@ export function interpolateLog2(
 /** Called before the load; its returned function is called after it, to add figures to the run. */
 export type Collector = (server: ServerHandle) => Promise<() => Promise<Record<string, number | undefined>>>;
 
+/** What `withServer` saw: the server (unless it failed to start), its exit, and the body's value or error. */
+export interface ServerSession<T> {
+  /** undefined when the server failed to start */
+  server?: ServerHandle;
+  /** how the server ended once stopped (undefined when it never started) */
+  exit?: ExitInfo;
+  /** what the body returned; undefined when it threw or the server failed to start */
+  value?: T;
+  /** why the server failed to start, or what the body threw followed by the server's stderr tail */
+  error?: string;
+  /** the body's exception itself, for scenarios that let it fail the whole scenario */
+  thrown?: unknown;
+}
+
+/**
+ * Start a server, run `body` against it, and always stop it and collect its exit, whatever the
+ * body did. Never throws: a failure to start or an exception in the body becomes `error`.
+ */
+export async function withServer<T>(
+  start: () => Promise<ServerHandle>,
+  body: (server: ServerHandle) => Promise<T>,
+): Promise<ServerSession<T>> {
+  let server: ServerHandle;
+  try {
+    server = await start();
+  } catch (e) {
+    return { error: errText(e), thrown: e };
+  }
+  try {
+    const value = await body(server);
+    return { server, value, exit: await server.stop() };
+  } catch (e) {
+    return { server, error: withStderr(e, server), thrown: e, exit: await server.stop() };
+  }
+}
+
+/** An error's text followed by the tail of the server's stderr (what a report needs to tell why). */
+export function withStderr(e: unknown, server: ServerHandle): string {
+  return `${errText(e)}\n--- server stderr (tail) ---\n${server.stderrTail().slice(-4000)}`;
+}
+
+/** The `server` field of a run: how it was started and how it ended. */
+export function serverRecord(
+  server: ServerHandle,
+  exit: ExitInfo | undefined,
+  env: Record<string, string> = server.env,
+): NonNullable<RunRecord['server']> {
+  return { command: server.command, env, exit };
+}
+
+/**
+ * For a scenario whose runs all share one server: stamp every run that `measured` accepts (default:
+ * those with a load) with the server's command, `env` and exit; a server that failed to start becomes
+ * a run labelled "server" under `failedTarget`. An exception the body threw fails the whole scenario,
+ * as it would have without the helper (the server is stopped by then).
+ */
+export function stampSharedServer(
+  runs: RunRecord[],
+  session: ServerSession<unknown>,
+  env: Record<string, string>,
+  failedTarget: string,
+  measured: (r: RunRecord) => boolean = (r) => r.load !== undefined,
+): void {
+  if (!session.server) {
+    runs.unshift({ label: 'server', target: failedTarget, error: session.error });
+    return;
+  }
+  if (session.error !== undefined) throw session.thrown;
+  for (const r of runs) if (measured(r)) r.server = serverRecord(session.server, session.exit, env);
+}
+
 /**
  * Start a server, measure one load against it, stop it. Never throws: a failure to start
  * or to measure becomes `run.error`, so the other side of a comparison is still reported.
@@ -165,18 +236,10 @@ export async function runAgainst(
   load: LoadSpec,
   collect?: Collector,
 ): Promise<RunRecord> {
-  let server: ServerHandle;
-  try {
-    ctx.log(`${label}: starting server`);
-    server = await start();
-  } catch (e) {
-    ctx.log(`${label}: server failed to start`);
-    return { label, target, error: errText(e) };
-  }
-  let run: RunRecord;
-  try {
+  ctx.log(`${label}: starting server`);
+  const session = await withServer(start, async (server) => {
     const finish = collect ? await collect(server).catch(() => undefined) : undefined;
-    run = await ctx.measure(label, server, load);
+    const run = await ctx.measure(label, server, load);
     // ctx.measure labels the run by server kind; the caller's target is what tells sides apart
     run.target = target;
     if (finish) {
@@ -187,15 +250,14 @@ export async function runAgainst(
       }
     }
     if (server.exited()) run.error = `server exited during the run\n${server.stderrTail().slice(-4000)}`;
-  } catch (e) {
-    run = {
-      label,
-      target,
-      error: errText(e) + `\n--- server stderr (tail) ---\n${server.stderrTail().slice(-4000)}`,
-    };
+    return run;
+  });
+  if (!session.server) {
+    ctx.log(`${label}: server failed to start`);
+    return { label, target, error: session.error };
   }
-  const exit = await server.stop();
-  run.server = { command: server.command, env: server.env, exit };
+  const run: RunRecord = session.value ?? { label, target, error: session.error };
+  run.server = serverRecord(session.server, session.exit);
   return run;
 }
 
@@ -303,10 +365,6 @@ export async function measureSafe(
     run.target = target;
     return run;
   } catch (e) {
-    return {
-      label,
-      target,
-      error: `${errText(e)}\n--- server stderr (tail) ---\n${server.stderrTail().slice(-4000)}`,
-    };
+    return { label, target, error: withStderr(e, server) };
   }
 }

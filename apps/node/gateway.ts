@@ -6,7 +6,6 @@
  */
 
 import * as uWS from 'uWebSockets.js';
-import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import type { ResolvedBackpressureOptions } from '../../libs/backpressure';
 import {
@@ -18,7 +17,7 @@ import {
 } from '../../libs/backpressure';
 import { MetricsShard } from '../../libs/metrics';
 import { decodePathSegment, encodeError, encodeV2Error, encodeWarning } from '../../libs/protocol';
-import type { RingBuffer } from '../../libs/ring';
+import { sharedClock as clock, type RingBuffer } from '../../libs/ring';
 import type { Admission } from './admission';
 import { Rejection, SHED, UNROUTED_SLOT } from './admission';
 import type { Answers } from './answers';
@@ -36,7 +35,6 @@ import type { ModelTable } from './table';
 import { TransportGuard } from './transport-guard';
 
 const SERVER_VERSION: string = (require('../../../package.json') as { version: string }).version;
-const clock = (): number => performance.timeOrigin + performance.now();
 /** HTTP clients (by address) whose limits are remembered; idle ones are forgotten after this long. */
 const HTTP_CLIENTS_MAX = 100_000;
 const HTTP_CLIENT_IDLE_MS = 60_000;

@@ -7,7 +7,6 @@
  * nothing else writes them.
  */
 import * as path from 'node:path';
-import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import type { ResolvedBackpressureOptions } from '../../libs/backpressure';
 import { ModelQueueGuard, validateBackpressureOptions } from '../../libs/backpressure';
@@ -16,13 +15,12 @@ import { MAX_SLOTS, resetSlot } from '../../libs/metrics';
 import { unknownModel } from '../../libs/protocol';
 import type { ModelEntry, ModelPlan, NodeSettings, TablePlan } from '../../libs/registry';
 import { readModel } from '../../libs/registry';
-import { Doorbell, RingBuffer } from '../../libs/ring';
+import { sharedClock as clock, Doorbell, RingBuffer } from '../../libs/ring';
 import type { NodeStartOptions } from './ipc';
 import type { ServedModel, Slot } from './models';
 import { batchOptionsFor } from './models';
 import type { WorkerThreads } from './worker-threads';
 
-const clock = (): number => performance.timeOrigin + performance.now();
 /** Ring size divisor per priority (low, normal, high): normal traffic gets the full STREAMINFER_RING_BYTES. */
 const PRIORITY_RING_SHARE = [4, 1, 4];
 const DRAIN_POLL_MS = 5;

@@ -4,7 +4,6 @@
  * wait on the rings → ask the batch policy → claim a batch → run → write one response record per item into
  * the node's response ring.
  */
-import { performance } from 'node:perf_hooks';
 import { threadId } from 'node:worker_threads';
 import type { BatchPolicy } from '../../libs/batching';
 import { createBatchPolicy } from '../../libs/batching';
@@ -23,12 +22,11 @@ import {
   writeOutputSectionHeader,
   writeResponseHeader,
 } from '../../libs/protocol';
-import { Doorbell, RingBuffer } from '../../libs/ring';
+import { sharedClock as clock, Doorbell, RingBuffer } from '../../libs/ring';
 import { BatchBuffers } from './batch';
 import { InflightTable, MAX_BATCH_ITEMS, MAX_BATCHES_IN_FLIGHT } from './inflight-table';
 import type { LoadCommand, WorkerCommand, WorkerEvent, WorkerInit } from './messages';
 
-const clock = (): number => performance.timeOrigin + performance.now();
 const IDLE_WAIT_MS = 250;
 const DEADLINE_SHED = SHED_REASONS.indexOf('deadline');
 const utf8 = new TextEncoder();

@@ -1,4 +1,3 @@
-export { DEFAULTS } from './defaults';
 export { describeSettings, type SettingDescription } from './describe';
 export {
   type DeviceTarget,
@@ -12,10 +11,9 @@ export { ConfigError, type ConfigSource } from './errors';
 export { type ConfigChange, LIVE_SETTINGS, livePayloadCeiling, planConfigChange } from './live';
 export {
   type ConfigSources,
-  flagName,
   type ResolvedConfig,
   redactConfig,
   resolveConfig,
   resolveConfigDetailed,
 } from './resolve';
-export { LOG_LEVELS, type LogLevel, type ServerConfig, type SettingKey } from './settings';
+export type { LogLevel, ServerConfig, SettingKey } from './settings';

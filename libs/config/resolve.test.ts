@@ -1,12 +1,6 @@
+import { DEFAULTS } from './defaults';
 import type { ConfigSource, ServerConfig, SettingKey } from './index';
-import {
-  ConfigError,
-  DEFAULTS,
-  describeSettings,
-  redactConfig,
-  resolveConfig,
-  resolveConfigDetailed,
-} from './index';
+import { ConfigError, describeSettings, redactConfig, resolveConfig, resolveConfigDetailed } from './index';
 
 function errorOf(fn: () => unknown): ConfigError {
   try {

@@ -4,13 +4,9 @@ export { lintExposition } from './lint';
 export { labelledProcessJson, registerProcessMetrics } from './process';
 export type { HistogramTotals, ProtocolName, ShedReason, SlotTotals } from './shared-metrics';
 export {
-  BATCH_SIZE_BUCKETS,
-  DURATION_BUCKETS,
   MAX_SLOTS,
   MetricsShard,
   metricsBufferFor,
-  PROTOCOLS,
-  readSlotTotals,
   resetSlot,
   SHED_REASONS,
 } from './shared-metrics';

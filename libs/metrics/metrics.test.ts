@@ -1,4 +1,5 @@
-import { aggregateToText, MetricsShard, metricsBufferFor, nodeMetricsJson, readSlotTotals } from './index';
+import { aggregateToText, MetricsShard, metricsBufferFor, nodeMetricsJson } from './index';
+import { readSlotTotals } from './shared-metrics';
 
 describe('shared metrics shards', () => {
   test('shards written by different threads sum at read time', () => {

@@ -1,3 +1,4 @@
+import { isBinaryFrame } from './binary';
 import {
   bindBinaryRequest,
   decodeBinaryRequest,
@@ -5,7 +6,6 @@ import {
   encodeBinaryAnswer,
   encodeBinaryFrame,
   encodeBinaryRequest,
-  isBinaryFrame,
   type ModelSignature,
   ProtocolError,
   parseSignature,

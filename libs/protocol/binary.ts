@@ -13,7 +13,7 @@
  */
 import { ProtocolError } from './errors';
 import type { BoundInput, BoundRequest, InferenceRequest, Priority, RequestId } from './request';
-import { inputHeaderBytes, PRIORITIES, RequestError } from './request';
+import { inputHeaderBytes, RequestError, readEnvelope } from './request';
 import type { DType, ModelSignature } from './signature';
 import { bytesPerElement, isDType, MAX_RANK } from './signature';
 
@@ -133,44 +133,11 @@ function readHeader(frame: ArrayBuffer): { header: Record<string, unknown>; data
   return { header: header as Record<string, unknown>, dataStart: align8(PREFIX_BYTES + headerLength) };
 }
 
-function readId(raw: unknown): RequestId {
-  if (raw === undefined || raw === null) return null;
-  if ((typeof raw === 'number' && Number.isFinite(raw)) || (typeof raw === 'string' && raw.length <= 256))
-    return raw;
-  return fail(null, '"id" must be a finite number or a string of at most 256 characters');
-}
-
 /** Server side: reads a request frame. The tensor views point into `frame`: use them before the callback returns. */
 export function decodeBinaryRequest(frame: ArrayBuffer, defaults: { model?: string } = {}): BinaryRequest {
   const { header, dataStart } = readHeader(frame);
-  const id = readId(header.id);
-  const name = (field: string): string | undefined => {
-    const value = header[field];
-    if (value === undefined || value === null) return undefined;
-    if (typeof value === 'number' && Number.isInteger(value) && field === 'version') return String(value);
-    if (typeof value !== 'string' || value.length === 0 || value.length > 256)
-      return fail(id, `"${field}" must be a non-empty string`);
-    return value;
-  };
-  const model = name('model') ?? defaults.model;
-  const version = name('version');
-  let deadlineMs: number | undefined;
-  if (header.deadline_ms !== undefined) {
-    if (
-      typeof header.deadline_ms !== 'number' ||
-      !Number.isFinite(header.deadline_ms) ||
-      header.deadline_ms <= 0
-    ) {
-      fail(id, '"deadline_ms" must be a positive number of milliseconds');
-    }
-    deadlineMs = header.deadline_ms;
-  }
-  let priority: Priority = 'normal';
-  if (header.priority !== undefined) {
-    if (!(PRIORITIES as readonly unknown[]).includes(header.priority))
-      fail(id, `"priority" must be one of ${PRIORITIES.join(', ')}`);
-    priority = header.priority as Priority;
-  }
+  const envelope = readEnvelope(header, defaults);
+  const id = envelope.id;
   if (!Array.isArray(header.inputs) || header.inputs.length === 0)
     fail(id, 'binary request needs "inputs": [{"name", "dims"}]');
   const tensors: BinaryRequest['tensors'] = [];
@@ -223,20 +190,16 @@ export function decodeBinaryRequest(frame: ArrayBuffer, defaults: { model?: stri
   }
   const request: BinaryRequest = {
     id,
-    model,
-    version,
+    model: envelope.model,
+    version: envelope.version,
     input: undefined,
     inputs: undefined,
     text: undefined,
-    deadlineMs,
-    priority,
+    deadlineMs: envelope.deadlineMs,
+    priority: envelope.priority,
     tensors,
   };
-  if (header.routing_key !== undefined) {
-    if (typeof header.routing_key !== 'string' || header.routing_key.length > 256)
-      fail(id, '"routing_key" must be a string of at most 256 characters');
-    request.routingKey = header.routing_key;
-  }
+  if (envelope.routingKey !== undefined) request.routingKey = envelope.routingKey;
   return request;
 }
 

@@ -6,12 +6,10 @@ export {
   encodeBinaryAnswer,
   encodeBinaryFrame,
   encodeBinaryRequest,
-  isBinaryFrame,
 } from './binary';
 export type { ErrorCode } from './errors';
 export {
   ERROR_CODES,
-  errorCodeFromIndex,
   errorCodeIndex,
   httpStatusLine,
   httpStatusOf,
@@ -24,21 +22,19 @@ export {
   decodeV2Request,
   encodeV2Error,
   encodeV2Response,
-  v2Datatype,
   v2ModelMetadata,
 } from './kserve';
 export type { BindLimits, BoundInput, BoundRequest, InferenceRequest, Priority, RequestId } from './request';
-export { bindRequest, decodeRequest, PRIORITIES, RequestError, utf8Length } from './request';
+export { bindRequest, decodeRequest, RequestError, utf8Length } from './request';
 export {
   encodeError,
   encodeResult,
   encodeResultHead,
   encodeResultWithHead,
   encodeWarning,
-  formatMilliseconds,
 } from './responses';
 export type { ShadowOutput } from './shadow';
 export { outputsAgree, readFirstOutput, SHADOW_FLOAT_TOLERANCE } from './shadow';
 export type { DType, ModelSignature, TensorSpec } from './signature';
-export { argmax, bytesPerElement, DTYPES, isDType, MAX_INPUTS, parseSignature } from './signature';
+export { argmax, bytesPerElement, parseSignature } from './signature';
 export * from './wire';

@@ -5,7 +5,7 @@
  */
 import { ProtocolError } from './errors';
 import type { InferenceRequest } from './request';
-import { RequestError } from './request';
+import { parseJsonObject, RequestError } from './request';
 import type { DType, ModelSignature } from './signature';
 
 const TO_DTYPE: Record<string, DType> = {
@@ -54,16 +54,7 @@ export function decodeV2Request(
   version: string | undefined,
   signature: ModelSignature,
 ): InferenceRequest {
-  let body: unknown;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    throw new RequestError(null, new ProtocolError('bad_request', 'malformed JSON'));
-  }
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
-    throw new RequestError(null, new ProtocolError('bad_request', 'request must be a JSON object'));
-  }
-  const record = body as Record<string, unknown>;
+  const record = parseJsonObject(text);
   const id = typeof record.id === 'string' ? record.id : null;
   const fail = (code: 'bad_request' | 'shape_mismatch' | 'type_mismatch', message: string): never => {
     throw new RequestError(id, new ProtocolError(code, message));

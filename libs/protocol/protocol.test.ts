@@ -1,3 +1,4 @@
+import { errorCodeFromIndex } from './errors';
 import {
   bindRequest,
   decodeRequest,
@@ -6,10 +7,8 @@ import {
   encodeResult,
   encodeResultHead,
   encodeResultWithHead,
-  errorCodeFromIndex,
   errorCodeIndex,
   findInputSection,
-  formatMilliseconds,
   type ModelSignature,
   ProtocolError,
   parseSignature,
@@ -32,6 +31,7 @@ import {
   writeRequestRecord,
   writeResponseHeader,
 } from './index';
+import { formatMilliseconds } from './responses';
 
 const echo: ModelSignature = parseSignature(
   {

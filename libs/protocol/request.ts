@@ -36,8 +36,17 @@ export class RequestError extends ProtocolError {
 const MAX_ID_LENGTH = 256;
 const MAX_NAME_LENGTH = 256;
 
-/** Parses one JSON request (WS text frame or HTTP body). Every failure is a RequestError carrying the id if one was readable. */
-export function decodeRequest(text: string, defaults: { model?: string } = {}): InferenceRequest {
+/**
+ * The fields every request carries whatever its encoding (JSON text, binary frame header). Read by
+ * `readEnvelope` alone, so the JSON and binary decoders accept and refuse exactly the same values.
+ */
+export type RequestEnvelope = Pick<
+  InferenceRequest,
+  'id' | 'model' | 'version' | 'deadlineMs' | 'priority' | 'routingKey'
+>;
+
+/** `text` as a JSON object; anything else is a RequestError without an id (none could be read). */
+export function parseJsonObject(text: string): Record<string, unknown> {
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
@@ -47,12 +56,43 @@ export function decodeRequest(text: string, defaults: { model?: string } = {}): 
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
     throw new RequestError(null, new ProtocolError('bad_request', 'request must be a JSON object'));
   }
-  const body = parsed as Record<string, unknown>;
+  return parsed as Record<string, unknown>;
+}
+
+/**
+ * Checks a request's envelope fields (id, model, version, deadline_ms, priority, routing_key) in a
+ * decoded JSON object. Failures are RequestErrors carrying the id once it could be read.
+ */
+export function readEnvelope(body: Record<string, unknown>, defaults: { model?: string }): RequestEnvelope {
   const id = readId(body.id);
   try {
-    return readFields(body, id, defaults);
+    return readEnvelopeFields(body, id, defaults);
   } catch (error) {
     if (error instanceof ProtocolError) throw new RequestError(id, error);
+    throw error;
+  }
+}
+
+/** Parses one JSON request (WS text frame or HTTP body). Every failure is a RequestError carrying the id if one was readable. */
+export function decodeRequest(text: string, defaults: { model?: string } = {}): InferenceRequest {
+  const body = parseJsonObject(text);
+  const envelope = readEnvelope(body, defaults);
+  try {
+    const { input, inputs, text } = readValues(body);
+    const request: InferenceRequest = {
+      id: envelope.id,
+      model: envelope.model,
+      version: envelope.version,
+      input,
+      inputs,
+      text,
+      deadlineMs: envelope.deadlineMs,
+      priority: envelope.priority,
+    };
+    if (envelope.routingKey !== undefined) request.routingKey = envelope.routingKey;
+    return request;
+  } catch (error) {
+    if (error instanceof ProtocolError) throw new RequestError(envelope.id, error);
     throw error;
   }
 }
@@ -77,28 +117,13 @@ function optionalName(body: Record<string, unknown>, field: string): string | un
   return value;
 }
 
-function readFields(
+function readEnvelopeFields(
   body: Record<string, unknown>,
   id: RequestId,
   defaults: { model?: string },
-): InferenceRequest {
+): RequestEnvelope {
   const model = optionalName(body, 'model') ?? defaults.model;
   const version = optionalName(body, 'version');
-  let inputs: Record<string, unknown> | undefined;
-  if (body.inputs !== undefined) {
-    if (typeof body.inputs !== 'object' || body.inputs === null || Array.isArray(body.inputs)) {
-      throw new ProtocolError('bad_request', '"inputs" must be an object mapping input names to values');
-    }
-    inputs = body.inputs as Record<string, unknown>;
-  }
-  let text: string | undefined;
-  if (body.text !== undefined) {
-    if (typeof body.text !== 'string') throw new ProtocolError('bad_request', '"text" must be a string');
-    text = body.text;
-  }
-  if (body.input === undefined && inputs === undefined && text === undefined) {
-    throw new ProtocolError('bad_request', 'request needs "input", "inputs" or "text"');
-  }
   let deadlineMs: number | undefined;
   if (body.deadline_ms !== undefined) {
     const value = body.deadline_ms;
@@ -114,23 +139,34 @@ function readFields(
     }
     priority = body.priority as Priority;
   }
-  const request: InferenceRequest = {
-    id,
-    model,
-    version,
-    input: body.input,
-    inputs,
-    text,
-    deadlineMs,
-    priority,
-  };
+  const envelope: RequestEnvelope = { id, model, version, deadlineMs, priority };
   if (body.routing_key !== undefined) {
     if (typeof body.routing_key !== 'string' || body.routing_key.length > MAX_NAME_LENGTH) {
       throw new ProtocolError('bad_request', '"routing_key" must be a string of at most 256 characters');
     }
-    request.routingKey = body.routing_key;
+    envelope.routingKey = body.routing_key;
   }
-  return request;
+  return envelope;
+}
+
+/** The JSON request's values: `input`, `inputs` or `text` (at least one). */
+function readValues(body: Record<string, unknown>): Pick<InferenceRequest, 'input' | 'inputs' | 'text'> {
+  let inputs: Record<string, unknown> | undefined;
+  if (body.inputs !== undefined) {
+    if (typeof body.inputs !== 'object' || body.inputs === null || Array.isArray(body.inputs)) {
+      throw new ProtocolError('bad_request', '"inputs" must be an object mapping input names to values');
+    }
+    inputs = body.inputs as Record<string, unknown>;
+  }
+  let text: string | undefined;
+  if (body.text !== undefined) {
+    if (typeof body.text !== 'string') throw new ProtocolError('bad_request', '"text" must be a string');
+    text = body.text;
+  }
+  if (body.input === undefined && inputs === undefined && text === undefined) {
+    throw new ProtocolError('bad_request', 'request needs "input", "inputs" or "text"');
+  }
+  return { input: body.input, inputs, text };
 }
 
 /** One validated input of one request, measured so its record can be written in a single reserve. */

@@ -1,6 +1,6 @@
+export { sharedClock } from './clock';
 export { Doorbell } from './doorbell';
 export type { RingErrorCode, RingErrorLike } from './errors';
 export { isRingError, RingError, RingRangeError, RingTypeError } from './errors';
-export { RING_LAYOUT, recordBytes } from './layout';
 export type { RingVisitor, RingWaitResult } from './ring';
 export { RingBuffer } from './ring';

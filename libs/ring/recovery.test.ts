@@ -1,7 +1,8 @@
 /** Locks across real threads: contention parks and wakes; a thread killed while holding a lock is recovered. */
 import * as path from 'node:path';
 import { Worker } from 'node:worker_threads';
-import { RING_LAYOUT, RingBuffer } from './index';
+import { RingBuffer } from './index';
+import { RING_LAYOUT } from './layout';
 import type { HoldLockData } from './ring-test-worker';
 
 const WORKER = path.join(__dirname, 'ring-test-worker.js');

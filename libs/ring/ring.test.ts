@@ -1,12 +1,5 @@
-import {
-  isRingError,
-  RING_LAYOUT,
-  RingBuffer,
-  RingError,
-  RingRangeError,
-  RingTypeError,
-  recordBytes,
-} from './index';
+import { isRingError, RingBuffer, RingError, RingRangeError, RingTypeError } from './index';
+import { RING_LAYOUT, recordBytes } from './layout';
 
 const L = RING_LAYOUT;
 

@@ -27,7 +27,7 @@ import {
   standardNotes,
   throughputAndP99Charts,
 } from '../scenario-kit';
-import type { LoadSpec, Ratio, RunRecord, Scenario, ScenarioContext } from '../types';
+import type { LoadSpec, Ratio, RunRecord, Scenario, ScenarioContext, ScenarioResult } from '../types';
 
 const MODEL = 'bench';
 const UNBATCHED = 'unbatched';
@@ -309,6 +309,460 @@ export function judge(
   ];
 }
 
+/** Sizes, the load, the two sides, the in-process command and the server's arguments. */
+function batchingSetup(ctx: ScenarioContext, modelsDir: string) {
+  // 40 cycles per batched run: with 20, the load generator's first cycles (its JIT still warming)
+  // were a large share of a run that lasted under a second, and the figure moved by ±15%
+  const size = ctx.sizes({ connections: 64, requests: 40 }, { connections: 64, requests: 6 });
+  const maxBatch = modelMaxBatch(ctx.repoRoot);
+  const load: LoadSpec = {
+    connections: size.connections,
+    requestsPerConnection: size.requests,
+    inFlightPerConnection: 1,
+    body: 'bench-model',
+    bodyOptions: { model: MODEL },
+    // binary tensor frames on both sides: JSON of 256 floats per request and per answer cost
+    // ~10 ms of a ~31 ms cycle on a 2-core host (with the one-pass model), which hid the model's speed
+    binary: true,
+    // a fresh load-generator process warms its own code first; /metrics is scraped at go (batchCollector)
+    warmupPerConnection: ctx.quick ? 1 : 6,
+    timeLimitMs: ctx.quick ? 60_000 : 180_000,
+  };
+  const warmPerConnection = ctx.quick ? 2 : 6;
+  // STREAMINFER_RATE_LIMIT_RPS=0: a batching benchmark must not measure the per-client rate limiter
+  const commonEnv = { STREAMINFER_RATE_LIMIT_RPS: '0' };
+  const sides = [
+    {
+      target: UNBATCHED,
+      name: 'batch=1',
+      setting: '1 (STREAMINFER_BATCH_SIZE=1)',
+      env: { ...commonEnv, STREAMINFER_BATCH_SIZE: '1' },
+    },
+    {
+      target: BATCHED,
+      name: 'batched',
+      setting: `${maxBatch} (model config)`,
+      env: { ...commonEnv },
+    },
+  ];
+  const notes: string[] = [];
+  const leaked = ['STREAMINFER_BATCH_SIZE', 'STREAMINFER_BATCH_POLICY', 'STREAMINFER_BATCH_TIMEOUT_MS']
+    .filter((k) => process.env[k] !== undefined)
+    .map((k) => `${k}=${process.env[k]}`);
+  if (leaked.length) {
+    notes.push(
+      `The bench's environment sets ${leaked.join(', ')}: it reaches the batched server too and overrides ` +
+        'the model’s own batching, so the "batched" side is not the model config.',
+    );
+  }
+
+  const inProcessArgs = [
+    'bench',
+    'model',
+    MODEL,
+    '--json',
+    '--models-dir',
+    modelsDir,
+    '--max-batch',
+    String(maxBatch),
+    '--min-ms',
+    ctx.quick ? '200' : '500',
+    '--workers',
+    '1',
+  ];
+  const intraOp = process.env['STREAMINFER_INTRA_OP_THREADS']?.trim();
+  if (intraOp) inProcessArgs.push('--intra-op-threads', intraOp);
+  const serverArgs = ['--models-dir', modelsDir, '--model', MODEL];
+  return { maxBatch, load, warmPerConnection, sides, notes, inProcessArgs, serverArgs };
+}
+
+type BatchingSetup = ReturnType<typeof batchingSetup>;
+
+/** The in-process passes: the ceiling, measured alone on the machine (no server or load generator running). */
+interface InProcessPasses {
+  passes: { result: InProcessResult; ms: number; loadAvg: number[] }[];
+  /** passAt[k]: the pass before round k + 1 (the last one follows the last round); undefined if it failed */
+  passAt: (InProcessResult | undefined)[];
+  errors: string[];
+}
+
+async function inProcessPass(ctx: ScenarioContext, setup: BatchingSetup, p: InProcessPasses): Promise<void> {
+  const { inProcessArgs } = setup;
+  const n = p.passes.length + p.errors.length + 1;
+  ctx.log(`in-process pass ${n}: node dist/apps/cli/main.js ${inProcessArgs.join(' ')}`);
+  const loadAvg = os.loadavg().map((x) => Math.round(x * 100) / 100);
+  const t0 = Date.now();
+  try {
+    const result = await runInProcessBench(ctx.repoRoot, inProcessArgs, 180_000);
+    p.passes.push({ result, ms: Date.now() - t0, loadAvg });
+    p.passAt.push(result);
+    ctx.log(
+      `in-process pass ${n}: ${result.results
+        .map((r) => `b${r.batchSize} ${Math.round(r.itemsPerSecond)}/s`)
+        .join(', ')} (${result.executionProvider}, ${result.intraOpThreads} intra-op threads)`,
+    );
+  } catch (e) {
+    p.passAt.push(undefined);
+    p.errors.push(errText(e));
+    ctx.log(`in-process pass ${n} failed: ${errText(e).split('\n')[0]}`);
+  }
+}
+
+/** One served run of one side: a fresh server, warmed, /metrics scraped when the measured phase starts. */
+function measureSide(
+  ctx: ScenarioContext,
+  setup: BatchingSetup,
+  side: BatchingSetup['sides'][number],
+  label: string,
+): Promise<RunRecord> {
+  const { load, warmPerConnection, serverArgs } = setup;
+  const probe: ScrapeProbe = {};
+  return runAgainst(
+    ctx,
+    label,
+    side.target,
+    () => ctx.startStreamInfer({ label, nodes: 1, workers: 1, args: serverArgs, env: { ...side.env } }),
+    {
+      ...load,
+      onGo: () => {
+        if (probe.url) probe.atGo = scrapeMetrics(probe.url).catch(() => undefined);
+      },
+    },
+    batchCollector(ctx, load, warmPerConnection, probe),
+  );
+}
+
+/** Measured phase: in-process before every round and once after the last; served runs alternate sides each round. */
+async function measureRounds(ctx: ScenarioContext, setup: BatchingSetup, p: InProcessPasses) {
+  const runs: RunRecord[] = [];
+  const roundOf = new Map<RunRecord, number>();
+  const broken = new Set<string>();
+  for (let round = 1; round <= ctx.rounds; round++) {
+    await inProcessPass(ctx, setup, p);
+    const suffix = ctx.rounds > 1 ? ` #${round}` : '';
+    for (const side of setup.sides) {
+      if (broken.has(side.target)) continue;
+      const run = await measureSide(ctx, setup, side, `${side.name}${suffix}`);
+      runs.push(run);
+      roundOf.set(run, round);
+      if (run.error && !run.load) broken.add(side.target); // will not start next round either
+    }
+  }
+  await inProcessPass(ctx, setup, p);
+  return { runs, roundOf };
+}
+
+/** Each served run's ceiling: in-process items/s at the batch size it reached (best pass, and the passes around it). */
+function attachCeilings(
+  runs: readonly RunRecord[],
+  inProcess: InProcessResult | undefined,
+  passAt: readonly (InProcessResult | undefined)[],
+  roundOf: ReadonlyMap<RunRecord, number>,
+): void {
+  for (const run of runs) {
+    if (!run.load || run.load.ok === 0 || (run.target !== UNBATCHED && run.target !== BATCHED)) continue;
+    const m = (run.metrics ??= {});
+    // with STREAMINFER_BATCH_SIZE=1 every run is one item, whatever /metrics says
+    const reached = m['meanBatchSize'] ?? (run.target === UNBATCHED ? 1 : undefined);
+    const ceiling = inProcess && reached !== undefined ? inProcessAt(inProcess, reached) : undefined;
+    m['inProcessItemsPerSec'] = ceiling;
+    m['servedOverInProcess'] = ratio(run.load.throughputRps, ceiling);
+    const round = roundOf.get(run);
+    const paired =
+      round !== undefined && reached !== undefined
+        ? pairedCeiling(passAt[round - 1], passAt[round], reached)
+        : undefined;
+    m['pairedInProcessItemsPerSec'] = paired;
+    m['servedOverPairedInProcess'] = ratio(run.load.throughputRps, paired);
+  }
+}
+
+/** Analysis: medians per side, the done-when criteria, the ratios, and the notes. */
+function batchingFigures(ctx: ScenarioContext, setup: BatchingSetup, runs: readonly RunRecord[]) {
+  const { sides, notes } = setup;
+  const served = runs.filter((r) => r.target === UNBATCHED || r.target === BATCHED);
+  const med = (target: string, pick: (r: RunRecord) => number | undefined): number | undefined =>
+    medianOf(served, target, pick);
+  const medians = Object.fromEntries(
+    sides.map((s) => [
+      s.target,
+      {
+        rps: med(s.target, (r) => r.load?.throughputRps),
+        p50: med(s.target, (r) => r.load?.latencyMs.p50),
+        p95: med(s.target, (r) => r.load?.latencyMs.p95),
+        p99: med(s.target, (r) => r.load?.latencyMs.p99),
+        meanBatchSize: med(s.target, (r) => r.metrics?.['meanBatchSize']),
+        inProcessItemsPerSec: med(s.target, (r) => r.metrics?.['inProcessItemsPerSec']),
+        servedOverInProcess: med(s.target, (r) => r.metrics?.['servedOverInProcess']),
+        pairedInProcessItemsPerSec: med(s.target, (r) => r.metrics?.['pairedInProcessItemsPerSec']),
+        servedOverPairedInProcess: med(s.target, (r) => r.metrics?.['servedOverPairedInProcess']),
+        serverCpuPct: med(s.target, (r) => r.serverCpuPct),
+      },
+    ]),
+  ) as Record<string, Record<string, number | undefined>>;
+  const mb = medians[BATCHED]!;
+  const mu = medians[UNBATCHED]!;
+  const criteria = judge(
+    ratio(mb['rps'], mu['rps']),
+    ratio(mb['p99'], mu['p99']),
+    mb['servedOverPairedInProcess'] ?? mb['servedOverInProcess'],
+    mb['meanBatchSize'],
+  );
+
+  const ratios: Ratio[] = [
+    ...sideBySideRatios(served, BATCHED, UNBATCHED, 'batched', 'batch=1'),
+    {
+      name: 'served/in-process, batched',
+      value: mb['servedOverPairedInProcess'],
+      note:
+        `req/s ÷ in-process items/s at the mean batch reached (${fmt(mb['meanBatchSize'])}), the passes just ` +
+        'before and after the run; medians over rounds',
+    },
+    {
+      name: 'served/best in-process, batched',
+      value: mb['servedOverInProcess'],
+      note: 'req/s ÷ the best in-process pass of the whole scenario (stricter: a max of noisy passes); medians',
+    },
+    {
+      name: 'served/in-process, batch=1',
+      value: mu['servedOverInProcess'],
+      note: 'req/s ÷ in-process items/s at batch 1; medians over rounds',
+    },
+  ];
+
+  notes.push(
+    'Requests and answers are binary tensor frames (libs/protocol/binary.ts: raw float32 bytes, a ' +
+      'small JSON header) on both sides: as JSON text, 256 floats per request and per answer were ' +
+      'measured to cost ~10 ms of a ~31 ms batch cycle on a 2-core host (with the earlier one-pass model) (formatting and parsing in the ' +
+      'load generator and the gateway), which hid the model’s speed. The load generator reads only the ' +
+      'header (id, version) of each answer.',
+  );
+  notes.push(
+    `Done-when (medians over ${ctx.rounds} round(s)): ` +
+      criteria.map((c) => `${c.name} ${c.target} → ${c.detail}`).join('; ') +
+      '.',
+  );
+  notes.push(...standardNotes(served, ctx.cores));
+  if (ctx.cores <= 4) {
+    notes.push(
+      `This host has ${ctx.cores} cores: the in-process figure had them to itself, while the served runs ` +
+        'share them between the gateway, the worker’s ONNX Runtime threads and the load generator.',
+    );
+  }
+
+  return { served, medians, criteria, ratios };
+}
+
+type BatchingFigures = ReturnType<typeof batchingFigures>;
+
+/** The report's Markdown section: per-run table, done-when, in-process table. */
+function batchingMarkdown(
+  ctx: ScenarioContext,
+  setup: BatchingSetup,
+  modelsDir: string,
+  f: BatchingFigures,
+  inProcess: InProcessResult | undefined,
+  p: InProcessPasses,
+  settingOf: (target: string) => string,
+): string {
+  const { sides, load, warmPerConnection, inProcessArgs } = setup;
+  const { served, medians, criteria } = f;
+  const { passes, errors: inProcessErrors } = p;
+  const row = (
+    name: string,
+    setting: string,
+    f: Record<string, number | undefined>,
+    rps: number | undefined,
+    lat: (number | undefined)[],
+    cpu: number | undefined,
+  ): string[] => [
+    name,
+    setting,
+    fmt(rps),
+    ...lat.map((x) => fmt(x)),
+    fmt(f['meanBatchSize']),
+    fmt(f['pairedInProcessItemsPerSec']),
+    pct(f['servedOverPairedInProcess']),
+    fmt(f['inProcessItemsPerSec']),
+    pct(f['servedOverInProcess']),
+    cpu === undefined ? '–' : `${Math.round(cpu)}%`,
+  ];
+  const perRun = served
+    .filter((r) => r.load && r.load.ok > 0)
+    .map((r) =>
+      row(
+        r.label,
+        settingOf(r.target),
+        r.metrics ?? {},
+        r.load!.throughputRps,
+        [r.load!.latencyMs.p50, r.load!.latencyMs.p95, r.load!.latencyMs.p99],
+        r.serverCpuPct,
+      ),
+    );
+  if (ctx.rounds > 1) {
+    for (const s of sides) {
+      const m = medians[s.target]!;
+      perRun.push(
+        row(
+          `**median ${s.name}**`,
+          s.setting,
+          m,
+          m['rps'],
+          [m['p50'], m['p95'], m['p99']],
+          m['serverCpuPct'],
+        ),
+      );
+    }
+  }
+  const md: string[] = [
+    '### Batched vs `STREAMINFER_BATCH_SIZE=1`',
+    '',
+    markdownTable(
+      [
+        'run',
+        'max batch',
+        'req/s',
+        'p50 ms',
+        'p95 ms',
+        'p99 ms',
+        'mean batch',
+        'in-process items/s at that batch (passes around the run)',
+        'served / in-process',
+        'best in-process items/s',
+        'served / best',
+        'server CPU',
+      ],
+      perRun,
+      leftThenRight(2, 10),
+    ),
+    '',
+    'Mean batch = Δ`streaminfer_batch_size_sum` ÷ Δ`_count` for model="bench" between scrapes when the measured ' +
+      'phase starts and just after it. Before each run the server is warmed with the same load ' +
+      `(${warmPerConnection} requests per connection), and the load generator — a fresh process — warms its own ` +
+      `code with ${load.warmupPerConnection} requests per connection before its clock starts. In-process ` +
+      'items/s at a fractional batch size: linear in log2(batch) between the measured powers of two. ' +
+      '"In-process … around the run" is the mean of the in-process passes just before and just after the ' +
+      'round (the verdict uses it: this shared host’s own speed drifts by up to 2× within minutes, so a run ' +
+      'is compared with the machine as it was then); "best" is the fastest pass of the whole scenario.',
+    '',
+    '### Done-when',
+    '',
+    markdownTable(
+      ['figure', 'target', 'measured', 'verdict'],
+      criteria.map((c) => [
+        c.name,
+        c.target,
+        c.name.startsWith('served') ? pct(c.value) : c.name.startsWith('p99') ? fmt(c.value) : times(c.value),
+        c.pass === undefined ? 'n/a' : c.pass ? 'PASS' : 'FAIL',
+      ]),
+      ['left', 'left', 'right', 'left'],
+    ),
+    '',
+    '### In-process ceiling',
+    '',
+  ];
+  if (inProcess) {
+    const b1 = inProcess.results.find((r) => r.batchSize === 1)?.itemsPerSecond;
+    const perPass = (batch: number): string =>
+      passes
+        .map((p) => p.result.results.find((r) => r.batchSize === batch)?.itemsPerSecond)
+        .map((v) => (v === undefined ? '–' : fmt(Math.round(v))))
+        .join(' / ');
+    md.push(
+      `\`node dist/apps/cli/main.js ${inProcessArgs.join(' ').replace(modelsDir, '<dir with only bench>')}\` — ` +
+        `${inProcess.model} v${inProcess.version} on ${inProcess.executionProvider}, ` +
+        `${inProcess.intraOpThreads} intra-op thread(s) (the server's with \`--workers 1\`). ` +
+        `${passes.length} pass(es), one before each round and one after the last, never during a load run ` +
+        `(load average at their starts: ${passes.map((p) => p.loadAvg[0]).join(', ')}); ` +
+        'the ceiling is the best pass per batch size.',
+      '',
+      markdownTable(
+        ['batch', 'items/s (best)', 'µs/call', 'µs/item', '× batch 1', 'items/s per pass'],
+        inProcess.results.map((r) => [
+          r.batchSize,
+          fmt(r.itemsPerSecond),
+          fmt(r.usPerCall),
+          fmt(r.usPerItem),
+          times(ratio(r.itemsPerSecond, b1)),
+          perPass(r.batchSize),
+        ]),
+        ['right', 'right', 'right', 'right', 'right', 'left'],
+      ),
+    );
+  } else {
+    md.push(`The in-process bench failed: ${inProcessErrors[0]?.split('\n')[0] ?? 'unknown error'}`);
+  }
+
+  return md.join('\n');
+}
+
+/** The scenario's result. */
+function batchingReport(
+  ctx: ScenarioContext,
+  setup: BatchingSetup,
+  modelsDir: string,
+  runs: RunRecord[],
+  inProcess: InProcessResult | undefined,
+  p: InProcessPasses,
+): ScenarioResult {
+  const { maxBatch, load, warmPerConnection, sides, notes, inProcessArgs, serverArgs } = setup;
+  const { passes, errors: inProcessErrors } = p;
+  const f = batchingFigures(ctx, setup, runs);
+  const { served, medians, criteria, ratios } = f;
+  const settingOf = (target: string): string => sides.find((s) => s.target === target)?.setting ?? target;
+  const markdown = batchingMarkdown(ctx, setup, modelsDir, f, inProcess, p, settingOf);
+  return {
+    params: {
+      model: MODEL,
+      connections: load.connections,
+      requestsPerConnection: load.requestsPerConnection,
+      totalRequestsPerRun: load.connections * load.requestsPerConnection,
+      inFlightPerConnection: 1,
+      frames: 'binary tensor frames (float32[256] in, float32[256] out)',
+      serverWarmupPerConnection: warmPerConnection,
+      loadgenWarmupPerConnection: load.warmupPerConnection,
+      rounds: ctx.rounds,
+      server: `serve --nodes 1 --workers 1 ${serverArgs.join(' ').replace(modelsDir, '<dir with only bench>')}`,
+      env: Object.fromEntries(sides.map((s) => [s.name, s.env])),
+    },
+    runs,
+    ratios,
+    charts: throughputAndP99Charts('batching', `batching (bench model, ${load.connections} conns)`, served),
+    notes,
+    markdown,
+    data: {
+      model: MODEL,
+      maxBatchSize: maxBatch,
+      targets: TARGETS,
+      inProcess: {
+        command: [
+          'node',
+          'dist/apps/cli/main.js',
+          ...inProcessArgs.map((a) => (a === modelsDir ? '<dir with only bench>' : a)),
+        ],
+        best: inProcess,
+        passes: passes.map((p) => ({ durationMs: p.ms, loadAvgAtStart: p.loadAvg, ...p.result })),
+        errors: inProcessErrors,
+      },
+      perRun: served.map((r) => ({
+        label: r.label,
+        target: r.target,
+        maxBatch: settingOf(r.target),
+        rps: r.load?.throughputRps,
+        latencyMs: r.load
+          ? { p50: r.load.latencyMs.p50, p95: r.load.latencyMs.p95, p99: r.load.latencyMs.p99 }
+          : undefined,
+        serverCpuPct: r.serverCpuPct,
+        loadgenCpuPct: r.load?.loadgenCpuPct,
+        ...(r.metrics ?? {}),
+        ...(r.error ? { error: r.error.split('\n')[0] } : {}),
+      })),
+      medians,
+      criteria,
+    },
+  };
+}
+
 export const batching: Scenario = {
   name: 'batching',
   description:
@@ -319,405 +773,23 @@ export const batching: Scenario = {
     'alternating; plus the model’s in-process items/s (`streaminfer bench model bench`) as the ceiling at ' +
     'the mean batch size the server reached (from `/metrics`).',
   async run(ctx) {
-    // 40 cycles per batched run: with 20, the load generator's first cycles (its JIT still warming)
-    // were a large share of a run that lasted under a second, and the figure moved by ±15%
-    const size = ctx.sizes({ connections: 64, requests: 40 }, { connections: 64, requests: 6 });
-    const maxBatch = modelMaxBatch(ctx.repoRoot);
-    const load: LoadSpec = {
-      connections: size.connections,
-      requestsPerConnection: size.requests,
-      inFlightPerConnection: 1,
-      body: 'bench-model',
-      bodyOptions: { model: MODEL },
-      // binary tensor frames on both sides: JSON of 256 floats per request and per answer cost
-      // ~10 ms of a ~31 ms cycle on a 2-core host (with the one-pass model), which hid the model's speed
-      binary: true,
-      // a fresh load-generator process warms its own code first; /metrics is scraped at go (batchCollector)
-      warmupPerConnection: ctx.quick ? 1 : 6,
-      timeLimitMs: ctx.quick ? 60_000 : 180_000,
-    };
-    const warmPerConnection = ctx.quick ? 2 : 6;
-    // STREAMINFER_RATE_LIMIT_RPS=0: a batching benchmark must not measure the per-client rate limiter
-    const commonEnv = { STREAMINFER_RATE_LIMIT_RPS: '0' };
-    const sides = [
-      {
-        target: UNBATCHED,
-        name: 'batch=1',
-        setting: '1 (STREAMINFER_BATCH_SIZE=1)',
-        env: { ...commonEnv, STREAMINFER_BATCH_SIZE: '1' },
-      },
-      {
-        target: BATCHED,
-        name: 'batched',
-        setting: `${maxBatch} (model config)`,
-        env: { ...commonEnv },
-      },
-    ];
-    const notes: string[] = [];
-    const leaked = ['STREAMINFER_BATCH_SIZE', 'STREAMINFER_BATCH_POLICY', 'STREAMINFER_BATCH_TIMEOUT_MS']
-      .filter((k) => process.env[k] !== undefined)
-      .map((k) => `${k}=${process.env[k]}`);
-    if (leaked.length) {
-      notes.push(
-        `The bench's environment sets ${leaked.join(', ')}: it reaches the batched server too and overrides ` +
-          'the model’s own batching, so the "batched" side is not the model config.',
-      );
-    }
-
     const modelsDir = benchOnlyModelsDir(ctx.repoRoot);
-    const runs: RunRecord[] = [];
-    const passes: { result: InProcessResult; ms: number; loadAvg: number[] }[] = [];
-    // passAt[k]: the pass before round k + 1 (the last one follows the last round); undefined if it failed
-    const passAt: (InProcessResult | undefined)[] = [];
-    const roundOf = new Map<RunRecord, number>();
-    const inProcessErrors: string[] = [];
-    const inProcessArgs = [
-      'bench',
-      'model',
-      MODEL,
-      '--json',
-      '--models-dir',
-      modelsDir,
-      '--max-batch',
-      String(maxBatch),
-      '--min-ms',
-      ctx.quick ? '200' : '500',
-      '--workers',
-      '1',
-    ];
-    const intraOp = process.env['STREAMINFER_INTRA_OP_THREADS']?.trim();
-    if (intraOp) inProcessArgs.push('--intra-op-threads', intraOp);
-    const serverArgs = ['--models-dir', modelsDir, '--model', MODEL];
-    // the ceiling, alone on the machine (no server or load generator running)
-    const inProcessPass = async (): Promise<void> => {
-      const n = passes.length + inProcessErrors.length + 1;
-      ctx.log(`in-process pass ${n}: node dist/apps/cli/main.js ${inProcessArgs.join(' ')}`);
-      const loadAvg = os.loadavg().map((x) => Math.round(x * 100) / 100);
-      const t0 = Date.now();
-      try {
-        const result = await runInProcessBench(ctx.repoRoot, inProcessArgs, 180_000);
-        passes.push({ result, ms: Date.now() - t0, loadAvg });
-        passAt.push(result);
-        ctx.log(
-          `in-process pass ${n}: ${result.results
-            .map((r) => `b${r.batchSize} ${Math.round(r.itemsPerSecond)}/s`)
-            .join(', ')} (${result.executionProvider}, ${result.intraOpThreads} intra-op threads)`,
-        );
-      } catch (e) {
-        passAt.push(undefined);
-        inProcessErrors.push(errText(e));
-        ctx.log(`in-process pass ${n} failed: ${errText(e).split('\n')[0]}`);
-      }
-    };
+    const setup = batchingSetup(ctx, modelsDir);
+    const p: InProcessPasses = { passes: [], passAt: [], errors: [] };
+    let measured: Awaited<ReturnType<typeof measureRounds>>;
     try {
-      // in-process before every round and once after the last; served runs alternate sides each round
-      const broken = new Set<string>();
-      for (let round = 1; round <= ctx.rounds; round++) {
-        await inProcessPass();
-        const suffix = ctx.rounds > 1 ? ` #${round}` : '';
-        for (const side of sides) {
-          if (broken.has(side.target)) continue;
-          const label = `${side.name}${suffix}`;
-          const probe: ScrapeProbe = {};
-          const run = await runAgainst(
-            ctx,
-            label,
-            side.target,
-            () =>
-              ctx.startStreamInfer({ label, nodes: 1, workers: 1, args: serverArgs, env: { ...side.env } }),
-            {
-              ...load,
-              onGo: () => {
-                if (probe.url) probe.atGo = scrapeMetrics(probe.url).catch(() => undefined);
-              },
-            },
-            batchCollector(ctx, load, warmPerConnection, probe),
-          );
-          runs.push(run);
-          roundOf.set(run, round);
-          if (run.error && !run.load) broken.add(side.target); // will not start next round either
-        }
-      }
-      await inProcessPass();
+      measured = await measureRounds(ctx, setup, p);
     } finally {
       fs.rmSync(modelsDir, { recursive: true, force: true });
     }
-    const inProcess = bestOf(passes.map((p) => p.result));
+    const { runs, roundOf } = measured;
+    const inProcess = bestOf(p.passes.map((x) => x.result));
     if (!inProcess) {
-      runs.unshift({ label: 'in-process', target: 'in-process', error: inProcessErrors.join('\n\n') });
-    } else if (inProcessErrors.length) {
-      notes.push(
-        `${inProcessErrors.length} in-process pass(es) failed: ${inProcessErrors[0]!.split('\n')[0]}`,
-      );
+      runs.unshift({ label: 'in-process', target: 'in-process', error: p.errors.join('\n\n') });
+    } else if (p.errors.length) {
+      setup.notes.push(`${p.errors.length} in-process pass(es) failed: ${p.errors[0]!.split('\n')[0]}`);
     }
-    for (const run of runs) {
-      if (!run.load || run.load.ok === 0 || (run.target !== UNBATCHED && run.target !== BATCHED)) continue;
-      const m = (run.metrics ??= {});
-      // with STREAMINFER_BATCH_SIZE=1 every run is one item, whatever /metrics says
-      const reached = m['meanBatchSize'] ?? (run.target === UNBATCHED ? 1 : undefined);
-      const ceiling = inProcess && reached !== undefined ? inProcessAt(inProcess, reached) : undefined;
-      m['inProcessItemsPerSec'] = ceiling;
-      m['servedOverInProcess'] = ratio(run.load.throughputRps, ceiling);
-      const round = roundOf.get(run);
-      const paired =
-        round !== undefined && reached !== undefined
-          ? pairedCeiling(passAt[round - 1], passAt[round], reached)
-          : undefined;
-      m['pairedInProcessItemsPerSec'] = paired;
-      m['servedOverPairedInProcess'] = ratio(run.load.throughputRps, paired);
-    }
-
-    // 3. figures
-    const served = runs.filter((r) => r.target === UNBATCHED || r.target === BATCHED);
-    const med = (target: string, pick: (r: RunRecord) => number | undefined): number | undefined =>
-      medianOf(served, target, pick);
-    const medians = Object.fromEntries(
-      sides.map((s) => [
-        s.target,
-        {
-          rps: med(s.target, (r) => r.load?.throughputRps),
-          p50: med(s.target, (r) => r.load?.latencyMs.p50),
-          p95: med(s.target, (r) => r.load?.latencyMs.p95),
-          p99: med(s.target, (r) => r.load?.latencyMs.p99),
-          meanBatchSize: med(s.target, (r) => r.metrics?.['meanBatchSize']),
-          inProcessItemsPerSec: med(s.target, (r) => r.metrics?.['inProcessItemsPerSec']),
-          servedOverInProcess: med(s.target, (r) => r.metrics?.['servedOverInProcess']),
-          pairedInProcessItemsPerSec: med(s.target, (r) => r.metrics?.['pairedInProcessItemsPerSec']),
-          servedOverPairedInProcess: med(s.target, (r) => r.metrics?.['servedOverPairedInProcess']),
-          serverCpuPct: med(s.target, (r) => r.serverCpuPct),
-        },
-      ]),
-    ) as Record<string, Record<string, number | undefined>>;
-    const mb = medians[BATCHED]!;
-    const mu = medians[UNBATCHED]!;
-    const criteria = judge(
-      ratio(mb['rps'], mu['rps']),
-      ratio(mb['p99'], mu['p99']),
-      mb['servedOverPairedInProcess'] ?? mb['servedOverInProcess'],
-      mb['meanBatchSize'],
-    );
-
-    const ratios: Ratio[] = [
-      ...sideBySideRatios(served, BATCHED, UNBATCHED, 'batched', 'batch=1'),
-      {
-        name: 'served/in-process, batched',
-        value: mb['servedOverPairedInProcess'],
-        note:
-          `req/s ÷ in-process items/s at the mean batch reached (${fmt(mb['meanBatchSize'])}), the passes just ` +
-          'before and after the run; medians over rounds',
-      },
-      {
-        name: 'served/best in-process, batched',
-        value: mb['servedOverInProcess'],
-        note: 'req/s ÷ the best in-process pass of the whole scenario (stricter: a max of noisy passes); medians',
-      },
-      {
-        name: 'served/in-process, batch=1',
-        value: mu['servedOverInProcess'],
-        note: 'req/s ÷ in-process items/s at batch 1; medians over rounds',
-      },
-    ];
-
-    notes.push(
-      'Requests and answers are binary tensor frames (libs/protocol/binary.ts: raw float32 bytes, a ' +
-        'small JSON header) on both sides: as JSON text, 256 floats per request and per answer were ' +
-        'measured to cost ~10 ms of a ~31 ms batch cycle on a 2-core host (with the earlier one-pass model) (formatting and parsing in the ' +
-        'load generator and the gateway), which hid the model’s speed. The load generator reads only the ' +
-        'header (id, version) of each answer.',
-    );
-    notes.push(
-      `Done-when (medians over ${ctx.rounds} round(s)): ` +
-        criteria.map((c) => `${c.name} ${c.target} → ${c.detail}`).join('; ') +
-        '.',
-    );
-    notes.push(...standardNotes(served, ctx.cores));
-    if (ctx.cores <= 4) {
-      notes.push(
-        `This host has ${ctx.cores} cores: the in-process figure had them to itself, while the served runs ` +
-          'share them between the gateway, the worker’s ONNX Runtime threads and the load generator.',
-      );
-    }
-
-    // 4. Markdown: per-run table, done-when, in-process table
-    const settingOf = (target: string): string => sides.find((s) => s.target === target)?.setting ?? target;
-    const row = (
-      name: string,
-      setting: string,
-      f: Record<string, number | undefined>,
-      rps: number | undefined,
-      lat: (number | undefined)[],
-      cpu: number | undefined,
-    ): string[] => [
-      name,
-      setting,
-      fmt(rps),
-      ...lat.map((x) => fmt(x)),
-      fmt(f['meanBatchSize']),
-      fmt(f['pairedInProcessItemsPerSec']),
-      pct(f['servedOverPairedInProcess']),
-      fmt(f['inProcessItemsPerSec']),
-      pct(f['servedOverInProcess']),
-      cpu === undefined ? '–' : `${Math.round(cpu)}%`,
-    ];
-    const perRun = served
-      .filter((r) => r.load && r.load.ok > 0)
-      .map((r) =>
-        row(
-          r.label,
-          settingOf(r.target),
-          r.metrics ?? {},
-          r.load!.throughputRps,
-          [r.load!.latencyMs.p50, r.load!.latencyMs.p95, r.load!.latencyMs.p99],
-          r.serverCpuPct,
-        ),
-      );
-    if (ctx.rounds > 1) {
-      for (const s of sides) {
-        const m = medians[s.target]!;
-        perRun.push(
-          row(
-            `**median ${s.name}**`,
-            s.setting,
-            m,
-            m['rps'],
-            [m['p50'], m['p95'], m['p99']],
-            m['serverCpuPct'],
-          ),
-        );
-      }
-    }
-    const md: string[] = [
-      '### Batched vs `STREAMINFER_BATCH_SIZE=1`',
-      '',
-      markdownTable(
-        [
-          'run',
-          'max batch',
-          'req/s',
-          'p50 ms',
-          'p95 ms',
-          'p99 ms',
-          'mean batch',
-          'in-process items/s at that batch (passes around the run)',
-          'served / in-process',
-          'best in-process items/s',
-          'served / best',
-          'server CPU',
-        ],
-        perRun,
-        leftThenRight(2, 10),
-      ),
-      '',
-      'Mean batch = Δ`streaminfer_batch_size_sum` ÷ Δ`_count` for model="bench" between scrapes when the measured ' +
-        'phase starts and just after it. Before each run the server is warmed with the same load ' +
-        `(${warmPerConnection} requests per connection), and the load generator — a fresh process — warms its own ` +
-        `code with ${load.warmupPerConnection} requests per connection before its clock starts. In-process ` +
-        'items/s at a fractional batch size: linear in log2(batch) between the measured powers of two. ' +
-        '"In-process … around the run" is the mean of the in-process passes just before and just after the ' +
-        'round (the verdict uses it: this shared host’s own speed drifts by up to 2× within minutes, so a run ' +
-        'is compared with the machine as it was then); "best" is the fastest pass of the whole scenario.',
-      '',
-      '### Done-when',
-      '',
-      markdownTable(
-        ['figure', 'target', 'measured', 'verdict'],
-        criteria.map((c) => [
-          c.name,
-          c.target,
-          c.name.startsWith('served')
-            ? pct(c.value)
-            : c.name.startsWith('p99')
-              ? fmt(c.value)
-              : times(c.value),
-          c.pass === undefined ? 'n/a' : c.pass ? 'PASS' : 'FAIL',
-        ]),
-        ['left', 'left', 'right', 'left'],
-      ),
-      '',
-      '### In-process ceiling',
-      '',
-    ];
-    if (inProcess) {
-      const b1 = inProcess.results.find((r) => r.batchSize === 1)?.itemsPerSecond;
-      const perPass = (batch: number): string =>
-        passes
-          .map((p) => p.result.results.find((r) => r.batchSize === batch)?.itemsPerSecond)
-          .map((v) => (v === undefined ? '–' : fmt(Math.round(v))))
-          .join(' / ');
-      md.push(
-        `\`node dist/apps/cli/main.js ${inProcessArgs.join(' ').replace(modelsDir, '<dir with only bench>')}\` — ` +
-          `${inProcess.model} v${inProcess.version} on ${inProcess.executionProvider}, ` +
-          `${inProcess.intraOpThreads} intra-op thread(s) (the server's with \`--workers 1\`). ` +
-          `${passes.length} pass(es), one before each round and one after the last, never during a load run ` +
-          `(load average at their starts: ${passes.map((p) => p.loadAvg[0]).join(', ')}); ` +
-          'the ceiling is the best pass per batch size.',
-        '',
-        markdownTable(
-          ['batch', 'items/s (best)', 'µs/call', 'µs/item', '× batch 1', 'items/s per pass'],
-          inProcess.results.map((r) => [
-            r.batchSize,
-            fmt(r.itemsPerSecond),
-            fmt(r.usPerCall),
-            fmt(r.usPerItem),
-            times(ratio(r.itemsPerSecond, b1)),
-            perPass(r.batchSize),
-          ]),
-          ['right', 'right', 'right', 'right', 'right', 'left'],
-        ),
-      );
-    } else {
-      md.push(`The in-process bench failed: ${inProcessErrors[0]?.split('\n')[0] ?? 'unknown error'}`);
-    }
-
-    return {
-      params: {
-        model: MODEL,
-        connections: load.connections,
-        requestsPerConnection: load.requestsPerConnection,
-        totalRequestsPerRun: load.connections * load.requestsPerConnection,
-        inFlightPerConnection: 1,
-        frames: 'binary tensor frames (float32[256] in, float32[256] out)',
-        serverWarmupPerConnection: warmPerConnection,
-        loadgenWarmupPerConnection: load.warmupPerConnection,
-        rounds: ctx.rounds,
-        server: `serve --nodes 1 --workers 1 ${serverArgs.join(' ').replace(modelsDir, '<dir with only bench>')}`,
-        env: Object.fromEntries(sides.map((s) => [s.name, s.env])),
-      },
-      runs,
-      ratios,
-      charts: throughputAndP99Charts('batching', `batching (bench model, ${load.connections} conns)`, served),
-      notes,
-      markdown: md.join('\n'),
-      data: {
-        model: MODEL,
-        maxBatchSize: maxBatch,
-        targets: TARGETS,
-        inProcess: {
-          command: [
-            'node',
-            'dist/apps/cli/main.js',
-            ...inProcessArgs.map((a) => (a === modelsDir ? '<dir with only bench>' : a)),
-          ],
-          best: inProcess,
-          passes: passes.map((p) => ({ durationMs: p.ms, loadAvgAtStart: p.loadAvg, ...p.result })),
-          errors: inProcessErrors,
-        },
-        perRun: served.map((r) => ({
-          label: r.label,
-          target: r.target,
-          maxBatch: settingOf(r.target),
-          rps: r.load?.throughputRps,
-          latencyMs: r.load
-            ? { p50: r.load.latencyMs.p50, p95: r.load.latencyMs.p95, p99: r.load.latencyMs.p99 }
-            : undefined,
-          serverCpuPct: r.serverCpuPct,
-          loadgenCpuPct: r.load?.loadgenCpuPct,
-          ...(r.metrics ?? {}),
-          ...(r.error ? { error: r.error.split('\n')[0] } : {}),
-        })),
-        medians,
-        criteria,
-      },
-    };
+    attachCeilings(runs, inProcess, p.passAt, roundOf);
+    return batchingReport(ctx, setup, modelsDir, runs, inProcess, p);
   },
 };

@@ -52,14 +52,15 @@ export function parseDigits(csv: string): Digits {
   return { pixels, labels, n };
 }
 
-/** Reads and parses `digits.csv.gz`; fails with a message that names the path when it is missing. */
+/** Reads and parses `digits.csv.gz` (or a plain `.csv` of the same rows); fails with a message that names the path when it is missing. */
 export function loadDigits(file: string): Digits {
   if (!existsSync(file)) {
     throw new Error(
       `digits data not found at ${file} — the repository ships it as ${DIGITS_DATA_FILE} (see data/README.md)`,
     );
   }
-  return parseDigits(gunzipSync(readFileSync(file)).toString('utf8'));
+  const raw = readFileSync(file);
+  return parseDigits((file.endsWith('.gz') ? gunzipSync(raw) : raw).toString('utf8'));
 }
 
 /** Selects rows by index into a new Digits. */

@@ -1,8 +1,9 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { BODY_KINDS, bodyFactory, modelInputSize, prng } from '../../loadtest/bodies';
+import { BODY_KINDS, bodyFactory, loadDigitsRows, modelInputSize, prng } from '../../loadtest/bodies';
 import { echoAnswer } from '../../loadtest/echo-answer';
+import { digitsDataPath, loadDigits } from '../../scripts/models/digits-data';
 
 describe('body factories', () => {
   it('echo-floats: valid JSON with the id, model echo and 8 floats', () => {
@@ -34,6 +35,15 @@ describe('body factories', () => {
     expect(a.model).toBe('digits');
     expect(a.input).toHaveLength(64);
     expect(a.input.every((x) => Number.isInteger(x) && x >= 0 && x <= 16)).toBe(true);
+  });
+
+  it('digits rows are the shared digits data set, row for row', () => {
+    const root = path.join(__dirname, '..', '..', '..');
+    const rows = loadDigitsRows(root);
+    const d = loadDigits(digitsDataPath(root));
+    expect(rows).toHaveLength(d.n);
+    expect(rows![0]).toEqual(Array.from(d.pixels.subarray(0, 64)));
+    expect(rows![d.n - 1]).toEqual(Array.from(d.pixels.subarray((d.n - 1) * 64)));
   });
 
   it('bench-model: size from the model config, else 256', () => {

@@ -1,4 +1,4 @@
-import { interpolateLog2, runAgainst } from '../../loadtest/scenario-kit';
+import { interpolateLog2, runAgainst, stampSharedServer, withServer } from '../../loadtest/scenario-kit';
 import type { ServerHandle } from '../../loadtest/server-process';
 import type { LoadResult } from '../../loadtest/stats';
 import type { LoadSpec, RunRecord, ScenarioContext } from '../../loadtest/types';
@@ -99,5 +99,94 @@ describe('runAgainst', () => {
     expect(run.metrics).toEqual({ meanBatchSize: 12.5 });
     const failed = await runAgainst(ctx, 'c', 'batched', async () => Promise.reject(new Error('nope')), load);
     expect(failed).toEqual({ label: 'c', target: 'batched', error: 'nope' });
+  });
+});
+
+describe('withServer', () => {
+  function server(log: string[]): ServerHandle {
+    return {
+      kind: 'streaminfer',
+      label: 's',
+      pid: 1,
+      port: 1,
+      baseUrl: 'http://127.0.0.1:1',
+      wsUrl: 'ws://127.0.0.1:1/ws',
+      command: ['node', 'x'],
+      env: { A: '1' },
+      stdoutTail: () => '',
+      stderrTail: () => 'boom on stderr',
+      cpuMs: () => undefined,
+      exited: () => false,
+      stop: async () => {
+        log.push('stop');
+        return { code: 0, signal: null, stopMs: 1, killed: false };
+      },
+    };
+  }
+
+  it('runs the body, then stops the server and keeps its exit', async () => {
+    const log: string[] = [];
+    const s = await withServer(
+      async () => server(log),
+      async () => {
+        log.push('body');
+        return 42;
+      },
+    );
+    expect(log).toEqual(['body', 'stop']);
+    expect(s.value).toBe(42);
+    expect(s.exit).toEqual({ code: 0, signal: null, stopMs: 1, killed: false });
+    expect(s.error).toBeUndefined();
+  });
+
+  it('stops the server when the body throws, and reports the error with the stderr tail', async () => {
+    const log: string[] = [];
+    const s = await withServer(
+      async () => server(log),
+      async () => {
+        throw new Error('lost the clients');
+      },
+    );
+    expect(log).toEqual(['stop']);
+    expect(s.value).toBeUndefined();
+    expect(s.error).toBe('lost the clients\n--- server stderr (tail) ---\nboom on stderr');
+    expect(s.exit?.code).toBe(0);
+  });
+
+  it('turns a failed start into an error without a server', async () => {
+    let ran = false;
+    const s = await withServer(
+      async () => Promise.reject(new Error('port taken')),
+      async () => {
+        ran = true;
+      },
+    );
+    expect(ran).toBe(false);
+    expect(s).toEqual({ error: 'port taken', thrown: expect.any(Error) });
+  });
+
+  it('stampSharedServer: measured runs get the server record, a failed start becomes a "server" run', async () => {
+    const log: string[] = [];
+    const runs: RunRecord[] = [
+      { label: 'a', target: 't', load: { ok: 1 } as LoadResult },
+      { label: 'b', target: 't', error: 'x' },
+    ];
+    const s = await withServer(
+      async () => server(log),
+      async () => undefined,
+    );
+    stampSharedServer(runs, s, { E: '2' }, 't');
+    expect(runs[0]!.server).toEqual({ command: ['node', 'x'], env: { E: '2' }, exit: s.exit });
+    expect(runs[1]!.server).toBeUndefined();
+    const failed: RunRecord[] = [];
+    stampSharedServer(failed, { error: 'no start' }, {}, 'normal');
+    expect(failed).toEqual([{ label: 'server', target: 'normal', error: 'no start' }]);
+    const threw = await withServer(
+      async () => server(log),
+      async () => {
+        throw new Error('bug');
+      },
+    );
+    expect(() => stampSharedServer([], threw, {}, 't')).toThrow('bug');
   });
 });
