@@ -1,7 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import { lintExposition } from '../../libs/metrics';
 import type { Answer, ServerHandle } from './harness';
-import { postJson, startServer, WsClient } from './harness';
+import { postJson, sleep, startServer, WsClient } from './harness';
 
 const FEATURES = Array.from({ length: 256 }, (_, i) => (i % 17) / 4);
 const PIXELS = Array.from({ length: 64 }, (_, i) => (i * 5) % 17);
@@ -61,6 +61,12 @@ describe('/metrics on --nodes 2: Prometheus naming rules, and every node visible
       Array.from({ length: 20 }, (_, i) => registryClient.request({ id: i, model: 'digits', input: PIXELS })),
     );
     registryClient.close();
+    // Shadow copies run at the lowest priority and are compared after the client's answer went out: wait
+    // (bounded) until the comparisons are counted, so the scrape below is not taken before them.
+    const shadowCounted =
+      /^streaminfer_shadow_comparisons_total\{model="digits",agree="(true|false)"\} [1-9]/m;
+    for (const until = Date.now() + 10000; Date.now() < until; await sleep(50))
+      if (shadowCounted.test(await (await fetch(`${server.url}/metrics`)).text())) break;
     // The first scrape starts prom-client's setImmediate lag probe; the second reports it.
     await (await fetch(`${server.url}/metrics`)).text();
     text = await (await fetch(`${server.url}/metrics`)).text();
