@@ -7,7 +7,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { modelsSubset, runCli, runCliToExit, sleep, WsClient } from './harness';
+import { modelsSubset, runCliToExit, sleep, startServer, WsClient } from './harness';
 
 interface Outcome {
   id: number;
@@ -63,22 +63,16 @@ describe('configuration reload on a 2-node server', () => {
     };
     writeFileSync(configFile, JSON.stringify(base));
     // A flag given at start keeps winning over the file on every reload.
-    const child = runCli(['serve', '--config', configFile, '--max-queue-size', '500'], {
-      STREAMINFER_RATE_LIMIT_RPS: '',
-      STREAMINFER_TEST_HOOKS: '',
+    const server = await startServer({
+      args: ['--config', configFile, '--max-queue-size', '500'],
+      addressFromConfig: true,
+      env: { STREAMINFER_RATE_LIMIT_RPS: '', STREAMINFER_TEST_HOOKS: '', STREAMINFER_STATE_DIR: '' },
+      timeoutMs: 30000,
     });
-    let logs = '';
-    child.stdout!.on('data', (chunk: Buffer) => (logs += chunk.toString()));
-    child.stderr!.on('data', (chunk: Buffer) => (logs += chunk.toString()));
-    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    const child = server.child;
     const url = `http://127.0.0.1:${port}`;
     const clients: WsClient[] = [];
     try {
-      const until = Date.now() + 30000;
-      while (!logs.includes('streaminfer ready')) {
-        if (Date.now() > until || child.exitCode !== null) throw new Error(`server did not start:\n${logs}`);
-        await sleep(50);
-      }
       const lastReload = async (): Promise<Outcome> =>
         (await (await fetch(`${url}/api/reload`)).json()) as Outcome;
 
@@ -132,7 +126,7 @@ describe('configuration reload on a 2-node server', () => {
         ],
       });
       expect(new Set(hup.settings_applied)).toEqual(new Set(['batchSize', 'maxPayloadBytes']));
-      expect(logs).toContain('these settings take effect only after a restart');
+      expect(server.logs()).toContain('these settings take effect only after a restart');
 
       // Every open connection, on both nodes: batches of 1 only; 3 kB is now too large; 8 in flight still
       // fine (the --max-queue-size flag won over the file's 1).
@@ -164,7 +158,7 @@ describe('configuration reload on a 2-node server', () => {
           logLevel: 'warn',
         }),
       );
-      const committedLogsBefore = (logs.match(/"msg":"model table committed"/g) ?? []).length;
+      const committedLogsBefore = (server.logs().match(/"msg":"model table committed"/g) ?? []).length;
       expect(committedLogsBefore).toBeGreaterThanOrEqual(2);
       const cli = await runCliToExit(['reload', '--config', second, '--url', url]);
       expect(cli.code).toBe(0);
@@ -194,12 +188,12 @@ describe('configuration reload on a 2-node server', () => {
       // Fewer batches than requests, and more than 2 per batch on average on some node.
       expect(m4.count - m3.count).toBeLessThan(admitted.length / 2);
       // Log level warn on every node and the supervisor: a reload logs no info lines any more.
-      const mark = logs.length;
+      const mark = server.logs().length;
       const quiet = await fetch(`${url}/api/reload`, { method: 'POST', body: '{}' });
       expect(quiet.status).toBe(200);
       await sleep(200);
-      expect(logs.slice(mark)).not.toContain('"msg":"model table committed"');
-      expect(logs.slice(mark)).not.toContain('"msg":"reload committed"');
+      expect(server.logs().slice(mark)).not.toContain('"msg":"model table committed"');
+      expect(server.logs().slice(mark)).not.toContain('"msg":"reload committed"');
 
       // An invalid configuration changes nothing and says why.
       const bad = await fetch(`${url}/api/reload`, {
@@ -240,8 +234,7 @@ describe('configuration reload on a 2-node server', () => {
       expect((await fetch(`${url}/api/reload`, { headers: authorized })).status).toBe(200);
     } finally {
       for (const client of clients) client.close();
-      child.kill('SIGTERM');
-      expect(await exited).toBe(0);
+      expect((await server.stop()).code).toBe(0);
     }
   }, 60000);
 });

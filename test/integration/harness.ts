@@ -31,6 +31,8 @@ export interface StartOptions {
   /** Use this repository as is. */
   modelsDir?: string;
   timeoutMs?: number;
+  /** The config file (in `args`) names host and port: no `--port 0 --host 127.0.0.1` flags of our own. */
+  addressFromConfig?: boolean;
 }
 
 export function modelsSubset(models: string[], copy: string[] = []): string {
@@ -63,7 +65,8 @@ export function runCliToExit(
 }
 
 export async function startServer(options: StartOptions = {}): Promise<ServerHandle> {
-  const args = ['serve', '--port', '0', '--host', '127.0.0.1', ...(options.args ?? [])];
+  const address = options.addressFromConfig ? [] : ['--port', '0', '--host', '127.0.0.1'];
+  const args = ['serve', ...address, ...(options.args ?? [])];
   if (options.modelsDir) args.push('--models-dir', options.modelsDir);
   else if (options.models || options.copyModels)
     args.push('--models-dir', modelsSubset(options.models ?? [], options.copyModels ?? []));
