@@ -8,7 +8,7 @@ export {
   parseDeviceList,
 } from './device';
 export { ConfigError, type ConfigSource } from './errors';
-export { type ConfigChange, LIVE_SETTINGS, livePayloadCeiling, planConfigChange } from './live';
+export { type ConfigChange, planConfigChange } from './live';
 export {
   type ConfigSources,
   type ResolvedConfig,

@@ -34,7 +34,7 @@ export {
   encodeWarning,
 } from './responses';
 export type { ShadowOutput } from './shadow';
-export { outputsAgree, readFirstOutput, SHADOW_FLOAT_TOLERANCE } from './shadow';
+export { outputsAgree, readFirstOutput } from './shadow';
 export type { DType, ModelSignature, TensorSpec } from './signature';
 export { argmax, bytesPerElement, parseSignature } from './signature';
 export * from './wire';

@@ -3,11 +3,11 @@ import {
   outputsAgree,
   parseSignature,
   readFirstOutput,
-  SHADOW_FLOAT_TOLERANCE,
   utf8Length,
   writeOutputSectionHeader,
   writeResponseHeader,
 } from './index';
+import { SHADOW_FLOAT_TOLERANCE } from './shadow';
 
 const header = { requestId: 1, slot: 1, queueMs: 0, computeMs: 0, batchSize: 1, workerIndex: 0 };
 

@@ -122,9 +122,6 @@ export function readRequestId(view: DataView, offset: number): number {
 export function readRequestSlot(view: DataView, offset: number): number {
   return view.getUint16(offset + 4, true);
 }
-export function readRequestPriority(view: DataView, offset: number): number {
-  return view.getUint8(offset + 6);
-}
 export function readInputMask(view: DataView, offset: number): number {
   return view.getUint8(offset + 7);
 }
@@ -279,9 +276,6 @@ export function writeOutputSectionHeader(
 export function readResponseRequestId(view: DataView, offset: number): number {
   return view.getUint32(offset, true);
 }
-export function readResponseSlot(view: DataView, offset: number): number {
-  return view.getUint16(offset + 4, true);
-}
 export function readResponseStatus(view: DataView, offset: number): number {
   return view.getUint8(offset + 6);
 }
@@ -290,9 +284,6 @@ export function readQueueMs(view: DataView, offset: number): number {
 }
 export function readComputeMs(view: DataView, offset: number): number {
   return view.getFloat32(offset + 12, true);
-}
-export function readBatchSize(view: DataView, offset: number): number {
-  return view.getUint16(offset + 16, true);
 }
 export function readErrorResponse(
   bytes: Uint8Array,

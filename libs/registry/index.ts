@@ -17,7 +17,6 @@ export {
   registryChange,
   registryStateOf,
   registryTransition,
-  repositoryDefaults,
   repositoryPlan,
   rescanPlan,
   versionReloadPlan,
@@ -26,8 +25,8 @@ export {
   withSettings,
 } from './plan';
 export type { ModelBatchingConfig, ModelEntry, ModelVersionEntry } from './repository';
-export { compareVersions, RepositoryError, readModel, scanRepository } from './repository';
+export { RepositoryError, readModel, scanRepository } from './repository';
 export type { ModelRoutes, RouteDecision, RouteKind } from './routing';
-export { ROUTE_KINDS, RoutingError, route, routingKeyDraw } from './routing';
+export { RoutingError, route, routingKeyDraw } from './routing';
 export type { ModelState, RegistryState, StateFs } from './state';
-export { loadState, STATE_FILE, saveState, statePath } from './state';
+export { loadState, saveState } from './state';

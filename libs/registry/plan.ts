@@ -70,11 +70,6 @@ const reject = <T>(code: ErrorCode, message: string): Planned<T> => ({
   error: new ProtocolError(code, message),
 });
 
-/** config.json's default version per model, as a scan found it (what `repositoryPlan` compares against). */
-export function repositoryDefaults(entries: readonly RepositoryModel[]): Map<string, string> {
-  return new Map(entries.map((entry) => [entry.name, entry.defaultVersion]));
-}
-
 /**
  * The table the repository asks for: every version loaded, stable = config.json's default_version. With
  * `current`, a rescan keeps what the API chose while the repository allows it: a stable version survives unless

@@ -1,7 +1,8 @@
 import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { compareVersions, RepositoryError, scanRepository } from './index';
+import { RepositoryError, scanRepository } from './index';
+import { compareVersions } from './repository';
 
 const SHIPPED = path.resolve(__dirname, '../../../models');
 

@@ -1,16 +1,8 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import {
-  argmax,
-  loadState,
-  type ModelRoutes,
-  RoutingError,
-  route,
-  routingKeyDraw,
-  saveState,
-  statePath,
-} from './index';
+import { argmax, loadState, type ModelRoutes, RoutingError, route, routingKeyDraw, saveState } from './index';
+import { statePath } from './state';
 
 const routes: ModelRoutes = { stable: '1', candidate: '2', canaryFraction: 0.1, shadow: false };
 

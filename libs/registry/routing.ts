@@ -13,7 +13,6 @@ export interface ModelRoutes {
 }
 
 export type RouteKind = 'stable' | 'canary' | 'pinned';
-export const ROUTE_KINDS: readonly RouteKind[] = ['stable', 'canary', 'pinned'];
 
 export interface RouteDecision {
   version: string;
