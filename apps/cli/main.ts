@@ -28,7 +28,12 @@ const SERVE_FLAGS: Array<[string, string, string]> = [
   ['--batch-size <n>', 'batchSize', 'max items per model run (1 = no batching)'],
   ['--batch-timeout-ms <ms>', 'batchTimeoutMs', 'max wait for a batch to fill'],
   ['--batch-policy <name>', 'batchPolicy', 'fixed | greedy | adaptive'],
-  ['--max-queue-size <n>', 'maxQueueSize', 'per-client in-flight cap'],
+  ['--max-inflight-per-client <n>', 'maxInflightPerClient', 'per-client in-flight cap'],
+  [
+    '--max-queue-size <n>',
+    'maxInflightPerClient',
+    'the same cap, by its older name (STREAMINFER_MAX_QUEUE_SIZE)',
+  ],
   ['--rate-limit-rps <n>', 'rateLimitRps', 'per-client request rate'],
   ['--max-payload-bytes <n>', 'maxPayloadBytes', 'largest WebSocket frame or HTTP body'],
   ['--request-timeout-ms <ms>', 'requestTimeoutMs', 'default request deadline'],

@@ -175,7 +175,7 @@ export class Supervisor implements AdminHost {
       backpressure: {
         rateLimitRps: config.rateLimitRps,
         rateLimitBurst: config.rateLimitBurst,
-        maxInflightPerClient: config.maxQueueSize,
+        maxInflightPerClient: config.maxInflightPerClient,
         maxModelQueue: config.maxModelQueue,
         slowConsumerWarnBytes: config.slowConsumerWarnBytes,
         slowConsumerCloseBytes: config.slowConsumerCloseBytes,

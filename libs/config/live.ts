@@ -11,7 +11,7 @@ export const LIVE_SETTINGS: ReadonlySet<SettingKey> = new Set<SettingKey>([
   'batchSize',
   'batchTimeoutMs',
   'batchPolicy',
-  'maxQueueSize',
+  'maxInflightPerClient',
   'rateLimitRps',
   'rateLimitBurst',
   'maxModelQueue',

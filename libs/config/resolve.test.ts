@@ -23,7 +23,7 @@ const ENV: Record<SettingKey, string> = {
   batchSize: 'STREAMINFER_BATCH_SIZE',
   batchTimeoutMs: 'STREAMINFER_BATCH_TIMEOUT_MS',
   batchPolicy: 'STREAMINFER_BATCH_POLICY',
-  maxQueueSize: 'STREAMINFER_MAX_QUEUE_SIZE',
+  maxInflightPerClient: 'STREAMINFER_MAX_QUEUE_SIZE',
   rateLimitRps: 'STREAMINFER_RATE_LIMIT_RPS',
   rateLimitBurst: 'STREAMINFER_RATE_LIMIT_BURST',
   maxModelQueue: 'STREAMINFER_MAX_MODEL_QUEUE',
@@ -55,7 +55,7 @@ describe('defaults', () => {
       batchSize: 16,
       batchTimeoutMs: 50,
       batchPolicy: 'greedy',
-      maxQueueSize: 1000,
+      maxInflightPerClient: 1000,
       rateLimitRps: 100,
       rateLimitBurst: 100,
       maxModelQueue: 4096,
@@ -107,7 +107,7 @@ const LAYERS: {
   batchSize: [32, '1', 4096, 32, 1, 4096],
   batchTimeoutMs: [0, '2.5', '100', 0, 2.5, 100],
   batchPolicy: ['fixed', 'adaptive', 'greedy', 'fixed', 'adaptive', 'greedy'],
-  maxQueueSize: [10, '20', 30, 10, 20, 30],
+  maxInflightPerClient: [10, '20', 30, 10, 20, 30],
   rateLimitRps: [5, '0.5', 1000, 5, 0.5, 1000],
   rateLimitBurst: [7, '8', '9.5', 7, 8, 9.5],
   maxModelQueue: [100, '200', 300, 100, 200, 300],
@@ -306,8 +306,8 @@ describe('validation', () => {
     ['batchTimeoutMs', 'Infinity'],
     ['batchPolicy', 'lazy'],
     ['batchPolicy', 1],
-    ['maxQueueSize', '0'],
-    ['maxQueueSize', '2.5'],
+    ['maxInflightPerClient', '0'],
+    ['maxInflightPerClient', '2.5'],
     ['rateLimitRps', '-1'],
     ['rateLimitRps', 'fast'],
     ['rateLimitBurst', '0'],
@@ -416,6 +416,18 @@ describe('config file', () => {
 
   it('allows a $schema key', () => {
     expect(resolveConfig({ file: { $schema: './schema.json', port: 1234 } }).port).toBe(1234);
+  });
+
+  it('takes the older name maxQueueSize for the per-client in-flight cap, but not both names', () => {
+    expect(resolveConfig({ file: { maxQueueSize: 7 } }).maxInflightPerClient).toBe(7);
+    expect(resolveConfig({ file: { maxInflightPerClient: 9 } }).maxInflightPerClient).toBe(9);
+    const both = errorOf(() =>
+      resolveConfig({ file: { maxQueueSize: 7, maxInflightPerClient: 9 }, filePath: 'c.json' }),
+    );
+    expect(both.message).toBe(
+      'config file c.json sets both "maxQueueSize" and "maxInflightPerClient" (the same setting)',
+    );
+    expect(errorOf(() => resolveConfig({ file: { maxQueueSize: 0 } })).setting).toBe('maxInflightPerClient');
   });
 });
 

@@ -26,6 +26,8 @@ export interface ResolvedConfig {
 const ENV_PREFIX = 'STREAMINFER_';
 /** File keys that are not settings but are allowed (editor schema hints). */
 const FILE_META_KEYS = new Set(['$schema']);
+/** Older names a config file may still use: the per-client in-flight cap was once called a queue size. */
+const FILE_KEY_ALIASES: Readonly<Record<string, SettingKey>> = { maxQueueSize: 'maxInflightPerClient' };
 const SHORT_TOKEN = 16;
 
 const SOURCE_NAMES: Record<ConfigSource, string> = {
@@ -121,7 +123,19 @@ class Resolver {
         'file',
       );
     }
-    for (const key of Object.keys(file)) {
+    const named: Record<string, unknown> = { ...file };
+    for (const [alias, key] of Object.entries(FILE_KEY_ALIASES)) {
+      if (!Object.hasOwn(named, alias)) continue;
+      if (Object.hasOwn(named, key))
+        throw new ConfigError(
+          `${this.fileLabel} sets both "${alias}" and "${key}" (the same setting)`,
+          key,
+          'file',
+        );
+      named[key] = named[alias];
+      delete named[alias];
+    }
+    for (const key of Object.keys(named)) {
       if (key in SETTINGS || FILE_META_KEYS.has(key)) continue;
       const guess = suggest(key);
       throw new ConfigError(
@@ -130,7 +144,7 @@ class Resolver {
         'file',
       );
     }
-    return file;
+    return named;
   }
 
   /** Raw value of a setting in one layer, or undefined when that layer leaves it unset. */

@@ -28,7 +28,7 @@ export interface ServerConfig {
   batchSize: number;
   batchTimeoutMs: number;
   batchPolicy: BatchPolicyName;
-  maxQueueSize: number;
+  maxInflightPerClient: number;
   /** Per-client token rate; 0 disables rate limiting. */
   rateLimitRps: number;
   /** Per-client bucket size; defaults to max(1, rateLimitRps), 0 when rate limiting is disabled. */
@@ -163,7 +163,7 @@ export const SETTINGS: { readonly [K in SettingKey]: SettingSpec<ServerConfig[K]
     expected: `one of ${BATCH_POLICY_NAMES.join(', ')}`,
     parse: oneOf(BATCH_POLICY_NAMES),
   },
-  maxQueueSize: {
+  maxInflightPerClient: {
     env: 'STREAMINFER_MAX_QUEUE_SIZE',
     default: 1000,
     help: 'per-client cap on requests in flight (warning at 80%)',
