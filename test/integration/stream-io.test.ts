@@ -374,7 +374,10 @@ describe('pipeline runner', () => {
     expect(await messageCount(layout.predictions.name)).toBe(50);
     expect(await messageCount(layout.side.name)).toBe(1);
     const letter = await nats.jsm.streams.getMessage(layout.side.name, { seq: 1 });
-    expect(letter?.json()).toMatchObject({ raw: 'not json', reason: expect.stringMatching(/^processor_error: /) });
+    expect(letter?.json()).toMatchObject({
+      raw: 'not json',
+      reason: expect.stringMatching(/^processor_error: /),
+    });
     expect(await source.lag()).toEqual({ pending: 0, ackPending: 0, redelivered: 0 });
     console.log(`stream-io runner: 51 events (1 dead-lettered) through the pipeline in ${elapsedMs} ms`);
   });
