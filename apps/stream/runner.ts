@@ -2,7 +2,8 @@
  * Wires source → processor → sink → ack with bounded concurrency. The processor (the event-time engine
  * and inference, later) is injected; it is called in arrival order, and its effects are published
  * before the message is acked. A processor error dead-letters the event (the pipeline never blocks on
- * one bad event); a publish failure naks it with a delay so the broker redelivers it.
+ * one bad event); a publish failure naks it with a delay so the broker redelivers it, except on its last
+ * allowed delivery (max_deliver), where it is dead-lettered instead: the broker would never send it again.
  */
 import { requirePositiveInt } from './errors';
 import type { SubjectLayout } from './layout';
@@ -30,6 +31,8 @@ export interface RunnerStats {
   naked: number;
   deadLettered: number;
   processorErrors: number;
+  /** Messages on their last delivery whose effects and dead letter both failed to publish. */
+  abandoned: number;
 }
 
 export interface RunningPipeline {
@@ -43,7 +46,14 @@ export interface RunningPipeline {
 export function runPipeline(options: RunnerOptions): RunningPipeline {
   const concurrency = requirePositiveInt('concurrency', options.concurrency);
   const nakDelayMs = requirePositiveInt('nakDelayMs', options.nakDelayMs ?? 1000, 0);
-  const stats: RunnerStats = { received: 0, acked: 0, naked: 0, deadLettered: 0, processorErrors: 0 };
+  const stats: RunnerStats = {
+    received: 0,
+    acked: 0,
+    naked: 0,
+    deadLettered: 0,
+    processorErrors: 0,
+    abandoned: 0,
+  };
   const inFlight = new Set<Promise<void>>();
   const { source, sink, subjects } = options;
 
@@ -64,9 +74,13 @@ export function runPipeline(options: RunnerOptions): RunningPipeline {
       await publishThenAck(sink, message, await effects);
       stats.acked++;
     } catch (err) {
+      options.onError?.(err, message);
+      if (source.maxDeliver !== -1 && message.deliveryCount >= source.maxDeliver) {
+        await lastDelivery(message, err);
+        return;
+      }
       // Not acked: the broker redelivers it after the delay (or after ack_wait if the nak is lost).
       stats.naked++;
-      options.onError?.(err, message);
       try {
         message.nak(nakDelayMs);
       } catch (nakErr) {
@@ -76,15 +90,31 @@ export function runPipeline(options: RunnerOptions): RunningPipeline {
     }
   }
 
-  async function loop(): Promise<void> {
-    for await (const message of source.messages()) {
-      stats.received++;
-      // Started here, before any await, so the processor sees messages in arrival order.
-      const task = handle(message, effectsOf(message)).finally(() => inFlight.delete(task));
-      inFlight.add(task);
-      while (inFlight.size >= concurrency) await Promise.race(inFlight);
+  async function lastDelivery(message: SourceMessage, err: unknown): Promise<void> {
+    const reason = `max_deliver_exhausted: ${err instanceof Error ? err.message : String(err)}`;
+    try {
+      await publishThenAck(sink, message, [deadLetterEffect(subjects, source.stream, message, reason)]);
+      stats.deadLettered++;
+      stats.acked++;
+    } catch (dlqErr) {
+      // The event stays in the stream (a new consumer can replay it); counted and reported, not hidden.
+      stats.abandoned++;
+      options.onError?.(dlqErr, message);
     }
-    await Promise.all(inFlight);
+  }
+
+  async function loop(): Promise<void> {
+    try {
+      for await (const message of source.messages()) {
+        stats.received++;
+        // Started here, before any await, so the processor sees messages in arrival order.
+        const task = handle(message, effectsOf(message)).finally(() => inFlight.delete(task));
+        inFlight.add(task);
+        while (inFlight.size >= concurrency) await Promise.race(inFlight);
+      }
+    } finally {
+      await Promise.allSettled(inFlight);
+    }
   }
 
   const done = loop();

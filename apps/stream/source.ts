@@ -144,8 +144,15 @@ export class JetStreamSource {
     return this.options.durable;
   }
 
+  /** -1: unlimited. At this delivery count the broker gives the message up for good. */
+  get maxDeliver(): number {
+    return this.options.maxDeliver;
+  }
+
   /** Messages in delivery order until stop(); the client keeps up to batchSize pulled ahead. */
   async *messages(): AsyncGenerator<SourceMessage> {
+    if (this.messagesIter)
+      throw new StreamIoError('invalid_options', 'a source is consumed by one loop only');
     const consumer = await this.js.consumers.get(this.options.stream, this.options.durable);
     const iter = (await consumer.consume({
       max_messages: this.options.batchSize,

@@ -370,6 +370,7 @@ describe('pipeline runner', () => {
       naked: 0,
       deadLettered: 1,
       processorErrors: 1,
+      abandoned: 0,
     });
     expect(await messageCount(layout.predictions.name)).toBe(50);
     expect(await messageCount(layout.side.name)).toBe(1);
@@ -404,5 +405,34 @@ describe('pipeline runner', () => {
     expect(pipeline.stats.acked).toBe(0);
     expect(pipeline.stats.naked).toBeGreaterThanOrEqual(3);
     expect((await source.lag()).pending).toBe(0);
+  });
+
+  test('on its last allowed delivery an unpublishable event is dead-lettered, not given up', async () => {
+    const layout = await provisioned();
+    await publishEvents(layout, 1);
+    const source = await JetStreamSource.open(nats.js, nats.jsm, sourceOptions(layout, { maxDeliver: 2 }));
+    const deliveries: number[] = [];
+    const pipeline = runPipeline({
+      source,
+      sink: new JetStreamSink(nats.js, { maxAttempts: 1, timeoutMs: 1000 }),
+      subjects: layout.subjects,
+      process: (message) => {
+        deliveries.push(message.deliveryCount);
+        return [{ subject: `nowhere${process.pid}.z`, data: '{}', msgId: 'z' }];
+      },
+      concurrency: 4,
+      nakDelayMs: 50,
+    });
+    await waitFor('the dead letter', () => pipeline.stats.deadLettered === 1);
+    await pipeline.stop();
+    expect(deliveries).toEqual([1, 2]);
+    expect(pipeline.stats).toMatchObject({ received: 2, naked: 1, acked: 1, deadLettered: 1, abandoned: 0 });
+    const letter = await nats.jsm.streams.getMessage(layout.side.name, { seq: 1 });
+    expect(letter?.json()).toMatchObject({
+      reason: expect.stringMatching(/^max_deliver_exhausted: /),
+      raw: expect.stringContaining('"event_id":"gps-0"'),
+      delivery_count: 2,
+    });
+    expect(await source.lag()).toEqual({ pending: 0, ackPending: 0, redelivered: 0 });
   });
 });
