@@ -1,0 +1,37 @@
+/** Typed errors of the JetStream I/O layer: a stable code, so callers branch on it, never on message text. */
+export type StreamIoErrorCode =
+  | 'invalid_options'
+  | 'nats_unreachable'
+  | 'stream_mismatch'
+  | 'stream_provision_failed'
+  | 'consumer_provision_failed'
+  | 'publish_failed';
+
+export class StreamIoError extends Error {
+  readonly code: StreamIoErrorCode;
+
+  constructor(code: StreamIoErrorCode, message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = 'StreamIoError';
+    this.code = code;
+  }
+}
+
+/** Options are checked before any I/O so a bad config fails at start, not on the first message. */
+export function requirePositiveInt(name: string, value: number, min = 1): number {
+  if (!Number.isInteger(value) || value < min) {
+    throw new StreamIoError('invalid_options', `${name} must be an integer >= ${min} (got ${value})`);
+  }
+  return value;
+}
+
+export function requireName(name: string, value: string): string {
+  // JetStream stream and consumer names may not contain subject tokens' special characters.
+  if (typeof value !== 'string' || !/^[A-Za-z0-9_-]+$/.test(value)) {
+    throw new StreamIoError(
+      'invalid_options',
+      `${name} must be a non-empty name of [A-Za-z0-9_-] (got ${value})`,
+    );
+  }
+  return value;
+}

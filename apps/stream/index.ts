@@ -1,0 +1,51 @@
+/** The JetStream I/O of the stream pipeline: connection, stream layout, source, sink, side outputs, runner. */
+export {
+  connectNats,
+  DEFAULT_NATS_URL,
+  type NatsConnection,
+  type NatsHandle,
+  type NatsOptions,
+} from './connection';
+export { StreamIoError, type StreamIoErrorCode } from './errors';
+export {
+  DEFAULT_DUPLICATE_WINDOW_MS,
+  keySubject,
+  type LayoutOptions,
+  layoutStreams,
+  type StreamLayout,
+  type StreamSpec,
+  type SubjectLayout,
+  streamLayout,
+} from './layout';
+export { type ProvisionResult, provisionStreams } from './provision';
+export {
+  type Processor,
+  type RunnerOptions,
+  type RunnerStats,
+  type RunningPipeline,
+  runPipeline,
+} from './runner';
+export {
+  type DeadLetter,
+  deadLetterEffect,
+  type LateRecord,
+  lateEffect,
+  publishDeadLetter,
+} from './side-outputs';
+export {
+  type Effect,
+  JetStreamSink,
+  type Published,
+  publishThenAck,
+  type SinkOptions,
+  type SinkStats,
+} from './sink';
+export {
+  hashPartitioner,
+  JetStreamSource,
+  type PartitionFn,
+  SINGLE_PARTITION,
+  type SourceLag,
+  type SourceMessage,
+  type SourceOptions,
+} from './source';

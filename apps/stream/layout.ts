@@ -1,0 +1,112 @@
+/**
+ * The streams of the public contract and where each subject is stored.
+ *
+ * Msg-Id dedupe only works on subjects a stream captures, and nothing the pipeline emits may be lost, so
+ * every output subject lives in a stream:
+ *   DELIVERY_EVENTS       delivery.events.>                        the input log
+ *   DELIVERY_PREDICTIONS  delivery.predictions.>, delivery.alerts.>  the decisions (one dedupe window per
+ *                                                                    decision id, one log to replay)
+ *   DELIVERY_SIDE         delivery.late.>, delivery.dlq            events the pipeline did not predict on
+ * Consumers read alerts alone with a filter subject on DELIVERY_PREDICTIONS.
+ */
+import { requireName, requirePositiveInt, StreamIoError } from './errors';
+
+export interface StreamSpec {
+  name: string;
+  subjects: string[];
+  /** Broker dedupe window for Msg-Id. */
+  duplicateWindowMs: number;
+  /** 0 keeps messages until the limits below are hit. */
+  maxAgeMs: number;
+  maxBytes: number;
+}
+
+export interface SubjectLayout {
+  /** Input subjects are `${eventsPrefix}.<delivery_id>`. */
+  eventsPrefix: string;
+  predictionsPrefix: string;
+  alertsPrefix: string;
+  latePrefix: string;
+  deadLetterSubject: string;
+}
+
+export interface StreamLayout {
+  subjects: SubjectLayout;
+  events: StreamSpec;
+  predictions: StreamSpec;
+  side: StreamSpec;
+}
+
+export const DEFAULT_DUPLICATE_WINDOW_MS = 2 * 60_000;
+
+export interface LayoutOptions {
+  eventsStream?: string;
+  predictionsStream?: string;
+  sideStream?: string;
+  /** Prepended to every subject (`<prefix>.delivery.events.>`), so tests and tenants never collide. */
+  subjectRoot?: string;
+  duplicateWindowMs?: number;
+  maxAgeMs?: number;
+  maxBytes?: number;
+}
+
+export function streamLayout(options: LayoutOptions = {}): StreamLayout {
+  const root =
+    options.subjectRoot === undefined || options.subjectRoot === '' ? '' : `${options.subjectRoot}.`;
+  if (root !== '' && !/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.$/.test(root)) {
+    throw new StreamIoError(
+      'invalid_options',
+      `subjectRoot must be plain subject tokens (got ${options.subjectRoot})`,
+    );
+  }
+  const duplicateWindowMs = requirePositiveInt(
+    'duplicateWindowMs',
+    options.duplicateWindowMs ?? DEFAULT_DUPLICATE_WINDOW_MS,
+    1000,
+  );
+  const maxAgeMs = requirePositiveInt('maxAgeMs', options.maxAgeMs ?? 0, 0);
+  const maxBytes = options.maxBytes ?? -1;
+  if (!Number.isInteger(maxBytes) || (maxBytes < 1 && maxBytes !== -1)) {
+    throw new StreamIoError('invalid_options', `maxBytes must be a positive integer or -1 (got ${maxBytes})`);
+  }
+  const subjects: SubjectLayout = {
+    eventsPrefix: `${root}delivery.events`,
+    predictionsPrefix: `${root}delivery.predictions`,
+    alertsPrefix: `${root}delivery.alerts`,
+    latePrefix: `${root}delivery.late`,
+    deadLetterSubject: `${root}delivery.dlq`,
+  };
+  const spec = (name: string, subjectList: string[]): StreamSpec => ({
+    name,
+    subjects: subjectList,
+    duplicateWindowMs,
+    maxAgeMs,
+    maxBytes,
+  });
+  return {
+    subjects,
+    events: spec(requireName('eventsStream', options.eventsStream ?? 'DELIVERY_EVENTS'), [
+      `${subjects.eventsPrefix}.>`,
+    ]),
+    predictions: spec(requireName('predictionsStream', options.predictionsStream ?? 'DELIVERY_PREDICTIONS'), [
+      `${subjects.predictionsPrefix}.>`,
+      `${subjects.alertsPrefix}.>`,
+    ]),
+    side: spec(requireName('sideStream', options.sideStream ?? 'DELIVERY_SIDE'), [
+      `${subjects.latePrefix}.>`,
+      subjects.deadLetterSubject,
+    ]),
+  };
+}
+
+export function layoutStreams(layout: StreamLayout): StreamSpec[] {
+  return [layout.events, layout.predictions, layout.side];
+}
+
+/** Subject tokens may not contain dots, spaces or wildcards: a delivery id that does is refused. */
+export function keySubject(prefix: string, key: string): string {
+  if (key === '' || /[\s.*>]/.test(key)) {
+    throw new StreamIoError('invalid_options', `not a valid subject token: ${JSON.stringify(key)}`);
+  }
+  return `${prefix}.${key}`;
+}

@@ -1,0 +1,119 @@
+/**
+ * Publishes effects with a Msg-Id and awaits each PubAck. A failed attempt is counted and retried with
+ * backoff under the same Msg-Id (the broker drops the copy if an earlier attempt did land); when every
+ * attempt failed the caller gets a typed error and must not ack the source message.
+ */
+import type { JetStreamClient } from '@nats-io/jetstream';
+import { requirePositiveInt, StreamIoError } from './errors';
+import type { SourceMessage } from './source';
+
+export interface Effect {
+  subject: string;
+  data: Uint8Array | string;
+  /** JetStream dedupe id: the decision id for predictions and alerts. */
+  msgId: string;
+}
+
+export interface Published {
+  stream: string;
+  seq: number;
+  /** The broker already held this Msg-Id inside its duplicate window. */
+  duplicate: boolean;
+}
+
+export interface SinkOptions {
+  /** PubAck wait per attempt. */
+  timeoutMs?: number;
+  maxAttempts?: number;
+  backoffBaseMs?: number;
+  backoffMaxMs?: number;
+  /** Injected so tests do not wait real backoff. */
+  sleep?: (ms: number) => Promise<void>;
+  onPublishFailure?: (effect: Effect, attempt: number, err: unknown) => void;
+}
+
+export interface SinkStats {
+  published: number;
+  duplicates: number;
+  /** Failed attempts, retried or not. */
+  publishFailures: number;
+  /** Effects given up on after maxAttempts (their source message is naked, not acked). */
+  exhausted: number;
+}
+
+const realSleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+export class JetStreamSink {
+  readonly stats: SinkStats = { published: 0, duplicates: 0, publishFailures: 0, exhausted: 0 };
+  private readonly timeoutMs: number;
+  private readonly maxAttempts: number;
+  private readonly backoffBaseMs: number;
+  private readonly backoffMaxMs: number;
+  private readonly sleep: (ms: number) => Promise<void>;
+
+  constructor(
+    private readonly js: JetStreamClient,
+    private readonly options: SinkOptions = {},
+  ) {
+    this.timeoutMs = requirePositiveInt('timeoutMs', options.timeoutMs ?? 5000);
+    this.maxAttempts = requirePositiveInt('maxAttempts', options.maxAttempts ?? 5);
+    this.backoffBaseMs = requirePositiveInt('backoffBaseMs', options.backoffBaseMs ?? 50);
+    this.backoffMaxMs = requirePositiveInt('backoffMaxMs', options.backoffMaxMs ?? 2000);
+    if (this.backoffMaxMs < this.backoffBaseMs) {
+      throw new StreamIoError('invalid_options', 'backoffMaxMs must be >= backoffBaseMs');
+    }
+    this.sleep = options.sleep ?? realSleep;
+  }
+
+  async publish(effect: Effect): Promise<Published> {
+    if (effect.msgId === '')
+      throw new StreamIoError('invalid_options', `effect on ${effect.subject} has no msgId`);
+    let lastError: unknown;
+    for (let attempt = 1; attempt <= this.maxAttempts; attempt++) {
+      try {
+        const ack = await this.js.publish(effect.subject, effect.data, {
+          msgID: effect.msgId,
+          timeout: this.timeoutMs,
+        });
+        this.stats.published++;
+        if (ack.duplicate) this.stats.duplicates++;
+        return { stream: ack.stream, seq: ack.seq, duplicate: ack.duplicate };
+      } catch (err) {
+        lastError = err;
+        this.stats.publishFailures++;
+        this.options.onPublishFailure?.(effect, attempt, err);
+        if (attempt < this.maxAttempts) {
+          await this.sleep(Math.min(this.backoffMaxMs, this.backoffBaseMs * 2 ** (attempt - 1)));
+        }
+      }
+    }
+    this.stats.exhausted++;
+    throw new StreamIoError(
+      'publish_failed',
+      `publish to ${effect.subject} (Msg-Id ${effect.msgId}) failed ${this.maxAttempts} times: ${String(lastError)}`,
+      { cause: lastError },
+    );
+  }
+
+  /** All effects at once; rejects if any one was not acknowledged by the broker. */
+  async publishAll(effects: readonly Effect[]): Promise<Published[]> {
+    const settled = await Promise.allSettled(effects.map((effect) => this.publish(effect)));
+    const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
+    if (failed) throw failed.reason;
+    return settled.map((s) => (s as PromiseFulfilledResult<Published>).value);
+  }
+}
+
+/**
+ * The exactly-once rule of the pipeline: the source message is acked only after every effect's PubAck
+ * resolved. On a publish failure the message is left unacked (the caller naks it) and the error is thrown.
+ */
+export async function publishThenAck(
+  sink: JetStreamSink,
+  message: SourceMessage,
+  effects: readonly Effect[],
+): Promise<Published[]> {
+  const published = await sink.publishAll(effects);
+  await message.ack();
+  return published;
+}

@@ -1,0 +1,192 @@
+/**
+ * The pipeline's input: a durable pull consumer with explicit acks. `max_ack_pending` is the backpressure
+ * bound (the broker stops delivering while that many messages await an ack); `ack_wait` brings back a
+ * message whose processor died; `max_deliver` caps redeliveries of a poison message.
+ */
+import {
+  AckPolicy,
+  DeliverPolicy,
+  JetStreamApiError,
+  type JetStreamClient,
+  type JetStreamManager,
+  type JsMsg,
+} from '@nats-io/jetstream';
+import { requireName, requirePositiveInt, StreamIoError } from './errors';
+import { nanos } from './nanos';
+
+/** Maps a message subject to its source partition; watermarks are tracked per partition. */
+export type PartitionFn = (subject: string) => string;
+
+export const SINGLE_PARTITION: PartitionFn = () => '0';
+
+/** Spreads keys over `count` partitions by a stable hash of the subject's last token. */
+export function hashPartitioner(count: number): PartitionFn {
+  requirePositiveInt('partition count', count);
+  return (subject) => {
+    const key = subject.slice(subject.lastIndexOf('.') + 1);
+    let hash = 2166136261;
+    for (let i = 0; i < key.length; i++) hash = Math.imul(hash ^ key.charCodeAt(i), 16777619);
+    return String((hash >>> 0) % count);
+  };
+}
+
+export interface SourceOptions {
+  stream: string;
+  durable: string;
+  /** Defaults to every subject of the stream. */
+  filterSubject?: string;
+  maxAckPending: number;
+  ackWaitMs: number;
+  maxDeliver: number;
+  /** Messages asked of the broker per pull request. */
+  batchSize: number;
+  partitionOf?: PartitionFn;
+}
+
+export interface SourceMessage {
+  data: Uint8Array;
+  subject: string;
+  streamSeq: number;
+  /** 1 on first delivery; 2 and more after ack_wait expired or a nak. */
+  deliveryCount: number;
+  partition: string;
+  /** When the broker stored the message (ms since epoch). */
+  storedAtMs: number;
+  /** Resolves once the broker confirmed the ack. */
+  ack(): Promise<void>;
+  nak(delayMs?: number): void;
+  term(reason: string): void;
+  /** Extends ack_wait for a message still being worked on. */
+  working(): void;
+}
+
+export interface SourceLag {
+  /** Messages in the stream not yet delivered to this consumer (the consumer-lag metric). */
+  pending: number;
+  /** Delivered, not yet acked. */
+  ackPending: number;
+  redelivered: number;
+}
+
+interface MessageStream extends AsyncIterable<JsMsg> {
+  close(): Promise<unknown>;
+}
+
+function validate(options: SourceOptions): Required<SourceOptions> {
+  requireName('stream', options.stream);
+  requireName('durable', options.durable);
+  requirePositiveInt('maxAckPending', options.maxAckPending);
+  requirePositiveInt('ackWaitMs', options.ackWaitMs, 1000);
+  const maxDeliver = options.maxDeliver;
+  if (maxDeliver !== -1) requirePositiveInt('maxDeliver', maxDeliver, 2);
+  requirePositiveInt('batchSize', options.batchSize);
+  if (options.batchSize > options.maxAckPending) {
+    throw new StreamIoError('invalid_options', 'batchSize must not exceed maxAckPending');
+  }
+  return {
+    ...options,
+    filterSubject: options.filterSubject ?? '',
+    partitionOf: options.partitionOf ?? SINGLE_PARTITION,
+  };
+}
+
+export class JetStreamSource {
+  private messagesIter: MessageStream | null = null;
+  private stopped = false;
+
+  private constructor(
+    private readonly js: JetStreamClient,
+    private readonly jsm: JetStreamManager,
+    private readonly options: Required<SourceOptions>,
+  ) {}
+
+  /** Creates the durable consumer when missing, or brings its limits to the configured ones. */
+  static async open(
+    js: JetStreamClient,
+    jsm: JetStreamManager,
+    options: SourceOptions,
+  ): Promise<JetStreamSource> {
+    const opts = validate(options);
+    const limits = {
+      ack_wait: nanos(opts.ackWaitMs),
+      max_deliver: opts.maxDeliver,
+      max_ack_pending: opts.maxAckPending,
+    };
+    try {
+      try {
+        await jsm.consumers.info(opts.stream, opts.durable);
+        await jsm.consumers.update(opts.stream, opts.durable, limits);
+      } catch (err) {
+        if (!(err instanceof JetStreamApiError && err.code === 10014)) throw err;
+        await jsm.consumers.add(opts.stream, {
+          durable_name: opts.durable,
+          ack_policy: AckPolicy.Explicit,
+          deliver_policy: DeliverPolicy.All,
+          ...(opts.filterSubject === '' ? {} : { filter_subject: opts.filterSubject }),
+          ...limits,
+        });
+      }
+    } catch (err) {
+      throw new StreamIoError(
+        'consumer_provision_failed',
+        `consumer ${opts.durable} on ${opts.stream}: ${String(err)}`,
+        { cause: err },
+      );
+    }
+    return new JetStreamSource(js, jsm, opts);
+  }
+
+  get stream(): string {
+    return this.options.stream;
+  }
+
+  get durable(): string {
+    return this.options.durable;
+  }
+
+  /** -1: unlimited. At this delivery count the broker gives the message up for good. */
+  get maxDeliver(): number {
+    return this.options.maxDeliver;
+  }
+
+  /** Messages in delivery order until stop(); the client keeps up to batchSize pulled ahead. */
+  async *messages(): AsyncGenerator<SourceMessage> {
+    if (this.messagesIter)
+      throw new StreamIoError('invalid_options', 'a source is consumed by one loop only');
+    const consumer = await this.js.consumers.get(this.options.stream, this.options.durable);
+    const iter = (await consumer.consume({
+      max_messages: this.options.batchSize,
+    })) as unknown as MessageStream;
+    this.messagesIter = iter;
+    if (this.stopped) await iter.close();
+    for await (const msg of iter) yield this.wrap(msg);
+  }
+
+  async lag(): Promise<SourceLag> {
+    const info = await this.jsm.consumers.info(this.options.stream, this.options.durable);
+    return { pending: info.num_pending, ackPending: info.num_ack_pending, redelivered: info.num_redelivered };
+  }
+
+  /** Stops pulling; messages already handed out may still be acked. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await this.messagesIter?.close();
+  }
+
+  private wrap(msg: JsMsg): SourceMessage {
+    return {
+      data: msg.data,
+      subject: msg.subject,
+      streamSeq: msg.info.streamSequence,
+      deliveryCount: msg.info.deliveryCount,
+      partition: this.options.partitionOf(msg.subject),
+      storedAtMs: Math.floor(msg.info.timestampNanos / 1_000_000),
+      ack: async () => {
+        await msg.ackAck();
+      },
+      nak: (delayMs) => msg.nak(delayMs),
+      term: (reason) => msg.term(reason),
+      working: () => msg.working(),
+    };
+  }
+}
