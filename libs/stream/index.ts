@@ -1,0 +1,21 @@
+export { createEventTimeEngine, END_OF_INPUT, type EventTimeEngine } from './engine';
+export { StreamEventError, StreamOptionError, StreamSnapshotError } from './errors';
+export { MAX_WINDOWS_PER_EVENT, validateEngineOptions } from './options';
+export type { EngineSnapshot, KeySnapshot, WindowStateSnapshot } from './snapshot';
+export type {
+  AcceptedEffect,
+  DuplicateEffect,
+  EngineCounters,
+  EngineStats,
+  EventTimeEngineOptions,
+  ExpiredEffect,
+  LateEffect,
+  LatestSpec,
+  ResultEffect,
+  StreamEffect,
+  StreamEvent,
+  WindowRef,
+  WindowSpec,
+} from './types';
+export type { PartitionState } from './watermark';
+export { windowStartsFor } from './windows';
