@@ -310,6 +310,16 @@ describe('flush and stats', () => {
     expect(engine.ingest(gps('b', 'd1', T0 + 99 * MIN, 0))[0]?.kind).toBe('late');
   });
 
+  it('a watermark jump past a stale expiry deadline still fires the later windows before the key expires', () => {
+    const engine = deliveryEngine(new ManualClock());
+    engine.ingest(gps('a', 'd1', T0, 0)); // queues the key's expiry for T0 + 30 min
+    engine.ingest(gps('b', 'd1', T0 + 40 * MIN, 0)); // moves it to T0 + 70 min; the old timer is stale
+    const effects = engine.flush();
+    const last = results(effects, 'ids5m').at(-1);
+    expect(last).toMatchObject({ start: T0 + 40 * MIN, result: ['b'] });
+    expect(effects.at(-1)).toEqual({ kind: 'expired', key: 'd1', lastEventTime: T0 + 40 * MIN });
+  });
+
   it('counts results, revisions, accepted, duplicates and late', () => {
     const engine = deliveryEngine(new ManualClock());
     engine.ingest(gps('a', 'd1', T0, 0));

@@ -321,7 +321,7 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
       const ks = this.keys.get(top.key);
       if (ks === undefined) continue;
       if (top.kind === TimerKind.Expire) {
-        this.expire(ks, effects);
+        this.expire(ks, top.at, effects);
         continue;
       }
       const spec = this.specs.get(top.window)!;
@@ -361,10 +361,11 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
     this.timers.push({ at, kind: TimerKind.Expire, key: ks.key, window: '', start: 0 });
   }
 
-  private expire(ks: KeyState<P>, effects: StreamEffect<P, R>[]): void {
+  private expire(ks: KeyState<P>, at: number, effects: StreamEffect<P, R>[]): void {
     ks.expireTimerAt = null;
-    // Newer events moved the deadline: re-queue rather than keep one timer per event.
-    if (ks.lastEventTime + this.options.stateTtlMs > this.wm) {
+    // Newer events moved the deadline: re-queue rather than keep one timer per event. Compared with the
+    // timer's own time, not the watermark: after a jump the key's later windows must still fire first.
+    if (ks.lastEventTime + this.options.stateTtlMs > at) {
       this.scheduleExpiry(ks);
       return;
     }
