@@ -163,6 +163,25 @@ describe('firing, allowed lateness and the late side output', () => {
   });
 });
 
+describe('evaluate', () => {
+  it('reads an open window without emitting, and nothing once it has closed', () => {
+    const engine = deliveryEngine(new ManualClock());
+    engine.ingest(gps('a', 'd1', T0, 0));
+    engine.ingest(gps('b', 'd1', T0 + 30 * SEC, 300));
+    expect(engine.evaluate('d1', 'speed5m', T0)).toEqual({
+      result: { metresPerSecond: 10, points: 2 },
+      eventCount: 2,
+    });
+    expect(engine.evaluate('d1', 'ids5m', T0)).toEqual({ result: ['a', 'b'], eventCount: 2 });
+    expect(engine.stats().counters.results).toBe(0);
+    expect(engine.evaluate('d1', 'speed5m', T0 + 5 * MIN)).toBeUndefined(); // no event in it
+    expect(engine.evaluate('d1', 'nope', T0)).toBeUndefined();
+    expect(engine.evaluate('d2', 'speed5m', T0)).toBeUndefined();
+    engine.ingest(gps('c', 'd1', T0 + 8 * MIN, 0)); // watermark 10:07:30: [10:00,10:05) closed
+    expect(engine.evaluate('d1', 'ids5m', T0)).toBeUndefined();
+  });
+});
+
 describe('dedupe', () => {
   it('a duplicate returns one duplicate effect and changes nothing', () => {
     const engine = deliveryEngine(new ManualClock());

@@ -50,6 +50,11 @@ export interface EventTimeEngine<P = unknown, R = unknown> {
   watermark(): number | null;
   /** Last-valid state of `key` for a `latest` spec, by event time. */
   latest(key: string, name: string): StreamEvent<P> | undefined;
+  /**
+   * The result a window of `key` would have now, without emitting anything: for features read between
+   * firings (e.g. at each event). Undefined unless that window is open (holds events, not yet closed).
+   */
+  evaluate(key: string, window: string, start: number): { result: R; eventCount: number } | undefined;
   hasKey(key: string): boolean;
   stats(): EngineStats;
   /** Plain JSON-able copy of all state (keyed state, watermarks, dedupe ids, counters). */
@@ -145,6 +150,15 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
 
   hasKey(key: string): boolean {
     return this.keys.has(key);
+  }
+
+  evaluate(key: string, window: string, start: number): { result: R; eventCount: number } | undefined {
+    const spec = this.specs.get(window);
+    const ws = this.keys.get(key)?.windows.get(window);
+    if (spec === undefined || ws === undefined || !ws.emitted.has(start)) return undefined;
+    const end = start + spec.sizeMs;
+    const events = eventsIn(ws.entries, start, end);
+    return { result: spec.result(events, { key, window, start, end }), eventCount: events.length };
   }
 
   stats(): EngineStats {
