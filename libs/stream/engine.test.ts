@@ -214,6 +214,19 @@ describe('dedupe', () => {
   });
 });
 
+describe('dedupe buckets', () => {
+  it('rounds forget times up to the next second: an id is kept at least dedupeTtlMs, at most 1 s more', () => {
+    const engine = deliveryEngine(new ManualClock());
+    const e = gps('half', 'd1', T0 + 500, 0);
+    engine.ingest(e);
+    expect(engine.snapshot().dedupe).toEqual([['half', T0 + 30 * MIN + SEC]]);
+    engine.ingest(gps('w1', 'd2', T0 + 30 * MIN + 30 * SEC + 999, 0)); // watermark ttl + 999 ms
+    expect(engine.ingest(e)[0]?.kind).toBe('duplicate');
+    engine.ingest(gps('w2', 'd2', T0 + 30 * MIN + 31 * SEC, 0)); // watermark reaches the bucket
+    expect(engine.snapshot().dedupe.map(([id]) => id)).toEqual(['w1', 'w2']);
+  });
+});
+
 describe('watermarks across partitions', () => {
   it('is the min over partitions, monotone, and an idle partition stops holding it back', () => {
     const clock = new ManualClock();

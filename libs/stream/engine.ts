@@ -21,6 +21,8 @@ export const END_OF_INPUT = Number.MAX_SAFE_INTEGER;
 const KEY_OVERHEAD_BYTES = 128;
 const WINDOW_TRACKER_BYTES = 32;
 const DEDUPE_OVERHEAD_BYTES = 48;
+/** Forget times are rounded up to this, so ids share one timer per bucket instead of one each. */
+export const DEDUPE_BUCKET_MS = 1000;
 
 interface WindowState<P> {
   /** Events of the open windows, in (eventTime, eventId) order. */
@@ -85,6 +87,8 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
   private readonly keys = new Map<string, KeyState<P>>();
   /** Processed event id → event time at which it is forgotten. */
   private readonly seen = new Map<string, number>();
+  /** Forget time (a multiple of DEDUPE_BUCKET_MS) → the ids forgotten then. */
+  private readonly forgetBuckets = new Map<number, string[]>();
   private readonly timers = new TimerHeap();
   private wm = NO_WATERMARK;
   private bytes = 0;
@@ -114,7 +118,8 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
     }
     const now = this.options.clock();
     // Remember from the later of its time and now's watermark, so a late event's id outlives its arrival.
-    this.remember(event.eventId, Math.max(event.eventTime, this.wm) + this.options.dedupeTtlMs);
+    const forgetAt = Math.max(event.eventTime, this.wm) + this.options.dedupeTtlMs;
+    this.remember(event.eventId, Math.ceil(forgetAt / DEDUPE_BUCKET_MS) * DEDUPE_BUCKET_MS);
     this.partitions.observe(event.partition, event.eventTime, now);
     const effects: StreamEffect<P, R>[] = [];
     if (this.isTooLate(event)) {
@@ -329,7 +334,7 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
     for (let top = this.timers.peek(); top !== undefined && top.at <= this.wm; top = this.timers.peek()) {
       this.timers.pop();
       if (top.kind === TimerKind.Forget) {
-        this.forget(top.key);
+        this.forget(top.at);
         continue;
       }
       const ks = this.keys.get(top.key);
@@ -396,11 +401,22 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
   private remember(eventId: string, forgetAt: number): void {
     this.seen.set(eventId, forgetAt);
     this.bytes += DEDUPE_OVERHEAD_BYTES + 2 * eventId.length;
-    this.timers.push({ at: forgetAt, kind: TimerKind.Forget, key: eventId, window: '', start: 0 });
+    const bucket = this.forgetBuckets.get(forgetAt);
+    if (bucket !== undefined) {
+      bucket.push(eventId);
+      return;
+    }
+    this.forgetBuckets.set(forgetAt, [eventId]);
+    this.timers.push({ at: forgetAt, kind: TimerKind.Forget, key: '', window: '', start: 0 });
   }
 
-  private forget(eventId: string): void {
-    if (this.seen.delete(eventId)) this.bytes -= DEDUPE_OVERHEAD_BYTES + 2 * eventId.length;
+  private forget(at: number): void {
+    const bucket = this.forgetBuckets.get(at);
+    if (bucket === undefined) return;
+    this.forgetBuckets.delete(at);
+    for (const eventId of bucket) {
+      if (this.seen.delete(eventId)) this.bytes -= DEDUPE_OVERHEAD_BYTES + 2 * eventId.length;
+    }
   }
 
   private addBytes(ks: KeyState<P>, delta: number): void {

@@ -16,7 +16,7 @@ export interface EngineSnapshot<P = unknown> {
   partitions: PartitionState[];
   /** Sorted by key. */
   keys: KeySnapshot<P>[];
-  /** [eventId, forgetAt], sorted by id. */
+  /** [eventId, forgetAt (a multiple of DEDUPE_BUCKET_MS)], sorted by id. */
   dedupe: [string, number][];
   counters: EngineCounters;
 }
