@@ -1,7 +1,12 @@
 export { createEventTimeEngine, END_OF_INPUT, type EventTimeEngine } from './engine';
 export { StreamEventError, StreamOptionError, StreamSnapshotError } from './errors';
 export { MAX_WINDOWS_PER_EVENT, validateEngineOptions } from './options';
-export type { EngineSnapshot, KeySnapshot, WindowStateSnapshot } from './snapshot';
+export {
+  type EngineSnapshot,
+  type KeySnapshot,
+  SNAPSHOT_VERSION,
+  type WindowStateSnapshot,
+} from './snapshot';
 export type {
   AcceptedEffect,
   DuplicateEffect,
