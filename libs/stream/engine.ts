@@ -1,0 +1,499 @@
+import { compareEvents, type Entry, estimateEventBytes, eventsIn, insertSorted } from './buffer';
+import { StreamEventError, StreamSnapshotError } from './errors';
+import { TimerHeap, TimerKind } from './heap';
+import { validateEngineOptions } from './options';
+import { checkSnapshot, type EngineSnapshot, type KeySnapshot, SNAPSHOT_VERSION } from './snapshot';
+import type {
+  EngineCounters,
+  EngineStats,
+  EventTimeEngineOptions,
+  ResolvedEngineOptions,
+  ResolvedWindowSpec,
+  StreamEffect,
+  StreamEvent,
+} from './types';
+import { NO_WATERMARK, PartitionWatermarks } from './watermark';
+import { lastEndOf, windowStartsFor } from './windows';
+
+/** The watermark after flush(): every window has fired and closed, every later event is late. */
+export const END_OF_INPUT = Number.MAX_SAFE_INTEGER;
+
+const KEY_OVERHEAD_BYTES = 128;
+const WINDOW_TRACKER_BYTES = 32;
+const DEDUPE_OVERHEAD_BYTES = 48;
+/** Forget times are rounded up to this, so ids share one timer per bucket instead of one each. */
+export const DEDUPE_BUCKET_MS = 1000;
+
+interface WindowState<P> {
+  /** Events of the open windows, in (eventTime, eventId) order. */
+  entries: Entry<P>[];
+  /** Open window start → times its result was emitted (0: not fired yet). */
+  emitted: Map<number, number>;
+}
+
+interface KeyState<P> {
+  readonly key: string;
+  lastEventTime: number;
+  /** Time of the pending Expire timer, if one is queued. */
+  expireTimerAt: number | null;
+  readonly windows: Map<string, WindowState<P>>;
+  readonly latest: Map<string, Entry<P>>;
+  bytes: number;
+}
+
+export interface EventTimeEngine<P = unknown, R = unknown> {
+  /** One event in; its disposition (accepted | duplicate | late) first, then any results it caused. */
+  ingest(event: StreamEvent<P>): StreamEffect<P, R>[];
+  /** Processing time moved on: re-evaluate partition idleness and fire what the watermark now passes. */
+  tick(): StreamEffect<P, R>[];
+  /** End of a bounded input: the watermark jumps to END_OF_INPUT, every window fires and every key expires. */
+  flush(): StreamEffect<P, R>[];
+  /** Current engine watermark; null before the first event. */
+  watermark(): number | null;
+  /** Last-valid state of `key` for a `latest` spec, by event time. */
+  latest(key: string, name: string): StreamEvent<P> | undefined;
+  /**
+   * The result a window of `key` would have now, without emitting anything: for features read between
+   * firings (e.g. at each event). Undefined unless that window is open (holds events, not yet closed).
+   */
+  evaluate(key: string, window: string, start: number): { result: R; eventCount: number } | undefined;
+  hasKey(key: string): boolean;
+  stats(): EngineStats;
+  /** Plain JSON-able copy of all state (keyed state, watermarks, dedupe ids, counters). */
+  snapshot(): EngineSnapshot<P>;
+}
+
+function checkEvent(event: StreamEvent<unknown>): void {
+  if (typeof event !== 'object' || event === null)
+    throw new StreamEventError('event', 'event must be an object');
+  if (typeof event.key !== 'string' || event.key.length === 0) {
+    throw new StreamEventError('key', 'event key must be a non-empty string');
+  }
+  if (typeof event.eventTime !== 'number' || !Number.isSafeInteger(event.eventTime)) {
+    throw new StreamEventError('eventTime', `event ${event.eventId} has a non-integer eventTime`);
+  }
+  if (typeof event.partition !== 'string') {
+    throw new StreamEventError('partition', `event ${event.eventId} has a non-string partition`);
+  }
+  if (typeof event.eventId !== 'string' || event.eventId.length === 0) {
+    throw new StreamEventError('eventId', 'event id must be a non-empty string');
+  }
+}
+
+class Engine<P, R> implements EventTimeEngine<P, R> {
+  private readonly options: ResolvedEngineOptions<P, R>;
+  private readonly specs: ReadonlyMap<string, ResolvedWindowSpec<P, R>>;
+  private readonly partitions: PartitionWatermarks;
+  private readonly keys = new Map<string, KeyState<P>>();
+  /** Processed event id → event time at which it is forgotten. */
+  private readonly seen = new Map<string, number>();
+  /** Forget time (a multiple of DEDUPE_BUCKET_MS) → the ids forgotten then. */
+  private readonly forgetBuckets = new Map<number, string[]>();
+  private readonly timers = new TimerHeap();
+  private wm = NO_WATERMARK;
+  private bytes = 0;
+  private openWindows = 0;
+  private buffered = 0;
+  private readonly counters: EngineCounters = {
+    accepted: 0,
+    duplicates: 0,
+    late: 0,
+    results: 0,
+    revisions: 0,
+    expiredKeys: 0,
+  };
+
+  constructor(input: EventTimeEngineOptions<P, R>, snapshot?: unknown) {
+    this.options = validateEngineOptions(input);
+    this.specs = new Map(this.options.windows.map((w) => [w.name, w]));
+    this.partitions = new PartitionWatermarks(this.options.outOfOrdernessMs, this.options.idleTimeoutMs);
+    if (snapshot !== undefined) this.restore(checkSnapshot<P>(snapshot));
+  }
+
+  ingest(event: StreamEvent<P>): StreamEffect<P, R>[] {
+    checkEvent(event);
+    if (this.seen.has(event.eventId)) {
+      this.counters.duplicates++;
+      return [{ kind: 'duplicate', event }];
+    }
+    const now = this.options.clock();
+    // Remember from the later of its time and now's watermark, so a late event's id outlives its arrival.
+    const forgetAt = Math.max(event.eventTime, this.wm) + this.options.dedupeTtlMs;
+    this.remember(event.eventId, Math.ceil(forgetAt / DEDUPE_BUCKET_MS) * DEDUPE_BUCKET_MS);
+    this.partitions.observe(event.partition, event.eventTime, now);
+    const effects: StreamEffect<P, R>[] = [];
+    if (this.isTooLate(event)) {
+      this.counters.late++;
+      effects.push({ kind: 'late', event, watermark: this.wm });
+    } else {
+      this.apply(event, effects);
+    }
+    this.advance(now, effects);
+    return effects;
+  }
+
+  tick(): StreamEffect<P, R>[] {
+    const effects: StreamEffect<P, R>[] = [];
+    this.advance(this.options.clock(), effects);
+    return effects;
+  }
+
+  flush(): StreamEffect<P, R>[] {
+    const effects: StreamEffect<P, R>[] = [];
+    this.wm = END_OF_INPUT;
+    this.runTimers(effects);
+    return effects;
+  }
+
+  watermark(): number | null {
+    return this.wm === NO_WATERMARK ? null : this.wm;
+  }
+
+  latest(key: string, name: string): StreamEvent<P> | undefined {
+    return this.keys.get(key)?.latest.get(name)?.event;
+  }
+
+  hasKey(key: string): boolean {
+    return this.keys.has(key);
+  }
+
+  evaluate(key: string, window: string, start: number): { result: R; eventCount: number } | undefined {
+    const spec = this.specs.get(window);
+    const ws = this.keys.get(key)?.windows.get(window);
+    if (spec === undefined || ws === undefined || !ws.emitted.has(start)) return undefined;
+    const end = start + spec.sizeMs;
+    const events = eventsIn(ws.entries, start, end);
+    return { result: spec.result(events, { key, window, start, end }), eventCount: events.length };
+  }
+
+  stats(): EngineStats {
+    return {
+      watermark: this.watermark(),
+      keys: this.keys.size,
+      openWindows: this.openWindows,
+      bufferedEvents: this.buffered,
+      dedupeIds: this.seen.size,
+      partitions: this.partitions.size,
+      activePartitions: this.partitions.activeCount(this.options.clock()),
+      approxBytes: this.bytes,
+      counters: { ...this.counters },
+    };
+  }
+
+  snapshot(): EngineSnapshot<P> {
+    const keys: KeySnapshot<P>[] = [...this.keys.values()]
+      .sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0))
+      .map((ks) => ({
+        key: ks.key,
+        lastEventTime: ks.lastEventTime,
+        // In spec order, not arrival order, so equal state gives byte-equal snapshots.
+        windows: this.options.windows.flatMap((spec) => {
+          const w = ks.windows.get(spec.name);
+          if (w === undefined) return [];
+          return [
+            {
+              name: spec.name,
+              events: w.entries.map((e) => e.event),
+              emitted: [...w.emitted.entries()].sort((a, b) => a[0] - b[0]),
+            },
+          ];
+        }),
+        latest: this.options.latest.flatMap((spec) => {
+          const e = ks.latest.get(spec.name);
+          return e === undefined ? [] : [{ name: spec.name, event: e.event }];
+        }),
+      }));
+    return {
+      version: SNAPSHOT_VERSION,
+      watermark: this.watermark(),
+      partitions: this.partitions.snapshot(),
+      keys,
+      dedupe: [...this.seen.entries()].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0)),
+      counters: { ...this.counters },
+    };
+  }
+
+  /** An event changes nothing once every window it belongs to has closed (watermark ≥ end + lateness). */
+  private isTooLate(event: StreamEvent<P>): boolean {
+    let lastEnd = Number.NEGATIVE_INFINITY;
+    for (const spec of this.options.windows) {
+      if (spec.accepts !== undefined && !spec.accepts(event)) continue;
+      lastEnd = Math.max(lastEnd, lastEndOf(event.eventTime, spec.sizeMs, spec.stepMs));
+    }
+    // An event no window takes (e.g. last-valid state only) is treated as a 1 ms window of its own.
+    if (lastEnd === Number.NEGATIVE_INFINITY) lastEnd = event.eventTime + 1;
+    return this.wm >= lastEnd + this.options.allowedLatenessMs;
+  }
+
+  private apply(event: StreamEvent<P>, effects: StreamEffect<P, R>[]): void {
+    const { allowedLatenessMs } = this.options;
+    let ks = this.keys.get(event.key);
+    if (ks === undefined) {
+      ks = {
+        key: event.key,
+        lastEventTime: event.eventTime,
+        expireTimerAt: null,
+        windows: new Map(),
+        latest: new Map(),
+        bytes: KEY_OVERHEAD_BYTES + 2 * event.key.length,
+      };
+      this.keys.set(event.key, ks);
+      this.bytes += ks.bytes;
+    }
+    effects.push({ kind: 'accepted', event, behindWatermark: event.eventTime < this.wm });
+    this.counters.accepted++;
+    const bytes = estimateEventBytes(event);
+
+    for (const spec of this.options.windows) {
+      if (spec.accepts !== undefined && !spec.accepts(event)) continue;
+      const open = windowStartsFor(event.eventTime, spec.sizeMs, spec.stepMs).filter(
+        (start) => this.wm < start + spec.sizeMs + allowedLatenessMs,
+      );
+      if (open.length === 0) continue;
+      let ws = ks.windows.get(spec.name);
+      if (ws === undefined) {
+        ws = { entries: [], emitted: new Map() };
+        ks.windows.set(spec.name, ws);
+      }
+      insertSorted(ws.entries, { event, bytes });
+      this.addBytes(ks, bytes);
+      this.buffered++;
+      for (const start of open) {
+        const end = start + spec.sizeMs;
+        const emitted = ws.emitted.get(start);
+        if (emitted === undefined) {
+          ws.emitted.set(start, 0);
+          this.openWindows++;
+          this.addBytes(ks, WINDOW_TRACKER_BYTES);
+          // A window first opened by a late event has already been passed: it fires at once.
+          if (end <= this.wm) this.emit(ks, spec, ws, start, effects);
+          else this.timers.push({ at: end, kind: TimerKind.Fire, key: ks.key, window: spec.name, start });
+        } else if (emitted > 0) {
+          this.emit(ks, spec, ws, start, effects);
+        }
+      }
+    }
+
+    for (const spec of this.options.latest) {
+      if (spec.accepts !== undefined && !spec.accepts(event)) continue;
+      const current = ks.latest.get(spec.name);
+      if (current !== undefined && compareEvents(current.event, event) >= 0) continue;
+      if (current !== undefined) this.addBytes(ks, -current.bytes);
+      ks.latest.set(spec.name, { event, bytes });
+      this.addBytes(ks, bytes);
+    }
+
+    if (event.eventTime > ks.lastEventTime) ks.lastEventTime = event.eventTime;
+    if (ks.expireTimerAt === null) this.scheduleExpiry(ks);
+  }
+
+  /** Emits the window's result: revision 0 the first time, then 1, 2, … */
+  private emit(
+    ks: KeyState<P>,
+    spec: ResolvedWindowSpec<P, R>,
+    ws: WindowState<P>,
+    start: number,
+    effects: StreamEffect<P, R>[],
+  ): void {
+    const end = start + spec.sizeMs;
+    const revision = ws.emitted.get(start) ?? 0;
+    const events = eventsIn(ws.entries, start, end);
+    const window = { key: ks.key, window: spec.name, start, end };
+    const result = spec.result(events, window);
+    ws.emitted.set(start, revision + 1);
+    if (revision === 0) {
+      this.counters.results++;
+      this.timers.push({
+        at: end + this.options.allowedLatenessMs,
+        kind: TimerKind.Close,
+        key: ks.key,
+        window: spec.name,
+        start,
+      });
+    } else {
+      this.counters.revisions++;
+    }
+    effects.push({
+      kind: 'result',
+      ...window,
+      revision,
+      result,
+      eventCount: events.length,
+      watermark: this.wm,
+    });
+  }
+
+  private advance(now: number, effects: StreamEffect<P, R>[]): void {
+    if (this.partitions.size === 0) return;
+    const w = this.partitions.current(now);
+    if (w > this.wm) this.wm = w;
+    this.runTimers(effects);
+  }
+
+  private runTimers(effects: StreamEffect<P, R>[]): void {
+    for (let top = this.timers.peek(); top !== undefined && top.at <= this.wm; top = this.timers.peek()) {
+      this.timers.pop();
+      if (top.kind === TimerKind.Forget) {
+        this.forget(top.at);
+        continue;
+      }
+      const ks = this.keys.get(top.key);
+      if (ks === undefined) continue;
+      if (top.kind === TimerKind.Expire) {
+        this.expire(ks, top.at, effects);
+        continue;
+      }
+      const spec = this.specs.get(top.window)!;
+      const ws = ks.windows.get(top.window);
+      const emitted = ws?.emitted.get(top.start);
+      if (ws === undefined || emitted === undefined) continue;
+      if (top.kind === TimerKind.Close) this.close(ks, spec, ws, top.start);
+      else if (emitted === 0) this.emit(ks, spec, ws, top.start, effects);
+    }
+  }
+
+  /** Past allowed lateness: the window is final; drop it and every event no open window still needs. */
+  private close(ks: KeyState<P>, spec: ResolvedWindowSpec<P, R>, ws: WindowState<P>, start: number): void {
+    ws.emitted.delete(start);
+    this.openWindows--;
+    this.addBytes(ks, -WINDOW_TRACKER_BYTES);
+    // Windows of one key and spec close in end order, so every window ending by this one has closed; the
+    // watermark itself may be far ahead (a jump, flush) with later windows still to fire from these events.
+    const closedEnd = start + spec.sizeMs;
+    let drop = 0;
+    while (drop < ws.entries.length) {
+      const entry = ws.entries[drop]!;
+      if (lastEndOf(entry.event.eventTime, spec.sizeMs, spec.stepMs) > closedEnd) break;
+      this.addBytes(ks, -entry.bytes);
+      drop++;
+    }
+    if (drop > 0) {
+      ws.entries.splice(0, drop);
+      this.buffered -= drop;
+    }
+    if (ws.entries.length === 0 && ws.emitted.size === 0) ks.windows.delete(spec.name);
+  }
+
+  private scheduleExpiry(ks: KeyState<P>): void {
+    const at = ks.lastEventTime + this.options.stateTtlMs;
+    ks.expireTimerAt = at;
+    this.timers.push({ at, kind: TimerKind.Expire, key: ks.key, window: '', start: 0 });
+  }
+
+  private expire(ks: KeyState<P>, at: number, effects: StreamEffect<P, R>[]): void {
+    ks.expireTimerAt = null;
+    // Newer events moved the deadline: re-queue rather than keep one timer per event. Compared with the
+    // timer's own time, not the watermark: after a jump the key's later windows must still fire first.
+    if (ks.lastEventTime + this.options.stateTtlMs > at) {
+      this.scheduleExpiry(ks);
+      return;
+    }
+    for (const ws of ks.windows.values()) {
+      this.openWindows -= ws.emitted.size;
+      this.buffered -= ws.entries.length;
+    }
+    this.keys.delete(ks.key);
+    this.bytes -= ks.bytes;
+    this.counters.expiredKeys++;
+    effects.push({ kind: 'expired', key: ks.key, lastEventTime: ks.lastEventTime });
+  }
+
+  private remember(eventId: string, forgetAt: number): void {
+    this.seen.set(eventId, forgetAt);
+    this.bytes += DEDUPE_OVERHEAD_BYTES + 2 * eventId.length;
+    const bucket = this.forgetBuckets.get(forgetAt);
+    if (bucket !== undefined) {
+      bucket.push(eventId);
+      return;
+    }
+    this.forgetBuckets.set(forgetAt, [eventId]);
+    this.timers.push({ at: forgetAt, kind: TimerKind.Forget, key: '', window: '', start: 0 });
+  }
+
+  private forget(at: number): void {
+    const bucket = this.forgetBuckets.get(at);
+    if (bucket === undefined) return;
+    this.forgetBuckets.delete(at);
+    for (const eventId of bucket) {
+      if (this.seen.delete(eventId)) this.bytes -= DEDUPE_OVERHEAD_BYTES + 2 * eventId.length;
+    }
+  }
+
+  private addBytes(ks: KeyState<P>, delta: number): void {
+    ks.bytes += delta;
+    this.bytes += delta;
+  }
+
+  private restore(snapshot: EngineSnapshot<P>): void {
+    this.wm = snapshot.watermark ?? NO_WATERMARK;
+    this.partitions.restore(snapshot.partitions);
+    Object.assign(this.counters, snapshot.counters);
+    for (const [eventId, forgetAt] of snapshot.dedupe) this.remember(eventId, forgetAt);
+    for (const k of snapshot.keys) {
+      const ks: KeyState<P> = {
+        key: k.key,
+        lastEventTime: k.lastEventTime,
+        expireTimerAt: null,
+        windows: new Map(),
+        latest: new Map(),
+        bytes: KEY_OVERHEAD_BYTES + 2 * k.key.length,
+      };
+      this.keys.set(k.key, ks);
+      this.bytes += ks.bytes;
+      for (const w of k.windows) {
+        const spec = this.specs.get(w.name);
+        if (spec === undefined) {
+          throw new StreamSnapshotError(
+            `$.keys[${k.key}].windows`,
+            `snapshot has window ${w.name}, which the options do not define`,
+          );
+        }
+        const ws: WindowState<P> = { entries: [], emitted: new Map() };
+        for (const event of w.events) {
+          checkEvent(event);
+          const bytes = estimateEventBytes(event);
+          ws.entries.push({ event, bytes });
+          this.addBytes(ks, bytes);
+        }
+        ws.entries.sort((a, b) => compareEvents(a.event, b.event));
+        this.buffered += ws.entries.length;
+        for (const [start, emitted] of w.emitted) {
+          ws.emitted.set(start, emitted);
+          this.openWindows++;
+          this.addBytes(ks, WINDOW_TRACKER_BYTES);
+          const end = start + spec.sizeMs;
+          this.timers.push(
+            emitted === 0
+              ? { at: end, kind: TimerKind.Fire, key: k.key, window: w.name, start }
+              : {
+                  at: end + this.options.allowedLatenessMs,
+                  kind: TimerKind.Close,
+                  key: k.key,
+                  window: w.name,
+                  start,
+                },
+          );
+        }
+        ks.windows.set(w.name, ws);
+      }
+      for (const l of k.latest) {
+        checkEvent(l.event);
+        const bytes = estimateEventBytes(l.event);
+        ks.latest.set(l.name, { event: l.event, bytes });
+        this.addBytes(ks, bytes);
+      }
+      this.scheduleExpiry(ks);
+    }
+  }
+}
+
+/**
+ * Creates the engine, optionally from a `snapshot()` of one built with the same window and latest specs.
+ * Options are validated up front (StreamOptionError); a malformed snapshot throws StreamSnapshotError.
+ */
+export function createEventTimeEngine<P = unknown, R = unknown>(
+  options: EventTimeEngineOptions<P, R>,
+  snapshot?: EngineSnapshot<P> | unknown,
+): EventTimeEngine<P, R> {
+  return new Engine(options, snapshot);
+}

@@ -1,0 +1,26 @@
+export { createEventTimeEngine, END_OF_INPUT, type EventTimeEngine } from './engine';
+export { StreamEventError, StreamOptionError, StreamSnapshotError } from './errors';
+export { MAX_WINDOWS_PER_EVENT, validateEngineOptions } from './options';
+export {
+  type EngineSnapshot,
+  type KeySnapshot,
+  SNAPSHOT_VERSION,
+  type WindowStateSnapshot,
+} from './snapshot';
+export type {
+  AcceptedEffect,
+  DuplicateEffect,
+  EngineCounters,
+  EngineStats,
+  EventTimeEngineOptions,
+  ExpiredEffect,
+  LateEffect,
+  LatestSpec,
+  ResultEffect,
+  StreamEffect,
+  StreamEvent,
+  WindowRef,
+  WindowSpec,
+} from './types';
+export type { PartitionState } from './watermark';
+export { windowStartsFor } from './windows';
