@@ -185,7 +185,7 @@ export function simulateDelivery(
   const routeKm = legs[0]!.km + legs[1]!.km;
   const driverSpeedKmh = Math.min(40, Math.max(10, rng.normal(24, 6)));
   const promisedMs =
-    startMs + Math.round((routeKm / NOMINAL_SPEED_KMH) * 3_600_000 + rng.uniform(4, 12) * 60_000);
+    startMs + wholeSeconds((routeKm / NOMINAL_SPEED_KMH) * 3_600_000 + rng.uniform(4, 12) * 60_000);
 
   const events: DeliveryEvent[] = [];
   let seq = 0;
