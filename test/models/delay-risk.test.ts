@@ -121,7 +121,9 @@ describe('served by the server', () => {
     const client = await WsClient.connect(server.wsUrl);
     const viaWs = await client.request({ id: 1, model: 'delay-risk', input: row });
     client.close();
-    const wsRisk = (viaWs.result as { risk: number[] }).risk;
+    // A single-output model answers with the output itself.
+    expect(viaWs).toMatchObject({ model: 'delay-risk', version: '1' });
+    const wsRisk = viaWs.result as number[];
     expect(wsRisk).toHaveLength(1);
     expect(wsRisk[0]).toBeCloseTo(expected!, 6);
     const http = await postJson(`${server.url}/v2/models/delay-risk/infer`, {
