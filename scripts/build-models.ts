@@ -18,13 +18,14 @@ import * as path from 'node:path';
 import { Command } from 'commander';
 import { buildBench } from './models/bench';
 import { serializeConfig, validateConfig } from './models/config';
+import { buildDelayRisk } from './models/delay-risk';
 import { buildDigits } from './models/digits';
 import { DIGITS_DATA_FILE } from './models/digits-data';
 import { buildEcho } from './models/echo';
 import type { BuiltModel } from './models/types';
 import { buildUpper } from './models/upper';
 
-export const MODEL_NAMES = ['echo', 'upper', 'digits', 'bench'] as const;
+export const MODEL_NAMES = ['echo', 'upper', 'digits', 'bench', 'delay-risk'] as const;
 export type ModelName = (typeof MODEL_NAMES)[number];
 
 export const DEFAULT_DATA = DIGITS_DATA_FILE;
@@ -61,6 +62,8 @@ export async function buildModel(
       return buildDigits(opts.dataPath, opts.log);
     case 'bench':
       return buildBench();
+    case 'delay-risk':
+      return buildDelayRisk(opts.log);
   }
 }
 

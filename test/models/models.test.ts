@@ -14,7 +14,7 @@ import { buildEcho } from '../../scripts/models/echo';
 import { buildUpper } from '../../scripts/models/upper';
 import { digits, digitsPath, MODELS_DIR, modelFile, REPO_ROOT } from './data';
 
-const EXPECTED_MODELS = ['bench', 'digits', 'echo', 'upper'];
+const EXPECTED_MODELS = ['bench', 'delay-risk', 'digits', 'echo', 'upper'];
 
 function readConfig(name: string): ModelConfig {
   return JSON.parse(readFileSync(path.join(MODELS_DIR, name, 'config.json'), 'utf8')) as ModelConfig;

@@ -1,0 +1,30 @@
+/** Great-circle geometry for driver positions (WGS-84 degrees, spherical Earth). */
+
+export const EARTH_RADIUS_KM = 6371.0088;
+
+const RAD = Math.PI / 180;
+
+/** Haversine distance in kilometres. */
+export function haversineKm(lat1: number, lon1: number, lat2: number, lon2: number): number {
+  const dLat = (lat2 - lat1) * RAD;
+  const dLon = (lon2 - lon1) * RAD;
+  const a = Math.sin(dLat / 2) ** 2 + Math.cos(lat1 * RAD) * Math.cos(lat2 * RAD) * Math.sin(dLon / 2) ** 2;
+  return 2 * EARTH_RADIUS_KM * Math.asin(Math.min(1, Math.sqrt(a)));
+}
+
+/** The point `km` away from (lat, lon) along `bearingDeg` (0 = north, 90 = east). */
+export function destinationPoint(
+  lat: number,
+  lon: number,
+  bearingDeg: number,
+  km: number,
+): { lat: number; lon: number } {
+  const d = km / EARTH_RADIUS_KM;
+  const b = bearingDeg * RAD;
+  const p1 = lat * RAD;
+  const l1 = lon * RAD;
+  const p2 = Math.asin(Math.sin(p1) * Math.cos(d) + Math.cos(p1) * Math.sin(d) * Math.cos(b));
+  const l2 =
+    l1 + Math.atan2(Math.sin(b) * Math.sin(d) * Math.cos(p1), Math.cos(d) - Math.sin(p1) * Math.sin(p2));
+  return { lat: p2 / RAD, lon: ((l2 / RAD + 540) % 360) - 180 };
+}

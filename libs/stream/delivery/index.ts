@@ -1,0 +1,5 @@
+/** The reference workload (food-delivery events): schema, validation, contract shapes, model features. */
+export * from './contract';
+export * from './features';
+export * from './geo';
+export * from './schema';

@@ -1,0 +1,3 @@
+/** The reference workload simulator: a seeded generator of food-delivery events and its real-time pacer. */
+export * from './generator';
+export * from './runner';

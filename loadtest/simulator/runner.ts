@@ -1,0 +1,55 @@
+/**
+ * Paces a simulation in real time for a publisher (the `streaminfer simulate` CLI): event times
+ * start at the run's wall-clock start, and each record is handed over when its publishAt comes.
+ */
+import { type SimOptions, type SimRecord, simulationRecords } from './generator';
+
+export interface PaceOptions {
+  /** Wall clock (epoch ms). */
+  now: () => number;
+  sleep: (ms: number) => Promise<void>;
+}
+
+export interface Publishable {
+  /** Epoch ms at which the record was due. */
+  publishAt: number;
+  record: SimRecord;
+}
+
+/** GPS interval that makes N deliveries produce about `rate` events/s (GPS dominates the mix). */
+export function gpsIntervalForRate(rate: number, deliveries: number): number {
+  if (!(rate > 0)) throw new Error(`simulator: rate must be > 0, got ${rate}`);
+  return Math.max(1, Math.round((deliveries / rate) * 1000));
+}
+
+/** Options for a live run: event times from now, ids unique to this run. */
+export function liveOptions(o: Partial<SimOptions> & { rate?: number }, now: number): Partial<SimOptions> {
+  const { rate, ...rest } = o;
+  const deliveries = rest.deliveries ?? 50;
+  return {
+    ...rest,
+    deliveries,
+    startMs: now,
+    idPrefix: rest.idPrefix ?? `r${now.toString(36)}-`,
+    ...(rate !== undefined ? { gpsIntervalMs: gpsIntervalForRate(rate, deliveries) } : {}),
+  };
+}
+
+/** Yields each record at its publish time (never early); a slow consumer makes it catch up, not skip. */
+export async function* paced(records: Iterable<SimRecord>, p: PaceOptions): AsyncGenerator<Publishable> {
+  for (const record of records) {
+    const wait = record.publishAtMs - p.now();
+    if (wait > 0) await p.sleep(wait);
+    yield { publishAt: record.publishAtMs, record };
+  }
+}
+
+/** A live run: liveOptions + simulationRecords + paced, on the real clock. */
+export function liveRun(
+  o: Partial<SimOptions> & { rate?: number },
+  p?: Partial<PaceOptions>,
+): AsyncGenerator<Publishable> {
+  const now = p?.now ?? Date.now;
+  const sleep = p?.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
+  return paced(simulationRecords(liveOptions(o, now())), { now, sleep });
+}
