@@ -1,3 +1,5 @@
+// The reference workload (delivery events: schema, validation, contract shapes, features).
+export * from './delivery';
 export { createEventTimeEngine, END_OF_INPUT, type EventTimeEngine } from './engine';
 export { StreamEventError, StreamOptionError, StreamSnapshotError } from './errors';
 export { MAX_WINDOWS_PER_EVENT, validateEngineOptions } from './options';

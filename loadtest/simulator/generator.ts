@@ -28,7 +28,7 @@ import {
   haversineKm,
   type StatusEvent,
   toWire,
-} from '../../libs/stream/delivery';
+} from '../../libs/stream';
 import { MinHeap } from './heap';
 import { SimRng, subSeed } from './rng';
 

@@ -7,13 +7,7 @@
  * Slice(class 1) = `risk` [batch, 1]. Feature scaling lives in the graph, so the pipeline
  * feeds the raw feature vector.
  */
-import {
-  computeFeatures,
-  FEATURE_NAMES,
-  featureVector,
-  N_FEATURES,
-  slideTimes,
-} from '../../libs/stream/delivery';
+import { computeFeatures, FEATURE_NAMES, featureVector, N_FEATURES, slideTimes } from '../../libs/stream';
 import { simulate } from '../../loadtest/simulator';
 import type { ModelConfig } from './config';
 import { markdownTable } from './digits';

@@ -1,4 +1,4 @@
-import { haversineKm, parseEvent } from '../../libs/stream/delivery';
+import { haversineKm, parseEvent } from '../../libs/stream';
 import {
   type DeliveryTruth,
   gpsIntervalForRate,

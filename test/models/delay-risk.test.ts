@@ -7,7 +7,7 @@ import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import * as ort from 'onnxruntime-node';
-import { computeFeatures, FEATURE_NAMES, featureVector, N_FEATURES } from '../../libs/stream/delivery';
+import { computeFeatures, FEATURE_NAMES, featureVector, N_FEATURES } from '../../libs/stream';
 import { simulate } from '../../loadtest/simulator';
 import { serializeConfig } from '../../scripts/models/config';
 import { auc, DELAY_RISK_CONFIG, MIN_HELD_OUT_AUC } from '../../scripts/models/delay-risk';
