@@ -94,13 +94,14 @@ describe('streaminfer simulate', () => {
       '--duplicates',
       '0.2',
       '--too-late',
-      '0.2',
+      '0.3',
       '--too-late-delay-s',
       '0',
       '--invalid',
-      '0.1',
+      '0.25',
+      // Seed 1 puts records of every kind inside these 4 s (a too-late one waits up to 30 s more).
       '--seed',
-      '7',
+      '1',
       '--json',
       ...args,
     ]);
@@ -148,33 +149,47 @@ describe('streaminfer simulate', () => {
     expect(deliveries.size).toBe(s.deliveries);
   }, 15_000);
 
-  it('stops cleanly on SIGINT and still prints the summary', async () => {
-    const { stream, args } = unique();
-    const child = runCli([
-      'simulate',
-      '--rate',
-      '20',
-      '--deliveries',
-      '20',
-      '--duration',
-      '60',
-      '--json',
-      ...args,
-    ]);
-    let out = '';
-    child.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
-    child.stderr!.on('data', (chunk: Buffer) => (out += chunk.toString()));
-    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-    const deadline = Date.now() + 8000;
-    while (!out.includes('simulate t=') && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-    child.kill('SIGINT');
-    const code = await exited;
-    expect({ code, out }).toMatchObject({ code: 0 });
-    const s = lastJsonLine(out);
-    expect(s.stopped).toBe('SIGINT');
-    expect(s.elapsed_s).toBeLessThan(10);
-    expect((await nats.jsm.streams.info(stream)).state.messages).toBe(s.stored);
-  }, 15_000);
+  it.each([
+    ['SIGINT', true],
+    ['SIGTERM', false],
+  ] as const)(
+    'stops cleanly on %s and still prints the summary (JSON: %s)',
+    async (signal, json) => {
+      const { stream, args } = unique();
+      const child = runCli([
+        'simulate',
+        '--rate',
+        '20',
+        '--deliveries',
+        '20',
+        '--duration',
+        '60',
+        ...(json ? ['--json'] : []),
+        ...args,
+      ]);
+      let out = '';
+      child.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
+      child.stderr!.on('data', (chunk: Buffer) => (out += chunk.toString()));
+      const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+      const deadline = Date.now() + 8000;
+      while (!out.includes('simulate t=') && Date.now() < deadline)
+        await new Promise((r) => setTimeout(r, 50));
+      child.kill(signal);
+      const code = await exited;
+      expect({ code, out }).toMatchObject({ code: 0 });
+      const stored = (await nats.jsm.streams.info(stream)).state.messages;
+      if (json) {
+        const s = lastJsonLine(out);
+        expect(s.stopped).toBe(signal);
+        expect(s.elapsed_s).toBeLessThan(10);
+        expect(stored).toBe(s.stored);
+      } else {
+        expect(out).toMatch(new RegExp(`simulate: stopped by ${signal} after [\\d.]+ s`));
+        expect(out).toMatch(new RegExp(`broker duplicates 0 \\(stored ${stored}\\), failed 0`));
+      }
+    },
+    15_000,
+  );
 
   it('refuses bad options before any I/O, naming the option', async () => {
     const base = ['simulate', '--nats', 'nats://127.0.0.1:1'];
