@@ -224,6 +224,26 @@ describe('streaminfer simulate', () => {
     });
   }, 15_000);
 
+  it('refuses a stream of that name that does not capture the events subjects (never rewrites it)', async () => {
+    const { stream, args } = unique();
+    await nats.jsm.streams.add({ name: stream, subjects: [`${stream}.other.>`] });
+    const r = await runCliToExit([
+      'simulate',
+      '--rate',
+      '5',
+      '--deliveries',
+      '5',
+      '--duration',
+      '1',
+      ...args,
+    ]);
+    expect(r.code).toBe(1);
+    expect(r.out).toMatch(new RegExp(`stream ${stream} exists without subjects .*\\[stream_mismatch\\]`));
+    const info = await nats.jsm.streams.info(stream);
+    expect(info.config.subjects).toEqual([`${stream}.other.>`]);
+    expect(info.state.messages).toBe(0);
+  }, 15_000);
+
   it('exits non-zero with a clear message when NATS is unreachable', async () => {
     const r = await runCliToExit([
       'simulate',
