@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-/** `streaminfer` command line: serve, status, reload, models. */
+/** `streaminfer` command line: serve, status, reload, models, bench, simulate. */
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import { Command, Option } from 'commander';
@@ -9,6 +9,7 @@ import { assertNativeUws } from '../../libs/inference/uws-check';
 import { Supervisor } from '../supervisor/supervisor';
 import { type BenchModelOptions, benchModel, formatBenchModel } from './bench-model';
 import { ClientError, callServer, defaultUrl } from './client';
+import { registerSimulate } from './simulate';
 
 const program = new Command();
 program
@@ -527,6 +528,8 @@ bench
     const result = await benchModel(options);
     console.log(flags.json ? JSON.stringify(result, null, 2) : formatBenchModel(result));
   });
+
+registerSimulate(program, fail);
 
 function fail(message: string): never {
   console.error(`streaminfer: ${message}`);

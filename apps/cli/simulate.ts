@@ -1,0 +1,408 @@
+/**
+ * `streaminfer simulate`: publishes the reference delivery workload to JetStream in real time.
+ *
+ * Each record goes to `<eventsPrefix>.<delivery_id>` with `Msg-Id = event_id` (a duplicate reuses it, so
+ * the broker dedupes it inside its window and says so in the PubAck). PubAcks are awaited with bounded
+ * concurrency: a slow broker holds the pacer back (it catches up later, never skips) instead of growing an
+ * unbounded queue of pending publishes.
+ */
+import type { Command } from 'commander';
+import { liveOptions, paced, type SimRecord, simulationRecords } from '../../loadtest/simulator';
+import {
+  connectNats,
+  DEFAULT_DUPLICATE_WINDOW_MS,
+  DEFAULT_NATS_URL,
+  JetStreamSink,
+  keySubject,
+  provisionStreams,
+  StreamIoError,
+  streamLayout,
+} from '../stream';
+
+export interface SimulateConfig {
+  nats: string;
+  rate: number;
+  deliveries: number;
+  durationMs: number;
+  disorderMs: number;
+  duplicateFraction: number;
+  tooLateFraction: number;
+  tooLateDelayMs: number;
+  invalidFraction: number;
+  seed: number;
+  subjectRoot: string;
+  eventsStream: string;
+  duplicateWindowMs: number;
+  maxInflight: number;
+  progressMs: number;
+  json: boolean;
+}
+
+/** A bad flag: the message names it, and the CLI exits 2 before any I/O. */
+export class SimulateOptionError extends Error {}
+
+export interface SimulateSummary {
+  /** Records the broker acknowledged (every kind). */
+  sent: number;
+  /** Of those: ordinary events, duplicates (re-sent Msg-Id), too-late events, invalid payloads. */
+  events: number;
+  duplicates: number;
+  too_late: number;
+  invalid: number;
+  /** PubAcks that said the Msg-Id was already stored: the broker's own dedupe. */
+  broker_duplicates: number;
+  /** Messages the stream gained: sent − broker_duplicates. */
+  stored: number;
+  /** Records given up on after every publish attempt failed. */
+  failed: number;
+  /** Deliveries with at least one record published, and how many of them end late (ground truth). */
+  deliveries: number;
+  deliveries_late: number;
+  /** Deliveries whose `delivered` status was published within the run. */
+  deliveries_delivered: number;
+  elapsed_s: number;
+  rate_target: number;
+  rate_actual: number;
+  seed: number;
+  stream: string;
+  subject_prefix: string;
+  /** What ended the run. */
+  stopped: 'duration' | 'SIGINT' | 'SIGTERM';
+}
+
+type Flags = Record<string, string | boolean | undefined>;
+
+function numberFlag(flags: Flags, key: string, flag: string, fallback?: number): number {
+  const raw = flags[key];
+  if (raw === undefined) {
+    if (fallback === undefined) throw new SimulateOptionError(`${flag} is required`);
+    return fallback;
+  }
+  const value = typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : Number.NaN;
+  if (!Number.isFinite(value)) throw new SimulateOptionError(`${flag} must be a number (got ${String(raw)})`);
+  return value;
+}
+
+function check(ok: boolean, flag: string, rule: string, value: number): void {
+  if (!ok) throw new SimulateOptionError(`${flag} must be ${rule} (got ${value})`);
+}
+
+/** Flags (commander's strings) → a checked config; every error names its flag. */
+export function parseSimulateFlags(flags: Flags): SimulateConfig {
+  const rate = numberFlag(flags, 'rate', '--rate');
+  check(rate > 0, '--rate', 'a number > 0 (events/s)', rate);
+  const deliveries = numberFlag(flags, 'deliveries', '--deliveries');
+  check(Number.isInteger(deliveries) && deliveries >= 1, '--deliveries', 'an integer >= 1', deliveries);
+  // The generator drives in 1-second ticks: a delivery emits at most one GPS event per second.
+  if (rate > deliveries) {
+    throw new SimulateOptionError(
+      `--rate ${rate} needs --deliveries >= ${Math.ceil(rate)}: each delivery sends at most one GPS event per second (got --deliveries ${deliveries})`,
+    );
+  }
+  const duration = numberFlag(flags, 'duration', '--duration');
+  check(duration > 0, '--duration', 'a number of seconds > 0', duration);
+  const disorder = numberFlag(flags, 'disorderS', '--disorder-s', 0);
+  check(disorder >= 0, '--disorder-s', 'a number of seconds >= 0', disorder);
+  const fraction = (key: string, flag: string): number => {
+    const value = numberFlag(flags, key, flag, 0);
+    check(value >= 0 && value < 1, flag, 'a fraction in [0, 1)', value);
+    return value;
+  };
+  const duplicateFraction = fraction('duplicates', '--duplicates');
+  const tooLateFraction = fraction('tooLate', '--too-late');
+  const invalidFraction = fraction('invalid', '--invalid');
+  const tooLateDelay = numberFlag(flags, 'tooLateDelayS', '--too-late-delay-s', 300);
+  check(tooLateDelay >= 0, '--too-late-delay-s', 'a number of seconds >= 0', tooLateDelay);
+  const seed = numberFlag(flags, 'seed', '--seed', 1);
+  check(Number.isSafeInteger(seed), '--seed', 'an integer', seed);
+  const maxInflight = numberFlag(flags, 'maxInflight', '--max-inflight', 256);
+  check(Number.isInteger(maxInflight) && maxInflight >= 1, '--max-inflight', 'an integer >= 1', maxInflight);
+  const progress = numberFlag(flags, 'progressS', '--progress-s', 1);
+  check(progress >= 0, '--progress-s', 'a number of seconds >= 0 (0 = no progress lines)', progress);
+  const window = numberFlag(
+    flags,
+    'duplicateWindowS',
+    '--duplicate-window-s',
+    DEFAULT_DUPLICATE_WINDOW_MS / 1000,
+  );
+  check(Number.isInteger(window) && window >= 1, '--duplicate-window-s', 'an integer >= 1', window);
+  const config: SimulateConfig = {
+    nats: typeof flags['nats'] === 'string' ? flags['nats'] : DEFAULT_NATS_URL,
+    rate,
+    deliveries,
+    durationMs: Math.round(duration * 1000),
+    disorderMs: Math.round(disorder * 1000),
+    duplicateFraction,
+    tooLateFraction,
+    tooLateDelayMs: Math.round(tooLateDelay * 1000),
+    invalidFraction,
+    seed,
+    subjectRoot: typeof flags['subjectRoot'] === 'string' ? flags['subjectRoot'] : '',
+    eventsStream: typeof flags['eventsStream'] === 'string' ? flags['eventsStream'] : 'DELIVERY_EVENTS',
+    duplicateWindowMs: window * 1000,
+    maxInflight,
+    progressMs: Math.round(progress * 1000),
+    json: flags['json'] === true,
+  };
+  // The layout checks the subject root and stream name; report those by their flags too.
+  try {
+    streamLayout({ subjectRoot: config.subjectRoot, eventsStream: config.eventsStream });
+  } catch (err) {
+    const message = (err as Error).message;
+    const flag = message.startsWith('subjectRoot') ? '--subject-root' : '--events-stream';
+    throw new SimulateOptionError(`${flag}: ${message}`);
+  }
+  return config;
+}
+
+/**
+ * Starts `publish` for each item in order, with at most `maxInflight` unresolved at once: when the bound is
+ * reached the loop (and so the pacer feeding it) waits for one to settle. Resolves once all have settled.
+ * `publish` must not reject (failures are its own to count).
+ */
+export async function publishBounded<T>(
+  items: AsyncIterable<T>,
+  publish: (item: T) => Promise<void>,
+  maxInflight: number,
+  stopped: () => boolean,
+  inflight: Set<Promise<void>> = new Set(),
+): Promise<void> {
+  for await (const item of items) {
+    if (stopped()) break;
+    while (inflight.size >= maxInflight) await Promise.race(inflight);
+    const p = publish(item).finally(() => inflight.delete(p));
+    inflight.add(p);
+  }
+  await Promise.all(inflight);
+}
+
+export interface SimulateHooks {
+  /** A progress line (the CLI writes it to stderr, so stdout holds only the summary). */
+  progress?: (line: string) => void;
+  /** Resolves when the run should stop early (a signal); its value is reported as `stopped`. */
+  stop?: Promise<'SIGINT' | 'SIGTERM'>;
+}
+
+/** Runs the simulation to its end (duration or stop) and returns the summary; throws StreamIoError on I/O. */
+export async function runSimulate(
+  config: SimulateConfig,
+  hooks: SimulateHooks = {},
+): Promise<SimulateSummary> {
+  const layout = streamLayout({
+    subjectRoot: config.subjectRoot,
+    eventsStream: config.eventsStream,
+    duplicateWindowMs: config.duplicateWindowMs,
+  });
+  const nats = await connectNats({ servers: config.nats, name: 'streaminfer-simulate' });
+  try {
+    await provisionStreams(nats.jsm, [layout.events]);
+    const sink = new JetStreamSink(nats.js, { maxAttempts: 3 });
+    const startMs = Date.now();
+    const endMs = startMs + config.durationMs;
+    const summary: SimulateSummary = {
+      sent: 0,
+      events: 0,
+      duplicates: 0,
+      too_late: 0,
+      invalid: 0,
+      broker_duplicates: 0,
+      stored: 0,
+      failed: 0,
+      deliveries: 0,
+      deliveries_late: 0,
+      deliveries_delivered: 0,
+      elapsed_s: 0,
+      rate_target: config.rate,
+      rate_actual: 0,
+      seed: config.seed,
+      stream: layout.events.name,
+      subject_prefix: layout.subjects.eventsPrefix,
+      stopped: 'duration',
+    };
+
+    // Truth of deliveries generated but not yet published (a delivery counts once its first record is sent).
+    const unstarted = new Map<string, boolean>();
+    const records = simulationRecords(
+      liveOptions(
+        {
+          rate: config.rate,
+          deliveries: config.deliveries,
+          durationMs: config.durationMs,
+          disorderMs: config.disorderMs,
+          duplicateFraction: config.duplicateFraction,
+          tooLateFraction: config.tooLateFraction,
+          tooLateDelayMs: config.tooLateDelayMs,
+          invalidFraction: config.invalidFraction,
+          seed: config.seed,
+        },
+        startMs,
+      ),
+      (truth) => unstarted.set(truth.delivery_id, truth.late),
+    );
+    // Records come in publish order: the first one past the end ends the run (deliveries still driving are
+    // cut off, as a producer that stops would).
+    function* untilEnd(): Generator<SimRecord> {
+      for (const r of records) {
+        if (r.publishAtMs >= endMs) return;
+        yield r;
+      }
+    }
+
+    let stopped: 'SIGINT' | 'SIGTERM' | null = null;
+    let wake: (() => void) | null = null;
+    hooks.stop?.then((signal) => {
+      stopped = signal;
+      wake?.();
+    });
+    const sleep = (ms: number) =>
+      new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, ms);
+        wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+
+    const inflight = new Set<Promise<void>>();
+    const publishOne = async (r: SimRecord): Promise<void> => {
+      const late = unstarted.get(r.delivery_id);
+      if (late !== undefined) {
+        unstarted.delete(r.delivery_id);
+        summary.deliveries++;
+        if (late) summary.deliveries_late++;
+      }
+      try {
+        const ack = await sink.publish({
+          subject: keySubject(layout.subjects.eventsPrefix, r.delivery_id),
+          data: r.payload,
+          msgId: r.msgId,
+        });
+        summary.sent++;
+        if (ack.duplicate) summary.broker_duplicates++;
+        if (r.kind === 'event') summary.events++;
+        else if (r.kind === 'duplicate') summary.duplicates++;
+        else if (r.kind === 'too_late') summary.too_late++;
+        else summary.invalid++;
+        if (r.kind !== 'duplicate' && r.event?.type === 'status' && r.event.status === 'delivered')
+          summary.deliveries_delivered++;
+      } catch {
+        summary.failed++;
+      }
+    };
+
+    let last = { at: startMs, sent: 0 };
+    const progressLine = (now: number) => {
+      const dt = (now - last.at) / 1000;
+      const rate = dt > 0 ? (summary.sent - last.sent) / dt : 0;
+      last = { at: now, sent: summary.sent };
+      hooks.progress?.(
+        `simulate t=${((now - startMs) / 1000).toFixed(1)}s ${rate.toFixed(0)} events/s  sent ${summary.sent}` +
+          `  duplicates ${summary.duplicates} (broker ${summary.broker_duplicates})  too-late ${summary.too_late}` +
+          `  invalid ${summary.invalid}  failed ${summary.failed}  deliveries ${summary.deliveries}  in flight ${inflight.size}`,
+      );
+    };
+    const ticker =
+      config.progressMs > 0 && hooks.progress
+        ? setInterval(() => progressLine(Date.now()), config.progressMs)
+        : null;
+
+    try {
+      const due = async function* () {
+        for await (const { record } of paced(untilEnd(), { now: Date.now, sleep })) yield record;
+      };
+      await publishBounded(due(), publishOne, config.maxInflight, () => stopped !== null, inflight);
+    } finally {
+      if (ticker) clearInterval(ticker);
+    }
+    const elapsedMs = Date.now() - startMs;
+    summary.stopped = stopped ?? 'duration';
+    summary.stored = summary.sent - summary.broker_duplicates;
+    summary.elapsed_s = Math.round(elapsedMs) / 1000;
+    summary.rate_actual = elapsedMs > 0 ? Math.round((summary.sent / elapsedMs) * 1000 * 10) / 10 : 0;
+    return summary;
+  } finally {
+    await nats.close().catch(() => undefined);
+  }
+}
+
+export function formatSummary(s: SimulateSummary): string {
+  return [
+    `simulate: ${s.stopped === 'duration' ? 'done' : `stopped by ${s.stopped}`} after ${s.elapsed_s} s` +
+      ` on ${s.subject_prefix}.<delivery_id> (stream ${s.stream}, seed ${s.seed})`,
+    `  sent ${s.sent} at ${s.rate_actual} events/s (target ${s.rate_target}): ${s.events} events,` +
+      ` ${s.duplicates} duplicates, ${s.too_late} too late, ${s.invalid} invalid`,
+    `  broker duplicates ${s.broker_duplicates} (stored ${s.stored}), failed ${s.failed}`,
+    `  deliveries ${s.deliveries} (${s.deliveries_late} end late — ground truth; ${s.deliveries_delivered} delivered within the run)`,
+  ].join('\n');
+}
+
+/** A one-line reason for an I/O failure, for the CLI's stderr. */
+export function describeSimulateError(err: unknown): string {
+  if (err instanceof StreamIoError) return `${err.message} [${err.code}]`;
+  return String(err);
+}
+
+/** Declares `simulate` on the CLI. Bad flags exit 2 (via `fail`); an I/O failure exits 1; a signal stops it cleanly. */
+export function registerSimulate(program: Command, fail: (message: string) => never): void {
+  program
+    .command('simulate')
+    .description('publish the reference delivery workload (GPS, status, traffic events) to NATS JetStream')
+    .option('--rate <events/s>', 'target events per second (sets the GPS interval)')
+    .option('--deliveries <n>', 'concurrent deliveries')
+    .option('--duration <s>', 'seconds to publish for')
+    .option('--disorder-s <s>', 'events arrive out of order by up to this many seconds', '0')
+    .option('--duplicates <f>', 'fraction of events published twice (same Msg-Id)', '0')
+    .option('--too-late <f>', 'fraction of events published beyond the allowed lateness', '0')
+    .option('--too-late-delay-s <s>', 'how late a too-late event arrives', '300')
+    .option('--invalid <f>', 'fraction of GPS events replaced by a malformed payload', '0')
+    .option('--seed <n>', 'simulator seed (same seed, same workload shape)', '1')
+    .option('--nats <url>', 'NATS server', DEFAULT_NATS_URL)
+    .option('--subject-root <tokens>', 'prefix of the subjects (<root>.delivery.events.<delivery_id>)')
+    .option('--events-stream <name>', 'input stream, created when missing', 'DELIVERY_EVENTS')
+    .option(
+      '--duplicate-window-s <s>',
+      "the created stream's Msg-Id dedupe window",
+      String(DEFAULT_DUPLICATE_WINDOW_MS / 1000),
+    )
+    .option('--max-inflight <n>', 'publishes awaiting their PubAck at once (backpressure bound)', '256')
+    .option('--progress-s <s>', 'seconds between progress lines on stderr (0 = none)', '1')
+    .option('--json', 'print the summary as JSON')
+    .action(async (flags: Flags) => {
+      let config: SimulateConfig;
+      try {
+        config = parseSimulateFlags(flags);
+      } catch (err) {
+        if (err instanceof SimulateOptionError) fail(`simulate: ${err.message}`);
+        throw err;
+      }
+      let onSignal: (signal: 'SIGINT' | 'SIGTERM') => void = () => undefined;
+      const stop = new Promise<'SIGINT' | 'SIGTERM'>((resolve) => {
+        onSignal = resolve;
+      });
+      const handlers = {
+        SIGINT: () => onSignal('SIGINT'),
+        SIGTERM: () => onSignal('SIGTERM'),
+      };
+      process.once('SIGINT', handlers.SIGINT);
+      process.once('SIGTERM', handlers.SIGTERM);
+      try {
+        const summary = await runSimulate(config, {
+          stop,
+          progress: (line) => process.stderr.write(`${line}\n`),
+        });
+        console.log(config.json ? JSON.stringify(summary) : formatSummary(summary));
+        if (summary.failed > 0) {
+          console.error(
+            `streaminfer: simulate: ${summary.failed} records were not acknowledged by the broker`,
+          );
+          process.exitCode = 1;
+        }
+      } catch (err) {
+        console.error(`streaminfer: simulate: ${describeSimulateError(err)}`);
+        process.exitCode = 1;
+      } finally {
+        process.off('SIGINT', handlers.SIGINT);
+        process.off('SIGTERM', handlers.SIGTERM);
+      }
+    });
+}
