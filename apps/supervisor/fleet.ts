@@ -23,6 +23,21 @@ const COLLECT_TIMEOUT_MS = 5000;
 const START_TIMEOUT_MS = 120000;
 const RESTART_POLL_MS = 50;
 const JOIN_POLL_MS = 10;
+/** A node that served this long before it crashed starts a new crash streak: its restart waits the least. */
+export const STABLE_RUN_MS = 60_000;
+
+/** Backoff before restarting a node that crashed `streak` times in a row: 250 ms, doubling, at most 10 s. */
+export function restartDelayMs(streak: number): number {
+  return Math.min(10_000, 250 * 2 ** Math.min(Math.max(0, streak), 6));
+}
+
+/**
+ * The crash streak after a crash: one more, unless the node had served for a stable run since it was last
+ * ready — then this crash starts a new streak (a crash a week does not wait 10 s forever).
+ */
+export function nextCrashStreak(streak: number, servedMs: number | undefined): number {
+  return servedMs !== undefined && servedMs >= STABLE_RUN_MS ? 1 : streak + 1;
+}
 
 /** The reload steps a test can script to fail (POST /api/debug/fail-step). */
 export const FAILABLE_STEPS = ['prepare', 'commit', 'abort', 'release', 'roll'];
@@ -32,7 +47,12 @@ export interface NodeHandle {
   child: ChildProcess;
   /** At the host's table and epoch and taking part in every reload: set when the node is told to listen. */
   ready: boolean;
+  /** Starts of this node slot after the first (what the node is told; test hooks act on restarts only). */
   restarts: number;
+  /** Crashes in a row without a stable run between them: the restart backoff grows with it. */
+  crashStreak: number;
+  /** When the node was told to listen (undefined while it starts). */
+  readySince: number | undefined;
   lastHealth: NodeHealth | undefined;
 }
 
@@ -89,7 +109,7 @@ export class Fleet {
     return this.portNumber;
   }
 
-  private startNode(index: number, restarts: number): Promise<void> {
+  private startNode(index: number, restarts: number, crashStreak = 0): Promise<void> {
     const logger = this.options.logger;
     // STREAMINFER_NODE_ARGS passes extra Node flags to node processes (profiling: "--cpu-prof --cpu-prof-dir=/tmp/p").
     const extraArgs = process.env.STREAMINFER_NODE_ARGS?.split(/\s+/).filter(Boolean) ?? [];
@@ -98,7 +118,15 @@ export class Fleet {
       serialization: 'advanced',
       execArgv: [...process.execArgv, ...extraArgs],
     });
-    const handle: NodeHandle = { index, child, ready: false, restarts, lastHealth: undefined };
+    const handle: NodeHandle = {
+      index,
+      child,
+      ready: false,
+      restarts,
+      crashStreak,
+      readySince: undefined,
+      lastHealth: undefined,
+    };
     this.nodes[index] = handle;
     return new Promise<void>((resolve, reject) => {
       const timer = setTimeout(
@@ -134,11 +162,15 @@ export class Fleet {
         if (this.stoppingNow) return;
         reject(new Error(`node ${index} exited during start (code ${code}, signal ${signal})`));
         logger.error({ node: index, code, signal }, 'node exited; restarting');
-        const delay = Math.min(10000, 250 * 2 ** Math.min(handle.restarts, 6));
+        const streak = nextCrashStreak(
+          handle.crashStreak,
+          handle.readySince === undefined ? undefined : Date.now() - handle.readySince,
+        );
+        const delay = restartDelayMs(streak - 1);
         // Not unref'd: with --nodes 1 this timer is all that keeps the supervisor alive until the restart.
         setTimeout(() => {
           if (this.stoppingNow) return;
-          this.startNode(index, handle.restarts + 1).then(
+          this.startNode(index, handle.restarts + 1, streak).then(
             () => logger.info({ node: index }, 'node restarted'),
             (error: Error) => logger.error({ node: index, err: error.message }, 'node restart failed'),
           );
@@ -167,6 +199,7 @@ export class Fleet {
       }
       if (epoch === host.epoch) {
         handle.ready = true;
+        handle.readySince = Date.now();
         this.sendTo(handle, { type: 'listen', port: this.portNumber });
         return;
       }
