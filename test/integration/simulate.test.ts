@@ -4,6 +4,7 @@
  * and subject root of its own, deleted after.
  */
 import { type ConsumerMessages, DeliverPolicy } from '@nats-io/jetstream';
+import type { SimulateSummary as Summary } from '../../apps/cli/simulate';
 import { connectNats, type NatsHandle } from '../../apps/stream';
 import { parseEvent } from '../../libs/stream';
 import { runCli, runCliToExit } from './harness';
@@ -19,25 +20,6 @@ function unique(): { root: string; stream: string; args: string[] } {
   const stream = `${tag}_EVENTS`;
   toDelete.push(stream);
   return { root: tag, stream, args: ['--nats', NATS_URL, '--subject-root', tag, '--events-stream', stream] };
-}
-
-interface Summary {
-  sent: number;
-  events: number;
-  duplicates: number;
-  too_late: number;
-  invalid: number;
-  broker_duplicates: number;
-  stored: number;
-  failed: number;
-  deliveries: number;
-  deliveries_late: number;
-  deliveries_delivered: number;
-  elapsed_s: number;
-  rate_actual: number;
-  stream: string;
-  subject_prefix: string;
-  stopped: string;
 }
 
 function lastJsonLine(out: string): Summary {

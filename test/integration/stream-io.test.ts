@@ -84,6 +84,23 @@ function collect(source: JetStreamSource, into: SourceMessage[]): Promise<void> 
   })();
 }
 
+/** A pipeline whose every effect goes to a subject no stream captures: each publish fails at once. */
+function unpublishablePipeline(source: JetStreamSource, layout: StreamLayout, tag: string) {
+  const deliveries: number[] = [];
+  const pipeline = runPipeline({
+    source,
+    sink: new JetStreamSink(nats.js, { maxAttempts: 1, timeoutMs: 1000 }),
+    subjects: layout.subjects,
+    process: (message) => {
+      deliveries.push(message.deliveryCount);
+      return [{ subject: `nowhere${process.pid}.${tag}`, data: '{}', msgId: tag }];
+    },
+    concurrency: 4,
+    nakDelayMs: 50,
+  });
+  return { deliveries, pipeline };
+}
+
 function sourceOptions(
   layout: StreamLayout,
   overrides: Partial<Parameters<typeof JetStreamSource.open>[2]> = {},
@@ -387,18 +404,7 @@ describe('pipeline runner', () => {
     const layout = await provisioned();
     await publishEvents(layout, 1);
     const source = await JetStreamSource.open(nats.js, nats.jsm, sourceOptions(layout));
-    const deliveries: number[] = [];
-    const pipeline = runPipeline({
-      source,
-      sink: new JetStreamSink(nats.js, { maxAttempts: 1, timeoutMs: 1000 }),
-      subjects: layout.subjects,
-      process: (message) => {
-        deliveries.push(message.deliveryCount);
-        return [{ subject: `nowhere${process.pid}.y`, data: '{}', msgId: 'x' }];
-      },
-      concurrency: 4,
-      nakDelayMs: 50,
-    });
+    const { deliveries, pipeline } = unpublishablePipeline(source, layout, 'y');
     await waitFor('three deliveries', () => deliveries.length >= 3);
     await pipeline.stop();
     expect(deliveries.slice(0, 3)).toEqual([1, 2, 3]);
@@ -411,18 +417,7 @@ describe('pipeline runner', () => {
     const layout = await provisioned();
     await publishEvents(layout, 1);
     const source = await JetStreamSource.open(nats.js, nats.jsm, sourceOptions(layout, { maxDeliver: 2 }));
-    const deliveries: number[] = [];
-    const pipeline = runPipeline({
-      source,
-      sink: new JetStreamSink(nats.js, { maxAttempts: 1, timeoutMs: 1000 }),
-      subjects: layout.subjects,
-      process: (message) => {
-        deliveries.push(message.deliveryCount);
-        return [{ subject: `nowhere${process.pid}.z`, data: '{}', msgId: 'z' }];
-      },
-      concurrency: 4,
-      nakDelayMs: 50,
-    });
+    const { deliveries, pipeline } = unpublishablePipeline(source, layout, 'z');
     await waitFor('the dead letter', () => pipeline.stats.deadLettered === 1);
     await pipeline.stop();
     expect(deliveries).toEqual([1, 2]);
