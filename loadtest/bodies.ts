@@ -7,6 +7,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { type BinaryTensor, encodeBinaryFrame, encodeBinaryRequest } from '../libs/protocol';
 import { digitsDataPath, loadDigits, N_PIXELS } from '../scripts/models/digits-data';
+import { Rng } from '../scripts/models/rng';
 
 export interface BodyOptions {
   /** model name to put in the request (each body kind has a default) */
@@ -47,14 +48,8 @@ export interface BodyKind {
 
 /** Small deterministic PRNG (mulberry32) so runs are reproducible. */
 export function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  const rng = new Rng(seed);
+  return () => rng.next();
 }
 
 /**

@@ -1,34 +1,17 @@
-/** Seeded PRNG (mulberry32), so a simulation is the same for a seed on every host. */
-export class SimRng {
-  private state: number;
+import { Rng } from '../../scripts/models/rng';
 
-  constructor(seed: number) {
-    this.state = seed >>> 0;
-  }
-
-  /** Uniform in [0, 1). */
-  next(): number {
-    this.state = (this.state + 0x6d2b79f5) >>> 0;
-    let t = this.state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  }
-
+/** The project's seeded PRNG (mulberry32) with the draws a simulation needs: same seed, same run everywhere. */
+export class SimRng extends Rng {
   uniform(lo: number, hi: number): number {
     return lo + (hi - lo) * this.next();
-  }
-
-  /** Uniform integer in [lo, hi] (inclusive). */
-  int(lo: number, hi: number): number {
-    return lo + Math.floor(this.next() * (hi - lo + 1));
   }
 
   chance(p: number): boolean {
     return this.next() < p;
   }
 
-  normal(mean = 0, sd = 1): number {
+  /** Box–Muller without the cached second value: the simulator's runs (and the model trained on them) rely on it. */
+  override normal(mean = 0, sd = 1): number {
     let u = 0;
     while (u === 0) u = this.next();
     return mean + sd * Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * this.next());
