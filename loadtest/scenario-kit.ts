@@ -5,11 +5,12 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { scratchRepository } from './admin-client';
 import { markdownTable } from './report';
 import type { ExitInfo, ServerHandle } from './server-process';
 import type { LoadResult } from './stats';
 import { barChart, type LineSeries, lineChart, PALETTE } from './svg-chart';
-import type { Chart, LoadSpec, Ratio, RunRecord, ScenarioContext } from './types';
+import type { Chart, LoadSpec, Ratio, RunRecord, ScenarioContext, ScenarioResult } from './types';
 
 export function median(xs: readonly number[]): number | undefined {
   const v = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
@@ -187,6 +188,40 @@ export async function withServer<T>(
   } catch (e) {
     return { server, error: withStderr(e, server), thrown: e, exit: await server.stop() };
   }
+}
+
+/**
+ * The registry and hot-swap scenarios: `serve --nodes 2 --workers 1` on a scratch copy of `model` (its own
+ * state directory, no rate limit), driven by `drive`. A failed start or run comes back as the scenario's
+ * failure report; otherwise the value and the server's record.
+ */
+export async function onScratchTwoNodes<T>(
+  ctx: ScenarioContext,
+  label: string,
+  model: string,
+  params: Record<string, unknown>,
+  drive: (server: ServerHandle, modelsDir: string) => Promise<T>,
+): Promise<{ value: T; server: NonNullable<RunRecord['server']> } | { failure: ScenarioResult }> {
+  const scratch = scratchRepository(ctx.repoRoot, [model], `streaminfer-${label.replace(/-/g, '')}`);
+  ctx.log(`${label}: starting server`);
+  const session = await withServer(
+    () =>
+      ctx.startStreamInfer({
+        label,
+        nodes: 2,
+        workers: 1,
+        args: ['--host', '127.0.0.1', '--models-dir', scratch.modelsDir, '--model', model],
+        env: { STREAMINFER_RATE_LIMIT_RPS: '0', STREAMINFER_STATE_DIR: scratch.stateDir },
+      }),
+    (server) => drive(server, scratch.modelsDir),
+  );
+  scratch.cleanup();
+  if (session.value === undefined) {
+    const run: RunRecord = { label, target: 'streaminfer', error: session.error };
+    if (session.server) run.server = serverRecord(session.server, session.exit);
+    return { failure: { params, runs: [run], ratios: [], charts: [], notes: [] } };
+  }
+  return { value: session.value, server: serverRecord(session.server!, session.exit) };
 }
 
 /** An error's text followed by the tail of the server's stderr (what a report needs to tell why). */

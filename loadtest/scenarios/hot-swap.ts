@@ -14,10 +14,10 @@ import * as path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { digitsDataPath, loadDigits } from '../../scripts/models/digits-data';
 import { AdminCaller } from '../admin-caller';
-import { callText, scratchRepository, type TimedCall } from '../admin-client';
+import { callText, type TimedCall } from '../admin-client';
 import { histogramMeanDelta, type MetricSample, scrapeMetrics, sumSamples } from '../metrics';
 import { fmt, markdownTable } from '../report';
-import { serverRecord, withServer } from '../scenario-kit';
+import { onScratchTwoNodes } from '../scenario-kit';
 import type { ServerHandle } from '../server-process';
 import { ClosedLoop, rowSource } from '../stream-clients';
 import { barChart, type LineSeries, lineChart, PALETTE } from '../svg-chart';
@@ -857,25 +857,10 @@ export const hotSwap: Scenario = {
     'p99 of requests in flight during a reload call ≤ 2× the rest. `--quick`: 10 s, 6 reloads.',
   async run(ctx) {
     const setup = hotSwapSetup(ctx);
-    const scratch = scratchRepository(ctx.repoRoot, [MODEL], 'streaminfer-hotswap');
-    ctx.log('hot-swap: starting server');
-    const session = await withServer(
-      () =>
-        ctx.startStreamInfer({
-          label: 'hot-swap',
-          nodes: 2,
-          workers: 1,
-          args: ['--host', '127.0.0.1', '--models-dir', scratch.modelsDir, '--model', MODEL],
-          env: { STREAMINFER_RATE_LIMIT_RPS: '0', STREAMINFER_STATE_DIR: scratch.stateDir },
-        }),
-      (server) => driveHotSwap(ctx, setup, scratch.modelsDir, server),
+    const run = await onScratchTwoNodes(ctx, 'hot-swap', MODEL, setup.params, (server, modelsDir) =>
+      driveHotSwap(ctx, setup, modelsDir, server),
     );
-    scratch.cleanup();
-    if (!session.value) {
-      const run: RunRecord = { label: 'hot-swap', target: 'streaminfer', error: session.error };
-      if (session.server) run.server = serverRecord(session.server, session.exit);
-      return { params: setup.params, runs: [run], ratios: [], charts: [], notes: [] };
-    }
-    return hotSwapReport(ctx, setup, session.value, serverRecord(session.server!, session.exit));
+    if ('failure' in run) return run.failure;
+    return hotSwapReport(ctx, setup, run.value, run.server);
   },
 };

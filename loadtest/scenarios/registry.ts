@@ -17,10 +17,10 @@ import { performance } from 'node:perf_hooks';
 import * as ort from 'onnxruntime-node';
 import { digitsDataPath, loadDigits } from '../../scripts/models/digits-data';
 import { AdminCaller } from '../admin-caller';
-import { callText, scratchRepository, type TimedCall } from '../admin-client';
+import { callText, type TimedCall } from '../admin-client';
 import { type MetricSample, scrapeMetrics, sumSamples } from '../metrics';
 import { fmt, markdownTable } from '../report';
-import { serverRecord, withServer } from '../scenario-kit';
+import { onScratchTwoNodes } from '../scenario-kit';
 import type { ServerHandle } from '../server-process';
 import { ClosedLoop, type RowSource, rowSource } from '../stream-clients';
 import { barChart, type LineSeries, lineChart, PALETTE } from '../svg-chart';
@@ -795,29 +795,10 @@ export const registry: Scenario = {
     'from the old stable < 100 ms, zero failed requests).',
   async run(ctx) {
     const setup = registrySetup(ctx);
-    const scratch = scratchRepository(ctx.repoRoot, [MODEL], 'streaminfer-registry');
-    ctx.log('registry: starting server');
-    const session = await withServer(
-      () =>
-        ctx.startStreamInfer({
-          label: 'registry',
-          nodes: 2,
-          workers: 1,
-          args: ['--host', '127.0.0.1', '--models-dir', scratch.modelsDir, '--model', MODEL],
-          env: { STREAMINFER_RATE_LIMIT_RPS: '0', STREAMINFER_STATE_DIR: scratch.stateDir },
-        }),
-      (server) => driveRegistry(ctx, setup, server),
+    const run = await onScratchTwoNodes(ctx, 'registry', MODEL, setup.params, (server) =>
+      driveRegistry(ctx, setup, server),
     );
-    scratch.cleanup();
-    if (!session.value) {
-      const run = {
-        label: 'registry',
-        target: 'streaminfer',
-        error: session.error,
-        ...(session.server ? { server: serverRecord(session.server, session.exit) } : {}),
-      };
-      return { params: setup.params, runs: [run], ratios: [], charts: [], notes: [] };
-    }
-    return registryReport(setup, session.value, serverRecord(session.server!, session.exit));
+    if ('failure' in run) return run.failure;
+    return registryReport(setup, run.value, run.server);
   },
 };
