@@ -42,7 +42,8 @@ export type NotReady = 'no_promised_time' | 'no_destination' | 'no_gps';
 
 export type FeatureResult = { ok: true; features: DeliveryFeatures } | { ok: false; missing: NotReady };
 
-function byTime(a: DeliveryEvent, b: DeliveryEvent): number {
+/** Event-time order, ties by event_id: the order features are computed in. */
+export function byTime(a: DeliveryEvent, b: DeliveryEvent): number {
   return a.eventTimeMs - b.eventTimeMs || (a.event_id < b.event_id ? -1 : a.event_id > b.event_id ? 1 : 0);
 }
 
@@ -97,10 +98,20 @@ export function countStops(points: readonly GpsEvent[]): number {
 /** The features at time t, or what is still missing. */
 export function computeFeatures(events: Iterable<DeliveryEvent>, t: number): FeatureResult {
   const sorted = eventsUpTo(events, t);
+  return computeFeaturesSorted(sorted, sorted.length, t);
+}
+
+/**
+ * computeFeatures for events already deduplicated and sorted by (event time, event_id), of which the first
+ * `count` are the ones with event_time ≤ t: the pipeline keeps each delivery's history that way and
+ * evaluates it at every event without re-sorting.
+ */
+export function computeFeaturesSorted(sorted: readonly DeliveryEvent[], count: number, t: number): FeatureResult {
   const gps: GpsEvent[] = [];
   const statuses: StatusEvent[] = [];
   const traffic: TrafficEvent[] = [];
-  for (const e of sorted) {
+  for (let i = 0; i < count; i++) {
+    const e = sorted[i]!;
     if (e.type === 'gps') gps.push(e);
     else if (e.type === 'status') statuses.push(e);
     else traffic.push(e);

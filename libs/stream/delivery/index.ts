@@ -3,3 +3,4 @@ export * from './contract';
 export * from './features';
 export * from './geo';
 export * from './schema';
+export * from './decider';

@@ -1,0 +1,182 @@
+import { type Decision, DeliveryDecider, type DeliveryDeciderOptions } from './decider';
+import { computeFeatures, featureVector } from './features';
+import { type DeliveryEvent, parseEvent } from './schema';
+
+const T0 = Date.UTC(2026, 10, 8, 10, 0, 0);
+const iso = (ms: number) => new Date(ms).toISOString().replace('.000Z', 'Z');
+
+function options(over: Partial<DeliveryDeciderOptions> = {}): DeliveryDeciderOptions {
+  return {
+    clock: () => 0,
+    outOfOrdernessMs: 30_000,
+    allowedLatenessMs: 60_000,
+    idleTimeoutMs: 10_000,
+    stateTtlMs: 20 * 60_000,
+    dedupeTtlMs: 20 * 60_000,
+    ...over,
+  };
+}
+
+const pickedUp = (id = 'order-1', at = T0) =>
+  JSON.stringify({
+    event_id: `st-${id}`,
+    delivery_id: id,
+    event_time: iso(at),
+    type: 'status',
+    status: 'picked_up',
+    promised_time: iso(at + 25 * 60_000),
+    dest_lat: 12.99,
+    dest_lon: 77.62,
+    route_id: 'r1',
+  });
+
+const gps = (eventId: string, at: number, lat: number, id = 'order-1') =>
+  JSON.stringify({
+    event_id: eventId,
+    delivery_id: id,
+    event_time: iso(at),
+    type: 'gps',
+    driver_lat: lat,
+    driver_lon: 77.5946,
+  });
+
+function parsed(payloads: string[]): DeliveryEvent[] {
+  return payloads.map((p) => {
+    const r = parseEvent(p);
+    if (!r.ok) throw new Error(r.reason);
+    return r.event;
+  });
+}
+
+/** Feeds payloads in order; returns every decision made. */
+function run(decider: DeliveryDecider, payloads: string[]): Decision[] {
+  return payloads.flatMap((p) => decider.ingest(p, '0').decisions);
+}
+
+/** The last revision of each event's decision. */
+function finalRows(decisions: Decision[]): Map<string, number[]> {
+  const out = new Map<string, { revision: number; row: number[] }>();
+  for (const d of decisions) {
+    const prev = out.get(d.event_id);
+    if (!prev || d.revision > prev.revision) out.set(d.event_id, { revision: d.revision, row: [...d.row] });
+  }
+  return new Map([...out].map(([k, v]) => [k, v.row]));
+}
+
+describe('DeliveryDecider', () => {
+  const a = gps('gps-a', T0 + 5_000, 12.9716);
+  const b = gps('gps-b', T0 + 15_000, 12.9736);
+
+  test('out of order: B (10:00:15) before A (10:00:05) — B is revised to the in-order result', () => {
+    const inOrder = run(new DeliveryDecider(options()), [pickedUp(), a, b]);
+    const outOfOrder = run(new DeliveryDecider(options()), [pickedUp(), b, a]);
+    // In order: one decision per GPS event, no revision.
+    expect(inOrder.map((d) => [d.event_id, d.revision])).toEqual([
+      ['gps-a', 0],
+      ['gps-b', 0],
+    ]);
+    // Out of order: B alone first (speed 0), then A, then B again with A before it (revision 1).
+    expect(outOfOrder.map((d) => [d.event_id, d.revision])).toEqual([
+      ['gps-b', 0],
+      ['gps-a', 0],
+      ['gps-b', 1],
+    ]);
+    const bInOrder = inOrder[1]!.row;
+    expect(bInOrder[0]).toBeGreaterThan(0); // speed over (A, B): ~222 m in 10 s
+    expect([...outOfOrder[2]!.row]).toEqual([...bInOrder]);
+    expect(finalRows(outOfOrder)).toEqual(finalRows(inOrder));
+    // And it is what the model was trained on: computeFeatures over the events in event-time order.
+    const expected = computeFeatures(parsed([pickedUp(), a, b]), T0 + 15_000);
+    if (!expected.ok) throw new Error('not ready');
+    expect([...outOfOrder[2]!.row]).toEqual([...featureVector(expected.features)]);
+  });
+
+  test('a decision is made at once, not when the watermark passes', () => {
+    const decider = new DeliveryDecider(options({ outOfOrdernessMs: 600_000 }));
+    const r = run(decider, [pickedUp(), a]);
+    expect(r).toHaveLength(1);
+    expect(decider.watermark()).toBe(T0 + 5_000 - 600_000);
+  });
+
+  test('not ready until the first status and a GPS point', () => {
+    const decider = new DeliveryDecider(options());
+    const first = decider.ingest(a, '0');
+    expect(first.disposition).toBe('accepted');
+    expect(first.decisions).toEqual([]);
+    expect(first.notReady).toBe('no_promised_time');
+    // The status arrives after the GPS point but is earlier in event time: A is decided then (revision 0).
+    const status = decider.ingest(pickedUp(), '0');
+    expect(status.notReady).toBe('no_gps');
+    expect(status.decisions.map((d) => [d.event_id, d.revision])).toEqual([['gps-a', 0]]);
+    // The status itself never is (no GPS point at or before its time): counted by the caller as not ready.
+    expect(decider.ingest(b, '0').decisions.map((d) => d.event_id)).toEqual(['gps-b']);
+  });
+
+  test('late inside allowed lateness: accepted behind the watermark, later decisions revised', () => {
+    const decider = new DeliveryDecider(options({ outOfOrdernessMs: 0, allowedLatenessMs: 120_000 }));
+    run(decider, [pickedUp(), gps('g1', T0 + 60_000, 12.9716), gps('g4', T0 + 240_000, 12.98)]);
+    // Watermark is now 10:04; a 10:02 point arrives: behind it, but inside lateness.
+    const late = decider.ingest(gps('g2', T0 + 120_000, 12.99), '0');
+    expect(late.disposition).toBe('accepted');
+    expect(late.behindWatermark).toBe(true);
+    expect(late.decisions.map((d) => [d.event_id, d.revision])).toEqual([
+      ['g2', 0],
+      ['g4', 1],
+    ]);
+  });
+
+  test('beyond allowed lateness: late (side output), nothing decided, counted', () => {
+    const decider = new DeliveryDecider(options({ outOfOrdernessMs: 0, allowedLatenessMs: 60_000 }));
+    run(decider, [pickedUp(), gps('g1', T0 + 60_000, 12.9716), gps('g9', T0 + 30 * 60_000, 12.98)]);
+    const late = decider.ingest(gps('g2', T0 + 120_000, 12.99), '0');
+    expect(late.disposition).toBe('late');
+    expect(late.decisions).toEqual([]);
+    expect(decider.stats().engine.counters.late).toBe(1);
+  });
+
+  test('a duplicate event_id changes nothing and decides nothing', () => {
+    const decider = new DeliveryDecider(options());
+    run(decider, [pickedUp(), a]);
+    const again = decider.ingest(a, '0');
+    expect(again.disposition).toBe('duplicate');
+    expect(again.decisions).toEqual([]);
+    expect(decider.stats().historyEvents).toBe(2);
+  });
+
+  test('invalid payloads are reported with a reason, never thrown', () => {
+    const decider = new DeliveryDecider(options());
+    for (const bad of ['{', '[]', '{"event_id":"x"}', new Uint8Array([0xff, 0xfe]), gps('', T0, 12)]) {
+      const r = decider.ingest(bad, '0');
+      expect(r.disposition).toBe('invalid');
+      expect(r.reason).toMatch(/\S+: \S+/);
+    }
+  });
+
+  test('alerts once per crossing, re-armed below 0.6', () => {
+    const decider = new DeliveryDecider(options());
+    run(decider, [pickedUp(), a]);
+    expect([0.5, 0.81, 0.9, 0.79, 0.65, 0.85, 0.55, 0.95].map((r) => decider.alertFor('order-1', r))).toEqual([
+      false,
+      true,
+      false,
+      false,
+      false,
+      false,
+      false,
+      true,
+    ]);
+  });
+
+  test('state is cleaned up once the watermark passes the TTL; revisable decisions are pruned', () => {
+    const decider = new DeliveryDecider(options({ outOfOrdernessMs: 0, stateTtlMs: 15 * 60_000 }));
+    run(decider, [pickedUp('d1'), gps('d1-g', T0 + 5_000, 12.97, 'd1')]);
+    expect(decider.stats().deliveries).toBe(1);
+    expect(decider.stats().revisable).toBe(1);
+    run(decider, [pickedUp('d2', T0 + 20 * 60_000), gps('d2-g', T0 + 20 * 60_000 + 5_000, 12.97, 'd2')]);
+    const s = decider.stats();
+    expect(s.deliveries).toBe(1);
+    expect(s.historyEvents).toBe(2);
+    expect(s.revisable).toBe(1);
+    expect(s.approxBytes).toBeGreaterThan(0);
+  });
+});

@@ -1,0 +1,424 @@
+/**
+ * The delivery pipeline's decisions, pure (no I/O; the clock is injected): raw event in → its disposition
+ * (invalid, duplicate, late, accepted) and the predictions to make, each a feature row with the decision's
+ * identity. The process (apps/stream) runs the model on the rows and publishes.
+ *
+ * State, keyed by delivery_id:
+ *   - the event-time engine (libs/stream): dedupe by event_id, watermark per source partition, allowed
+ *     lateness, the late side output, key TTL, and the delivery's windows (GPS speed, sliding 5 min / 1 min;
+ *     activity, tumbling 5 min) and last-valid state (position, status);
+ *   - per delivery: its accepted events in (event time, event_id) order — the features need the whole
+ *     history (stops so far, the destination from the first status) — the decisions it may still revise,
+ *     and whether it is alerting.
+ *
+ * A prediction is made for every accepted event at its own event time, from the events up to that time, at
+ * once: freshness is not held back by the watermark. Out-of-order arrival is corrected by revisions: when an
+ * accepted event lands before events already predicted (arrived earlier, later in event time), each of those
+ * whose feature row changes is predicted again as revision n + 1. So every event's last revision equals its
+ * in-order prediction. Decisions stay revisable while an event before them could still be accepted (the
+ * watermark has not passed their time + the longest window + allowed lateness).
+ */
+import { createEventTimeEngine, type EventTimeEngine } from '../engine';
+import type { EngineStats, StreamEffect, StreamEvent } from '../types';
+import { ALERT_THRESHOLD } from './contract';
+import {
+  byTime,
+  computeFeaturesSorted,
+  type FeatureResult,
+  featureVector,
+  N_FEATURES,
+  type NotReady,
+  pathSpeedKmh,
+  SPEED_STEP_MS,
+  SPEED_WINDOW_MS,
+  TRAFFIC_WINDOW_MS,
+} from './features';
+import { type DeliveryEvent, type GpsEvent, parseEvent } from './schema';
+
+/** Engine windows of a delivery (results are counted; the features read the history). */
+export const DELIVERY_WINDOWS = { speed: 'speed5m', activity: 'activity5m' } as const;
+/** Risk below which an alerting delivery re-arms (hysteresis: a risk hovering at the threshold alerts once). */
+export const ALERT_REARM_BELOW = 0.6;
+
+export interface DeliveryDeciderOptions {
+  /** Processing clock (ms): partition idleness only. */
+  clock: () => number;
+  outOfOrdernessMs: number;
+  allowedLatenessMs: number;
+  idleTimeoutMs: number;
+  /** Event time a delivery's state is kept after its last event (≥ 10 min + allowed lateness). */
+  stateTtlMs: number;
+  /** Event time a processed event_id is remembered (≥ 10 min + allowed lateness). */
+  dedupeTtlMs: number;
+  alertThreshold?: number;
+}
+
+/** One prediction to make: who, which event, which revision, and the model's input row. */
+export interface Decision {
+  delivery_id: string;
+  event_id: string;
+  event_time: string;
+  eventTimeMs: number;
+  revision: number;
+  row: Float32Array;
+}
+
+export type Disposition = 'invalid' | 'duplicate' | 'late' | 'accepted';
+
+export interface DecideResult {
+  disposition: Disposition;
+  /** The parsed event (absent when invalid). */
+  event?: DeliveryEvent;
+  /** Why it is invalid (`<field>: <problem>`). */
+  reason?: string;
+  /** Accepted behind the watermark (inside allowed lateness). */
+  behindWatermark: boolean;
+  /** Predictions to make: the event's own (revision 0) first, then revisions of later events. */
+  decisions: Decision[];
+  /** Set when the event's own prediction waits for more of the delivery (first status, a GPS point). */
+  notReady?: NotReady;
+  /** Engine window results this event caused (first firings and revisions). */
+  windowResults: number;
+  windowRevisions: number;
+  watermark: number | null;
+}
+
+interface Revisable {
+  event_id: string;
+  event_time: string;
+  t: number;
+  revision: number;
+  row: Float32Array;
+}
+
+interface DeliveryState {
+  /** Accepted events, sorted by (event time, event_id). */
+  events: DeliveryEvent[];
+  /** Decisions still revisable, by event_id. */
+  decided: Map<string, Revisable>;
+  /** Accepted events whose features were not ready at their time (no first status or GPS yet): event_id → t. */
+  undecided: Map<string, number>;
+  alerting: boolean;
+}
+
+export interface DeciderStats {
+  engine: EngineStats;
+  deliveries: number;
+  historyEvents: number;
+  revisable: number;
+  /** Rough state bytes: the engine's estimate plus the histories. */
+  approxBytes: number;
+}
+
+type Engine = EventTimeEngine<DeliveryEvent, number>;
+type Effect = StreamEffect<DeliveryEvent, number>;
+
+/** Rough bytes per history event (object, strings, numbers), for the state-size gauge. */
+const HISTORY_EVENT_BYTES = 320;
+
+export class DeliveryDecider {
+  private readonly engine: Engine;
+  private readonly deliveries = new Map<string, DeliveryState>();
+  /** How far behind the watermark a decision stays revisable (the longest feature window + lateness). */
+  private readonly horizonMs: number;
+  /** Decisions before this event time were pruned. */
+  private prunedBefore = Number.NEGATIVE_INFINITY;
+  private readonly threshold: number;
+  private historyEvents = 0;
+  private revisable = 0;
+  private undecidedCount = 0;
+
+  constructor(options: DeliveryDeciderOptions) {
+    this.threshold = options.alertThreshold ?? ALERT_THRESHOLD;
+    if (!(this.threshold > 0 && this.threshold < 1)) {
+      throw new RangeError(`alertThreshold must be in (0, 1), got ${options.alertThreshold}`);
+    }
+    this.horizonMs = TRAFFIC_WINDOW_MS + options.allowedLatenessMs;
+    this.engine = createEventTimeEngine<DeliveryEvent, number>({
+      clock: options.clock,
+      outOfOrdernessMs: options.outOfOrdernessMs,
+      allowedLatenessMs: options.allowedLatenessMs,
+      idleTimeoutMs: options.idleTimeoutMs,
+      stateTtlMs: options.stateTtlMs,
+      dedupeTtlMs: options.dedupeTtlMs,
+      windows: [
+        {
+          name: DELIVERY_WINDOWS.speed,
+          sizeMs: SPEED_WINDOW_MS,
+          stepMs: SPEED_STEP_MS,
+          accepts: (e) => e.payload.type === 'gps',
+          result: (events) => pathSpeedKmh(events.map((e) => e.payload as GpsEvent)),
+        },
+        {
+          name: DELIVERY_WINDOWS.activity,
+          sizeMs: SPEED_WINDOW_MS,
+          result: (events) => events.length,
+        },
+      ],
+      latest: [
+        { name: 'position', accepts: (e) => e.payload.type === 'gps' },
+        { name: 'status', accepts: (e) => e.payload.type === 'status' },
+      ],
+    });
+  }
+
+  /** One raw message (its bytes as received) from a source partition. */
+  ingest(payload: Uint8Array | string, partition: string): DecideResult {
+    const parsed = parseEvent(payload);
+    if (!parsed.ok) {
+      return {
+        disposition: 'invalid',
+        reason: parsed.reason,
+        behindWatermark: false,
+        decisions: [],
+        windowResults: 0,
+        windowRevisions: 0,
+        watermark: this.engine.watermark(),
+      };
+    }
+    const event = parsed.event;
+    const streamEvent: StreamEvent<DeliveryEvent> = {
+      key: event.delivery_id,
+      eventTime: event.eventTimeMs,
+      partition,
+      eventId: event.event_id,
+      payload: event,
+    };
+    const effects = this.engine.ingest(streamEvent);
+    const result: DecideResult = {
+      disposition: 'accepted',
+      event,
+      behindWatermark: false,
+      decisions: [],
+      windowResults: 0,
+      windowRevisions: 0,
+      watermark: null,
+    };
+    const own = effects[0]!;
+    if (own.kind === 'duplicate') result.disposition = 'duplicate';
+    else if (own.kind === 'late') result.disposition = 'late';
+    else if (own.kind === 'accepted') {
+      result.behindWatermark = own.behindWatermark;
+      this.accept(event, result);
+    }
+    this.afterEffects(effects, result);
+    result.watermark = this.engine.watermark();
+    return result;
+  }
+
+  /** Processing time moved on: idle partitions release the watermark; expired deliveries are dropped. */
+  tick(): { windowResults: number; expired: number } {
+    const r: DecideResult = {
+      disposition: 'accepted',
+      behindWatermark: false,
+      decisions: [],
+      windowResults: 0,
+      windowRevisions: 0,
+      watermark: null,
+    };
+    const before = this.engine.stats().counters.expiredKeys;
+    this.afterEffects(this.engine.tick(), r);
+    return { windowResults: r.windowResults, expired: this.engine.stats().counters.expiredKeys - before };
+  }
+
+  /**
+   * Whether a prediction of this delivery raises an alert: its risk is above the threshold and the delivery
+   * is not already alerting (it re-arms once a prediction falls below ALERT_REARM_BELOW). Call in the
+   * order the predictions are published, per delivery.
+   */
+  alertFor(deliveryId: string, risk: number): boolean {
+    const state = this.deliveries.get(deliveryId);
+    if (!state) return risk > this.threshold;
+    if (risk > this.threshold) {
+      if (state.alerting) return false;
+      state.alerting = true;
+      return true;
+    }
+    if (risk < ALERT_REARM_BELOW) state.alerting = false;
+    return false;
+  }
+
+  get alertThreshold(): number {
+    return this.threshold;
+  }
+
+  watermark(): number | null {
+    return this.engine.watermark();
+  }
+
+  stats(): DeciderStats {
+    const engine = this.engine.stats();
+    return {
+      engine,
+      deliveries: this.deliveries.size,
+      historyEvents: this.historyEvents,
+      revisable: this.revisable,
+      approxBytes: engine.approxBytes + this.historyEvents * HISTORY_EVENT_BYTES + this.revisable * 160,
+    };
+  }
+
+  /** Features of a delivery at time t from its history (what a decision at t would use). */
+  featuresAt(deliveryId: string, t: number): FeatureResult | undefined {
+    const state = this.deliveries.get(deliveryId);
+    if (!state) return undefined;
+    return computeFeaturesSorted(state.events, upperBound(state.events, t), t);
+  }
+
+  private accept(event: DeliveryEvent, result: DecideResult): void {
+    let state = this.deliveries.get(event.delivery_id);
+    if (!state) {
+      state = { events: [], decided: new Map(), undecided: new Map(), alerting: false };
+      this.deliveries.set(event.delivery_id, state);
+    }
+    const at = insertionIndex(state.events, event);
+    state.events.splice(at, 0, event);
+    this.historyEvents++;
+    const own = this.decide(state, event.event_id, event.eventTimeMs);
+    if (own.ok) {
+      result.decisions.push({
+        delivery_id: event.delivery_id,
+        event_id: event.event_id,
+        event_time: event.event_time,
+        eventTimeMs: event.eventTimeMs,
+        revision: 0,
+        row: own.row,
+      });
+      state.decided.set(event.event_id, {
+        event_id: event.event_id,
+        event_time: event.event_time,
+        t: event.eventTimeMs,
+        revision: 0,
+        row: own.row,
+      });
+      this.revisable++;
+    } else {
+      result.notReady = own.missing;
+      state.undecided.set(event.event_id, event.eventTimeMs);
+      this.undecidedCount++;
+    }
+    if (at === state.events.length - 1) return;
+    // Events that arrived before this one but are later in event time: those not decided yet may be ready
+    // now (the first status came late), those decided may have a changed row.
+    for (const [id, t] of state.undecided) {
+      if (id === event.event_id || byTimeKey(t, id, event) <= 0) continue;
+      const now = this.decide(state, id, t);
+      if (!now.ok) continue;
+      const e = state.events.find((x) => x.event_id === id)!;
+      state.undecided.delete(id);
+      this.undecidedCount--;
+      state.decided.set(id, { event_id: id, event_time: e.event_time, t, revision: 0, row: now.row });
+      this.revisable++;
+      result.decisions.push({
+        delivery_id: event.delivery_id,
+        event_id: id,
+        event_time: e.event_time,
+        eventTimeMs: t,
+        revision: 0,
+        row: now.row,
+      });
+    }
+    for (const d of state.decided.values()) {
+      if (d.revision === 0 && result.decisions.some((x) => x.event_id === d.event_id)) continue;
+      if (d.event_id === event.event_id || byTimeKey(d.t, d.event_id, event) <= 0) continue;
+      const again = this.decide(state, d.event_id, d.t);
+      if (!again.ok || sameRow(again.row, d.row)) continue;
+      d.revision++;
+      d.row = again.row;
+      result.decisions.push({
+        delivery_id: event.delivery_id,
+        event_id: d.event_id,
+        event_time: d.event_time,
+        eventTimeMs: d.t,
+        revision: d.revision,
+        row: again.row,
+      });
+    }
+  }
+
+  private decide(
+    state: DeliveryState,
+    eventId: string,
+    t: number,
+  ): { ok: true; row: Float32Array } | { ok: false; missing: NotReady } {
+    // The events up to t and, at t, those ordered at or before this one (ties by event_id).
+    let count = upperBound(state.events, t);
+    while (count > 0 && state.events[count - 1]!.eventTimeMs === t && state.events[count - 1]!.event_id > eventId)
+      count--;
+    const features = computeFeaturesSorted(state.events, count, t);
+    if (!features.ok) return features;
+    return { ok: true, row: featureVector(features.features, new Float32Array(N_FEATURES)) };
+  }
+
+  private afterEffects(effects: Effect[], result: DecideResult): void {
+    for (const effect of effects) {
+      if (effect.kind === 'result') {
+        result.windowResults++;
+        if (effect.revision > 0) result.windowRevisions++;
+      } else if (effect.kind === 'expired') {
+        const state = this.deliveries.get(effect.key);
+        if (state) {
+          this.historyEvents -= state.events.length;
+          this.revisable -= state.decided.size;
+          this.undecidedCount -= state.undecided.size;
+          this.deliveries.delete(effect.key);
+        }
+      }
+    }
+    this.prune();
+  }
+
+  /** Decisions no accepted event could precede any more are no longer revisable. */
+  private prune(): void {
+    const wm = this.engine.watermark();
+    if (wm === null || this.revisable + this.undecidedCount === 0) return;
+    const before = wm - this.horizonMs;
+    if (before <= this.prunedBefore) return;
+    // At most once per step of watermark: pruning walks every delivery.
+    if (before - this.prunedBefore < SPEED_STEP_MS / 6) return;
+    this.prunedBefore = before;
+    for (const state of this.deliveries.values()) {
+      for (const [id, d] of state.decided) {
+        if (d.t < before) {
+          state.decided.delete(id);
+          this.revisable--;
+        }
+      }
+      for (const [id, t] of state.undecided) {
+        if (t < before) {
+          state.undecided.delete(id);
+          this.undecidedCount--;
+        }
+      }
+    }
+  }
+
+}
+
+/** Orders a decided event (t, id) against an event: < 0 when the decided one comes first. */
+function byTimeKey(t: number, id: string, e: DeliveryEvent): number {
+  return t - e.eventTimeMs || (id < e.event_id ? -1 : id > e.event_id ? 1 : 0);
+}
+
+/** Index of the first event with event time > t. */
+function upperBound(events: readonly DeliveryEvent[], t: number): number {
+  let lo = 0;
+  let hi = events.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (events[mid]!.eventTimeMs <= t) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/** Where an event goes in a sorted history; most arrive in order, so search from the end. */
+function insertionIndex(events: readonly DeliveryEvent[], e: DeliveryEvent): number {
+  let i = events.length;
+  while (i > 0 && byTime(events[i - 1]!, e) > 0) i--;
+  return i;
+}
+
+function sameRow(a: Float32Array, b: Float32Array): boolean {
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
