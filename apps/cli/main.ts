@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-/** `streaminfer` command line: serve, status, reload, models, bench, simulate. */
+/** `streaminfer` command line: serve, status, reload, models, bench, simulate, stream. */
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import { Command, Option } from 'commander';
@@ -10,6 +10,7 @@ import { Supervisor } from '../supervisor/supervisor';
 import { type BenchModelOptions, benchModel, formatBenchModel } from './bench-model';
 import { ClientError, callServer, defaultUrl } from './client';
 import { registerSimulate } from './simulate';
+import { registerStream } from './stream';
 
 const program = new Command();
 program
@@ -530,6 +531,7 @@ bench
   });
 
 registerSimulate(program, fail);
+registerStream(program, fail);
 
 function fail(message: string): never {
   console.error(`streaminfer: ${message}`);

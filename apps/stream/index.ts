@@ -1,4 +1,11 @@
-/** The JetStream I/O of the stream pipeline: connection, stream layout, source, sink, side outputs, runner. */
+/** The stream pipeline: JetStream I/O (connection, layout, source, sink, side outputs, runner), config, metrics, the delivery pipeline. */
+
+export {
+  DEFAULT_PIPELINE_CONFIG,
+  type PipelineConfig,
+  PipelineConfigError,
+  resolvePipelineConfig,
+} from './config';
 export {
   connectNats,
   DEFAULT_NATS_URL,
@@ -7,6 +14,7 @@ export {
   type NatsOptions,
 } from './connection';
 export { StreamIoError, type StreamIoErrorCode } from './errors';
+export type { InferenceBackend, InferenceMode, ModelPin } from './inference';
 export {
   DEFAULT_DUPLICATE_WINDOW_MS,
   keySubject,
@@ -17,6 +25,14 @@ export {
   type SubjectLayout,
   streamLayout,
 } from './layout';
+export { PipelineMetrics } from './metrics';
+export {
+  DeliveryPipeline,
+  type EpochRecord,
+  type PipelineStatus,
+  type ReloadOutcome,
+  RetryableError,
+} from './pipeline';
 export { type ProvisionResult, provisionStreams } from './provision';
 export {
   type Processor,

@@ -27,7 +27,7 @@ describe('stream layout', () => {
     const layout = streamLayout();
     expect(layoutStreams(layout).map((s) => [s.name, s.subjects])).toEqual([
       ['DELIVERY_EVENTS', ['delivery.events.>']],
-      ['DELIVERY_PREDICTIONS', ['delivery.predictions.>', 'delivery.alerts.>']],
+      ['DELIVERY_PREDICTIONS', ['delivery.predictions.>', 'delivery.alerts.>', 'delivery.epochs']],
       ['DELIVERY_SIDE', ['delivery.late.>', 'delivery.dlq']],
     ]);
     expect(layout.subjects.deadLetterSubject).toBe('delivery.dlq');

@@ -5,7 +5,8 @@
  * every output subject lives in a stream:
  *   DELIVERY_EVENTS       delivery.events.>                        the input log
  *   DELIVERY_PREDICTIONS  delivery.predictions.>, delivery.alerts.>  the decisions (one dedupe window per
- *                                                                    decision id, one log to replay)
+ *                        delivery.epochs                          decision id, one log to replay) and the
+ *                                                                 model-version transitions between epochs
  *   DELIVERY_SIDE         delivery.late.>, delivery.dlq            events the pipeline did not predict on
  * Consumers read alerts alone with a filter subject on DELIVERY_PREDICTIONS.
  */
@@ -28,6 +29,8 @@ export interface SubjectLayout {
   alertsPrefix: string;
   latePrefix: string;
   deadLetterSubject: string;
+  /** Each epoch transition (model version pinned from then on) is recorded here. */
+  epochsSubject: string;
 }
 
 export interface StreamLayout {
@@ -75,6 +78,7 @@ export function streamLayout(options: LayoutOptions = {}): StreamLayout {
     alertsPrefix: `${root}delivery.alerts`,
     latePrefix: `${root}delivery.late`,
     deadLetterSubject: `${root}delivery.dlq`,
+    epochsSubject: `${root}delivery.epochs`,
   };
   const spec = (name: string, subjectList: string[]): StreamSpec => ({
     name,
@@ -91,6 +95,7 @@ export function streamLayout(options: LayoutOptions = {}): StreamLayout {
     predictions: spec(requireName('predictionsStream', options.predictionsStream ?? 'DELIVERY_PREDICTIONS'), [
       `${subjects.predictionsPrefix}.>`,
       `${subjects.alertsPrefix}.>`,
+      subjects.epochsSubject,
     ]),
     side: spec(requireName('sideStream', options.sideStream ?? 'DELIVERY_SIDE'), [
       `${subjects.latePrefix}.>`,

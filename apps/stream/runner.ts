@@ -2,7 +2,7 @@
  * Wires source → processor → sink → ack with bounded concurrency. The processor (the event-time engine
  * and inference, later) is injected; it is called in arrival order, and its effects are published
  * before the message is acked. A processor error dead-letters the event (the pipeline never blocks on
- * one bad event); a publish failure naks it with a delay so the broker redelivers it, except on its last
+ * one bad event), unless it says `retryable` (then the message is naked like a failed publish); a publish failure naks it with a delay so the broker redelivers it, except on its last
  * allowed delivery (max_deliver), where it is dead-lettered instead: the broker would never send it again.
  */
 import { requirePositiveInt } from './errors';
@@ -23,6 +23,10 @@ export interface RunnerOptions {
   /** Redelivery delay after a failed publish. */
   nakDelayMs?: number;
   onError?: (err: unknown, message: SourceMessage) => void;
+  /** Every effect of the message has its PubAck (called before the ack): where freshness is measured. */
+  onPublished?: (message: SourceMessage, effects: readonly Effect[]) => void;
+  /** The message is done with: acked (effects or dead letter stored), naked (to come back) or abandoned. */
+  onSettled?: (message: SourceMessage, outcome: 'acked' | 'naked' | 'abandoned') => void;
 }
 
 export interface RunnerStats {
@@ -39,6 +43,14 @@ export interface RunningPipeline {
   readonly stats: RunnerStats;
   /** Stops pulling, waits for in-flight messages to be published and acked. */
   stop(): Promise<void>;
+  /**
+   * A barrier: no new message is started until resume(); resolves once every message already started is
+   * settled (published and acked, or naked). Messages pulled meanwhile wait, unacked, inside ack_wait.
+   */
+  pause(): Promise<void>;
+  resume(): void;
+  /** Messages started and not yet settled. */
+  readonly inFlight: number;
   /** Settles when the source ends (after stop()) and nothing is in flight; rejects on a source error. */
   readonly done: Promise<void>;
 }
@@ -61,6 +73,8 @@ export function runPipeline(options: RunnerOptions): RunningPipeline {
     try {
       return await options.process(message);
     } catch (err) {
+      // A processor that could not finish for now (its backend is down) gets the message redelivered.
+      if ((err as { retryable?: unknown } | null)?.retryable === true) throw err;
       stats.processorErrors++;
       stats.deadLettered++;
       options.onError?.(err, message);
@@ -71,8 +85,12 @@ export function runPipeline(options: RunnerOptions): RunningPipeline {
 
   async function handle(message: SourceMessage, effects: Promise<Effect[]>): Promise<void> {
     try {
-      await publishThenAck(sink, message, await effects);
+      const list = await effects;
+      await sink.publishAll(list);
+      options.onPublished?.(message, list);
+      await message.ack();
       stats.acked++;
+      options.onSettled?.(message, 'acked');
     } catch (err) {
       options.onError?.(err, message);
       if (source.maxDeliver !== -1 && message.deliveryCount >= source.maxDeliver) {
@@ -87,6 +105,7 @@ export function runPipeline(options: RunnerOptions): RunningPipeline {
         // A closed connection cannot nak: ack_wait brings the message back all the same.
         options.onError?.(nakErr, message);
       }
+      options.onSettled?.(message, 'naked');
     }
   }
 
@@ -96,16 +115,19 @@ export function runPipeline(options: RunnerOptions): RunningPipeline {
       await publishThenAck(sink, message, [deadLetterEffect(subjects, source.stream, message, reason)]);
       stats.deadLettered++;
       stats.acked++;
+      options.onSettled?.(message, 'acked');
     } catch (dlqErr) {
       // The event stays in the stream (a new consumer can replay it); counted and reported, not hidden.
       stats.abandoned++;
       options.onError?.(dlqErr, message);
+      options.onSettled?.(message, 'abandoned');
     }
   }
 
   async function loop(): Promise<void> {
     try {
       for await (const message of source.messages()) {
+        while (gate) await gate.promise;
         stats.received++;
         // Started here, before any await, so the processor sees messages in arrival order.
         const task = handle(message, effectsOf(message)).finally(() => inFlight.delete(task));
@@ -117,13 +139,34 @@ export function runPipeline(options: RunnerOptions): RunningPipeline {
     }
   }
 
+  let gate: { promise: Promise<void>; open: () => void } | undefined;
   const done = loop();
   return {
     stats,
     done,
+    get inFlight() {
+      return inFlight.size;
+    },
     async stop() {
       await source.stop();
+      gate?.open();
+      gate = undefined;
       await done;
+    },
+    async pause() {
+      if (!gate) {
+        let open = () => {};
+        const promise = new Promise<void>((resolve) => {
+          open = resolve;
+        });
+        gate = { promise, open };
+      }
+      await Promise.allSettled(inFlight);
+    },
+    resume() {
+      const g = gate;
+      gate = undefined;
+      g?.open();
     },
   };
 }

@@ -146,6 +146,7 @@ describe('stream provisioning', () => {
     expect(predictions.config.subjects).toEqual([
       `${layout.subjects.predictionsPrefix}.>`,
       `${layout.subjects.alertsPrefix}.>`,
+      layout.subjects.epochsSubject,
     ]);
     expect(predictions.config.duplicate_window).toBe(60_000 * 1_000_000);
     const side = await nats.jsm.streams.info(layout.side.name);

@@ -63,6 +63,11 @@ export interface Decision {
   row: Float32Array;
 }
 
+export interface WindowFiring {
+  window: string;
+  revision: number;
+}
+
 export type Disposition = 'invalid' | 'duplicate' | 'late' | 'accepted';
 
 export interface DecideResult {
@@ -77,9 +82,8 @@ export interface DecideResult {
   decisions: Decision[];
   /** Set when the event's own prediction waits for more of the delivery (first status, a GPS point). */
   notReady?: NotReady;
-  /** Engine window results this event caused (first firings and revisions). */
-  windowResults: number;
-  windowRevisions: number;
+  /** Engine window results this event caused: window name and revision (0 = first firing). */
+  windowResults: WindowFiring[];
   watermark: number | null;
 }
 
@@ -171,8 +175,7 @@ export class DeliveryDecider {
         reason: parsed.reason,
         behindWatermark: false,
         decisions: [],
-        windowResults: 0,
-        windowRevisions: 0,
+        windowResults: [],
         watermark: this.engine.watermark(),
       };
     }
@@ -190,8 +193,7 @@ export class DeliveryDecider {
       event,
       behindWatermark: false,
       decisions: [],
-      windowResults: 0,
-      windowRevisions: 0,
+      windowResults: [],
       watermark: null,
     };
     const own = effects[0]!;
@@ -207,13 +209,12 @@ export class DeliveryDecider {
   }
 
   /** Processing time moved on: idle partitions release the watermark; expired deliveries are dropped. */
-  tick(): { windowResults: number; expired: number } {
+  tick(): { windowResults: WindowFiring[]; expired: number } {
     const r: DecideResult = {
       disposition: 'accepted',
       behindWatermark: false,
       decisions: [],
-      windowResults: 0,
-      windowRevisions: 0,
+      windowResults: [],
       watermark: null,
     };
     const before = this.engine.stats().counters.expiredKeys;
@@ -342,7 +343,11 @@ export class DeliveryDecider {
   ): { ok: true; row: Float32Array } | { ok: false; missing: NotReady } {
     // The events up to t and, at t, those ordered at or before this one (ties by event_id).
     let count = upperBound(state.events, t);
-    while (count > 0 && state.events[count - 1]!.eventTimeMs === t && state.events[count - 1]!.event_id > eventId)
+    while (
+      count > 0 &&
+      state.events[count - 1]!.eventTimeMs === t &&
+      state.events[count - 1]!.event_id > eventId
+    )
       count--;
     const features = computeFeaturesSorted(state.events, count, t);
     if (!features.ok) return features;
@@ -352,8 +357,7 @@ export class DeliveryDecider {
   private afterEffects(effects: Effect[], result: DecideResult): void {
     for (const effect of effects) {
       if (effect.kind === 'result') {
-        result.windowResults++;
-        if (effect.revision > 0) result.windowRevisions++;
+        result.windowResults.push({ window: effect.window, revision: effect.revision });
       } else if (effect.kind === 'expired') {
         const state = this.deliveries.get(effect.key);
         if (state) {
@@ -391,7 +395,6 @@ export class DeliveryDecider {
       }
     }
   }
-
 }
 
 /** Orders a decided event (t, id) against an event: < 0 when the decided one comes first. */

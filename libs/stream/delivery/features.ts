@@ -106,7 +106,11 @@ export function computeFeatures(events: Iterable<DeliveryEvent>, t: number): Fea
  * `count` are the ones with event_time ≤ t: the pipeline keeps each delivery's history that way and
  * evaluates it at every event without re-sorting.
  */
-export function computeFeaturesSorted(sorted: readonly DeliveryEvent[], count: number, t: number): FeatureResult {
+export function computeFeaturesSorted(
+  sorted: readonly DeliveryEvent[],
+  count: number,
+  t: number,
+): FeatureResult {
   const gps: GpsEvent[] = [];
   const statuses: StatusEvent[] = [];
   const traffic: TrafficEvent[] = [];

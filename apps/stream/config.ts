@@ -1,0 +1,234 @@
+/**
+ * The pipeline config file (`streaminfer stream --config pipeline.json`; the shipped one is
+ * deploy/pipeline.json). Every field has a default; the file overrides them and flags override the file.
+ * Unknown keys and bad values are refused up front with the path of the culprit, before any I/O.
+ */
+
+export class PipelineConfigError extends Error {
+  readonly code = 'ERR_PIPELINE_CONFIG' as const;
+  constructor(
+    readonly path: string,
+    message: string,
+  ) {
+    super(`${path}: ${message}`);
+    this.name = 'PipelineConfigError';
+  }
+}
+
+export interface PipelineConfig {
+  nats: string;
+  /** Prepended to every subject (tenants, tests). */
+  subjectRoot: string;
+  streams: { events: string; predictions: string; side: string; duplicateWindowMs: number };
+  consumer: {
+    durable: string;
+    /** The backpressure bound: the broker stops delivering while this many messages await an ack. */
+    maxAckPending: number;
+    ackWaitMs: number;
+    maxDeliver: number;
+    batchSize: number;
+  };
+  /** Messages between receipt and ack at once (≤ maxAckPending). */
+  concurrency: number;
+  /** Source partitions (hash of delivery_id): watermarks are tracked per partition. */
+  partitions: number;
+  eventTime: {
+    outOfOrdernessMs: number;
+    allowedLatenessMs: number;
+    idleTimeoutMs: number;
+    stateTtlMs: number;
+    dedupeTtlMs: number;
+  };
+  model: { name: string; version: string };
+  alertThreshold: number;
+  inference: {
+    mode: 'embedded' | 'external';
+    /** embedded: the model repository and its worker pool. */
+    modelsDir: string;
+    workers: number;
+    device: string;
+    /** external: a StreamInfer server's WebSocket endpoint. */
+    url: string;
+    connections: number;
+    maxInflight: number;
+  };
+  admin: { host: string; port: number };
+  /** What "stale" means for the alert rules and /health's `stale` flag. */
+  slo: { freshnessP95Ms: number; lagMessages: number };
+  logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace';
+}
+
+export const DEFAULT_PIPELINE_CONFIG: PipelineConfig = {
+  nats: 'nats://127.0.0.1:4222',
+  subjectRoot: '',
+  streams: {
+    events: 'DELIVERY_EVENTS',
+    predictions: 'DELIVERY_PREDICTIONS',
+    side: 'DELIVERY_SIDE',
+    duplicateWindowMs: 120_000,
+  },
+  consumer: {
+    durable: 'streaminfer-delivery',
+    maxAckPending: 4096,
+    ackWaitMs: 30_000,
+    maxDeliver: 5,
+    batchSize: 512,
+  },
+  concurrency: 2048,
+  partitions: 4,
+  eventTime: {
+    outOfOrdernessMs: 10_000,
+    allowedLatenessMs: 60_000,
+    idleTimeoutMs: 10_000,
+    stateTtlMs: 20 * 60_000,
+    dedupeTtlMs: 15 * 60_000,
+  },
+  model: { name: 'delay-risk', version: '1' },
+  alertThreshold: 0.8,
+  inference: {
+    mode: 'embedded',
+    modelsDir: './models',
+    workers: 1,
+    device: 'cpu',
+    url: 'ws://127.0.0.1:8000/ws',
+    connections: 2,
+    maxInflight: 256,
+  },
+  admin: { host: '127.0.0.1', port: 9470 },
+  slo: { freshnessP95Ms: 2000, lagMessages: 10_000 },
+  logLevel: 'info',
+};
+
+type Shape = { [key: string]: 'string' | 'int' | 'number' | Shape | readonly string[] };
+
+const SHAPE: Shape = {
+  nats: 'string',
+  subjectRoot: 'string',
+  streams: { events: 'string', predictions: 'string', side: 'string', duplicateWindowMs: 'int' },
+  consumer: {
+    durable: 'string',
+    maxAckPending: 'int',
+    ackWaitMs: 'int',
+    maxDeliver: 'int',
+    batchSize: 'int',
+  },
+  concurrency: 'int',
+  partitions: 'int',
+  eventTime: {
+    outOfOrdernessMs: 'int',
+    allowedLatenessMs: 'int',
+    idleTimeoutMs: 'int',
+    stateTtlMs: 'int',
+    dedupeTtlMs: 'int',
+  },
+  model: { name: 'string', version: 'string' },
+  alertThreshold: 'number',
+  inference: {
+    mode: ['embedded', 'external'],
+    modelsDir: 'string',
+    workers: 'int',
+    device: 'string',
+    url: 'string',
+    connections: 'int',
+    maxInflight: 'int',
+  },
+  admin: { host: 'string', port: 'int' },
+  slo: { freshnessP95Ms: 'int', lagMessages: 'int' },
+  logLevel: ['fatal', 'error', 'warn', 'info', 'debug', 'trace'],
+};
+
+function merge(
+  shape: Shape,
+  base: Record<string, unknown>,
+  over: unknown,
+  path: string,
+): Record<string, unknown> {
+  if (typeof over !== 'object' || over === null || Array.isArray(over))
+    throw new PipelineConfigError(path || '$', 'must be an object');
+  const out: Record<string, unknown> = { ...base };
+  for (const [key, value] of Object.entries(over)) {
+    const at = path ? `${path}.${key}` : key;
+    const kind = shape[key];
+    if (kind === undefined)
+      throw new PipelineConfigError(at, `unknown setting (known: ${Object.keys(shape).join(', ')})`);
+    if (Array.isArray(kind)) {
+      if (typeof value !== 'string' || !kind.includes(value))
+        throw new PipelineConfigError(at, `must be one of ${kind.join(', ')} (got ${JSON.stringify(value)})`);
+      out[key] = value;
+    } else if (kind === 'string') {
+      if (typeof value !== 'string')
+        throw new PipelineConfigError(at, `must be a string (got ${JSON.stringify(value)})`);
+      out[key] = value;
+    } else if (kind === 'int') {
+      if (typeof value !== 'number' || !Number.isSafeInteger(value))
+        throw new PipelineConfigError(at, `must be an integer (got ${JSON.stringify(value)})`);
+      out[key] = value;
+    } else if (kind === 'number') {
+      if (typeof value !== 'number' || !Number.isFinite(value))
+        throw new PipelineConfigError(at, `must be a number (got ${JSON.stringify(value)})`);
+      out[key] = value;
+    } else {
+      out[key] = merge(kind as Shape, base[key] as Record<string, unknown>, value, at);
+    }
+  }
+  return out;
+}
+
+function atLeast(path: string, value: number, min: number): void {
+  if (value < min) throw new PipelineConfigError(path, `must be at least ${min} (got ${value})`);
+}
+
+/** Defaults ← each override in turn (file, then flags); validated as a whole. */
+export function resolvePipelineConfig(...overrides: unknown[]): PipelineConfig {
+  let config = DEFAULT_PIPELINE_CONFIG as unknown as Record<string, unknown>;
+  for (const over of overrides) if (over !== undefined) config = merge(SHAPE, config, over, '');
+  const c = config as unknown as PipelineConfig;
+  if (!/^(nats|tls):\/\/[^\s]+$/.test(c.nats))
+    throw new PipelineConfigError('nats', `not a nats:// URL: ${c.nats}`);
+  if (c.subjectRoot !== '' && !/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/.test(c.subjectRoot))
+    throw new PipelineConfigError('subjectRoot', 'must be plain subject tokens separated by dots');
+  for (const key of ['events', 'predictions', 'side'] as const) {
+    if (!/^[A-Za-z0-9_-]{1,64}$/.test(c.streams[key]))
+      throw new PipelineConfigError(`streams.${key}`, 'must be a stream name (letters, digits, _ and -)');
+  }
+  if (!/^[A-Za-z0-9_-]{1,64}$/.test(c.consumer.durable))
+    throw new PipelineConfigError('consumer.durable', 'must be a consumer name (letters, digits, _ and -)');
+  atLeast('streams.duplicateWindowMs', c.streams.duplicateWindowMs, 1000);
+  atLeast('consumer.maxAckPending', c.consumer.maxAckPending, 1);
+  atLeast('consumer.ackWaitMs', c.consumer.ackWaitMs, 1000);
+  if (c.consumer.maxDeliver !== -1) atLeast('consumer.maxDeliver', c.consumer.maxDeliver, 2);
+  atLeast('consumer.batchSize', c.consumer.batchSize, 1);
+  if (c.consumer.batchSize > c.consumer.maxAckPending)
+    throw new PipelineConfigError('consumer.batchSize', 'must not exceed consumer.maxAckPending');
+  atLeast('concurrency', c.concurrency, 1);
+  if (c.concurrency > c.consumer.maxAckPending)
+    throw new PipelineConfigError(
+      'concurrency',
+      'must not exceed consumer.maxAckPending (the broker would stall it)',
+    );
+  atLeast('partitions', c.partitions, 1);
+  const et = c.eventTime;
+  atLeast('eventTime.outOfOrdernessMs', et.outOfOrdernessMs, 0);
+  atLeast('eventTime.allowedLatenessMs', et.allowedLatenessMs, 0);
+  atLeast('eventTime.idleTimeoutMs', et.idleTimeoutMs, 1);
+  // The features look back 10 minutes: state must outlive that plus the lateness a revision may come in.
+  const floor = 10 * 60_000 + et.allowedLatenessMs;
+  atLeast('eventTime.stateTtlMs', et.stateTtlMs, floor);
+  atLeast('eventTime.dedupeTtlMs', et.dedupeTtlMs, floor);
+  if (!/^[A-Za-z0-9_.-]{1,128}$/.test(c.model.name))
+    throw new PipelineConfigError('model.name', 'not a model name');
+  if (!/^[A-Za-z0-9_.-]{1,64}$/.test(c.model.version))
+    throw new PipelineConfigError('model.version', 'not a version');
+  if (!(c.alertThreshold > 0 && c.alertThreshold < 1))
+    throw new PipelineConfigError('alertThreshold', `must be in (0, 1) (got ${c.alertThreshold})`);
+  atLeast('inference.workers', c.inference.workers, 1);
+  atLeast('inference.connections', c.inference.connections, 1);
+  atLeast('inference.maxInflight', c.inference.maxInflight, 1);
+  if (c.inference.mode === 'external' && !/^wss?:\/\/[^\s]+$/.test(c.inference.url))
+    throw new PipelineConfigError('inference.url', `not a ws:// URL: ${c.inference.url}`);
+  if (c.admin.port < 0 || c.admin.port > 65535)
+    throw new PipelineConfigError('admin.port', 'must be 0..65535');
+  atLeast('slo.freshnessP95Ms', c.slo.freshnessP95Ms, 1);
+  atLeast('slo.lagMessages', c.slo.lagMessages, 1);
+  return c;
+}

@@ -1,0 +1,626 @@
+/**
+ * The delivery pipeline: JetStream source → DeliveryDecider (validate, dedupe, event-time state, decisions)
+ * → inference with the epoch's pinned model version → predictions, alerts, late side output and dead
+ * letters through the sink (Msg-Id = decision id) → ack. The I/O and the epoch barrier live here; every
+ * decision is the pure decider's.
+ *
+ * Exactly one effect per decision: a message is acked only after its effects' PubAcks; a message that comes
+ * back (nak, ack_wait) finds the engine already past it (a duplicate), so its effects are kept per stream
+ * sequence until its ack and published again under the same Msg-Ids; a duplicate with a new sequence
+ * publishes nothing.
+ */
+import type { Logger } from 'pino';
+import {
+  type DecideResult,
+  type Decision,
+  DeliveryDecider,
+  decisionId,
+  type WindowFiring,
+} from '../../libs/stream';
+import type { PipelineConfig } from './config';
+import { connectNats, type NatsHandle } from './connection';
+import type { InferenceBackend, ModelPin } from './inference';
+import { keySubject, type StreamLayout, streamLayout } from './layout';
+import type { PipelineMetrics } from './metrics';
+import { provisionStreams } from './provision';
+import { type RunningPipeline, runPipeline } from './runner';
+import { deadLetterEffect, lateEffect } from './side-outputs';
+import { type Effect, JetStreamSink } from './sink';
+import { hashPartitioner, JetStreamSource, type SourceMessage } from './source';
+
+/** The backend could not answer: the message goes back to the broker, never to the dead letters. */
+export class RetryableError extends Error {
+  readonly retryable = true;
+}
+
+/** What a subject's epoch record says (one per transition on `<root>.delivery.epochs`). */
+export interface EpochRecord {
+  epoch: number;
+  model: string;
+  version: string;
+  previous: { epoch: number; model: string; version: string } | null;
+  reason: string;
+  at: string;
+}
+
+export interface ReloadOutcome {
+  id: number;
+  result: 'committed' | 'unchanged' | 'failed';
+  strategy: 'atomic';
+  epoch_before: number;
+  epoch: number;
+  changes: Array<{ model: string; from: string | null; to: string | null }>;
+  /** Messages the barrier waited for (in flight when it closed). */
+  drained: number;
+  duration_ms: number;
+  error?: string;
+}
+
+export interface PipelineStatus {
+  state: 'starting' | 'running' | 'draining' | 'stopped' | 'failed';
+  /** Running with a live consumer (false while it is being reopened). */
+  consuming: boolean;
+  epoch: number;
+  model: string;
+  version: string;
+  mode: string;
+  watermark: string | null;
+  consumer: { pending: number; ack_pending: number; oldest_unprocessed_age_s: number };
+  freshness: { p50_ms: number; p95_ms: number; p99_ms: number };
+  stale: boolean;
+  counts: Record<string, number>;
+  state_keys: number;
+  state_bytes: number;
+  error?: string;
+}
+
+interface Unsettled {
+  result: DecideResult;
+  effects?: Effect[];
+  /** Event times of the first predictions in `effects` (freshness is observed at their PubAck). */
+  firstTimes: number[];
+}
+
+export interface PipelineDeps {
+  config: PipelineConfig;
+  backend: InferenceBackend;
+  metrics: PipelineMetrics;
+  logger: Logger;
+  clock?: () => number;
+}
+
+export class DeliveryPipeline {
+  readonly layout: StreamLayout;
+  private readonly config: PipelineConfig;
+  private readonly backend: InferenceBackend;
+  private readonly metrics: PipelineMetrics;
+  private readonly logger: Logger;
+  private readonly clock: () => number;
+  private readonly decider: DeliveryDecider;
+  private nats: NatsHandle | undefined;
+  private source: JetStreamSource | undefined;
+  private sink: JetStreamSink | undefined;
+  private running: RunningPipeline | undefined;
+  private pin: ModelPin;
+  private epoch = 0;
+  private state: PipelineStatus['state'] = 'starting';
+  private error: string | undefined;
+  private readonly unsettled = new Map<number, Unsettled>();
+  /** Per delivery: the previous message's post-inference step (alerts follow arrival order per delivery). */
+  private readonly tails = new Map<string, Promise<unknown>>();
+  private timers: NodeJS.Timeout[] = [];
+  private reloadChain: Promise<unknown> = Promise.resolve();
+  private reloads = 0;
+  private lastReload: ReloadOutcome | undefined;
+  private readonly counts = {
+    received: 0,
+    predictions: 0,
+    revisions: 0,
+    alerts: 0,
+    invalid: 0,
+    duplicates: 0,
+    late: 0,
+    dead_letters: 0,
+  };
+  private lastLag = { pending: 0, ackPending: 0, oldestAgeS: 0 };
+
+  constructor(deps: PipelineDeps) {
+    this.config = deps.config;
+    this.backend = deps.backend;
+    this.metrics = deps.metrics;
+    this.logger = deps.logger;
+    this.clock = deps.clock ?? Date.now;
+    this.pin = { model: deps.config.model.name, version: deps.config.model.version };
+    this.layout = streamLayout({
+      eventsStream: this.config.streams.events,
+      predictionsStream: this.config.streams.predictions,
+      sideStream: this.config.streams.side,
+      subjectRoot: this.config.subjectRoot,
+      duplicateWindowMs: this.config.streams.duplicateWindowMs,
+    });
+    const et = this.config.eventTime;
+    this.decider = new DeliveryDecider({
+      clock: this.clock,
+      outOfOrdernessMs: et.outOfOrdernessMs,
+      allowedLatenessMs: et.allowedLatenessMs,
+      idleTimeoutMs: et.idleTimeoutMs,
+      stateTtlMs: et.stateTtlMs,
+      dedupeTtlMs: et.dedupeTtlMs,
+      alertThreshold: this.config.alertThreshold,
+    });
+  }
+
+  get currentEpoch(): number {
+    return this.epoch;
+  }
+
+  get currentPin(): ModelPin {
+    return { ...this.pin };
+  }
+
+  async start(): Promise<void> {
+    const nats = await connectNats({ servers: this.config.nats, name: 'streaminfer-stream' });
+    this.nats = nats;
+    await provisionStreams(nats.jsm, [this.layout.events, this.layout.predictions, this.layout.side]);
+    await this.backend.prepare(this.pin);
+    await this.resumeEpoch();
+    this.sink = new JetStreamSink(nats.js, {
+      onPublishFailure: (effect, attempt, err) => {
+        this.metrics.sinkFailures.inc();
+        this.logger.warn({ subject: effect.subject, attempt, err: String(err) }, 'publish failed; retrying');
+      },
+    });
+    await this.openConsumer();
+    this.timers.push(setInterval(() => this.tick(), 1000).unref());
+    this.timers.push(setInterval(() => void this.refreshLag(), 1000).unref());
+    this.state = 'running';
+    this.metrics.up.set(1);
+    await this.refreshLag();
+    this.logger.info(
+      { epoch: this.epoch, model: this.pin.model, version: this.pin.version, mode: this.backend.mode },
+      'pipeline running',
+    );
+  }
+
+  /**
+   * Stops the consumer (its messages in flight are published and acked; those pulled ahead come back after
+   * ack_wait) and opens it again on the same durable. Keyed state stays: the redeliveries are duplicates.
+   */
+  async restartConsumer(): Promise<void> {
+    const before = this.running;
+    this.running = undefined;
+    await before?.stop().catch(() => undefined);
+    await this.openConsumer();
+  }
+
+  private async openConsumer(): Promise<void> {
+    const nats = this.nats!;
+    this.source = await JetStreamSource.open(nats.js, nats.jsm, {
+      stream: this.layout.events.name,
+      durable: this.config.consumer.durable,
+      maxAckPending: this.config.consumer.maxAckPending,
+      ackWaitMs: this.config.consumer.ackWaitMs,
+      maxDeliver: this.config.consumer.maxDeliver,
+      batchSize: this.config.consumer.batchSize,
+      partitionOf: hashPartitioner(this.config.partitions),
+    });
+    const running = runPipeline({
+      source: this.source,
+      sink: this.sink!,
+      subjects: this.layout.subjects,
+      concurrency: this.config.concurrency,
+      process: (message) => this.process(message),
+      onError: (err, message) => this.onError(err, message),
+      onPublished: (message) => this.onPublished(message),
+      onSettled: (message, outcome) => {
+        if (outcome === 'naked') this.metrics.redeliveryNaks.inc();
+        else this.unsettled.delete(message.streamSeq);
+      },
+    });
+    this.running = running;
+    running.done.then(
+      () => this.consumerEnded(running, undefined),
+      (err: unknown) => this.consumerEnded(running, err),
+    );
+  }
+
+  /** The consumer loop ended without stop(): the broker went away or the consumer was deleted. Reopen it. */
+  private consumerEnded(running: RunningPipeline, err: unknown): void {
+    if (this.running !== running || this.state !== 'running') return;
+    this.running = undefined;
+    this.metrics.up.set(0);
+    this.error = `consumer ended: ${String(err ?? 'no more messages')}`;
+    this.logger.error({ err: String(err) }, 'consumer ended; reopening');
+    const retry = (delayMs: number) => {
+      const t = setTimeout(() => {
+        if (this.state !== 'running') return;
+        this.openConsumer().then(
+          () => {
+            this.error = undefined;
+            this.metrics.up.set(1);
+            this.logger.info('consumer reopened');
+          },
+          (e: unknown) => {
+            this.logger.error({ err: String(e), retryInMs: delayMs }, 'reopening the consumer failed');
+            retry(Math.min(30_000, delayMs * 2));
+          },
+        );
+      }, delayMs);
+      t.unref();
+    };
+    retry(1000);
+  }
+
+  /** Drains: stops pulling, publishes and acks what is in flight, closes the backend and the connection. */
+  async stop(): Promise<void> {
+    if (this.state === 'stopped') return;
+    this.state = 'draining';
+    for (const t of this.timers) clearInterval(t);
+    this.timers = [];
+    await this.running?.stop().catch(() => undefined);
+    await this.backend.close().catch(() => undefined);
+    await this.nats?.close().catch(() => undefined);
+    this.metrics.up.set(0);
+    this.state = 'stopped';
+  }
+
+  /**
+   * The epoch barrier: prepare the new version, stop starting messages, wait for every message in flight to
+   * be published and acked, switch the pin, record the transition, resume. No epoch mixes two versions.
+   */
+  reload(request: { model?: string; version?: string }, reason: string): Promise<ReloadOutcome> {
+    const run = this.reloadChain.then(() => this.reloadNow(request, reason));
+    this.reloadChain = run.catch(() => undefined);
+    return run;
+  }
+
+  lastReloadOutcome(): ReloadOutcome | undefined {
+    return this.lastReload;
+  }
+
+  async status(): Promise<PipelineStatus> {
+    const q = await this.metrics.freshnessQuantiles();
+    const wm = this.decider.watermark();
+    const s = this.decider.stats();
+    const p95Ms = q.p95 * 1000;
+    return {
+      state: this.state,
+      consuming: this.state === 'running' && this.running !== undefined,
+      epoch: this.epoch,
+      model: this.pin.model,
+      version: this.pin.version,
+      mode: this.backend.mode,
+      watermark: wm === null ? null : new Date(wm).toISOString(),
+      consumer: {
+        pending: this.lastLag.pending,
+        ack_pending: this.lastLag.ackPending,
+        oldest_unprocessed_age_s: this.lastLag.oldestAgeS,
+      },
+      freshness: { p50_ms: q.p50 * 1000, p95_ms: p95Ms, p99_ms: q.p99 * 1000 },
+      stale:
+        (Number.isFinite(p95Ms) && p95Ms > this.config.slo.freshnessP95Ms) ||
+        this.lastLag.pending > this.config.slo.lagMessages,
+      counts: { ...this.counts },
+      state_keys: s.deliveries,
+      state_bytes: s.approxBytes,
+      ...(this.error ? { error: this.error } : {}),
+    };
+  }
+
+  private async process(message: SourceMessage): Promise<Effect[]> {
+    this.counts.received++;
+    const fresh = this.decider.ingest(message.data, message.partition);
+    let entry: Unsettled | undefined;
+    switch (fresh.disposition) {
+      case 'invalid': {
+        this.counts.invalid++;
+        this.counts.dead_letters++;
+        this.metrics.events.inc({ type: 'invalid' });
+        this.metrics.invalid.inc({ field: fieldOf(fresh.reason ?? '') });
+        this.metrics.deadLetters.inc({ reason: 'invalid' });
+        return [
+          deadLetterEffect(this.layout.subjects, this.layout.events.name, message, fresh.reason ?? 'invalid'),
+        ];
+      }
+      case 'duplicate':
+        // A redelivery of a message whose effects are not acked yet publishes them again (same Msg-Ids).
+        entry = this.unsettled.get(message.streamSeq);
+        if (!entry) {
+          this.counts.duplicates++;
+          this.metrics.duplicates.inc();
+          return [];
+        }
+        if (entry.effects) return entry.effects;
+        break;
+      default:
+        this.metrics.events.inc({ type: fresh.event!.type });
+        entry = { result: fresh, firstTimes: [] };
+        this.unsettled.set(message.streamSeq, entry);
+    }
+    const result = entry.result;
+    if (result === fresh) this.countWindows(result.windowResults);
+    if (result.disposition === 'late') {
+      this.counts.late++;
+      this.metrics.late.inc();
+      const event = result.event!;
+      entry.effects = [
+        lateEffect(this.layout.subjects, event.event_id, {
+          event: JSON.parse(new TextDecoder().decode(message.data)),
+          delivery_id: event.delivery_id,
+          event_time: event.event_time,
+          watermark: new Date(result.watermark ?? 0).toISOString(),
+          allowed_lateness_ms: this.config.eventTime.allowedLatenessMs,
+          source_stream_seq: message.streamSeq,
+        }),
+      ];
+      return entry.effects;
+    }
+    if (result.behindWatermark && result === fresh) this.metrics.behindWatermark.inc();
+    if (result.notReady) this.metrics.notReady.inc({ missing: result.notReady });
+    if (result.decisions.length === 0) {
+      entry.effects = [];
+      return entry.effects;
+    }
+    entry.effects = await this.predict(result.event!.delivery_id, result.decisions, entry);
+    return entry.effects;
+  }
+
+  /** Runs the decisions through the model (concurrently), then builds the effects in arrival order per delivery. */
+  private async predict(deliveryId: string, decisions: Decision[], entry: Unsettled): Promise<Effect[]> {
+    const pin = this.pin;
+    const epoch = this.epoch;
+    const risks = Promise.all(decisions.map((d) => this.timedPredict(pin, d.row)));
+    const previous = this.tails.get(deliveryId) ?? Promise.resolve();
+    const built = previous.then(async () => this.build(decisions, await risks, pin, epoch, entry));
+    const tail = built.catch(() => undefined);
+    this.tails.set(deliveryId, tail);
+    void tail.then(() => {
+      if (this.tails.get(deliveryId) === tail) this.tails.delete(deliveryId);
+    });
+    return built;
+  }
+
+  private async timedPredict(pin: ModelPin, row: Float32Array): Promise<number> {
+    const end = this.metrics.inference.startTimer({ mode: this.backend.mode });
+    try {
+      return await this.backend.predict(pin, row);
+    } catch (err) {
+      throw new RetryableError(`inference failed: ${err instanceof Error ? err.message : String(err)}`, {
+        cause: err,
+      });
+    } finally {
+      end();
+    }
+  }
+
+  private build(
+    decisions: Decision[],
+    risks: number[],
+    pin: ModelPin,
+    epoch: number,
+    entry: Unsettled,
+  ): Effect[] {
+    const effects: Effect[] = [];
+    const publishedAt = new Date(this.clock()).toISOString();
+    decisions.forEach((d, i) => {
+      const risk = risks[i]!;
+      const id = decisionId({
+        delivery_id: d.delivery_id,
+        event_id: d.event_id,
+        model: pin.model,
+        version: pin.version,
+        revision: d.revision,
+      });
+      const prediction = {
+        event_id: d.event_id,
+        delivery_id: d.delivery_id,
+        event_time: d.event_time,
+        model: pin.model,
+        version: pin.version,
+        epoch,
+        risk,
+        revision: d.revision,
+        decision_id: id,
+        published_at: publishedAt,
+      };
+      effects.push({
+        subject: keySubject(this.layout.subjects.predictionsPrefix, d.delivery_id),
+        data: JSON.stringify(prediction),
+        msgId: id,
+      });
+      if (d.revision === 0) entry.firstTimes.push(d.eventTimeMs);
+      if (this.decider.alertFor(d.delivery_id, risk)) {
+        effects.push({
+          subject: keySubject(this.layout.subjects.alertsPrefix, d.delivery_id),
+          data: JSON.stringify({ ...prediction, threshold: this.decider.alertThreshold }),
+          msgId: `alert:${id}`,
+        });
+      }
+    });
+    return effects;
+  }
+
+  private countWindows(firings: readonly WindowFiring[]): void {
+    for (const f of firings)
+      this.metrics.windowResults.inc({ window: f.window, kind: f.revision === 0 ? 'first' : 'revision' });
+  }
+
+  private onPublished(message: SourceMessage): void {
+    const entry = this.unsettled.get(message.streamSeq);
+    if (!entry?.effects) return;
+    const now = this.clock();
+    for (const t of entry.firstTimes) this.metrics.observeFreshness(Math.max(0, now - t) / 1000);
+    for (const effect of entry.effects) {
+      if (effect.msgId.startsWith('alert:')) {
+        this.counts.alerts++;
+        this.metrics.alerts.inc();
+      } else if (effect.subject.startsWith(`${this.layout.subjects.predictionsPrefix}.`)) {
+        const revision = effect.msgId.endsWith(':0') ? 'first' : 'revision';
+        if (revision === 'first') this.counts.predictions++;
+        else this.counts.revisions++;
+        this.metrics.predictions.inc({ kind: revision });
+      }
+    }
+    // Observed once: a redelivery publishing the same effects again is not a second prediction.
+    entry.firstTimes = [];
+  }
+
+  private onError(err: unknown, message: SourceMessage): void {
+    if (err instanceof RetryableError) {
+      this.logger.warn({ seq: message.streamSeq, err: err.message }, 'inference unavailable; message naked');
+      return;
+    }
+    this.logger.warn({ seq: message.streamSeq, err: String(err) }, 'message not completed');
+  }
+
+  private tick(): void {
+    const r = this.decider.tick();
+    this.countWindows(r.windowResults);
+    const s = this.decider.stats();
+    this.metrics.stateKeys.set(s.deliveries);
+    this.metrics.stateBytes.set(s.approxBytes);
+    const wm = this.decider.watermark();
+    if (wm !== null) this.metrics.watermarkLag.set(Math.max(0, this.clock() - wm) / 1000);
+    this.metrics.inflight.set(this.running?.inFlight ?? 0);
+  }
+
+  private async refreshLag(): Promise<void> {
+    const source = this.source;
+    const nats = this.nats;
+    if (!source || !nats || this.state !== 'running') return;
+    try {
+      const info = await nats.jsm.consumers.info(this.layout.events.name, this.config.consumer.durable);
+      let oldestAgeS = 0;
+      const firstUnacked = info.ack_floor.stream_seq + 1;
+      if (info.num_pending + info.num_ack_pending > 0) {
+        const stored = await nats.jsm.streams
+          .getMessage(this.layout.events.name, { seq: firstUnacked })
+          .catch(() => null);
+        if (stored) oldestAgeS = Math.max(0, this.clock() - stored.time.getTime()) / 1000;
+      }
+      this.lastLag = { pending: info.num_pending, ackPending: info.num_ack_pending, oldestAgeS };
+      this.metrics.consumerPending.set(info.num_pending);
+      this.metrics.consumerAckPending.set(info.num_ack_pending);
+      this.metrics.oldestUnprocessedAge.set(oldestAgeS);
+    } catch (err) {
+      this.logger.debug({ err: String(err) }, 'consumer info failed');
+    }
+  }
+
+  /** The last recorded epoch continues if it pinned the same version; otherwise a new epoch is recorded. */
+  private async resumeEpoch(): Promise<void> {
+    const last = await this.lastEpochRecord();
+    if (last && last.model === this.pin.model && last.version === this.pin.version) {
+      this.epoch = last.epoch;
+    } else {
+      await this.recordEpoch((last?.epoch ?? 0) + 1, last, 'start');
+    }
+    this.metrics.setPin(this.pin.model, this.pin.version, this.epoch);
+  }
+
+  private async lastEpochRecord(): Promise<EpochRecord | null> {
+    try {
+      const stored = await this.nats!.jsm.streams.getMessage(this.layout.predictions.name, {
+        last_by_subj: this.layout.subjects.epochsSubject,
+      });
+      return stored ? (stored.json() as EpochRecord) : null;
+    } catch {
+      return null;
+    }
+  }
+
+  private async recordEpoch(epoch: number, previous: EpochRecord | null, reason: string): Promise<void> {
+    const record: EpochRecord = {
+      epoch,
+      model: this.pin.model,
+      version: this.pin.version,
+      previous: previous ? { epoch: previous.epoch, model: previous.model, version: previous.version } : null,
+      reason,
+      at: new Date(this.clock()).toISOString(),
+    };
+    const sink = this.sink ?? new JetStreamSink(this.nats!.js);
+    await sink.publish({
+      subject: this.layout.subjects.epochsSubject,
+      data: JSON.stringify(record),
+      msgId: `epoch:${epoch}:${record.model}@${record.version}`,
+    });
+    this.epoch = epoch;
+  }
+
+  private async reloadNow(
+    request: { model?: string; version?: string },
+    reason: string,
+  ): Promise<ReloadOutcome> {
+    const started = this.clock();
+    const id = ++this.reloads;
+    const before = { ...this.pin };
+    const epochBefore = this.epoch;
+    const next: ModelPin = {
+      model: request.model ?? before.model,
+      version: request.version ?? before.version,
+    };
+    const outcome = (result: ReloadOutcome['result'], drained: number, error?: string): ReloadOutcome => {
+      const o: ReloadOutcome = {
+        id,
+        result,
+        strategy: 'atomic',
+        epoch_before: epochBefore,
+        epoch: this.epoch,
+        changes:
+          result === 'committed'
+            ? [
+                {
+                  model: next.model,
+                  from: `${before.model}@${before.version}`,
+                  to: `${next.model}@${next.version}`,
+                },
+              ]
+            : [],
+        drained,
+        duration_ms: this.clock() - started,
+        ...(error ? { error } : {}),
+      };
+      this.lastReload = o;
+      return o;
+    };
+    if (next.model === before.model && next.version === before.version) return outcome('unchanged', 0);
+    if (this.state !== 'running') return outcome('failed', 0, `pipeline is ${this.state}`);
+    try {
+      await this.backend.prepare(next);
+    } catch (err) {
+      return outcome('failed', 0, `cannot pin ${next.model}@${next.version}: ${(err as Error).message}`);
+    }
+    const running = this.running;
+    if (!running) return outcome('failed', 0, 'the consumer is reopening; try again');
+    const drained = running.inFlight;
+    await running.pause();
+    try {
+      const previous: EpochRecord = {
+        epoch: this.epoch,
+        model: before.model,
+        version: before.version,
+        previous: null,
+        reason: '',
+        at: '',
+      };
+      this.pin = next;
+      try {
+        await this.recordEpoch(this.epoch + 1, previous, reason);
+      } catch (err) {
+        this.pin = before;
+        return outcome('failed', drained, `transition not recorded: ${(err as Error).message}`);
+      }
+      this.metrics.setPin(next.model, next.version, this.epoch);
+      this.logger.info({ epoch: this.epoch, from: before, to: next, drained, reason }, 'epoch committed');
+      return outcome('committed', drained);
+    } finally {
+      running.resume();
+    }
+  }
+}
+
+/** `<field>: <problem>` → the field, for a bounded metric label. */
+function fieldOf(reason: string): string {
+  const field = reason.split(':')[0] ?? '';
+  return /^[a-z_]{1,32}$/.test(field) ? field : 'payload';
+}

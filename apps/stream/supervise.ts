@@ -1,0 +1,135 @@
+/**
+ * `streaminfer stream`: supervises one pipeline process as the server's supervisor does its nodes — forks
+ * it, restarts it after a crash with the same backoff (by crash streak, reset by a stable run), re-reads the
+ * config on SIGHUP (a model or version change goes through the pipeline's epoch barrier; anything else
+ * needs a restart, and says so), and drains it on SIGTERM / SIGINT.
+ */
+import { type ChildProcess, fork } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Logger } from 'pino';
+import { nextCrashStreak, restartDelayMs } from '../supervisor/fleet';
+import { type PipelineConfig, resolvePipelineConfig } from './config';
+import type { PipelineChildMessage, PipelineParentMessage } from './main';
+
+/** How long the pipeline may take to drain before it is killed. */
+const DRAIN_TIMEOUT_MS = 60_000;
+
+export interface SuperviseOptions {
+  /** The config file (re-read on SIGHUP); undefined runs on defaults + overrides. */
+  configFile?: string;
+  /** Flag overrides, applied over the file. */
+  overrides: Record<string, unknown>;
+  logger: Logger;
+}
+
+export function loadPipelineConfig(
+  file: string | undefined,
+  overrides: Record<string, unknown>,
+): PipelineConfig {
+  let fromFile: unknown;
+  if (file) {
+    try {
+      fromFile = JSON.parse(readFileSync(file, 'utf8'));
+    } catch (err) {
+      throw new Error(`cannot read pipeline config ${file}: ${(err as Error).message}`);
+    }
+  }
+  return resolvePipelineConfig(fromFile, overrides);
+}
+
+export async function superviseStream(options: SuperviseOptions): Promise<number> {
+  const { logger } = options;
+  let config = loadPipelineConfig(options.configFile, options.overrides);
+  let child: ChildProcess | undefined;
+  let stopping = false;
+  let streak = 0;
+  let readyAt: number | undefined;
+  let reloadIds = 0;
+  let restartTimer: NodeJS.Timeout | undefined;
+  let resolveExit: (code: number) => void = () => {};
+  const exited = new Promise<number>((resolve) => {
+    resolveExit = resolve;
+  });
+
+  const start = () => {
+    readyAt = undefined;
+    const c = fork(join(__dirname, 'main.js'), [], {
+      env: { ...process.env, STREAMINFER_PIPELINE_CONFIG: JSON.stringify(config) },
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
+    child = c;
+    c.on('message', (m: PipelineChildMessage) => {
+      if (m.type === 'ready') {
+        readyAt = Date.now();
+        logger.info({ pid: c.pid, admin: m.adminPort, epoch: m.epoch }, 'pipeline ready');
+      } else if (m.type === 'reloaded') {
+        logger.info({ outcome: m.outcome }, 'pipeline reload');
+      }
+    });
+    c.on('exit', (code, signal) => {
+      if (child === c) child = undefined;
+      if (stopping) {
+        resolveExit(code ?? 0);
+        return;
+      }
+      const servedMs = readyAt === undefined ? undefined : Date.now() - readyAt;
+      streak = nextCrashStreak(streak, servedMs);
+      const delay = restartDelayMs(streak);
+      logger.error({ code, signal, streak, restartInMs: delay }, 'pipeline process exited; restarting');
+      restartTimer = setTimeout(start, delay);
+    });
+  };
+
+  const toChild = (message: PipelineParentMessage) => {
+    if (child?.connected) child.send(message);
+  };
+
+  process.on('SIGHUP', () => {
+    let next: PipelineConfig;
+    try {
+      next = loadPipelineConfig(options.configFile, options.overrides);
+    } catch (err) {
+      logger.error({ err: (err as Error).message }, 'SIGHUP: config refused; nothing changed');
+      return;
+    }
+    const { model: before, ...restBefore } = config;
+    const { model: after, ...restAfter } = next;
+    if (JSON.stringify(restBefore) !== JSON.stringify(restAfter))
+      logger.warn('SIGHUP: settings other than model need a restart of `streaminfer stream` to apply');
+    config = { ...config, model: after };
+    if (before.name !== after.name || before.version !== after.version) {
+      toChild({
+        type: 'reload',
+        id: ++reloadIds,
+        model: after.name,
+        version: after.version,
+        reason: 'SIGHUP',
+      });
+    } else {
+      logger.info('SIGHUP: model unchanged');
+    }
+  });
+
+  const stop = (why: string) => {
+    if (stopping) return;
+    stopping = true;
+    logger.info({ why }, 'stopping the pipeline');
+    if (restartTimer) clearTimeout(restartTimer);
+    const c = child;
+    if (!c) {
+      resolveExit(0);
+      return;
+    }
+    toChild({ type: 'shutdown' });
+    c.kill('SIGTERM');
+    setTimeout(() => c.kill('SIGKILL'), DRAIN_TIMEOUT_MS).unref();
+  };
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGINT', () => stop('SIGINT'));
+
+  start();
+  const code = await exited;
+  logger.info('pipeline stopped');
+  return code;
+}
