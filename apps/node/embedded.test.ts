@@ -101,18 +101,19 @@ describe('embedded node options and close', () => {
   });
 
   test('close() with calls in flight settles every call; later calls and prepares are refused unavailable', async () => {
-    const node = EmbeddedNode.start({
-      modelsDir: MODELS_DIR,
-      workers: 1,
-      maxInflight: 20_000,
-      maxModelQueue: 20_000,
-    });
-    await node.prepare(MODEL, '1');
-    const calls = Array.from({ length: 8000 }, (_, i) => node.infer(MODEL, '1', row(i)));
+    // The bench model (~71 MFLOP a row) keeps its worker busy long after close() is called.
+    const node = EmbeddedNode.start({ modelsDir: MODELS_DIR, workers: 1 });
+    await node.prepare('bench', '1');
+    const first = await node.infer('bench', '1', new Float32Array(256).fill(0.5));
+    expect(first.length).toBe(256);
+    const calls = Array.from({ length: 300 }, (_, i) =>
+      node.infer('bench', '1', new Float32Array(256).fill(i / 300)),
+    );
     const settled = outcomes(calls);
     await node.close();
     const counts = await settled;
-    expect((counts.ok ?? 0) + (counts.unavailable ?? 0)).toBe(8000);
+    expect(counts.unavailable).toBeGreaterThan(0);
+    expect((counts.ok ?? 0) + (counts.unavailable ?? 0)).toBe(300);
     expect(node.inflight).toBe(0);
     await expect(node.infer(MODEL, '1', row(1))).rejects.toMatchObject({ code: 'unavailable' });
     await expect(node.prepare(MODEL, '1')).rejects.toMatchObject({ code: 'unavailable' });
