@@ -165,6 +165,20 @@ export class Admission {
     return this.admitDecoded(request, undefined, startedAt, reply, peer, client);
   }
 
+  /**
+   * An in-process call (apps/node/embedded): its tensors are already typed arrays, so nothing is decoded; they
+   * are bound and copied into the ring as a binary frame's are.
+   */
+  admitTensors(
+    request: BinaryRequest,
+    startedAt: number,
+    reply: Reply,
+    peer: Peer,
+    client: ClientState,
+  ): PendingRequest | Rejection {
+    return this.admitDecoded(request, request, startedAt, reply, peer, client);
+  }
+
   private admitDecoded(
     request: InferenceRequest,
     binary: BinaryRequest | undefined,

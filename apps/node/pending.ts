@@ -60,7 +60,7 @@ export class PendingRequests {
     const peer = request.peer;
     if (peer === undefined) return;
     if (peer.protocol !== PROTOCOL_WS) {
-      // HTTP carries one request at a time per connection: nothing to order.
+      // HTTP carries one request at a time per connection, an in-process call is one request: nothing to order.
       request.reply.send(peer, body, httpStatus);
     } else if (peer.order.answered(request.epoch)) {
       request.reply.send(peer, body, httpStatus);

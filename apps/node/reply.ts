@@ -13,10 +13,22 @@ import {
   encodeResultWithHead,
   encodeV2Error,
   encodeV2Response,
+  outputSectionHeaderBytes,
+  ProtocolError,
+  RESPONSE_HEADER_BYTES,
+  readFirstOutput,
 } from '../../libs/protocol';
 import type { RingBuffer } from '../../libs/ring';
 import type { Slot } from './models';
-import type { Connection, HttpExchange, Peer, PendingRequest, Reply, Transport } from './request';
+import type {
+  Connection,
+  HttpExchange,
+  InProcessCall,
+  Peer,
+  PendingRequest,
+  Reply,
+  Transport,
+} from './request';
 
 /** WebSocket, JSON answers. */
 class WsJsonReply implements Reply {
@@ -113,12 +125,77 @@ class SilentReply extends WsJsonReply {
   override warn(): void {}
 }
 
+/** The body of an in-process success: the output itself travels on the call, nothing is encoded. */
+const IN_PROCESS_ANSWERED = new Uint8Array(0);
+/** Separates the fields of an in-process error body (codes and numbers never hold it). */
+const FIELD = '\n';
+
+/**
+ * An in-process caller (apps/node/embedded): a success copies the first output out of the response ring onto
+ * the call; an error's shape in this protocol is `code \n retryAfterMs \n message`, split again only when it is
+ * settled (no JSON either way). `send` settles the call's promise; there is no transport.
+ */
+class InProcessReply implements Reply {
+  success(request: PendingRequest, slot: Slot, ring: RingBuffer, offset: number): Uint8Array {
+    (request.peer as InProcessCall).output = firstOutputOf(ring, offset, slot);
+    return IN_PROCESS_ANSWERED;
+  }
+
+  error(_id: RequestId, code: ErrorCode, message: string, retryAfterMs?: number): string {
+    return `${code}${FIELD}${retryAfterMs ?? ''}${FIELD}${message}`;
+  }
+
+  send(peer: Peer, body: string | Uint8Array): void {
+    const call = peer as InProcessCall;
+    if (typeof body === 'string') {
+      const first = body.indexOf(FIELD);
+      const second = body.indexOf(FIELD, first + 1);
+      const retry = body.slice(first + 1, second);
+      call.failure = new ProtocolError(
+        body.slice(0, first) as ErrorCode,
+        body.slice(second + 1),
+        retry === '' ? undefined : Number(retry),
+      );
+    }
+    call.settle();
+  }
+
+  warn(): void {}
+}
+
+/**
+ * The first output of a successful response as float32 values: float32 outputs are copied as they are, other
+ * numeric ones converted; a string output cannot be answered in-process (a typed error, not a throw).
+ */
+function firstOutputOf(ring: RingBuffer, offset: number, slot: Slot): Float32Array {
+  const view = ring.view;
+  const signature = slot.model.signature;
+  if (view.getUint8(offset + 7) > 0) {
+    const section = offset + RESPONSE_HEADER_BYTES;
+    const byteLength = view.getUint32(section, true);
+    const rank = view.getUint8(section + 4);
+    if (signature.outputs[view.getUint8(section + 5)]?.dtype === 'float32' && byteLength % 4 === 0) {
+      const data = section + outputSectionHeaderBytes(rank);
+      // slice() copies into a fresh, aligned buffer: the ring's bytes are reused once this record is claimed.
+      return new Float32Array(ring.bytes.slice(data, data + byteLength).buffer);
+    }
+  }
+  const output = readFirstOutput(ring.bytes, view, offset, signature);
+  if (output === undefined) throw new ProtocolError('model_error', 'the model answered no output');
+  if (output.dtype === 'string')
+    throw new ProtocolError('type_mismatch', `output ${output.index} is text; in-process calls read numbers`);
+  if (output.dtype === 'int64') return Float32Array.from(output.values, Number);
+  return Float32Array.from(output.values);
+}
+
 export interface Replies {
   wsJson: Reply;
   wsBinary: Reply;
   httpJson: Reply;
   httpV2: Reply;
   silent: Reply;
+  /** In-process calls (apps/node/embedded). */
+  inProcess: Reply;
 }
 
 export function createReplies(transport: Transport): Replies {
@@ -128,5 +205,6 @@ export function createReplies(transport: Transport): Replies {
     httpJson: new HttpJsonReply(transport),
     httpV2: new HttpV2Reply(transport),
     silent: new SilentReply(transport),
+    inProcess: new InProcessReply(),
   };
 }

@@ -1,11 +1,11 @@
 /**
  * The request, one object from admission to answer (the node's pending record: no other per-request object
- * is made), the two kinds of peer an answer goes to, and the Reply (how an answer is encoded and sent, one
+ * is made), the three kinds of peer an answer goes to, and the Reply (how an answer is encoded and sent, one
  * strategy per protocol: reply.ts) over the Transport (the gateway's corked sends).
  */
 import type * as uWS from 'uWebSockets.js';
 import type { ClientState } from '../../libs/backpressure';
-import type { ErrorCode, Priority, RequestId, ShadowOutput } from '../../libs/protocol';
+import type { ErrorCode, Priority, ProtocolError, RequestId, ShadowOutput } from '../../libs/protocol';
 import type { RingBuffer } from '../../libs/ring';
 import type { EpochOrder } from './epoch-order';
 import type { Slot } from './models';
@@ -13,6 +13,7 @@ import type { Slot } from './models';
 /** Metrics protocol label of a peer. */
 export const PROTOCOL_WS = 0;
 export const PROTOCOL_HTTP = 1;
+export const PROTOCOL_EMBEDDED = 2;
 
 /** A WebSocket connection (uWS user data): its limits and its answer order across a reload. */
 export interface Connection {
@@ -34,7 +35,22 @@ export interface HttpExchange {
   aborted: boolean;
 }
 
-export type Peer = Connection | HttpExchange;
+/**
+ * An in-process caller (apps/node/embedded: a headless node inside another process): one call, one answer,
+ * which settles a promise instead of being encoded and sent. The in-process Reply (reply.ts) fills `output`
+ * or `failure` and then settles the call.
+ */
+export interface InProcessCall {
+  readonly protocol: typeof PROTOCOL_EMBEDDED;
+  /** The first output of a successful answer, copied out of the response ring. */
+  output: Float32Array | undefined;
+  /** The typed error of a failed one. */
+  failure: ProtocolError | undefined;
+  /** Called exactly once, after `output` or `failure` is set: resolves or rejects the caller's promise. */
+  settle(): void;
+}
+
+export type Peer = Connection | HttpExchange | InProcessCall;
 
 export interface HeldAnswer {
   request: PendingRequest;

@@ -7,6 +7,7 @@ export {
   MAX_SLOTS,
   MetricsShard,
   metricsBufferFor,
+  readSlotTotals,
   resetSlot,
   SHED_REASONS,
 } from './shared-metrics';

@@ -10,7 +10,8 @@ export const DURATION_BUCKETS = [
   0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 ] as const;
 export const BATCH_SIZE_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024] as const;
-export const PROTOCOLS = ['ws', 'http'] as const;
+/** By the node's peer kinds (apps/node/request.ts PROTOCOL_*): `embedded` = in-process calls. */
+export const PROTOCOLS = ['ws', 'http', 'embedded'] as const;
 export type ProtocolName = (typeof PROTOCOLS)[number];
 export const SHED_REASONS = [
   'rate_limited',
