@@ -14,6 +14,7 @@ import { DeliveryPipeline } from './pipeline';
 export type PipelineChildMessage =
   | { type: 'ready'; adminPort: number; epoch: number }
   | { type: 'reloaded'; id: number; outcome: unknown }
+  | { type: 'epoch'; model: string; version: string; epoch: number }
   | { type: 'failed'; error: string };
 
 export type PipelineParentMessage =
@@ -64,7 +65,13 @@ async function main(): Promise<void> {
   });
 
   const backend = await createBackend(config, logger);
-  const p = new DeliveryPipeline({ config, backend, metrics, logger });
+  const p = new DeliveryPipeline({
+    config,
+    backend,
+    metrics,
+    logger,
+    onEpoch: (pin, epoch) => send({ type: 'epoch', model: pin.model, version: pin.version, epoch }),
+  });
   await p.start();
   pipeline = p;
   send({ type: 'ready', adminPort, epoch: p.currentEpoch });

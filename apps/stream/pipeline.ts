@@ -87,6 +87,8 @@ export interface PipelineDeps {
   metrics: PipelineMetrics;
   logger: Logger;
   clock?: () => number;
+  /** Called whenever an epoch starts (at start and at each committed reload). */
+  onEpoch?: (pin: ModelPin, epoch: number) => void;
 }
 
 export class DeliveryPipeline {
@@ -96,6 +98,7 @@ export class DeliveryPipeline {
   private readonly metrics: PipelineMetrics;
   private readonly logger: Logger;
   private readonly clock: () => number;
+  private readonly onEpoch: ((pin: ModelPin, epoch: number) => void) | undefined;
   private readonly decider: DeliveryDecider;
   private nats: NatsHandle | undefined;
   private source: JetStreamSource | undefined;
@@ -130,6 +133,7 @@ export class DeliveryPipeline {
     this.metrics = deps.metrics;
     this.logger = deps.logger;
     this.clock = deps.clock ?? Date.now;
+    this.onEpoch = deps.onEpoch;
     this.pin = { model: deps.config.model.name, version: deps.config.model.version };
     this.layout = streamLayout({
       eventsStream: this.config.streams.events,
@@ -516,6 +520,7 @@ export class DeliveryPipeline {
       await this.recordEpoch((last?.epoch ?? 0) + 1, last, 'start');
     }
     this.metrics.setPin(this.pin.model, this.pin.version, this.epoch);
+    this.onEpoch?.({ ...this.pin }, this.epoch);
   }
 
   private async lastEpochRecord(): Promise<EpochRecord | null> {
@@ -611,6 +616,7 @@ export class DeliveryPipeline {
         return outcome('failed', drained, `transition not recorded: ${(err as Error).message}`);
       }
       this.metrics.setPin(next.model, next.version, this.epoch);
+      this.onEpoch?.({ ...next }, this.epoch);
       this.logger.info({ epoch: this.epoch, from: before, to: next, drained, reason }, 'epoch committed');
       return outcome('committed', drained);
     } finally {

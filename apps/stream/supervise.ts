@@ -63,6 +63,9 @@ export async function superviseStream(options: SuperviseOptions): Promise<number
       if (m.type === 'ready') {
         readyAt = Date.now();
         logger.info({ pid: c.pid, admin: m.adminPort, epoch: m.epoch }, 'pipeline ready');
+      } else if (m.type === 'epoch') {
+        // A restart after a crash pins what the last epoch pinned (a reload by API or SIGHUP), not the file.
+        config = { ...config, model: { name: m.model, version: m.version } };
       } else if (m.type === 'reloaded') {
         logger.info({ outcome: m.outcome }, 'pipeline reload');
       }

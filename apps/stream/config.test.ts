@@ -1,0 +1,74 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseReload } from './admin';
+import { DEFAULT_PIPELINE_CONFIG, PipelineConfigError, resolvePipelineConfig } from './config';
+
+const repo = join(__dirname, '..', '..', '..');
+
+function refused(over: unknown): PipelineConfigError {
+  try {
+    resolvePipelineConfig(over);
+  } catch (err) {
+    if (err instanceof PipelineConfigError) return err;
+    throw err;
+  }
+  throw new Error(`accepted ${JSON.stringify(over)}`);
+}
+
+describe('pipeline config', () => {
+  test('the shipped deploy/pipeline.json is valid and spells out the defaults', () => {
+    const shipped = JSON.parse(readFileSync(join(repo, 'deploy', 'pipeline.json'), 'utf8'));
+    expect(resolvePipelineConfig(shipped)).toEqual(DEFAULT_PIPELINE_CONFIG);
+  });
+
+  test('later overrides win, nested objects merge', () => {
+    const c = resolvePipelineConfig(
+      { inference: { mode: 'external' } },
+      { inference: { url: 'ws://h:1/ws' }, nats: 'nats://x:1' },
+    );
+    expect(c.inference).toMatchObject({ mode: 'external', url: 'ws://h:1/ws', modelsDir: './models' });
+    expect(c.nats).toBe('nats://x:1');
+  });
+
+  test.each([
+    [{ bogus: 1 }, 'bogus'],
+    [{ consumer: { maxAckPending: 'many' } }, 'consumer.maxAckPending'],
+    [{ consumer: { batchSize: 10_000 } }, 'consumer.batchSize'],
+    [{ concurrency: 100_000 }, 'concurrency'],
+    [{ consumer: { maxDeliver: 1 } }, 'consumer.maxDeliver'],
+    [{ eventTime: { stateTtlMs: 60_000 } }, 'eventTime.stateTtlMs'],
+    [{ eventTime: { dedupeTtlMs: 1.5 } }, 'eventTime.dedupeTtlMs'],
+    [{ inference: { mode: 'magic' } }, 'inference.mode'],
+    [{ inference: { mode: 'external', url: 'http://x' } }, 'inference.url'],
+    [{ alertThreshold: 1.2 }, 'alertThreshold'],
+    [{ nats: 'localhost:4222' }, 'nats'],
+    [{ subjectRoot: 'a..b' }, 'subjectRoot'],
+    [{ streams: { events: 'has space' } }, 'streams.events'],
+    [{ model: { version: '../1' } }, 'model.version'],
+    [{ logLevel: 'loud' }, 'logLevel'],
+    [[], '$'],
+  ])('%j is refused at %s', (over, path) => {
+    expect(refused(over).path).toBe(path);
+  });
+});
+
+describe('POST /api/reload body', () => {
+  test('model and version are names; at least the version', () => {
+    expect(parseReload({ version: '2' })).toEqual({ version: '2' });
+    expect(parseReload({ model: 'delay-risk', version: '2', strategy: 'atomic' })).toEqual({
+      model: 'delay-risk',
+      version: '2',
+    });
+    for (const bad of [
+      null,
+      [],
+      'x',
+      {},
+      { version: 2 },
+      { version: '../x' },
+      { strategy: 'rolling', version: '2' },
+      { extra: 1 },
+    ])
+      expect(typeof parseReload(bad)).toBe('string');
+  });
+});
