@@ -363,6 +363,10 @@ export async function runSimulate(
         for await (const { record } of paced(untilEnd(), { now: Date.now, sleep })) yield record;
       };
       await publishBounded(due(), publishOne, config.maxInflight, () => stopped !== null, inflight);
+      // The records end at the last one due before the end; the run still lasts its duration (a quiet
+      // tail is part of the workload, and rate_actual is over the whole span).
+      const rest = endMs - Date.now();
+      if (stopped === null && rest > 0) await sleep(rest);
     } finally {
       if (ticker) clearInterval(ticker);
     }
