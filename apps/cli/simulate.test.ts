@@ -1,4 +1,4 @@
-import { parseSimulateFlags, publishBounded, SimulateOptionError } from './simulate';
+import { LogHistogram, parseSimulateFlags, publishBounded, SimulateOptionError } from './simulate';
 
 describe('publishBounded (the backpressure of `streaminfer simulate`)', () => {
   it('never has more than maxInflight publishes pending and pulls no item while full', async () => {
@@ -78,6 +78,31 @@ describe('parseSimulateFlags', () => {
     });
   });
 
+  it('without --deliveries scales deliveries with the rate (GPS ~4 s); --deliveries is honoured; the ramp', () => {
+    const auto = parseSimulateFlags({ rate: '3000', duration: '30' });
+    expect(auto).toMatchObject({
+      deliveries: 12_000,
+      deliveriesFromRate: true,
+      rampMs: 30_000,
+      subSecondTimes: false,
+    });
+    const given = parseSimulateFlags({
+      rate: '3000',
+      deliveries: '3000',
+      duration: '600',
+      rampS: '5',
+      subSecond: true,
+    });
+    expect(given).toMatchObject({
+      deliveries: 3000,
+      deliveriesFromRate: false,
+      rampMs: 5000,
+      subSecondTimes: true,
+    });
+    // The historical ramp by default: the duration, at most 5 min.
+    expect(parseSimulateFlags({ rate: '10', duration: '900' }).rampMs).toBe(300_000);
+  });
+
   it('names the option in every refusal', () => {
     const ok = { rate: '5', deliveries: '5', duration: '1' };
     const refusals: Array<[Record<string, string>, string]> = [
@@ -89,10 +114,29 @@ describe('parseSimulateFlags', () => {
       [{ ...ok, maxInflight: '0' }, '--max-inflight'],
       [{ ...ok, duplicateWindowS: '0' }, '--duplicate-window-s'],
       [{ ...ok, tooLateDelayS: '-1' }, '--too-late-delay-s'],
+      [{ ...ok, rampS: '-1' }, '--ramp-s'],
+      [{ ...ok, rampS: 'soon' }, '--ramp-s'],
+      [{ rate: '3000', deliveries: '100', duration: '1' }, '--deliveries'],
     ];
     for (const [flags, name] of refusals) {
       expect(() => parseSimulateFlags(flags)).toThrow(SimulateOptionError);
       expect(() => parseSimulateFlags(flags)).toThrow(name);
     }
+  });
+});
+
+describe('LogHistogram (PubAck latency in constant memory)', () => {
+  it('reports percentiles within 2 % of the exact ones', () => {
+    const h = new LogHistogram();
+    const values = Array.from({ length: 10_000 }, (_, i) => 0.05 + (i % 1000) * 0.37);
+    for (const v of values) h.record(v);
+    const sorted = [...values].sort((a, b) => a - b);
+    const exact = (q: number) => sorted[Math.ceil(q * sorted.length) - 1]!;
+    for (const q of [0.5, 0.95, 0.99]) {
+      expect(h.quantile(q)).toBeGreaterThanOrEqual(exact(q) * 0.98);
+      expect(h.quantile(q)).toBeLessThanOrEqual(exact(q) * 1.02);
+    }
+    expect(h.summary().max).toBeCloseTo(sorted[sorted.length - 1]!, 2);
+    expect(h.count).toBe(10_000);
   });
 });

@@ -5,9 +5,25 @@
  * the broker dedupes it inside its window and says so in the PubAck). PubAcks are awaited with bounded
  * concurrency: a slow broker holds the pacer back (it catches up later, never skips) instead of growing an
  * unbounded queue of pending publishes.
+ *
+ * Scaling: `--deliveries` is honoured when given (GPS interval = deliveries / rate). Without it, the run uses
+ * ⌈rate × 4 s⌉ deliveries so each driver reports GPS about every 4 s, as real fleet apps do: a higher rate
+ * means more deliveries, not faster GPS. The generator is incremental (memory ≈ 3 KB per delivery in flight
+ * plus the records not yet due), so 3,000–6,000 events/s run live with bounded memory. `--ramp-s` is the
+ * span over which the deliveries start (default min(duration, 300 s), the historical ramp); a bench wants a
+ * few seconds to reach its rate at once.
  */
 import type { Command } from 'commander';
-import { liveOptions, paced, type SimRecord, simulationRecords } from '../../loadtest/simulator';
+import {
+  DEFAULT_RAMP_MS,
+  deliveriesForRate,
+  gpsIntervalForRate,
+  liveOptions,
+  newGauges,
+  paced,
+  type SimRecord,
+  simulationRecords,
+} from '../../loadtest/simulator';
 import {
   connectNats,
   DEFAULT_DUPLICATE_WINDOW_MS,
@@ -22,8 +38,15 @@ import {
 export interface SimulateConfig {
   nats: string;
   rate: number;
+  /** Concurrent deliveries: --deliveries, or deliveriesForRate(rate) when not given. */
   deliveries: number;
+  /** Whether deliveries came from the rate (no --deliveries). */
+  deliveriesFromRate: boolean;
   durationMs: number;
+  /** Deliveries start within this span (--ramp-s; default min(duration, 300 s)). */
+  rampMs: number;
+  /** Event times spread over the second instead of whole seconds (--sub-second). */
+  subSecondTimes: boolean;
   disorderMs: number;
   duplicateFraction: number;
   tooLateFraction: number;
@@ -63,6 +86,14 @@ export interface SimulateSummary {
   elapsed_s: number;
   rate_target: number;
   rate_actual: number;
+  /** Concurrent deliveries (slots), each one's GPS interval, and the start ramp. */
+  concurrent_deliveries: number;
+  gps_interval_ms: number;
+  ramp_s: number;
+  /** Publish → PubAck latency of the acknowledged records, ms (±2 %; null when none was acknowledged). */
+  puback_ms: { p50: number; p95: number; p99: number; max: number } | null;
+  /** Most records the generator held at once (generated, not yet due): its memory bound in records. */
+  generator_max_pending: number;
   seed: number;
   stream: string;
   subject_prefix: string;
@@ -91,7 +122,10 @@ function check(ok: boolean, flag: string, rule: string, value: number): void {
 export function parseSimulateFlags(flags: Flags): SimulateConfig {
   const rate = numberFlag(flags, 'rate', '--rate');
   check(rate > 0, '--rate', 'a number > 0 (events/s)', rate);
-  const deliveries = numberFlag(flags, 'deliveries', '--deliveries');
+  const deliveriesFromRate = flags['deliveries'] === undefined;
+  const deliveries = deliveriesFromRate
+    ? deliveriesForRate(rate)
+    : numberFlag(flags, 'deliveries', '--deliveries');
   check(Number.isInteger(deliveries) && deliveries >= 1, '--deliveries', 'an integer >= 1', deliveries);
   // The generator drives in 1-second ticks: a delivery emits at most one GPS event per second.
   if (rate > deliveries) {
@@ -101,6 +135,8 @@ export function parseSimulateFlags(flags: Flags): SimulateConfig {
   }
   const duration = numberFlag(flags, 'duration', '--duration');
   check(duration > 0, '--duration', 'a number of seconds > 0', duration);
+  const ramp = numberFlag(flags, 'rampS', '--ramp-s', Math.min(duration, DEFAULT_RAMP_MS / 1000));
+  check(ramp >= 0, '--ramp-s', 'a number of seconds >= 0', ramp);
   const disorder = numberFlag(flags, 'disorderS', '--disorder-s', 0);
   check(disorder >= 0, '--disorder-s', 'a number of seconds >= 0', disorder);
   const fraction = (key: string, flag: string): number => {
@@ -130,7 +166,10 @@ export function parseSimulateFlags(flags: Flags): SimulateConfig {
     nats: typeof flags['nats'] === 'string' ? flags['nats'] : DEFAULT_NATS_URL,
     rate,
     deliveries,
+    deliveriesFromRate,
     durationMs: Math.round(duration * 1000),
+    rampMs: Math.round(ramp * 1000),
+    subSecondTimes: flags['subSecond'] === true,
     disorderMs: Math.round(disorder * 1000),
     duplicateFraction,
     tooLateFraction,
@@ -214,6 +253,11 @@ export async function runSimulate(
       elapsed_s: 0,
       rate_target: config.rate,
       rate_actual: 0,
+      concurrent_deliveries: config.deliveries,
+      gps_interval_ms: gpsIntervalForRate(config.rate, config.deliveries),
+      ramp_s: config.rampMs / 1000,
+      puback_ms: null,
+      generator_max_pending: 0,
       seed: config.seed,
       stream: layout.events.name,
       subject_prefix: layout.subjects.eventsPrefix,
@@ -222,12 +266,15 @@ export async function runSimulate(
 
     // Truth of deliveries generated but not yet published (a delivery counts once its first record is sent).
     const unstarted = new Map<string, boolean>();
+    const gauges = newGauges();
     const records = simulationRecords(
       liveOptions(
         {
           rate: config.rate,
           deliveries: config.deliveries,
           durationMs: config.durationMs,
+          rampMs: config.rampMs,
+          subSecondTimes: config.subSecondTimes,
           disorderMs: config.disorderMs,
           duplicateFraction: config.duplicateFraction,
           tooLateFraction: config.tooLateFraction,
@@ -237,7 +284,8 @@ export async function runSimulate(
         },
         startMs,
       ),
-      (truth) => unstarted.set(truth.delivery_id, truth.late),
+      (plan) => unstarted.set(plan.delivery_id, plan.late),
+      gauges,
     );
     // Records come in publish order: the first one past the end ends the run (deliveries still driving are
     // cut off, as a producer that stops would).
@@ -264,6 +312,7 @@ export async function runSimulate(
       });
 
     const inflight = new Set<Promise<void>>();
+    const ackLatency = new LogHistogram();
     const publishOne = async (r: SimRecord): Promise<void> => {
       const late = unstarted.get(r.delivery_id);
       if (late !== undefined) {
@@ -272,11 +321,13 @@ export async function runSimulate(
         if (late) summary.deliveries_late++;
       }
       try {
+        const sentAt = performance.now();
         const ack = await sink.publish({
           subject: keySubject(layout.subjects.eventsPrefix, r.delivery_id),
           data: r.payload,
           msgId: r.msgId,
         });
+        ackLatency.record(performance.now() - sentAt);
         summary.sent++;
         if (ack.duplicate) summary.broker_duplicates++;
         if (r.kind === 'event') summary.events++;
@@ -298,7 +349,8 @@ export async function runSimulate(
       hooks.progress?.(
         `simulate t=${((now - startMs) / 1000).toFixed(1)}s ${rate.toFixed(0)} events/s  sent ${summary.sent}` +
           `  duplicates ${summary.duplicates} (broker ${summary.broker_duplicates})  too-late ${summary.too_late}` +
-          `  invalid ${summary.invalid}  failed ${summary.failed}  deliveries ${summary.deliveries}  in flight ${inflight.size}`,
+          `  invalid ${summary.invalid}  failed ${summary.failed}  deliveries ${summary.deliveries}  in flight ${inflight.size}` +
+          `  generator holds ${gauges.pending} records`,
       );
     };
     const ticker =
@@ -311,6 +363,10 @@ export async function runSimulate(
         for await (const { record } of paced(untilEnd(), { now: Date.now, sleep })) yield record;
       };
       await publishBounded(due(), publishOne, config.maxInflight, () => stopped !== null, inflight);
+      // The records end at the last one due before the end; the run still lasts its duration (a quiet
+      // tail is part of the workload, and rate_actual is over the whole span).
+      const rest = endMs - Date.now();
+      if (stopped === null && rest > 0) await sleep(rest);
     } finally {
       if (ticker) clearInterval(ticker);
     }
@@ -319,9 +375,52 @@ export async function runSimulate(
     summary.stored = summary.sent - summary.broker_duplicates;
     summary.elapsed_s = Math.round(elapsedMs) / 1000;
     summary.rate_actual = elapsedMs > 0 ? Math.round((summary.sent / elapsedMs) * 1000 * 10) / 10 : 0;
+    summary.puback_ms = ackLatency.count > 0 ? ackLatency.summary() : null;
+    summary.generator_max_pending = gauges.maxPending;
     return summary;
   } finally {
     await nats.close().catch(() => undefined);
+  }
+}
+
+/**
+ * A latency histogram in constant memory: log buckets 2 % wide from 1 µs, so a long run's percentiles
+ * cost a few KB (values are reported as their bucket's upper bound, within 2 %).
+ */
+export class LogHistogram {
+  private static readonly BASE = 1.02;
+  private static readonly MIN_MS = 0.001;
+  private readonly buckets: number[] = [];
+  count = 0;
+  private max = 0;
+
+  record(ms: number): void {
+    const v = Math.max(ms, LogHistogram.MIN_MS);
+    const i = Math.ceil(Math.log(v / LogHistogram.MIN_MS) / Math.log(LogHistogram.BASE));
+    this.buckets[i] = (this.buckets[i] ?? 0) + 1;
+    this.count++;
+    this.max = Math.max(this.max, ms);
+  }
+
+  /** The smallest bucket bound with at least q of the values at or below it (0 < q ≤ 1). */
+  quantile(q: number): number {
+    const want = Math.ceil(q * this.count);
+    let seen = 0;
+    for (let i = 0; i < this.buckets.length; i++) {
+      seen += this.buckets[i] ?? 0;
+      if (seen >= want && seen > 0) return Math.min(this.max, LogHistogram.MIN_MS * LogHistogram.BASE ** i);
+    }
+    return this.max;
+  }
+
+  summary(): { p50: number; p95: number; p99: number; max: number } {
+    const r = (x: number) => Math.round(x * 100) / 100;
+    return {
+      p50: r(this.quantile(0.5)),
+      p95: r(this.quantile(0.95)),
+      p99: r(this.quantile(0.99)),
+      max: r(this.max),
+    };
   }
 }
 
@@ -333,6 +432,8 @@ export function formatSummary(s: SimulateSummary): string {
       ` ${s.duplicates} duplicates, ${s.too_late} too late, ${s.invalid} invalid`,
     `  broker duplicates ${s.broker_duplicates} (stored ${s.stored}), failed ${s.failed}`,
     `  deliveries ${s.deliveries} (${s.deliveries_late} end late — ground truth; ${s.deliveries_delivered} delivered within the run)`,
+    `  ${s.concurrent_deliveries} concurrent deliveries, GPS every ${s.gps_interval_ms} ms, started over ${s.ramp_s} s;` +
+      ` PubAck ms ${s.puback_ms ? `p50 ${s.puback_ms.p50} p95 ${s.puback_ms.p95} p99 ${s.puback_ms.p99} max ${s.puback_ms.max}` : 'n/a'}`,
   ].join('\n');
 }
 
@@ -347,9 +448,20 @@ export function registerSimulate(program: Command, fail: (message: string) => ne
   program
     .command('simulate')
     .description('publish the reference delivery workload (GPS, status, traffic events) to NATS JetStream')
-    .option('--rate <events/s>', 'target events per second (sets the GPS interval)')
-    .option('--deliveries <n>', 'concurrent deliveries')
+    .option('--rate <events/s>', 'target events per second (GPS interval = deliveries / rate)')
+    .option(
+      '--deliveries <n>',
+      'concurrent deliveries (default ⌈rate × 4⌉: GPS about every 4 s, more deliveries at a higher rate)',
+    )
     .option('--duration <s>', 'seconds to publish for')
+    .option(
+      '--ramp-s <s>',
+      'deliveries start over this many seconds (default min(duration, 300)); a few seconds reach the rate at once',
+    )
+    .option(
+      '--sub-second',
+      'event times with milliseconds, spread over the second (smooth publishing at high rates)',
+    )
     .option('--disorder-s <s>', 'events arrive out of order by up to this many seconds', '0')
     .option('--duplicates <f>', 'fraction of events published twice (same Msg-Id)', '0')
     .option('--too-late <f>', 'fraction of events published beyond the allowed lateness', '0')

@@ -13,13 +13,26 @@
  * Events: `status picked_up` (promised_time, dest_lat/dest_lon, route_id), GPS every
  * gpsIntervalMs (±4 m noise), traffic alerts while an incident is active on the route (at its
  * start and every 3 min), `status delivered`. Each delivery slot runs deliveries back to back
- * until durationMs (the last one runs to completion).
+ * until durationMs (the last one runs to completion). Slots start their first delivery at a
+ * random whole second within the ramp (rampMs, default min(durationMs, 5 min)): a short ramp
+ * reaches the full rate within seconds (every slot busy), the default ramps up over 5 min. Starting
+ * N deliveries over a ramp of R seconds adds their N `picked_up` events, N/R events/s, to the rate
+ * during the ramp; after it the rate is steady (every slot busy for its first 20–60 min delivery).
  *
  * Arrival: publishAt = event time + uniform(0, disorderMs) (out of order by up to disorderMs);
  * a duplicateFraction of events is published twice; a tooLateFraction arrives tooLateDelayMs
  * (+ up to 30 s) after its event time (beyond the allowed lateness); an invalidFraction of GPS
  * events is replaced by a malformed payload. Status events are never made too late or invalid
  * (they define the delivery).
+ *
+ * Generation is incremental, so a live run at thousands of events/s holds bounded memory. A
+ * delivery is first planned (its trajectory simulated once without building events: the ground
+ * truth, including when it ends, is known up front), then driven again from the same seed as a
+ * lazy generator that yields its events in event-time order. Deliveries in flight are merged by
+ * the event time of their next event; a record is yielded only once no delivery can still produce
+ * an earlier one. Memory: one small driver per delivery in flight plus the records generated but
+ * not yet due — those whose event time has passed the publish frontier but whose arrival delay has
+ * not (at most maxArrivalDelayMs(o) of each delivery's records), never whole deliveries.
  */
 import {
   type DeliveryEvent,
@@ -56,6 +69,17 @@ export interface SimOptions {
   centerLon: number;
   /** Prefix of every delivery_id and event_id (distinct runs on one stream need distinct ids). */
   idPrefix: string;
+  /**
+   * Slots start their first delivery within this span (capped at durationMs). Unset: 5 min, the
+   * historical ramp (training runs and their model depend on it).
+   */
+  rampMs?: number;
+  /**
+   * Give each slot a millisecond phase, so event times spread over the second (`…:12.345Z`) instead of
+   * all falling on whole seconds: at thousands of events/s a live run then publishes smoothly rather
+   * than in one burst per second. Unset/false: whole seconds, as the contract's example.
+   */
+  subSecondTimes?: boolean;
 }
 
 export const DEFAULT_SIM_OPTIONS: SimOptions = {
@@ -101,7 +125,8 @@ export interface Incident {
   severity: number;
 }
 
-export interface DeliveryTruth {
+/** A delivery's ground truth as its plan knows it: everything but the events, before any is published. */
+export interface DeliveryPlan {
   delivery_id: string;
   route_id: string;
   pickupMs: number;
@@ -115,11 +140,16 @@ export interface DeliveryTruth {
   stops: number;
   /** Minutes spent inside incidents. */
   incidentMin: number;
+}
+
+export interface DeliveryTruth extends DeliveryPlan {
   /** Every valid event of the delivery, in event-time order (before duplication or loss). */
   events: DeliveryEvent[];
 }
 
 const MAX_DELIVERY_MS = 3 * 3_600_000;
+/** The historical start ramp (see SimOptions.rampMs). */
+export const DEFAULT_RAMP_MS = 5 * 60_000;
 
 export function simOptions(o: Partial<SimOptions> = {}): SimOptions {
   const opts = { ...DEFAULT_SIM_OPTIONS, ...o };
@@ -133,6 +163,8 @@ export function simOptions(o: Partial<SimOptions> = {}): SimOptions {
   for (const k of ['durationMs', 'disorderMs', 'tooLateDelayMs', 'incidentsPerRouteHour'] as const) {
     if (!(opts[k] >= 0)) throw new Error(`simulator: ${k} must be ≥ 0, got ${opts[k]}`);
   }
+  if (opts.rampMs !== undefined && !(opts.rampMs >= 0))
+    throw new Error(`simulator: rampMs must be ≥ 0, got ${opts.rampMs}`);
   if (!/^[A-Za-z0-9_-]*$/.test(opts.idPrefix))
     throw new Error('simulator: idPrefix may hold letters, digits, _ and -');
   return opts;
@@ -160,17 +192,43 @@ function routeId(o: SimOptions, r: number): string {
   return `${o.idPrefix}route-${r}`;
 }
 
-/** One delivery's events and truth; depends only on (options, k, startMs), never on generation order. */
-export function simulateDelivery(
+/**
+ * The longest a record can wait between its event time and its publish time: the disorder (or a
+ * too-late delay + up to 30 s), plus a duplicate's own delay on top. The incremental generator holds
+ * at most this much of each delivery's records.
+ */
+export function maxArrivalDelayMs(o: SimOptions): number {
+  const first = Math.max(o.disorderMs, o.tooLateFraction > 0 ? o.tooLateDelayMs + 30_000 : 0);
+  return first + (o.duplicateFraction > 0 ? Math.max(o.disorderMs, 1000) : 0);
+}
+
+interface Point {
+  lat: number;
+  lon: number;
+}
+
+/** What a delivery draws before it drives (route, driver, promise); both passes draw it identically. */
+interface DeliverySetup {
+  rng: SimRng;
+  delivery_id: string;
+  route_id: string;
+  routeIncidents: Incident[];
+  legs: { from: Point; to: Point; km: number }[];
+  routeKm: number;
+  dest: Point;
+  driverSpeedKmh: number;
+  promisedMs: number;
+}
+
+function setupDelivery(
   o: SimOptions,
   k: number,
   startMs: number,
-  allIncidents: Incident[],
-): DeliveryTruth {
+  incidentsOf: (route_id: string) => Incident[],
+): DeliverySetup {
   const rng = new SimRng(subSeed(o.seed, 'delivery', k));
   const delivery_id = `${o.idPrefix}order-${k}`;
   const route_id = routeId(o, rng.int(0, o.routes - 1));
-  const routeIncidents = allIncidents.filter((i) => i.route_id === route_id);
   // Pickup within 5 km of the centre; drop-off 1.5–7 km away; a waypoint bends the route.
   const pickup = destinationPoint(o.centerLat, o.centerLon, rng.uniform(0, 360), 5 * Math.sqrt(rng.next()));
   const bearing = rng.uniform(0, 360);
@@ -186,8 +244,39 @@ export function simulateDelivery(
   const driverSpeedKmh = Math.min(40, Math.max(10, rng.normal(24, 6)));
   const promisedMs =
     startMs + wholeSeconds((routeKm / NOMINAL_SPEED_KMH) * 3_600_000 + rng.uniform(4, 12) * 60_000);
+  return {
+    rng,
+    delivery_id,
+    route_id,
+    routeIncidents: incidentsOf(route_id),
+    legs,
+    routeKm,
+    dest,
+    driverSpeedKmh,
+    promisedMs,
+  };
+}
 
-  const events: DeliveryEvent[] = [];
+interface DriveOutcome {
+  deliveredMs: number;
+  stops: number;
+  incidentTicks: number;
+}
+
+/**
+ * Drives a delivery in 1-second ticks (speed re-drawn each minute; stops start at random) and, when
+ * `emit`, yields its events in event-time order as it goes; returns how the drive ended. Without
+ * `emit` it builds no event but makes exactly the same random draws, so a plan pass and an emitting
+ * pass from the same setup agree.
+ */
+function* drive(
+  o: SimOptions,
+  k: number,
+  startMs: number,
+  s: DeliverySetup,
+  emit: boolean,
+): Generator<DeliveryEvent, DriveOutcome> {
+  const { rng, legs, routeKm, route_id, delivery_id, routeIncidents, driverSpeedKmh } = s;
   let seq = 0;
   const base = (type: string, t: number) => ({
     event_id: `${o.idPrefix}${type}-${k}-${seq++}`,
@@ -195,7 +284,7 @@ export function simulateDelivery(
     event_time: formatIsoTime(t),
     eventTimeMs: t,
   });
-  const position = (km: number) => {
+  const position = (km: number): Point => {
     const leg = km <= legs[0]!.km ? legs[0]! : legs[1]!;
     const along = km <= legs[0]!.km ? km : km - legs[0]!.km;
     const f = leg.km > 0 ? Math.min(1, along / leg.km) : 1;
@@ -204,19 +293,20 @@ export function simulateDelivery(
       lon: leg.from.lon + (leg.to.lon - leg.from.lon) * f,
     };
   };
-  const pickedUp: StatusEvent = {
-    ...base('status', startMs),
-    type: 'status',
-    status: 'picked_up',
-    promised_time: formatIsoTime(promisedMs),
-    promisedTimeMs: promisedMs,
-    dest_lat: round6(dest.lat),
-    dest_lon: round6(dest.lon),
-    route_id,
-  };
-  events.push(pickedUp);
+  if (emit) {
+    const pickedUp: StatusEvent = {
+      ...base('status', startMs),
+      type: 'status',
+      status: 'picked_up',
+      promised_time: formatIsoTime(s.promisedMs),
+      promisedTimeMs: s.promisedMs,
+      dest_lat: round6(s.dest.lat),
+      dest_lon: round6(s.dest.lon),
+      route_id,
+    };
+    yield pickedUp;
+  }
 
-  // Drive in 1-second ticks; speed re-drawn each minute; stops start at random.
   const TICK = 1000;
   let t = startMs;
   let km = 0;
@@ -229,13 +319,13 @@ export function simulateDelivery(
   while (km < routeKm && t - startMs < MAX_DELIVERY_MS) {
     t += TICK;
     if ((t - startMs) % 60_000 === 0) speedFactor = Math.max(0.5, rng.normal(1, 0.1));
-    const active = routeIncidents.find((i) => i.startMs <= t && t < i.endMs);
+    const active = activeIncident(routeIncidents, t);
     if (active) {
       incidentTicks++;
       const last = alertSent.get(active);
       if (last === undefined || t - last >= ALERT_REPEAT_MS) {
         alertSent.set(active, t);
-        events.push({ ...base('traffic', t), type: 'traffic', route_id, severity: active.severity });
+        if (emit) yield { ...base('traffic', t), type: 'traffic', route_id, severity: active.severity };
       }
     }
     if (t < stopUntil) {
@@ -248,28 +338,92 @@ export function simulateDelivery(
       km += (driverSpeedKmh * speedFactor * slow * TICK) / 3_600_000;
     }
     if (t >= nextGps && km < routeKm) {
-      const p = position(km);
-      const noiseKm = 0.004;
-      const q = destinationPoint(p.lat, p.lon, rng.uniform(0, 360), Math.abs(rng.normal(0, noiseKm)));
-      events.push({ ...base('gps', t), type: 'gps', driver_lat: round6(q.lat), driver_lon: round6(q.lon) });
+      // The noise is drawn in both passes (bearing first, then distance): the draws must stay aligned.
+      const noiseBearing = rng.uniform(0, 360);
+      const noiseKm = Math.abs(rng.normal(0, 0.004));
+      if (emit) {
+        const p = position(km);
+        const q = destinationPoint(p.lat, p.lon, noiseBearing, noiseKm);
+        yield { ...base('gps', t), type: 'gps', driver_lat: round6(q.lat), driver_lon: round6(q.lon) };
+      }
       nextGps += o.gpsIntervalMs;
     }
   }
-  events.push({ ...base('status', t), type: 'status', status: 'delivered' });
+  if (emit) yield { ...base('status', t), type: 'status', status: 'delivered' };
+  return { deliveredMs: t, stops, incidentTicks };
+}
+
+/** The first incident active at t (a loop, not find(): this runs every tick of every delivery). */
+function activeIncident(list: Incident[], t: number): Incident | undefined {
+  for (const i of list) if (i.startMs <= t && t < i.endMs) return i;
+  return undefined;
+}
+
+function toPlan(s: DeliverySetup, startMs: number, d: DriveOutcome): DeliveryPlan {
   return {
-    delivery_id,
-    route_id,
+    delivery_id: s.delivery_id,
+    route_id: s.route_id,
     pickupMs: startMs,
-    promisedMs,
-    deliveredMs: t,
-    late: t > promisedMs,
-    lateByMin: (t - promisedMs) / 60_000,
-    routeKm,
-    driverSpeedKmh,
-    stops,
-    incidentMin: incidentTicks / 60,
-    events,
+    promisedMs: s.promisedMs,
+    deliveredMs: d.deliveredMs,
+    late: d.deliveredMs > s.promisedMs,
+    lateByMin: (d.deliveredMs - s.promisedMs) / 60_000,
+    routeKm: s.routeKm,
+    driverSpeedKmh: s.driverSpeedKmh,
+    stops: d.stops,
+    incidentMin: d.incidentTicks / 60,
   };
+}
+
+function routeIncidentsOf(all: Incident[]): (route_id: string) => Incident[] {
+  const byRoute = new Map<string, Incident[]>();
+  for (const i of all) {
+    const list = byRoute.get(i.route_id);
+    if (list) list.push(i);
+    else byRoute.set(i.route_id, [i]);
+  }
+  return (route_id) => byRoute.get(route_id) ?? [];
+}
+
+/** One delivery's truth without its events (the plan pass: no event is built). */
+export function planDelivery(
+  o: SimOptions,
+  k: number,
+  startMs: number,
+  allIncidents: Incident[],
+): DeliveryPlan {
+  return planWith(o, k, startMs, routeIncidentsOf(allIncidents));
+}
+
+function planWith(
+  o: SimOptions,
+  k: number,
+  startMs: number,
+  incidentsOf: (route_id: string) => Incident[],
+): DeliveryPlan {
+  const s = setupDelivery(o, k, startMs, incidentsOf);
+  const it = drive(o, k, startMs, s, false);
+  let step = it.next();
+  while (!step.done) step = it.next();
+  return toPlan(s, startMs, step.value);
+}
+
+/** One delivery's events and truth; depends only on (options, k, startMs), never on generation order. */
+export function simulateDelivery(
+  o: SimOptions,
+  k: number,
+  startMs: number,
+  allIncidents: Incident[],
+): DeliveryTruth {
+  const s = setupDelivery(o, k, startMs, routeIncidentsOf(allIncidents));
+  const events: DeliveryEvent[] = [];
+  const it = drive(o, k, startMs, s, true);
+  let step = it.next();
+  while (!step.done) {
+    events.push(step.value);
+    step = it.next();
+  }
+  return { ...toPlan(s, startMs, step.value), events };
 }
 
 /** Event times in whole seconds, like the contract's example. */
@@ -289,91 +443,199 @@ const INVALID_VARIANTS: ((wire: Record<string, unknown>) => string)[] = [
   (w) => JSON.stringify(w).slice(0, -3),
 ];
 
-/** The records (publish order) of one delivery's events, after disorder, duplication, loss, corruption. */
-function arrivals(o: SimOptions, d: DeliveryTruth, k: number): SimRecord[] {
-  const rng = new SimRng(subSeed(o.seed, 'arrival', k));
-  const out: SimRecord[] = [];
-  for (const e of d.events) {
-    const wire = toWire(e);
-    const payload = JSON.stringify(wire);
-    const protectedEvent = e.type === 'status';
-    const common = { msgId: e.event_id, delivery_id: d.delivery_id };
-    if (!protectedEvent && e.type === 'gps' && rng.chance(o.invalidFraction)) {
-      const bad = INVALID_VARIANTS[rng.int(0, INVALID_VARIANTS.length - 1)]!(wire);
-      out.push({
-        ...common,
-        publishAtMs: e.eventTimeMs + Math.round(rng.uniform(0, o.disorderMs)),
-        payload: bad,
-        kind: 'invalid',
-      });
-      continue;
-    }
-    const tooLate = !protectedEvent && rng.chance(o.tooLateFraction);
-    const publishAtMs =
-      e.eventTimeMs +
-      Math.round(tooLate ? o.tooLateDelayMs + rng.uniform(0, 30_000) : rng.uniform(0, o.disorderMs));
-    out.push({ ...common, publishAtMs, payload, kind: tooLate ? 'too_late' : 'event', event: e });
-    if (rng.chance(o.duplicateFraction)) {
-      const again = publishAtMs + Math.round(rng.uniform(0, Math.max(o.disorderMs, 1000)));
-      out.push({ ...common, publishAtMs: again, payload, kind: 'duplicate', event: e });
-    }
+/**
+ * The records of one event after disorder, duplication, loss and corruption (a delivery's arrival
+ * rng is drawn event by event, in event-time order).
+ */
+function arrive(o: SimOptions, rng: SimRng, e: DeliveryEvent, out: (r: SimRecord) => void): void {
+  const wire = toWire(e);
+  const payload = JSON.stringify(wire);
+  const protectedEvent = e.type === 'status';
+  const common = { msgId: e.event_id, delivery_id: e.delivery_id };
+  if (!protectedEvent && e.type === 'gps' && rng.chance(o.invalidFraction)) {
+    const bad = INVALID_VARIANTS[rng.int(0, INVALID_VARIANTS.length - 1)]!(wire);
+    out({
+      ...common,
+      publishAtMs: e.eventTimeMs + Math.round(rng.uniform(0, o.disorderMs)),
+      payload: bad,
+      kind: 'invalid',
+    });
+    return;
   }
-  return out;
+  const tooLate = !protectedEvent && rng.chance(o.tooLateFraction);
+  const publishAtMs =
+    e.eventTimeMs +
+    Math.round(tooLate ? o.tooLateDelayMs + rng.uniform(0, 30_000) : rng.uniform(0, o.disorderMs));
+  out({ ...common, publishAtMs, payload, kind: tooLate ? 'too_late' : 'event', event: e });
+  if (rng.chance(o.duplicateFraction)) {
+    const again = publishAtMs + Math.round(rng.uniform(0, Math.max(o.disorderMs, 1000)));
+    out({ ...common, publishAtMs: again, payload, kind: 'duplicate', event: e });
+  }
 }
 
 /**
- * The records of a run in publish order (ties: generation order), generated lazily: memory
- * holds only the deliveries in flight. `onDelivery` receives each delivery's truth as it is
- * generated (before its records are yielded).
+ * A whole delivery's records in its own order (each event through arrival): what the incremental
+ * generator yields for that delivery, produced the non-incremental way (tests compare the two).
  */
-export function* simulationRecords(
-  options: Partial<SimOptions> = {},
-  onDelivery?: (truth: DeliveryTruth) => void,
+export function deliveryRecords(o: SimOptions, k: number, truth: DeliveryTruth): SimRecord[] {
+  const rng = new SimRng(subSeed(o.seed, 'arrival', k));
+  const out: SimRecord[] = [];
+  for (const e of truth.events) arrive(o, rng, e, (r) => out.push(r));
+  return out;
+}
+
+/** What the incremental generator holds right now and at most (tests, progress lines). */
+export interface SimulationGauges {
+  /** Records generated but not yet yielded. */
+  pending: number;
+  maxPending: number;
+  /** Deliveries being driven. */
+  driving: number;
+  maxDriving: number;
+}
+
+export function newGauges(): SimulationGauges {
+  return { pending: 0, maxPending: 0, driving: 0, maxDriving: 0 };
+}
+
+/** A slot waiting to start its next delivery, or a delivery being driven (its next event in hand). */
+type Lane =
+  | { kind: 'slot'; at: number; slot: number; round: number }
+  | {
+      kind: 'drive';
+      at: number;
+      slot: number;
+      /** Generation rank: deliveries in (start, slot) order, as planned. */
+      g: number;
+      next: DeliveryEvent;
+      driver: Generator<DeliveryEvent, DriveOutcome>;
+      arrival: SimRng;
+      /** Records made so far (tie-break after publish time and rank). */
+      made: number;
+    };
+
+type Pending = { r: SimRecord; g: number; i: number };
+
+/**
+ * The run's records in publish order; ties by (delivery rank, record order within the delivery), the
+ * order a whole-delivery generator gives. `onPlan` sees each delivery's plan (rank = call order) before
+ * any of its records; `onEvent` sees each event as it is generated (only simulate() keeps them).
+ */
+function* recordStream(
+  o: SimOptions,
+  onPlan?: (plan: DeliveryPlan) => void,
+  onEvent?: (g: number, e: DeliveryEvent) => void,
+  gauges: SimulationGauges = newGauges(),
 ): Generator<SimRecord> {
-  const o = simOptions(options);
-  const allIncidents = incidents(o);
+  const incidentsOf = routeIncidentsOf(incidents(o));
   const endMs = o.startMs + o.durationMs;
-  type Slot = { slot: number; round: number; startMs: number };
-  const slots = new MinHeap<Slot>(
-    (a, b) => a.startMs < b.startMs || (a.startMs === b.startMs && a.slot < b.slot),
-  );
-  const spread = Math.min(o.durationMs, 5 * 60_000);
+  // Keyed by the time of the lane's next event (a slot's: its start); equal slot starts in slot order.
+  const lanes = new MinHeap<Lane>((a, b) => a.at < b.at || (a.at === b.at && a.slot < b.slot));
+  const spread = Math.min(o.durationMs, o.rampMs ?? DEFAULT_RAMP_MS);
   for (let s = 0; s < o.deliveries; s++) {
     const rng = new SimRng(subSeed(o.seed, 'slot', s));
-    slots.push({ slot: s, round: 0, startMs: o.startMs + wholeSeconds(rng.uniform(0, spread)) });
+    // The phase has its own seed: turning it on moves start times only, never the other draws.
+    const phase = o.subSecondTimes ? Math.floor(new SimRng(subSeed(o.seed, 'phase', s)).next() * 1000) : 0;
+    lanes.push({
+      kind: 'slot',
+      slot: s,
+      round: 0,
+      at: o.startMs + wholeSeconds(rng.uniform(0, spread)) + phase,
+    });
   }
-  type Pending = { r: SimRecord; n: number };
   const pending = new MinHeap<Pending>(
-    (a, b) => a.r.publishAtMs < b.r.publishAtMs || (a.r.publishAtMs === b.r.publishAtMs && a.n < b.n),
+    (a, b) =>
+      a.r.publishAtMs < b.r.publishAtMs ||
+      (a.r.publishAtMs === b.r.publishAtMs && (a.g < b.g || (a.g === b.g && a.i < b.i))),
   );
-  let n = 0;
+  let rank = 0;
   for (;;) {
     const top = pending.peek();
-    const next = slots.peek();
-    // A delivery's records all publish at or after its start, so generate every delivery
-    // starting no later than the next record before yielding it.
-    if (next && next.startMs <= endMs && (!top || next.startMs <= top.r.publishAtMs)) {
-      slots.pop();
-      const k = next.round * o.deliveries + next.slot;
-      const truth = simulateDelivery(o, k, next.startMs, allIncidents);
-      onDelivery?.(truth);
-      for (const r of arrivals(o, truth, k)) pending.push({ r, n: n++ });
-      const gap = new SimRng(subSeed(o.seed, 'gap', k)).uniform(0, 60_000);
-      slots.push({ slot: next.slot, round: next.round + 1, startMs: truth.deliveredMs + wholeSeconds(gap) });
+    const lane = lanes.peek();
+    // Every record publishes at or after its event time, and a lane's events come in event-time order:
+    // advance each lane whose next event is no later than the earliest pending record before yielding it.
+    if (lane && (!top || lane.at <= top.r.publishAtMs)) {
+      if (lane.kind === 'slot') {
+        lanes.pop();
+        if (lane.at > endMs) continue; // No new delivery after the duration.
+        const k = lane.round * o.deliveries + lane.slot;
+        const plan = planWith(o, k, lane.at, incidentsOf);
+        onPlan?.(plan);
+        const g = rank++;
+        const gap = new SimRng(subSeed(o.seed, 'gap', k)).uniform(0, 60_000);
+        lanes.push({
+          kind: 'slot',
+          slot: lane.slot,
+          round: lane.round + 1,
+          at: plan.deliveredMs + wholeSeconds(gap),
+        });
+        const driver = drive(o, k, lane.at, setupDelivery(o, k, lane.at, incidentsOf), true);
+        const first = driver.next(); // picked_up, at the start
+        if (first.done) continue;
+        lanes.push({
+          kind: 'drive',
+          at: first.value.eventTimeMs,
+          slot: lane.slot,
+          g,
+          next: first.value,
+          driver,
+          arrival: new SimRng(subSeed(o.seed, 'arrival', k)),
+          made: 0,
+        });
+        gauges.driving++;
+        gauges.maxDriving = Math.max(gauges.maxDriving, gauges.driving);
+        continue;
+      }
+      const e = lane.next;
+      onEvent?.(lane.g, e);
+      arrive(o, lane.arrival, e, (r) => pending.push({ r, g: lane.g, i: lane.made++ }));
+      gauges.pending = pending.size;
+      gauges.maxPending = Math.max(gauges.maxPending, pending.size);
+      const step = lane.driver.next();
+      if (step.done) {
+        lanes.pop();
+        gauges.driving--;
+      } else {
+        // The lane stays on top with a later key: one sift instead of pop + push.
+        lane.next = step.value;
+        lane.at = step.value.eventTimeMs;
+        lanes.replaceTop(lane);
+      }
       continue;
     }
     const r = pending.pop();
     if (!r) return;
+    gauges.pending = pending.size;
     yield r.r;
   }
 }
 
-/** A whole run in memory (tests, training): records in publish order and every delivery's truth. */
+/**
+ * The records of a run in publish order, generated incrementally: memory holds one driver per
+ * delivery in flight and the records not yet due, never a whole delivery or run. `onDelivery`
+ * receives each delivery's plan — its whole ground truth but the events — when it is planned, before
+ * any of its records is yielded. `gauges`, when given, is kept up to date with what is held.
+ */
+export function simulationRecords(
+  options: Partial<SimOptions> = {},
+  onDelivery?: (plan: DeliveryPlan) => void,
+  gauges?: SimulationGauges,
+): Generator<SimRecord> {
+  return recordStream(simOptions(options), onDelivery, undefined, gauges);
+}
+
+/** A whole run in memory (tests, training): records in publish order and every delivery's truth with its events. */
 export function simulate(options: Partial<SimOptions> = {}): {
   records: SimRecord[];
   deliveries: DeliveryTruth[];
 } {
   const deliveries: DeliveryTruth[] = [];
-  const records = [...simulationRecords(options, (d) => deliveries.push(d))];
+  const records = [
+    ...recordStream(
+      simOptions(options),
+      (plan) => deliveries.push({ ...plan, events: [] }),
+      (g, e) => deliveries[g]!.events.push(e),
+    ),
+  ];
   return { records, deliveries };
 }

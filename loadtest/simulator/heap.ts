@@ -30,18 +30,33 @@ export class MinHeap<T> {
     const last = a.pop();
     if (a.length > 0 && last !== undefined) {
       a[0] = last;
-      let i = 0;
-      for (;;) {
-        const l = 2 * i + 1;
-        const r = l + 1;
-        let m = i;
-        if (l < a.length && this.less(a[l]!, a[m]!)) m = l;
-        if (r < a.length && this.less(a[r]!, a[m]!)) m = r;
-        if (m === i) break;
-        [a[i], a[m]] = [a[m]!, a[i]!];
-        i = m;
-      }
+      this.siftDown();
     }
     return top;
+  }
+
+  /** pop() then push(v) in one sift (the top's key grew, or it is replaced): half the work of the two. */
+  replaceTop(v: T): void {
+    if (this.a.length === 0) {
+      this.a.push(v);
+      return;
+    }
+    this.a[0] = v;
+    this.siftDown();
+  }
+
+  private siftDown(): void {
+    const a = this.a;
+    let i = 0;
+    for (;;) {
+      const l = 2 * i + 1;
+      const r = l + 1;
+      let m = i;
+      if (l < a.length && this.less(a[l]!, a[m]!)) m = l;
+      if (r < a.length && this.less(a[r]!, a[m]!)) m = r;
+      if (m === i) break;
+      [a[i], a[m]] = [a[m]!, a[i]!];
+      i = m;
+    }
   }
 }

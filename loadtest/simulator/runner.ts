@@ -16,16 +16,32 @@ export interface Publishable {
   record: SimRecord;
 }
 
+/**
+ * A driver's GPS interval that a live run aims for when it may choose the number of deliveries:
+ * real fleet apps report every few seconds, so a higher rate means more deliveries, not faster GPS.
+ */
+export const REALISTIC_GPS_INTERVAL_MS = 4000;
+
 /** GPS interval that makes N deliveries produce about `rate` events/s (GPS dominates the mix). */
 export function gpsIntervalForRate(rate: number, deliveries: number): number {
   if (!(rate > 0)) throw new Error(`simulator: rate must be > 0, got ${rate}`);
   return Math.max(1, Math.round((deliveries / rate) * 1000));
 }
 
-/** Options for a live run: event times from now, ids unique to this run. */
+/** Concurrent deliveries for `rate` events/s at the realistic GPS interval: ⌈rate × 4 s⌉ (3,000 ev/s → 12,000). */
+export function deliveriesForRate(rate: number): number {
+  if (!(rate > 0)) throw new Error(`simulator: rate must be > 0, got ${rate}`);
+  return Math.max(1, Math.ceil((rate * REALISTIC_GPS_INTERVAL_MS) / 1000));
+}
+
+/**
+ * Options for a live run: event times from now, ids unique to this run. With a rate, the GPS interval
+ * is deliveries / rate; the deliveries are the caller's when given (honoured as they are), else
+ * deliveriesForRate(rate), so GPS stays at about 4 s. Without a rate: 50 deliveries, the default GPS.
+ */
 export function liveOptions(o: Partial<SimOptions> & { rate?: number }, now: number): Partial<SimOptions> {
   const { rate, ...rest } = o;
-  const deliveries = rest.deliveries ?? 50;
+  const deliveries = rest.deliveries ?? (rate !== undefined ? deliveriesForRate(rate) : 50);
   return {
     ...rest,
     deliveries,

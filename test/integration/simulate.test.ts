@@ -131,6 +131,42 @@ describe('streaminfer simulate', () => {
     expect(deliveries.size).toBe(s.deliveries);
   }, 15_000);
 
+  it('at a high rate without --deliveries: more deliveries at a 4 s GPS, the target rate right after a short ramp', async () => {
+    const { stream, args } = unique();
+    const { code, out } = await runCliToExit([
+      'simulate',
+      '--rate',
+      '1000',
+      '--duration',
+      '5',
+      '--ramp-s',
+      '1',
+      '--sub-second',
+      '--progress-s',
+      '0',
+      '--json',
+      ...args,
+    ]);
+    expect({ code, out }).toMatchObject({ code: 0 });
+    const s = lastJsonLine(out);
+    console.log(`simulate 1000/s: ${JSON.stringify(s)}`);
+    expect(s).toMatchObject({ concurrent_deliveries: 4000, gps_interval_ms: 4000, ramp_s: 1, failed: 0 });
+    // Every delivery starts within the ramp: 4,000 picked_up events, then ~1,000 GPS/s. The pacer never skips,
+    // so the run may end late on a loaded machine but still sends every record due within its 5 s.
+    expect(s.deliveries).toBe(4000);
+    expect(s.sent).toBeGreaterThanOrEqual(4000 + 0.9 * 1000 * 4);
+    expect(s.sent).toBeLessThanOrEqual(4000 + 1.1 * 1000 * 5);
+    expect(s.puback_ms).not.toBeNull();
+    expect(s.puback_ms!.p50).toBeLessThanOrEqual(s.puback_ms!.p99);
+    // Bounded generator: it never held more than a fraction of a second of records (GPS spread over the second).
+    expect(s.generator_max_pending).toBeLessThan(1000);
+    const info = await nats.jsm.streams.info(stream);
+    expect(info.state.messages).toBe(s.stored);
+    // Event times carry milliseconds (--sub-second).
+    const [first] = await readStream(stream);
+    expect(new TextDecoder().decode(first!.data)).toMatch(/"event_time":"[^"]+\.\d{3}Z"/);
+  }, 20_000);
+
   it.each([
     ['SIGINT', true],
     ['SIGTERM', false],
@@ -193,6 +229,7 @@ describe('streaminfer simulate', () => {
         /--too-late must be a fraction/,
       ],
       [['--rate', '5', '--deliveries', '5', '--duration', '1', '--disorder-s', '-2'], /--disorder-s must be/],
+      [['--rate', '5', '--duration', '1', '--ramp-s', '-1'], /--ramp-s must be a number of seconds >= 0/],
       [['--rate', '50', '--deliveries', '5', '--duration', '1'], /--rate 50 needs --deliveries >= 50/],
       [['--rate', '5', '--deliveries', '5', '--duration', '1', '--subject-root', 'a.*'], /--subject-root/],
       [['--rate', '5', '--deliveries', '5', '--duration', '1', '--events-stream', 'a.b'], /--events-stream/],
