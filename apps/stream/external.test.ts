@@ -21,6 +21,8 @@ interface Received {
   row: number[];
   binary: boolean;
   socket: WebSocket;
+  /** performance.now() when it arrived. */
+  at: number;
 }
 
 /** What the fake does with one request: answer it (value), an error code, or nothing (the test decides). */
@@ -115,6 +117,7 @@ class FakeCluster {
         row,
         binary: true,
         socket,
+        at: performance.now(),
       };
     } else {
       const body = JSON.parse(data.toString()) as {
@@ -130,6 +133,7 @@ class FakeCluster {
         row: body.input,
         binary: false,
         socket,
+        at: performance.now(),
       };
     }
     this.log.push(request);
@@ -273,22 +277,35 @@ describe('external backend against a fake cluster', () => {
     cluster.firstSendOrder.forEach((id, position) => expect(Math.abs(id - (position + 1))).toBeLessThan(6));
   });
 
-  test('overloaded / rate_limited / unavailable are retried with growing backoff; retry_after_ms is a floor', async () => {
+  test('overloaded and unavailable back off per call; rate_limited pauses and spaces the connection', async () => {
     cluster.script = (request, attempt) => {
       if (attempt === 1) return { code: 'overloaded' };
-      if (attempt === 2) return { code: 'rate_limited', retryAfterMs: 150 };
+      if (attempt === 2) return { code: 'rate_limited', retryAfterMs: 60 };
       if (attempt === 3) return { code: 'unavailable' };
       return { value: expectedFor(request.row) };
     };
-    const b = await open({ connections: 1, maxInflight: 4, random: () => 0 });
+    const b = await open({
+      connections: 1,
+      maxInflight: 4,
+      random: () => 0,
+      backoff: { baseMs: 10, maxMs: 80 },
+    });
     const values = await Promise.all([0, 1, 2, 3, 4, 5].map((i) => b.predict(PIN, rowOf(i))));
     expect(values).toEqual([0, 1, 2, 3, 4, 5].map((i) => expectedFor([i])));
     for (const count of cluster.attempts.values()) expect(count).toBe(4);
     expect(b.stats.retries).toEqual({ overloaded: 6, rate_limited: 6, unavailable: 6 });
-    // random() = 0 → half the ceiling: 5, then the 150 ms floor, then 20.
+    // random() = 0 → half the exponential ceiling: 5 ms after the first attempt, 20 after the third.
     expect(sleeps.filter((ms) => ms === 5)).toHaveLength(6);
-    expect(sleeps.filter((ms) => ms === 150)).toHaveLength(6);
     expect(sleeps.filter((ms) => ms === 20)).toHaveLength(6);
+    // After the first rate_limited nothing goes out for 60 ms, and then at most one send per 60 ms.
+    const secondAttempts = cluster.log.filter(
+      (r, index) => cluster.log.findIndex((o) => o.id === r.id) < index,
+    );
+    const limitedAt = Math.min(...secondAttempts.map((r) => r.at));
+    const later = cluster.log.filter((r) => r.at > limitedAt + 1).map((r) => r.at);
+    expect(later.length).toBeGreaterThanOrEqual(12);
+    expect(later[0]! - limitedAt).toBeGreaterThanOrEqual(55);
+    for (let i = 1; i < later.length; i++) expect(later[i]! - later[i - 1]!).toBeGreaterThanOrEqual(55);
   });
 
   test('a connection dropped mid-flight reconnects and re-sends; every id is answered exactly once', async () => {

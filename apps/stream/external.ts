@@ -4,10 +4,16 @@
  * A small pool of connections carries at most `maxInflight` calls in all (and `maxInflightPerConnection` on
  * each, to stay under the server's per-client in-flight cap); further calls wait in a FIFO queue here,
  * never dropped. Every request names the pinned model and version and carries its own id; answers are
- * matched by id, in any order. A shed answer (overloaded, rate_limited, unavailable, …) is retried with
- * exponential backoff and jitter while the call keeps its slot, so retries never let more work in. A
- * dropped connection reconnects with backoff and its in-flight calls are sent again (on another open
- * connection at once, or on this one once it is back); an answer to an id already answered is ignored.
+ * matched by id, in any order. A shed answer (overloaded, unavailable, …) is retried with exponential
+ * backoff and jitter while the call keeps its slot, so retries never let more work in. A dropped connection
+ * reconnects with backoff and its in-flight calls are sent again (on another open connection at once, or on
+ * this one once it is back); an answer to an id already answered is ignored.
+ *
+ * Each connection paces itself, because the server limits each client (connection): `rate_limited`
+ * pauses it for the server's `retry_after_ms` and spaces its sends (at least that far apart, doubling while
+ * it is still refused, shrinking 3% with every answer, so it settles just under the limit); `overloaded`
+ * halves its in-flight window, every answer grows it again (additive increase); `client_queue_full`
+ * teaches it the server's in-flight cap. Without this a burst against a 100 rps limit is mostly refused.
  */
 import type { Logger } from 'pino';
 import pino from 'pino';
@@ -37,7 +43,8 @@ export interface ExternalBackendOptions {
   /** Attempts per call before it rejects `retries_exhausted` (default 10); a lost connection counts one. */
   maxAttempts?: number;
   logger?: Pick<Logger, 'warn' | 'info' | 'debug'>;
-  /** Injectable for tests: waiting (backoff, reconnect) and the jitter source. */
+  /** Injectable for tests: time (ms, monotonic), waiting (backoff, reconnect, pauses), the jitter source. */
+  clock?: () => number;
   sleep?: (ms: number) => Promise<void>;
   random?: () => number;
 }
@@ -50,7 +57,7 @@ export interface ExternalBackendStats {
   answered: number;
   /** Calls that rejected (closed ones included). */
   failed: number;
-  /** Shed or timed-out attempts sent again after a backoff, by server code (`timeout` for our own limit). */
+  /** Shed or timed-out attempts sent again, by server code (`timeout` for our own limit). */
   retries: Record<string, number>;
   /** Calls sent again because their connection dropped. */
   resent: number;
@@ -89,6 +96,8 @@ interface Call {
   conn: Conn | undefined;
   timer: NodeJS.Timeout | undefined;
   lastError: Error | undefined;
+  /** The connection's `generation` when this attempt went out. */
+  generation: number;
 }
 
 interface Conn {
@@ -100,6 +109,16 @@ interface Conn {
   /** Connection attempts that failed in a row (the reconnect backoff's exponent). */
   failures: number;
   everOpened: boolean;
+  /** Congestion window: calls this connection may have in flight now (floor), 1 ≤ window ≤ ceiling. */
+  window: number;
+  /** The most in flight here: maxInflightPerConnection, lowered to the server's cap once it tells us. */
+  ceiling: number;
+  /** No send on this connection before then (clock ms): a rate-limit pause, then the spacing. */
+  nextSendAt: number;
+  /** Least time between two sends here (ms), learnt from `rate_limited`; 0 = unpaced. */
+  spacingMs: number;
+  /** Bumped whenever the connection slows down: only a refusal of a call sent since slows it again. */
+  generation: number;
 }
 
 const DEFAULTS = {
@@ -195,6 +214,7 @@ class ExternalInferenceBackend implements ExternalBackend {
     duplicates: 0,
   };
   private readonly logger: Pick<Logger, 'warn' | 'info' | 'debug'>;
+  private readonly clock: () => number;
   private readonly sleep: (ms: number) => Promise<void>;
   private readonly random: () => number;
   private readonly conns: Conn[] = [];
@@ -209,12 +229,15 @@ class ExternalInferenceBackend implements ExternalBackend {
   private readonly bindings = new Map<string, InputBinding>();
   private nextId = 1;
   private closed = false;
+  /** A pump is scheduled for when the earliest paused connection may send again. */
+  private wakeScheduled = false;
 
   constructor(
     private readonly settings: Settings,
     options: ExternalBackendOptions,
   ) {
     this.logger = options.logger ?? pino({ level: 'silent' });
+    this.clock = options.clock ?? (() => performance.now());
     this.sleep = options.sleep ?? realSleep;
     this.random = options.random ?? Math.random;
   }
@@ -229,7 +252,20 @@ class ExternalInferenceBackend implements ExternalBackend {
 
   async start(): Promise<void> {
     for (let index = 0; index < this.settings.connections; index++) {
-      this.conns.push({ index, ws: undefined, open: false, sent: new Set(), failures: 0, everOpened: false });
+      const ceiling = this.settings.perConnection;
+      this.conns.push({
+        index,
+        ws: undefined,
+        open: false,
+        sent: new Set(),
+        failures: 0,
+        everOpened: false,
+        window: ceiling,
+        ceiling,
+        nextSendAt: 0,
+        spacingMs: 0,
+        generation: 0,
+      });
     }
     const first = await Promise.all(this.conns.map((conn) => this.connect(conn)));
     if (first.every((error) => error !== undefined)) {
@@ -286,6 +322,7 @@ class ExternalInferenceBackend implements ExternalBackend {
         conn: undefined,
         timer: undefined,
         lastError: undefined,
+        generation: 0,
       };
       this.queue.push(call);
       this.pump();
@@ -350,15 +387,30 @@ class ExternalInferenceBackend implements ExternalBackend {
     }
   }
 
-  /** Sends a call holding a slot on the least loaded open connection with room, or parks it in `ready`. */
+  /**
+   * Sends a call holding a slot on the open connection that may send now with the most room in its
+   * window, or parks it in `ready` (the next answer, a reconnect or the end of a pause sends it).
+   */
   private dispatch(call: Call): void {
     let best: Conn | undefined;
+    let bestRoom = 0;
+    let wakeAt = Number.POSITIVE_INFINITY;
+    const now = this.clock();
     for (const conn of this.conns) {
-      if (!conn.open || conn.sent.size >= this.settings.perConnection) continue;
-      if (!best || conn.sent.size < best.sent.size) best = conn;
+      if (!conn.open) continue;
+      if (conn.nextSendAt > now) {
+        wakeAt = Math.min(wakeAt, conn.nextSendAt);
+        continue;
+      }
+      const room = Math.floor(conn.window) - conn.sent.size;
+      if (room > bestRoom) {
+        best = conn;
+        bestRoom = room;
+      }
     }
     if (!best) {
       this.ready.push(call);
+      if (wakeAt !== Number.POSITIVE_INFINITY) this.wakeAt(wakeAt - now);
       return;
     }
     const frame = encodePredict(
@@ -370,10 +422,21 @@ class ExternalInferenceBackend implements ExternalBackend {
     );
     call.attempts++;
     call.conn = best;
+    call.generation = best.generation;
+    if (best.spacingMs > 0) best.nextSendAt = now + best.spacingMs;
     best.sent.add(call);
     this.stats.sent++;
     call.timer = setTimeout(() => this.onTimeout(call), this.settings.requestTimeoutMs);
     best.ws!.send(frame);
+  }
+
+  private wakeAt(delayMs: number): void {
+    if (this.wakeScheduled) return;
+    this.wakeScheduled = true;
+    void this.sleep(Math.max(1, delayMs)).then(() => {
+      this.wakeScheduled = false;
+      this.pump();
+    });
   }
 
   /** Takes a call off its connection (its answer or its attempt is over). */
@@ -396,8 +459,11 @@ class ExternalInferenceBackend implements ExternalBackend {
     }
   }
 
-  /** Another attempt after a backoff, holding the slot meanwhile; or `retries_exhausted`. */
-  private retry(call: Call, reason: string, cause: Error, retryAfterMs?: number): void {
+  /**
+   * Another attempt, holding the slot meanwhile; or `retries_exhausted`. `paced`: the connection's window
+   * or pause already slows the sending down, so the call waits in `ready`, not in a backoff of its own.
+   */
+  private retry(call: Call, reason: string, cause: Error, retryAfterMs?: number, paced = false): void {
     this.detach(call);
     call.lastError = cause;
     if (call.attempts >= this.settings.maxAttempts) {
@@ -413,6 +479,11 @@ class ExternalInferenceBackend implements ExternalBackend {
       return;
     }
     this.stats.retries[reason] = (this.stats.retries[reason] ?? 0) + 1;
+    if (paced) {
+      this.ready.push(call);
+      this.pump();
+      return;
+    }
     const delay = backoffDelay(call.attempts, this.settings.backoff, this.random, retryAfterMs);
     void this.sleep(delay).then(() => {
       if (this.closed || this.calls.get(call.id) !== call || call.conn !== undefined) return;
@@ -452,6 +523,11 @@ class ExternalInferenceBackend implements ExternalBackend {
         opened = true;
         conn.open = true;
         conn.failures = 0;
+        // A new connection is a new client to the server: fresh rate bucket and in-flight count.
+        conn.ceiling = this.settings.perConnection;
+        conn.window = conn.ceiling;
+        conn.nextSendAt = 0;
+        conn.spacingMs = 0;
         if (conn.everOpened) this.stats.reconnects++;
         conn.everOpened = true;
         resolve(undefined);
@@ -553,6 +629,11 @@ class ExternalInferenceBackend implements ExternalBackend {
             ),
           );
         } else {
+          if (call.conn === conn) {
+            // Additive increase: one more in flight per window's worth of answers; spacing shrinks 3%.
+            conn.window = Math.min(conn.ceiling, conn.window + 1 / conn.window);
+            conn.spacingMs = conn.spacingMs < 0.05 ? 0 : conn.spacingMs * 0.97;
+          }
           this.settle(call, answer.value);
         }
         this.pump();
@@ -572,13 +653,46 @@ class ExternalInferenceBackend implements ExternalBackend {
           `${call.pin.model}@${call.pin.version}: ${answer.code}: ${answer.message}`,
           { serverCode: answer.code },
         );
-        if (isRetryable(answer.code)) this.retry(call, answer.code, cause, answer.retryAfterMs);
-        else {
+        if (isRetryable(answer.code)) {
+          const paced = this.pace(conn, call, answer.code, answer.retryAfterMs);
+          this.retry(call, answer.code, cause, answer.retryAfterMs, paced);
+        } else {
           this.settle(call, cause);
           this.pump();
         }
         return;
       }
+    }
+  }
+
+  /** A connection's response to a shed answer of `call`; true when it now paces the retry itself. */
+  private pace(conn: Conn, call: Call, code: ErrorCode, retryAfterMs: number | undefined): boolean {
+    // Calls sent before the last slow-down were refused for the old pace: they say nothing new.
+    const fresh = call.generation === conn.generation;
+    switch (code) {
+      case 'client_queue_full':
+        // The server holds fewer of ours than we do (answers in transit), so this bound never undershoots
+        // its cap: the sent set still counts the refused call.
+        conn.ceiling = Math.max(1, Math.min(conn.ceiling, conn.sent.size - 1));
+        conn.window = Math.min(conn.window, conn.ceiling);
+        return true;
+      case 'rate_limited': {
+        const wait = retryAfterMs ?? this.settings.backoff.baseMs;
+        if (fresh) {
+          conn.generation++;
+          conn.spacingMs = Math.min(this.settings.backoff.maxMs, Math.max(wait, conn.spacingMs * 2, 1));
+        }
+        conn.nextSendAt = Math.max(conn.nextSendAt, this.clock() + wait);
+        return true;
+      }
+      case 'overloaded':
+        if (fresh) {
+          conn.generation++;
+          conn.window = Math.max(1, conn.window / 2);
+        }
+        return false;
+      default:
+        return false;
     }
   }
 
