@@ -315,7 +315,8 @@ class ExternalInferenceBackend implements ExternalBackend {
       const call: Call = {
         id: this.nextId++,
         pin: { model: pin.model, version: pin.version },
-        row,
+        // A copy: the caller may reuse its buffer while the call waits in the queue or for a retry.
+        row: row.slice(),
         resolve,
         reject,
         attempts: 0,
@@ -397,7 +398,8 @@ class ExternalInferenceBackend implements ExternalBackend {
     let wakeAt = Number.POSITIVE_INFINITY;
     const now = this.clock();
     for (const conn of this.conns) {
-      if (!conn.open) continue;
+      // A socket already closing would swallow the frame; its close event re-sends what it holds.
+      if (!conn.open || conn.ws?.readyState !== WebSocket.OPEN) continue;
       if (conn.nextSendAt > now) {
         wakeAt = Math.min(wakeAt, conn.nextSendAt);
         continue;
