@@ -4,7 +4,7 @@
  * is tested on its own.
  */
 import type { ErrorCode } from '../../libs/protocol';
-import { decodeBinaryResponse, ERROR_CODES, encodeBinaryRequest } from '../../libs/protocol';
+import { ERROR_CODES } from '../../libs/protocol';
 import type { ModelPin } from './inference';
 
 /**
@@ -53,9 +53,19 @@ export interface InputBinding {
   name: string;
 }
 
+const BINARY_MAGIC = 0x53;
+const BINARY_VERSION = 1;
+const PREFIX_BYTES = 4;
+
+function align8(n: number): number {
+  return (n + 7) & ~7;
+}
+
 /**
- * One request frame. With a binding it is a binary tensor frame (the row's float32 bytes as they are, no
- * number formatting either side); without one, JSON `input` (the server gives it to the only input).
+ * One request frame. With a binding it is a binary tensor frame (libs/protocol/binary.ts, byte for byte what
+ * `encodeBinaryRequest` builds: the row's float32 bytes as they are, no number formatting either side);
+ * without one, JSON `input` (the server gives it to the only input). Built here rather than with the
+ * generic encoder, which costs ~6.5 µs a frame against ~1.5 µs for this one shape.
  */
 export function encodePredict(
   id: number,
@@ -63,19 +73,46 @@ export function encodePredict(
   row: Float32Array,
   deadlineMs: number,
   binding: InputBinding | undefined,
-): string | Uint8Array {
-  if (binding) {
-    return encodeBinaryRequest({ id, model: pin.model, version: pin.version, deadline_ms: deadlineMs }, [
-      { name: binding.name, dtype: 'float32', dims: [row.length], data: row },
-    ]);
+): string | Buffer {
+  const envelope = `,"model":${JSON.stringify(pin.model)},"version":${JSON.stringify(pin.version)},"deadline_ms":${deadlineMs}`;
+  if (!binding) return `{"id":${id}${envelope},"input":[${Array.from(row).join(',')}]}`;
+  const header = `{"id":${id}${envelope},"inputs":[{"name":${JSON.stringify(binding.name)},"dtype":"float32","dims":[${row.length}]}]}`;
+  const headerBytes = Buffer.byteLength(header);
+  const dataStart = align8(PREFIX_BYTES + headerBytes);
+  const frame = Buffer.alloc(dataStart + align8(row.byteLength));
+  frame[0] = BINARY_MAGIC;
+  frame[1] = BINARY_VERSION;
+  frame.writeUInt16LE(headerBytes, 2);
+  frame.write(header, PREFIX_BYTES, 'utf8');
+  frame.set(new Uint8Array(row.buffer, row.byteOffset, row.byteLength), dataStart);
+  return frame;
+}
+
+/** A binary answer's id, version and first output's first value (undefined when it has none we can read). */
+function readBinaryAnswer(data: Buffer): WireAnswer {
+  if (data.length < PREFIX_BYTES || data[0] !== BINARY_MAGIC || data[1] !== BINARY_VERSION)
+    return { kind: 'garbage', reason: 'binary answer without the tensor-frame prefix' };
+  const headerBytes = data.readUInt16LE(2);
+  if (PREFIX_BYTES + headerBytes > data.length)
+    return { kind: 'garbage', reason: 'binary answer header runs past the frame' };
+  let header: { id?: unknown; version?: unknown; outputs?: Array<{ dtype?: unknown }> };
+  try {
+    header = JSON.parse(data.toString('utf8', PREFIX_BYTES, PREFIX_BYTES + headerBytes));
+  } catch {
+    return { kind: 'garbage', reason: 'binary answer header is not JSON' };
   }
-  return JSON.stringify({
-    id,
-    model: pin.model,
-    version: pin.version,
-    deadline_ms: deadlineMs,
-    input: Array.from(row),
-  });
+  if (typeof header !== 'object' || header === null)
+    return { kind: 'garbage', reason: 'binary answer header is not an object' };
+  const at = align8(PREFIX_BYTES + headerBytes);
+  const dtype = Array.isArray(header.outputs) ? header.outputs[0]?.dtype : undefined;
+  let value: number | undefined;
+  const fits = (width: number): boolean => at + width <= data.length;
+  if (dtype === 'float32' && fits(4)) value = data.readFloatLE(at);
+  else if (dtype === 'float64' && fits(8)) value = data.readDoubleLE(at);
+  else if (dtype === 'int32' && fits(4)) value = data.readInt32LE(at);
+  else if (dtype === 'int64' && fits(8)) value = Number(data.readBigInt64LE(at));
+  else if ((dtype === 'uint8' || dtype === 'bool') && fits(1)) value = data[at];
+  return { kind: 'result', id: header.id, value, version: header.version };
 }
 
 export type WireAnswer =
@@ -88,20 +125,7 @@ const KNOWN_CODES: ReadonlySet<string> = new Set(ERROR_CODES);
 
 /** Reads one frame from the server; never throws (a frame we cannot read is `garbage`). */
 export function readAnswer(data: Buffer, isBinary: boolean): WireAnswer {
-  if (isBinary) {
-    try {
-      const decoded = decodeBinaryResponse(data);
-      const first = decoded.tensors[0]?.data;
-      let value: number | undefined;
-      if (first !== undefined && !Array.isArray(first)) {
-        const raw = (first as unknown as ArrayLike<number | bigint>)[0];
-        value = typeof raw === 'bigint' ? Number(raw) : raw;
-      }
-      return { kind: 'result', id: decoded.header.id, value, version: decoded.header.version };
-    } catch (error) {
-      return { kind: 'garbage', reason: `unreadable binary answer: ${(error as Error).message}` };
-    }
-  }
+  if (isBinary) return readBinaryAnswer(data);
   let body: unknown;
   try {
     body = JSON.parse(data.toString('utf8'));

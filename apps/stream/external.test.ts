@@ -6,11 +6,11 @@
 import * as http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { type WebSocket, WebSocketServer } from 'ws';
-import { decodeBinaryRequest, encodeBinaryFrame } from '../../libs/protocol';
+import { decodeBinaryRequest, encodeBinaryFrame, encodeBinaryRequest } from '../../libs/protocol';
 import type { ExternalBackend, ExternalBackendOptions } from './external';
 import { createExternalBackend } from './external';
 import { ExternalInferenceError } from './external-errors';
-import { backoffDelay, firstNumber, readAnswer } from './external-wire';
+import { backoffDelay, encodePredict, firstNumber, readAnswer } from './external-wire';
 
 const PIN = { model: 'delay-risk', version: '1' };
 
@@ -467,5 +467,51 @@ describe('external wire rules', () => {
     );
     expect(readAnswer(Buffer.from('nope'), false).kind).toBe('garbage');
     expect(readAnswer(Buffer.from([1, 2, 3]), true).kind).toBe('garbage');
+  });
+
+  test('binary frames: byte for byte the protocol encoder, and answers read like the protocol decoder', () => {
+    const row = new Float32Array([30, 2.5, 1, 0, -10.25]);
+    const pin = { model: 'délai', version: '7' };
+    const ours = encodePredict(42, pin, row, 5000, { name: 'features' }) as Buffer;
+    const theirs = encodeBinaryRequest({ id: 42, model: 'délai', version: '7', deadline_ms: 5000 }, [
+      { name: 'features', dtype: 'float32', dims: [5], data: row },
+    ]);
+    expect(Buffer.compare(ours, Buffer.from(theirs))).toBe(0);
+    const decoded = decodeBinaryRequest(
+      ours.buffer.slice(ours.byteOffset, ours.byteOffset + ours.length) as ArrayBuffer,
+    );
+    expect([decoded.id, decoded.model, decoded.version, decoded.deadlineMs]).toEqual([
+      42,
+      'délai',
+      '7',
+      5000,
+    ]);
+    expect(JSON.parse(encodePredict(3, pin, row, 5000, undefined) as string)).toEqual({
+      id: 3,
+      model: 'délai',
+      version: '7',
+      deadline_ms: 5000,
+      input: [30, 2.5, 1, 0, -10.25],
+    });
+    for (const [dtype, data] of [
+      ['float32', new Float32Array([0.1, 9])],
+      ['float64', new Float64Array([0.1, 9])],
+      ['int32', new Int32Array([-7, 9])],
+    ] as const) {
+      const frame = encodeBinaryFrame(
+        { id: 9, model: 'm', version: '2', epoch: 1, outputs: [{ name: 'o', dtype, dims: [2] }] },
+        [{ bytes: new Uint8Array(data.buffer) }],
+      );
+      expect(readAnswer(Buffer.from(frame), true)).toEqual({
+        kind: 'result',
+        id: 9,
+        value: data[0],
+        version: '2',
+      });
+    }
+    const truncated = Buffer.from(
+      encodeBinaryFrame({ id: 9, outputs: [{ name: 'o', dtype: 'float64', dims: [1] }] }, []),
+    );
+    expect(readAnswer(truncated, true)).toMatchObject({ kind: 'result', value: undefined });
   });
 });
