@@ -367,20 +367,25 @@ class ExternalInferenceBackend implements ExternalBackend {
 
   // ------------------------------------------------------------------ scheduling
 
-  /** Gives slots to queued calls and connections to calls that hold a slot. */
+  /**
+   * Sends what can go now: first the calls holding a slot (they are older than anything queued), then
+   * queued calls while there are slots. Stops at the first that no connection takes: none would take the
+   * next one either, so each answer costs O(connections), not O(calls waiting).
+   */
   private pump(): void {
     if (this.closed) return;
-    // Calls already holding a slot go first: they are older than anything still queued.
-    if (this.ready.length > 0) {
-      const waiting = this.ready;
-      this.ready = [];
-      for (const call of waiting) this.dispatch(call);
-    }
+    let sent = 0;
+    while (sent < this.ready.length && this.trySend(this.ready[sent]!)) sent++;
+    if (sent > 0) this.ready.splice(0, sent);
+    if (this.ready.length > 0) return;
     while (this.calls.size < this.settings.maxInflight && this.queueHead < this.queue.length) {
       const call = this.queue[this.queueHead]!;
-      this.queue[this.queueHead++] = undefined as unknown as Call;
       this.calls.set(call.id, call);
-      this.dispatch(call);
+      if (!this.trySend(call)) {
+        this.calls.delete(call.id);
+        break;
+      }
+      this.queue[this.queueHead++] = undefined as unknown as Call;
     }
     if (this.queueHead > 1024 && this.queueHead * 2 > this.queue.length) {
       this.queue = this.queue.slice(this.queueHead);
@@ -388,11 +393,8 @@ class ExternalInferenceBackend implements ExternalBackend {
     }
   }
 
-  /**
-   * Sends a call holding a slot on the open connection that may send now with the most room in its
-   * window, or parks it in `ready` (the next answer, a reconnect or the end of a pause sends it).
-   */
-  private dispatch(call: Call): void {
+  /** Sends `call` on the open connection that may send now with the most room in its window, if any. */
+  private trySend(call: Call): boolean {
     let best: Conn | undefined;
     let bestRoom = 0;
     let wakeAt = Number.POSITIVE_INFINITY;
@@ -411,9 +413,8 @@ class ExternalInferenceBackend implements ExternalBackend {
       }
     }
     if (!best) {
-      this.ready.push(call);
       if (wakeAt !== Number.POSITIVE_INFINITY) this.wakeAt(wakeAt - now);
-      return;
+      return false;
     }
     const frame = encodePredict(
       call.id,
@@ -430,6 +431,7 @@ class ExternalInferenceBackend implements ExternalBackend {
     this.stats.sent++;
     call.timer = setTimeout(() => this.onTimeout(call), this.settings.requestTimeoutMs);
     best.ws!.send(frame);
+    return true;
   }
 
   private wakeAt(delayMs: number): void {
@@ -489,7 +491,9 @@ class ExternalInferenceBackend implements ExternalBackend {
     const delay = backoffDelay(call.attempts, this.settings.backoff, this.random, retryAfterMs);
     void this.sleep(delay).then(() => {
       if (this.closed || this.calls.get(call.id) !== call || call.conn !== undefined) return;
-      this.dispatch(call);
+      // Behind the calls already waiting for a connection (an answer, a reconnect or a pause's end).
+      this.ready.push(call);
+      this.pump();
     });
     // Its connection has room again: a parked call may take it.
     this.pump();
