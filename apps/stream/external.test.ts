@@ -204,6 +204,10 @@ const fastSleep = (ms: number): Promise<void> => {
 let cluster: FakeCluster;
 let backend: ExternalBackend | undefined;
 
+function clusterUrl(): string {
+  return `ws://127.0.0.1:${(cluster.server.address() as AddressInfo).port}/ws`;
+}
+
 async function open(options: Partial<ExternalBackendOptions> = {}): Promise<ExternalBackend> {
   const url = await cluster.listen();
   backend = await createExternalBackend({
@@ -237,8 +241,15 @@ async function rejection(promise: Promise<unknown>): Promise<ExternalInferenceEr
 }
 
 describe('external backend against a fake cluster', () => {
-  test('every call names the pin and is answered by id; binary frames after prepare, JSON before', async () => {
-    const b = await open();
+  test('every call names the pin and is answered by id; binary frames (when asked) after prepare', async () => {
+    const json = await open();
+    await json.prepare(PIN);
+    expect(await json.predict(PIN, rowOf(9))).toBe(expectedFor([9]));
+    expect(cluster.log.map((r) => r.binary)).toEqual([false]);
+    await json.close();
+    cluster.log.length = 0;
+    const b = await createExternalBackend({ url: clusterUrl(), frames: 'binary' });
+    backend = b;
     expect(b.mode).toBe('external');
     const before = await b.predict(PIN, rowOf(7));
     await b.prepare(PIN);
@@ -252,6 +263,10 @@ describe('external backend against a fake cluster', () => {
       ['delay-risk', '1', true],
     ]);
     expect(cluster.log.map((r) => r.id).sort()).toEqual([1, 2, 3, 4]);
+    // And a frames value that is neither is refused up front.
+    await expect(
+      createExternalBackend({ url: 'ws://127.0.0.1:1/ws', frames: 'xml' as 'json' }),
+    ).rejects.toMatchObject({ code: 'invalid_options' });
     expect(b.inflight).toBe(0);
   });
 

@@ -42,6 +42,12 @@ export interface ExternalBackendOptions {
   backoff?: BackoffOptions;
   /** Attempts per call before it rejects `retries_exhausted` (default 10); a lost connection counts one. */
   maxAttempts?: number;
+  /**
+   * Request encoding (default `json`). `binary` sends the row's float32 bytes in a tensor frame (for pins
+   * prepared first, whose model has one float32 input). For delay-risk's 5 features JSON measured faster
+   * end to end against a 1-node server (67k vs 53k predicts/s), so it is the default.
+   */
+  frames?: 'json' | 'binary';
   logger?: Pick<Logger, 'warn' | 'info' | 'debug'>;
   /** Injectable for tests: time (ms, monotonic), waiting (backoff, reconnect, pauses), the jitter source. */
   clock?: () => number;
@@ -83,6 +89,7 @@ interface Settings {
   requestTimeoutMs: number;
   backoff: BackoffOptions;
   maxAttempts: number;
+  frames: 'json' | 'binary';
 }
 
 interface Call {
@@ -163,6 +170,9 @@ export function resolveExternalOptions(options: ExternalBackendOptions): Setting
     DEFAULTS.requestTimeoutMs,
   );
   const maxAttempts = positiveInt('maxAttempts', options.maxAttempts, DEFAULTS.maxAttempts);
+  const frames = options.frames ?? 'json';
+  if (frames !== 'json' && frames !== 'binary')
+    fail(`frames must be "json" or "binary" (got ${String(frames)})`);
   const backoff = options.backoff ?? DEFAULTS.backoff;
   if (
     typeof backoff !== 'object' ||
@@ -183,6 +193,7 @@ export function resolveExternalOptions(options: ExternalBackendOptions): Setting
     requestTimeoutMs,
     backoff: { baseMs: backoff.baseMs, maxMs: backoff.maxMs },
     maxAttempts,
+    frames,
   };
 }
 
@@ -225,7 +236,7 @@ class ExternalInferenceBackend implements ExternalBackend {
   private ready: Call[] = [];
   /** Every call holding a slot, by wire id: the one place answers are matched. */
   private readonly calls = new Map<number, Call>();
-  /** Pins prepare() found a single float32 input for: those go as binary tensor frames. */
+  /** With `frames: 'binary'`, pins prepare() found a single float32 input for: those go as tensor frames. */
   private readonly bindings = new Map<string, InputBinding>();
   private nextId = 1;
   private closed = false;
@@ -285,6 +296,7 @@ class ExternalInferenceBackend implements ExternalBackend {
     if (this.closed) throw new ExternalInferenceError('closed', 'the external backend is closed');
     const path = `/v2/models/${encodeURIComponent(pin.model)}/versions/${encodeURIComponent(pin.version)}`;
     await this.httpGet(`${path}/ready`, pin);
+    if (this.settings.frames !== 'binary') return;
     const metadata = (await this.httpGet(path, pin)) as {
       inputs?: Array<{ name?: unknown; datatype?: unknown }>;
     };

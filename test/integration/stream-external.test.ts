@@ -90,7 +90,7 @@ describe('external inference against a real server', () => {
   });
 
   test('predictions equal the server HTTP answers, over binary frames (prepared) and JSON (not)', async () => {
-    const binary = await open(server.wsUrl);
+    const binary = await open(server.wsUrl, { frames: 'binary' });
     await binary.prepare(PIN);
     const json = await open(server.wsUrl);
     const viaBinary = await Promise.all(ROWS.map((row) => binary.predict(PIN, row)));
