@@ -102,7 +102,6 @@ interface Call {
   /** The connection the current attempt went out on; undefined while waiting (queue, backoff, reconnect). */
   conn: Conn | undefined;
   timer: NodeJS.Timeout | undefined;
-  lastError: Error | undefined;
   /** The connection's `generation` when this attempt went out. */
   generation: number;
 }
@@ -334,7 +333,6 @@ class ExternalInferenceBackend implements ExternalBackend {
         attempts: 0,
         conn: undefined,
         timer: undefined,
-        lastError: undefined,
         generation: 0,
       };
       this.queue.push(call);
@@ -481,7 +479,6 @@ class ExternalInferenceBackend implements ExternalBackend {
    */
   private retry(call: Call, reason: string, cause: Error, retryAfterMs?: number, paced = false): void {
     this.detach(call);
-    call.lastError = cause;
     if (call.attempts >= this.settings.maxAttempts) {
       this.settle(
         call,
@@ -532,7 +529,8 @@ class ExternalInferenceBackend implements ExternalBackend {
       const ws = new WebSocket(this.settings.url, {
         perMessageDeflate: false,
         handshakeTimeout: this.settings.requestTimeoutMs,
-        maxPayload: 64 * 1024 * 1024,
+        // Answers are a few hundred bytes; a bound keeps a confused peer from growing memory.
+        maxPayload: 8 * 1024 * 1024,
       });
       conn.ws = ws;
       let opened = false;
@@ -587,7 +585,6 @@ class ExternalInferenceBackend implements ExternalBackend {
     );
     for (const call of lost) {
       this.detach(call);
-      call.lastError = cause;
       if (call.attempts >= this.settings.maxAttempts) {
         this.settle(
           call,
