@@ -13,7 +13,10 @@ export {
   type NatsHandle,
   type NatsOptions,
 } from './connection';
+export { createEmbeddedBackend, type EmbeddedBackend, type EmbeddedBackendOptions } from './embedded';
 export { StreamIoError, type StreamIoErrorCode } from './errors';
+export { createExternalBackend, type ExternalBackend, type ExternalBackendOptions } from './external';
+export { ExternalInferenceError, type ExternalInferenceErrorCode } from './external-errors';
 export type { InferenceBackend, InferenceMode, ModelPin } from './inference';
 export {
   DEFAULT_DUPLICATE_WINDOW_MS,

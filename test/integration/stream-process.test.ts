@@ -58,11 +58,13 @@ function startStream(args: string[]): Running {
     output: () => output,
     exited,
     ready: async (n = 1) => {
-      await waitFor(`pipeline ready #${n}`, () => readies().length >= n || child.exitCode !== null, 90_000).catch(
-        (err: Error) => {
-          throw new Error(`${err.message}\n${output.slice(-3000)}`);
-        },
-      );
+      await waitFor(
+        `pipeline ready #${n}`,
+        () => readies().length >= n || child.exitCode !== null,
+        90_000,
+      ).catch((err: Error) => {
+        throw new Error(`${err.message}\n${output.slice(-3000)}`);
+      });
       const r = readies()[n - 1];
       if (!r) throw new Error(`stream exited (${child.exitCode}):\n${output.slice(-3000)}`);
       return r;
@@ -163,7 +165,9 @@ describe('streaminfer stream (embedded, the shipped model)', () => {
     created.push(names);
     // A model repository where delay-risk also has a version 2 (a copy of 1) to reload to.
     const models = modelsSubset([], ['delay-risk']);
-    cpSync(path.join(MODELS_DIR, 'delay-risk', '1'), path.join(models, 'delay-risk', '2'), { recursive: true });
+    cpSync(path.join(MODELS_DIR, 'delay-risk', '1'), path.join(models, 'delay-risk', '2'), {
+      recursive: true,
+    });
     const file = configFile(names, { inference: { mode: 'embedded', modelsDir: models } });
     const stream = startStream(['--config', file]);
     const { admin, pid } = await stream.ready();
@@ -175,7 +179,12 @@ describe('streaminfer stream (embedded, the shipped model)', () => {
 
     const health = await get(admin, '/health');
     expect(health.status).toBe(200);
-    expect(JSON.parse(health.text)).toMatchObject({ state: 'running', consuming: true, epoch: 1, mode: 'embedded' });
+    expect(JSON.parse(health.text)).toMatchObject({
+      state: 'running',
+      consuming: true,
+      epoch: 1,
+      mode: 'embedded',
+    });
     const metrics = await get(admin, '/metrics');
     expect(metrics.status).toBe(200);
     expect(lintExposition(metrics.text)).toEqual([]);
@@ -193,10 +202,26 @@ describe('streaminfer stream (embedded, the shipped model)', () => {
     expect((await get(admin, '/nope')).status).toBe(404);
 
     // streaminfer reload, as against a server: the epoch barrier pins version 2.
-    const reload = await runCliToExit(['reload', '--url', `http://127.0.0.1:${admin}`, '--model', 'delay-risk', '--version', '2']);
+    const reload = await runCliToExit([
+      'reload',
+      '--url',
+      `http://127.0.0.1:${admin}`,
+      '--model',
+      'delay-risk',
+      '--version',
+      '2',
+    ]);
     expect(reload.out).toContain('epoch 1 -> 2');
     expect(reload.code).toBe(0);
-    const bad = await runCliToExit(['reload', '--url', `http://127.0.0.1:${admin}`, '--model', 'delay-risk', '--version', '7']);
+    const bad = await runCliToExit([
+      'reload',
+      '--url',
+      `http://127.0.0.1:${admin}`,
+      '--model',
+      'delay-risk',
+      '--version',
+      '7',
+    ]);
     expect(bad.code).not.toBe(0);
     await publish(names, 'd1', workload('d1', 20, 10));
     await waitFor('30 predictions', async () => (await predictions(names)).length >= 30, 30_000);
@@ -211,7 +236,11 @@ describe('streaminfer stream (embedded, the shipped model)', () => {
     // After a crash the keyed state starts empty (checkpoints are the next issue): events of d1 have no
     // pickup in the new state, so a fresh delivery shows the restarted pipeline predicting.
     await publish(names, 'd2', workload('d2', 0, 5));
-    await waitFor('d2 predictions', async () => (await predictions(names)).some((p) => p.event_id === 'd2-g4'), 30_000);
+    await waitFor(
+      'd2 predictions',
+      async () => (await predictions(names)).some((p) => p.event_id === 'd2-g4'),
+      30_000,
+    );
     const restarted = (await predictions(names)).filter((p) => p.event_id.startsWith('d2-'));
     expect(restarted.every((p) => p.version === '2' && p.epoch === 2)).toBe(true);
     const epochs = (await readStream(nats, names.predictions, `${names.tag}.delivery.epochs`)).map((m) =>
@@ -238,7 +267,7 @@ describe('streaminfer stream (embedded, the shipped model)', () => {
 
 describe('streaminfer stream --mode external', () => {
   it('predicts through a serving cluster over WebSocket exactly what the embedded mode predicts', async () => {
-    server = await startServer({ models: ['delay-risk'] });
+    server = await startServer({ models: ['delay-risk'], env: { STREAMINFER_MODEL_NAME: 'delay-risk' } });
     const embeddedNames = uniqueNames('spee');
     const externalNames = uniqueNames('spex');
     created.push(embeddedNames, externalNames);
@@ -252,7 +281,8 @@ describe('streaminfer stream --mode external', () => {
     await Promise.all([publish(embeddedNames, 'd1', items), publish(externalNames, 'd1', items)]);
     await waitFor(
       'both pipelines to predict',
-      async () => (await predictions(embeddedNames)).length >= 40 && (await predictions(externalNames)).length >= 40,
+      async () =>
+        (await predictions(embeddedNames)).length >= 40 && (await predictions(externalNames)).length >= 40,
       60_000,
     );
     const byId = (ps: Prediction[]) => new Map(ps.map((p) => [`${p.event_id}:${p.revision}`, p.risk]));
