@@ -1,7 +1,8 @@
 /**
  * The pipeline's HTTP endpoint: probes (`/health`, `/ready`), Prometheus `/metrics`, and the admin API —
  * `POST /api/reload {model?, version?}` (the epoch barrier; same contract as the server's, so
- * `streaminfer reload --url` works against both), `GET /api/reload` (last outcome), `GET /api/pipeline`.
+ * `streaminfer reload --url` works against both), `GET /api/reload` (last outcome), `GET /api/pipeline`,
+ * `POST /api/pause` / `POST /api/resume` (stop and restart consuming, keeping keyed state).
  * Admin routes need the token or a loopback caller, as on the server. Every handler is guarded: a bad
  * request is a typed JSON error, never a crash.
  */
@@ -110,6 +111,10 @@ export class PipelineAdmin {
     if (path === '/api/pipeline') {
       if (method !== 'GET') return error(res, 405, 'method_not_allowed', 'use GET /api/pipeline');
       return send(res, 200, await pipeline.status());
+    }
+    if (path === '/api/pause' || path === '/api/resume') {
+      if (method !== 'POST') return error(res, 405, 'method_not_allowed', `use POST ${path}`);
+      return send(res, 200, path === '/api/pause' ? await pipeline.pause() : await pipeline.resume());
     }
     if (path === '/api/reload') {
       if (method === 'GET') return send(res, 200, pipeline.lastReloadOutcome() ?? { id: 0 });

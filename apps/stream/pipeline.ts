@@ -60,6 +60,8 @@ export interface PipelineStatus {
   state: 'starting' | 'running' | 'draining' | 'stopped' | 'failed';
   /** Running with a live consumer (false while it is being reopened). */
   consuming: boolean;
+  /** Paused by the operator: consuming, but starting no message. */
+  paused: boolean;
   epoch: number;
   model: string;
   version: string;
@@ -107,6 +109,8 @@ export class DeliveryPipeline {
   private pin: ModelPin;
   private epoch = 0;
   private state: PipelineStatus['state'] = 'starting';
+  /** Paused by the operator (POST /api/pause); a reload's barrier resumes only what it paused. */
+  private paused = false;
   private error: string | undefined;
   private readonly unsettled = new Map<number, Unsettled>();
   /** Per delivery: the previous message's post-inference step (alerts follow arrival order per delivery). */
@@ -184,6 +188,28 @@ export class DeliveryPipeline {
       { epoch: this.epoch, model: this.pin.model, version: this.pin.version, mode: this.backend.mode },
       'pipeline running',
     );
+  }
+
+  /**
+   * Operator pause: no new message is processed (what is in flight completes); the broker holds the rest
+   * and keyed state stays. Resume picks up where it stopped, as a backlog.
+   */
+  async pause(): Promise<{ paused: boolean; drained: number }> {
+    const running = this.running;
+    if (!running || this.state !== 'running') return { paused: false, drained: 0 };
+    const drained = running.inFlight;
+    this.paused = true;
+    await running.pause();
+    return { paused: true, drained };
+  }
+
+  async resume(): Promise<{ resumed: boolean }> {
+    if (!this.paused) return { resumed: false };
+    // Never inside a reload's barrier: messages would start while the pin changes.
+    await this.reloadChain;
+    this.paused = false;
+    this.running?.resume();
+    return { resumed: true };
   }
 
   /**
@@ -290,6 +316,7 @@ export class DeliveryPipeline {
     return {
       state: this.state,
       consuming: this.state === 'running' && this.running !== undefined,
+      paused: this.paused,
       epoch: this.epoch,
       model: this.pin.model,
       version: this.pin.version,
@@ -620,7 +647,7 @@ export class DeliveryPipeline {
       this.logger.info({ epoch: this.epoch, from: before, to: next, drained, reason }, 'epoch committed');
       return outcome('committed', drained);
     } finally {
-      running.resume();
+      if (!this.paused) running.resume();
     }
   }
 }

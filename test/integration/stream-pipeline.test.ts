@@ -441,6 +441,18 @@ describe('delivery pipeline on JetStream', () => {
     // Epochs follow arrival order: no version-1 prediction after the first version-2 one.
     const firstV2 = out.findIndex((p) => p.version === '2');
     expect(out.slice(firstV2).every((p) => p.version === '2')).toBe(true);
+    // An operator pause holds new messages (keyed state stays); resume drains them.
+    expect(await pipeline.pause()).toMatchObject({ paused: true });
+    await publish(names, [gps('paused-1', 'd1', T0 + 500_000, 12.99)]);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect((await predictions(names)).some((p) => p.event_id === 'paused-1')).toBe(false);
+    expect((await pipeline.status()).paused).toBe(true);
+    expect(await pipeline.resume()).toEqual({ resumed: true });
+    await drained(names);
+    expect((await predictions(names)).find((p) => p.event_id === 'paused-1')).toMatchObject({
+      epoch: 2,
+      version: '2',
+    });
     const epochs = (await readStream(nats, names.predictions, `${names.tag}.delivery.epochs`)).map((m) =>
       m.json<{ epoch: number; version: string; previous: { version: string } | null }>(),
     );
