@@ -50,11 +50,11 @@ class FunctionBackend implements InferenceBackend {
     if (!this.versions.has(pin.version)) throw new Error(`no version ${pin.version}`);
   }
   async predict(pin: ModelPin, row: Float32Array): Promise<number> {
-    this.calls++;
+    const n = ++this.calls;
     this.inflight++;
     await new Promise((resolve) => setImmediate(resolve));
     this.inflight--;
-    if (this.failEvery > 0 && this.calls % this.failEvery === 0) {
+    if (this.failEvery > 0 && n % this.failEvery === 0) {
       this.failures++;
       throw new Error('backend unavailable (injected)');
     }
@@ -335,7 +335,7 @@ describe('delivery pipeline on JetStream', () => {
     await a.pipeline.restartConsumer();
     await publishing;
     await drained(names);
-    expect(first.failures).toBeGreaterThan(20);
+    expect(first.failures).toBeGreaterThan(100);
     const out = await readStream(nats, names.predictions, `${names.tag}.delivery.predictions.>`);
     const ids = new Map<string, number>();
     for (const m of out) {
@@ -348,25 +348,31 @@ describe('delivery pipeline on JetStream', () => {
     // A restart during a backlog sends back what the consumer had pulled ahead after the watermark moved past
     // it (a backlog is consumed far faster than event time passes): those events are late — in the side
     // output, counted, never silently dropped.
-    const late = new Set(
-      (await readStream(nats, names.side, `${names.tag}.delivery.late.>`)).map(
-        (m) => m.json<{ event: { event_id: string } }>().event.event_id,
-      ),
-    );
-    // Every other event that has features at its time (a first status and a GPS point before it, among the
-    // events the pipeline accepted) was predicted, once.
-    const byDelivery = new Map<string, DeliveryEvent[]>();
-    for (const r of batch)
-      if (r.kind === 'event' && r.event && !late.has(r.event.event_id))
-        byDelivery.set(r.delivery_id, [...(byDelivery.get(r.delivery_id) ?? []), r.event]);
-    const expected = new Set<string>();
-    for (const events of byDelivery.values())
-      for (const e of events) if (computeFeatures(events, e.eventTimeMs).ok) expected.add(e.event_id);
     const firsts = out
       .map((m) => m.json<Prediction>())
       .filter((p) => p.revision === 0)
       .map((p) => p.event_id);
     const predicted = new Set(firsts);
+    // (A redelivery so old that its id was forgotten — dedupeTtlMs of event time, minutes of processing in a
+    // backlog — may also reach the late side output after its event was predicted; the engine's contract.)
+    const late = new Set(
+      (await readStream(nats, names.side, `${names.tag}.delivery.late.>`))
+        .map((m) => m.json<{ event: { event_id: string } }>().event.event_id)
+        .filter((id) => !predicted.has(id)),
+    );
+    // Every other event that has features at its time (a first status and a GPS point before it, among the
+    // events the pipeline accepted) was predicted, once.
+    // (A duplicate may be the only copy of its event in the batch: the cut at 10,000 can fall between them.)
+    const byDelivery = new Map<string, DeliveryEvent[]>();
+    const seen = new Set<string>();
+    for (const r of batch) {
+      if (!r.event || seen.has(r.event.event_id) || late.has(r.event.event_id)) continue;
+      seen.add(r.event.event_id);
+      byDelivery.set(r.delivery_id, [...(byDelivery.get(r.delivery_id) ?? []), r.event]);
+    }
+    const expected = new Set<string>();
+    for (const events of byDelivery.values())
+      for (const e of events) if (computeFeatures(events, e.eventTimeMs).ok) expected.add(e.event_id);
     expect(firsts.length).toBe(predicted.size);
     expect(predicted).toEqual(expected);
     expect(late.size).toBeLessThan(expected.size * 0.1);
