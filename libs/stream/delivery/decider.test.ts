@@ -1,3 +1,4 @@
+import { simulate } from '../../../loadtest/simulator';
 import { type Decision, DeliveryDecider, type DeliveryDeciderOptions } from './decider';
 import { computeFeatures, featureVector } from './features';
 import { type DeliveryEvent, parseEvent } from './schema';
@@ -171,5 +172,48 @@ describe('DeliveryDecider', () => {
     expect(s.historyEvents).toBe(2);
     expect(s.revisable).toBe(1);
     expect(s.approxBytes).toBeGreaterThan(0);
+  });
+});
+
+describe('DeliveryDecider: folded history', () => {
+  test('every decision equals computeFeatures over the whole accepted history (folding changes nothing)', () => {
+    const { records } = simulate({
+      seed: 11,
+      deliveries: 10,
+      durationMs: 60 * 60_000,
+      gpsIntervalMs: 5_000,
+      disorderMs: 20_000,
+      duplicateFraction: 0.02,
+      tooLateFraction: 0.01,
+    });
+    const decider = new DeliveryDecider(options({ outOfOrdernessMs: 15_000, allowedLatenessMs: 60_000 }));
+    const accepted = new Map<string, DeliveryEvent[]>();
+    let decisions = 0;
+    let maxHistory = 0;
+    for (const r of records) {
+      const result = decider.ingest(r.payload, 'p0');
+      if (result.disposition === 'accepted') {
+        const e = result.event!;
+        accepted.set(e.delivery_id, [...(accepted.get(e.delivery_id) ?? []), e]);
+      }
+      for (const d of result.decisions) {
+        // The decision's view: events up to its time, ties (same time) up to its own event_id.
+        const view = accepted
+          .get(d.delivery_id)!
+          .filter(
+            (e) =>
+              e.eventTimeMs < d.eventTimeMs || (e.eventTimeMs === d.eventTimeMs && e.event_id <= d.event_id),
+          );
+        const expected = computeFeatures(view, d.eventTimeMs);
+        if (!expected.ok) throw new Error(`decided ${d.event_id} but the whole history is not ready`);
+        expect([...d.row]).toEqual([...featureVector(expected.features)]);
+        decisions++;
+      }
+      maxHistory = Math.max(maxHistory, decider.stats().historyEvents);
+    }
+    expect(decisions).toBeGreaterThan(5_000);
+    // Folded: the histories hold minutes per delivery, not whole deliveries.
+    const all = [...accepted.values()].reduce((n, list) => n + list.length, 0);
+    expect(maxHistory).toBeLessThan(all / 4);
   });
 });

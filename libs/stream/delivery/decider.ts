@@ -24,8 +24,11 @@ import { ALERT_THRESHOLD } from './contract';
 import {
   byTime,
   computeFeaturesSorted,
+  emptyFold,
   type FeatureResult,
+  type FoldedHistory,
   featureVector,
+  foldHistory,
   N_FEATURES,
   type NotReady,
   pathSpeedKmh,
@@ -96,8 +99,10 @@ interface Revisable {
 }
 
 interface DeliveryState {
-  /** Accepted events, sorted by (event time, event_id). */
+  /** Accepted events after the fold line, sorted by (event time, event_id). */
   events: DeliveryEvent[];
+  /** What the events before the fold line still contribute (statuses, stops, last position). */
+  folded: FoldedHistory;
   /** Decisions still revisable, by event_id. */
   decided: Map<string, Revisable>;
   /** Accepted events whose features were not ready at their time (no first status or GPS yet): event_id → t. */
@@ -125,6 +130,7 @@ export class DeliveryDecider {
   private readonly deliveries = new Map<string, DeliveryState>();
   /** How far behind the watermark a decision stays revisable (the longest feature window + lateness). */
   private readonly horizonMs: number;
+  private readonly allowedLatenessMs: number;
   /** Decisions before this event time were pruned. */
   private prunedBefore = Number.NEGATIVE_INFINITY;
   private readonly threshold: number;
@@ -138,6 +144,7 @@ export class DeliveryDecider {
       throw new RangeError(`alertThreshold must be in (0, 1), got ${options.alertThreshold}`);
     }
     this.horizonMs = TRAFFIC_WINDOW_MS + options.allowedLatenessMs;
+    this.allowedLatenessMs = options.allowedLatenessMs;
     this.engine = createEventTimeEngine<DeliveryEvent, number>({
       clock: options.clock,
       outOfOrdernessMs: options.outOfOrdernessMs,
@@ -262,13 +269,13 @@ export class DeliveryDecider {
   featuresAt(deliveryId: string, t: number): FeatureResult | undefined {
     const state = this.deliveries.get(deliveryId);
     if (!state) return undefined;
-    return computeFeaturesSorted(state.events, upperBound(state.events, t), t);
+    return computeFeaturesSorted(state.events, upperBound(state.events, t), t, state.folded);
   }
 
   private accept(event: DeliveryEvent, result: DecideResult): void {
     let state = this.deliveries.get(event.delivery_id);
     if (!state) {
-      state = { events: [], decided: new Map(), undecided: new Map(), alerting: false };
+      state = { events: [], folded: emptyFold(), decided: new Map(), undecided: new Map(), alerting: false };
       this.deliveries.set(event.delivery_id, state);
     }
     const at = insertionIndex(state.events, event);
@@ -349,7 +356,7 @@ export class DeliveryDecider {
       state.events[count - 1]!.event_id > eventId
     )
       count--;
-    const features = computeFeaturesSorted(state.events, count, t);
+    const features = computeFeaturesSorted(state.events, count, t, state.folded);
     if (!features.ok) return features;
     return { ok: true, row: featureVector(features.features, new Float32Array(N_FEATURES)) };
   }
@@ -371,15 +378,19 @@ export class DeliveryDecider {
     this.prune();
   }
 
-  /** Decisions no accepted event could precede any more are no longer revisable. */
+  /**
+   * Decisions no accepted event could precede any more are no longer revisable, and the history before the
+   * fold line (the earliest time an event can still be accepted at: watermark − longest window − allowed
+   * lateness) is folded: per delivery, state holds the last minutes, not the whole delivery.
+   */
   private prune(): void {
     const wm = this.engine.watermark();
-    if (wm === null || this.revisable + this.undecidedCount === 0) return;
+    if (wm === null) return;
     const before = wm - this.horizonMs;
-    if (before <= this.prunedBefore) return;
-    // At most once per step of watermark: pruning walks every delivery.
+    // At most once per 10 s of watermark: pruning walks every delivery.
     if (before - this.prunedBefore < SPEED_STEP_MS / 6) return;
     this.prunedBefore = before;
+    const finalBefore = wm - SPEED_WINDOW_MS - this.allowedLatenessMs;
     for (const state of this.deliveries.values()) {
       for (const [id, d] of state.decided) {
         if (d.t < before) {
@@ -392,6 +403,11 @@ export class DeliveryDecider {
           state.undecided.delete(id);
           this.undecidedCount--;
         }
+      }
+      if (state.events.length > 0 && state.events[0]!.eventTimeMs < finalBefore - SPEED_WINDOW_MS) {
+        const kept = foldHistory(state.events, state.folded, finalBefore);
+        this.historyEvents -= state.events.length - kept.length;
+        state.events = kept;
       }
     }
   }

@@ -17,7 +17,7 @@
  *   minutes_to_promised    (promised_time − t) in minutes; negative once overdue
  */
 import { haversineKm } from './geo';
-import type { DeliveryEvent, GpsEvent, StatusEvent, TrafficEvent } from './schema';
+import type { DeliveryEvent, GpsEvent, StatusEvent } from './schema';
 
 export const FEATURE_NAMES = [
   'speed_5m_kmh',
@@ -102,47 +102,173 @@ export function computeFeatures(events: Iterable<DeliveryEvent>, t: number): Fea
 }
 
 /**
+ * What a delivery's folded history — events so old that no accepted event can come before them any more —
+ * still contributes to its features: every status (the first defines the delivery), the stops completed
+ * among the folded GPS points, and the last of them (the position when no newer point is kept).
+ */
+export interface FoldedHistory {
+  statuses: StatusEvent[];
+  stops: number;
+  lastGps: GpsEvent | undefined;
+}
+
+export function emptyFold(): FoldedHistory {
+  return { statuses: [], stops: 0, lastGps: undefined };
+}
+
+/**
  * computeFeatures for events already deduplicated and sorted by (event time, event_id), of which the first
- * `count` are the ones with event_time ≤ t: the pipeline keeps each delivery's history that way and
- * evaluates it at every event without re-sorting.
+ * `count` are the ones with event_time ≤ t, plus what was folded out of them (foldHistory): the pipeline
+ * keeps each delivery that way and evaluates it at every event without re-sorting or rescanning old points.
+ * Equal to computeFeatures over the whole history for any t after the fold line.
  */
 export function computeFeaturesSorted(
   sorted: readonly DeliveryEvent[],
   count: number,
   t: number,
+  folded?: FoldedHistory,
 ): FeatureResult {
-  const gps: GpsEvent[] = [];
-  const statuses: StatusEvent[] = [];
-  const traffic: TrafficEvent[] = [];
+  // One pass each way over the prefix, no allocation: this runs for every event the pipeline decides on.
+  // The earliest status carrying each field wins: the first status defines the delivery.
+  let promised: number | undefined;
+  let dest: StatusEvent | undefined;
+  let route: string | undefined;
+  const takeStatus = (s: StatusEvent) => {
+    if (promised === undefined && s.promisedTimeMs !== undefined) promised = s.promisedTimeMs;
+    if (dest === undefined && s.dest_lat !== undefined) dest = s;
+    if (route === undefined && s.route_id !== undefined) route = s.route_id;
+  };
+  if (folded) for (const s of folded.statuses) takeStatus(s);
   for (let i = 0; i < count; i++) {
     const e = sorted[i]!;
-    if (e.type === 'gps') gps.push(e);
-    else if (e.type === 'status') statuses.push(e);
-    else traffic.push(e);
+    if (e.type === 'status') takeStatus(e);
   }
-  // The earliest status carrying each field wins: the first status defines the delivery.
-  const promised = statuses.find((s) => s.promisedTimeMs !== undefined)?.promisedTimeMs;
-  const dest = statuses.find((s) => s.dest_lat !== undefined);
-  const route = statuses.find((s) => s.route_id !== undefined)?.route_id;
   if (promised === undefined) return { ok: false, missing: 'no_promised_time' };
-  if (dest?.dest_lat === undefined || dest.dest_lon === undefined)
-    return { ok: false, missing: 'no_destination' };
-  const last = gps[gps.length - 1];
+  const d = dest as StatusEvent | undefined;
+  if (d?.dest_lat === undefined || d.dest_lon === undefined) return { ok: false, missing: 'no_destination' };
+  // Backwards from t: the last GPS point, the first inside (t − 5 min, t], the route's alerts in (t − 10 min, t].
+  let lastAt = -1;
+  let firstRecentAt = -1;
+  let alerts = 0;
+  for (let i = count - 1; i >= 0; i--) {
+    const e = sorted[i]!;
+    if (e.type === 'gps') {
+      if (lastAt < 0) lastAt = i;
+      if (e.eventTimeMs > t - SPEED_WINDOW_MS) firstRecentAt = i;
+    } else if (e.type === 'traffic') {
+      if (e.eventTimeMs > t - TRAFFIC_WINDOW_MS && (route === undefined || e.route_id === route)) alerts++;
+    }
+    if (e.eventTimeMs <= t - TRAFFIC_WINDOW_MS && lastAt >= 0) break;
+  }
+  const last = lastAt >= 0 ? (sorted[lastAt] as GpsEvent) : folded?.lastGps;
   if (!last) return { ok: false, missing: 'no_gps' };
-  const recent = gps.filter((g) => g.eventTimeMs > t - SPEED_WINDOW_MS);
-  const alerts = traffic.filter(
-    (a) => a.eventTimeMs > t - TRAFFIC_WINDOW_MS && (route === undefined || a.route_id === route),
-  );
+  // The path forwards, in the order pathSpeedKmh sums it (the same float result).
+  let speed = 0;
+  if (firstRecentAt >= 0 && firstRecentAt < lastAt) {
+    let km = 0;
+    let prev = sorted[firstRecentAt] as GpsEvent;
+    for (let i = firstRecentAt + 1; i <= lastAt; i++) {
+      const e = sorted[i]!;
+      if (e.type !== 'gps') continue;
+      km += haversineKm(prev.driver_lat, prev.driver_lon, e.driver_lat, e.driver_lon);
+      prev = e;
+    }
+    const hours = (last.eventTimeMs - (sorted[firstRecentAt] as GpsEvent).eventTimeMs) / 3_600_000;
+    speed = hours > 0 ? km / hours : 0;
+  }
   return {
     ok: true,
     features: {
-      speed_5m_kmh: pathSpeedKmh(recent),
-      distance_remaining_km: haversineKm(last.driver_lat, last.driver_lon, dest.dest_lat, dest.dest_lon),
-      stops: countStops(gps),
-      traffic_alerts_10m: alerts.length,
+      speed_5m_kmh: speed,
+      distance_remaining_km: haversineKm(last.driver_lat, last.driver_lon, d.dest_lat, d.dest_lon),
+      stops: (folded?.stops ?? 0) + countStopsIn(sorted, count),
+      traffic_alerts_10m: alerts,
       minutes_to_promised: (promised - t) / 60_000,
     },
   };
+}
+
+/** countStops over the GPS points among the first `count` events, without collecting them. */
+function countStopsIn(sorted: readonly DeliveryEvent[], count: number): number {
+  const nextGps = (from: number): number => {
+    let k = from;
+    while (k < count && sorted[k]!.type !== 'gps') k++;
+    return k;
+  };
+  let stops = 0;
+  let i = nextGps(0);
+  while (i < count) {
+    const anchor = sorted[i] as GpsEvent;
+    let lastIn = i;
+    let j = nextGps(i + 1);
+    while (j < count) {
+      const p = sorted[j] as GpsEvent;
+      if (haversineKm(anchor.driver_lat, anchor.driver_lon, p.driver_lat, p.driver_lon) > STOP_RADIUS_KM) break;
+      lastIn = j;
+      j = nextGps(j + 1);
+    }
+    if (sorted[lastIn]!.eventTimeMs - anchor.eventTimeMs >= STOP_MIN_MS) {
+      stops++;
+      i = j;
+    } else {
+      i = nextGps(i + 1);
+    }
+  }
+  return stops;
+}
+
+/**
+ * Folds the part of a sorted history no future event can precede (every event of it before `finalBefore`)
+ * into `folded`, and returns what must be kept: statuses move to the fold; traffic alerts older than the
+ * traffic window before the fold line are dropped; GPS points older than the speed window before it are
+ * folded into the stop count — up to the start of a stationary run still open at the fold line, whose
+ * points stay (the run's outcome depends on points not final yet). Features at any t ≥ finalBefore are
+ * unchanged (computeFeaturesSorted with the fold).
+ */
+export function foldHistory(
+  sorted: readonly DeliveryEvent[],
+  folded: FoldedHistory,
+  finalBefore: number,
+): DeliveryEvent[] {
+  const gpsBefore = finalBefore - SPEED_WINDOW_MS;
+  const trafficBefore = finalBefore - TRAFFIC_WINDOW_MS;
+  const gps: GpsEvent[] = [];
+  for (const e of sorted) if (e.type === 'gps') gps.push(e);
+  let m = 0;
+  while (m < gps.length && gps[m]!.eventTimeMs < gpsBefore) m++;
+  // countStops, run only as far as its decisions rest on folded points alone.
+  let i = 0;
+  while (i < m) {
+    const anchor = gps[i]!;
+    let j = i + 1;
+    while (
+      j < gps.length &&
+      haversineKm(anchor.driver_lat, anchor.driver_lon, gps[j]!.driver_lat, gps[j]!.driver_lon) <=
+        STOP_RADIUS_KM
+    )
+      j++;
+    if (j >= m) break;
+    if (gps[j - 1]!.eventTimeMs - anchor.eventTimeMs >= STOP_MIN_MS) {
+      folded.stops++;
+      i = j;
+    } else {
+      i++;
+    }
+  }
+  if (i > 0) folded.lastGps = gps[i - 1];
+  const firstKeptGps = i < gps.length ? gps[i]! : undefined;
+  const kept: DeliveryEvent[] = [];
+  for (const e of sorted) {
+    if (e.type === 'status') {
+      if (e.eventTimeMs < gpsBefore) folded.statuses.push(e);
+      else kept.push(e);
+    } else if (e.type === 'traffic') {
+      if (e.eventTimeMs >= trafficBefore) kept.push(e);
+    } else if (firstKeptGps !== undefined && byTime(e, firstKeptGps) >= 0) {
+      kept.push(e);
+    }
+  }
+  return kept;
 }
 
 /** The model's input row, in FEATURE_NAMES order. */
