@@ -1,0 +1,112 @@
+/**
+ * What the `stream` scenario reads from the broker: the predictions a run produced, with the broker's own
+ * stored timestamps (freshness measured from the broker's side, not the pipeline's), and the cleanup of a
+ * run's streams.
+ */
+import { DeliverPolicy } from '@nats-io/jetstream';
+import { connectNats, type NatsHandle } from '../../apps/stream';
+import type { FirstPrediction } from './analysis';
+
+export { connectNats, type NatsHandle };
+
+/** Names one run uses: its own subject root, streams and durable, deleted at the end. */
+export interface RunNames {
+  tag: string;
+  events: string;
+  predictions: string;
+  side: string;
+  durable: string;
+}
+
+export function runNames(prefix: string): RunNames {
+  const tag = `bench${prefix}${process.pid}t${(Date.now() % 10_000_000).toString(36)}`;
+  return {
+    tag,
+    events: `${tag}_EVENTS`,
+    predictions: `${tag}_PREDICTIONS`,
+    side: `${tag}_SIDE`,
+    durable: `${tag}_pipeline`,
+  };
+}
+
+export async function deleteRunStreams(nats: NatsHandle, names: RunNames): Promise<void> {
+  for (const s of [names.events, names.predictions, names.side])
+    await nats.jsm.streams.delete(s).catch(() => undefined);
+}
+
+/** The stream's last sequence (0 when empty or missing). */
+export async function lastSeq(nats: NatsHandle, stream: string): Promise<number> {
+  try {
+    return (await nats.jsm.streams.info(stream)).state.last_seq;
+  } catch {
+    return 0;
+  }
+}
+
+export interface ReadBack {
+  first: FirstPrediction[];
+  /** messages read, revisions among them, and distinct event ids of first predictions */
+  total: number;
+  revisions: number;
+  distinctFirst: number;
+}
+
+interface PredictionBody {
+  event_id?: string;
+  event_time?: string;
+  revision?: number;
+}
+
+const text = new TextDecoder();
+
+/**
+ * Every prediction on `<root>.delivery.predictions.>` stored after sequence `afterSeq` (up to the
+ * stream's last sequence now), through an ordered consumer. Call it once the run has drained.
+ */
+export async function readPredictions(
+  nats: NatsHandle,
+  names: RunNames,
+  afterSeq: number,
+  idleMs = 5000,
+): Promise<ReadBack> {
+  const out: ReadBack = { first: [], total: 0, revisions: 0, distinctFirst: 0 };
+  const until = await lastSeq(nats, names.predictions);
+  if (until <= afterSeq) return out;
+  // nats-server 2.9: one filter subject, as a string
+  const consumer = await nats.js.consumers.get(names.predictions, {
+    filter_subjects: `${names.tag}.delivery.predictions.>`,
+    deliver_policy: DeliverPolicy.StartSequence,
+    opt_start_seq: afterSeq + 1,
+  });
+  const ids = new Set<string>();
+  const messages = await consumer.consume({ max_messages: 4096 });
+  let idle: NodeJS.Timeout | undefined;
+  const arm = (): void => {
+    clearTimeout(idle);
+    // nothing more matches the filter: stop waiting
+    idle = setTimeout(() => void messages.close(), idleMs);
+  };
+  arm();
+  try {
+    for await (const m of messages) {
+      arm();
+      out.total++;
+      const body = JSON.parse(text.decode(m.data)) as PredictionBody;
+      if (body.revision === 0 && typeof body.event_time === 'string') {
+        out.first.push({
+          storedMs: Number(m.info.timestampNanos) / 1e6,
+          eventMs: Date.parse(body.event_time),
+        });
+        if (body.event_id) ids.add(body.event_id);
+      } else {
+        out.revisions++;
+      }
+      if (m.seq >= until || m.info.pending === 0) break;
+    }
+  } finally {
+    clearTimeout(idle);
+    await messages.close().catch(() => undefined);
+  }
+  out.distinctFirst = ids.size;
+  return out;
+}
