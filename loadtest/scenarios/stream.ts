@@ -178,6 +178,9 @@ function runRecord(m: RunMeasure, target: string, server?: RunRecord['server']):
       fresh_p50_ms: m.freshness.p50,
       fresh_p95_ms: m.freshness.p95,
       fresh_p99_ms: m.freshness.p99,
+      pipeline_in_out_p50_ms: m.parts.pipeline.p50,
+      pipeline_in_out_p95_ms: m.parts.pipeline.p95,
+      publisher_delay_p95_ms: m.parts.publisher.p95,
       max_lag: m.lag.maxLag,
       max_pending: m.lag.maxPending,
       lag_growth_per_s: m.lag.growthPerS,
@@ -204,9 +207,12 @@ function stepRow(m: RunMeasure): (string | number)[] {
     ms(m.freshness.p50),
     ms(m.freshness.p95),
     ms(m.freshness.p99),
+    `${ms(m.parts.pipeline.p50)} / ${ms(m.parts.pipeline.p95)}`,
+    ms(m.parts.publisher.p95),
     fmt(m.lag.maxLag),
     fmt(m.lag.maxPending),
     m.lag.growthPerS === undefined ? '–' : fmt(Math.round(m.lag.growthPerS)),
+    `${fmt(m.sim.stored)} / ${fmt(m.readBack.first)} / ${fmt(m.zeroLoss.accounted - m.readBack.first)}`,
     m.zeroLoss.ok ? 'yes' : 'NO',
     cpuText(m.cpu.pipelinePct),
     cpuText(m.cpu.simulatorPct),
@@ -221,9 +227,12 @@ const STEP_HEADERS = [
   'fresh p50 ms',
   'fresh p95 ms',
   'fresh p99 ms',
+  'pipeline in→out p50 / p95 ms',
+  'publisher delay p95 ms',
   'max lag',
   'max pending',
   'lag growth /s',
+  'stored / predicted / not ready',
   'zero loss',
   'pipeline CPU',
   'simulator CPU',
@@ -310,6 +319,11 @@ async function drainPhase(
       ? undefined
       : receivedRate(pipe.samples, resumeAtMs, Math.max(caught, resumeAtMs + 1500));
 
+  // the drain run's own timeline, before the backlog-only drain adds to the samples
+  const lagTimeline = pipe.samples
+    .filter((s) => s.tMs >= m.startMs)
+    .map((s): [number, number] => [(s.tMs - m.startMs) / 1000, lagOf(s)]);
+
   // A backlog-only drain: producing while paused, then resuming with nothing else running.
   const pureRate = sustained ?? rate * 2;
   ctx.log(`drain: backlog-only drain, ${pureRate} ev/s × ${plan.backlogOnlyS} s produced while paused`);
@@ -368,9 +382,7 @@ async function drainPhase(
     pureDrainZeroLoss: pure.zeroLoss.ok,
     measure: m,
     timeline: {
-      lag: pipe.samples
-        .filter((s) => s.tMs >= t0 && s.tMs <= m.endMs + 5000)
-        .map((s) => [(s.tMs - t0) / 1000, lagOf(s)]),
+      lag: lagTimeline,
       p95,
     },
   };
@@ -725,6 +737,7 @@ export const stream: Scenario = {
             'fresh p50 ms',
             'fresh p95 ms',
             'fresh p99 ms',
+            'in→out p95 ms',
             'max lag',
             'zero loss',
             'pipeline CPU',
@@ -741,6 +754,7 @@ export const stream: Scenario = {
                   ms(m.freshness.p50),
                   ms(m.freshness.p95),
                   ms(m.freshness.p99),
+                  ms(m.parts.pipeline.p95),
                   fmt(m.lag.maxLag),
                   m.zeroLoss.ok ? 'yes' : 'NO',
                   cpuText(m.cpu.pipelinePct),

@@ -1,5 +1,6 @@
 import {
   freshnessOf,
+  freshnessParts,
   inEventWindow,
   type LagSample,
   lagFigures,
@@ -30,6 +31,15 @@ describe('freshness from stored times', () => {
     expect(freshnessOf(preds)).toEqual({ count: 100, p50: 50, p95: 95, p99: 99, max: 100 });
     expect(quantileSorted([], 0.5)).toBeNaN();
     expect(freshnessOf([]).count).toBe(0);
+  });
+
+  it('splits freshness into publisher delay and pipeline time where the input was read back', () => {
+    const parts = freshnessParts([
+      { eventMs: 0, inStoredMs: 30, storedMs: 100 },
+      { eventMs: 0, storedMs: 5000 },
+    ]);
+    expect(parts.publisher).toMatchObject({ count: 1, p50: 30 });
+    expect(parts.pipeline).toMatchObject({ count: 1, p50: 70 });
   });
 
   it('keeps only events inside the measured window (the ramp is excluded)', () => {

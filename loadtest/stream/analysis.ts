@@ -8,6 +8,8 @@
 export interface FirstPrediction {
   storedMs: number;
   eventMs: number;
+  /** the broker's stored time of the input event, when read back (splits publisher delay from pipeline time) */
+  inStoredMs?: number;
 }
 
 export interface FreshnessSummary {
@@ -34,6 +36,21 @@ export function freshnessOf(preds: readonly FirstPrediction[]): FreshnessSummary
     p95: quantileSorted(xs, 0.95),
     p99: quantileSorted(xs, 0.99),
     max: xs.length ? xs[xs.length - 1]! : Number.NaN,
+  };
+}
+
+/**
+ * Freshness split in two: publisher delay (input stored − event time: the simulator's own lateness, which a
+ * starved publisher adds) and pipeline time (prediction stored − input stored: broker in → broker out).
+ */
+export function freshnessParts(preds: readonly FirstPrediction[]): {
+  publisher: FreshnessSummary;
+  pipeline: FreshnessSummary;
+} {
+  const joined = preds.filter((p) => p.inStoredMs !== undefined);
+  return {
+    publisher: freshnessOf(joined.map((p) => ({ storedMs: p.inStoredMs!, eventMs: p.eventMs }))),
+    pipeline: freshnessOf(joined.map((p) => ({ storedMs: p.storedMs, eventMs: p.inStoredMs! }))),
   };
 }
 

@@ -59,26 +59,29 @@ interface PredictionBody {
 
 const text = new TextDecoder();
 
+/** What the reader hands over per message: its stream sequence, stored time (epoch ms) and payload. */
+type OnMessage = (storedMs: number, data: Uint8Array) => void;
+
 /**
- * Every prediction on `<root>.delivery.predictions.>` stored after sequence `afterSeq` (up to the
- * stream's last sequence now), through an ordered consumer. Call it once the run has drained.
+ * Every message on `filter` in `stream` stored after sequence `afterSeq` (up to the stream's last sequence
+ * when called), in order, through an ordered consumer. Call it once the run has drained.
  */
-export async function readPredictions(
+async function readAfter(
   nats: NatsHandle,
-  names: RunNames,
+  stream: string,
+  filter: string,
   afterSeq: number,
+  onMessage: OnMessage,
   idleMs = 5000,
-): Promise<ReadBack> {
-  const out: ReadBack = { first: [], total: 0, revisions: 0, distinctFirst: 0 };
-  const until = await lastSeq(nats, names.predictions);
-  if (until <= afterSeq) return out;
+): Promise<void> {
+  const until = await lastSeq(nats, stream);
+  if (until <= afterSeq) return;
   // nats-server 2.9: one filter subject, as a string
-  const consumer = await nats.js.consumers.get(names.predictions, {
-    filter_subjects: `${names.tag}.delivery.predictions.>`,
+  const consumer = await nats.js.consumers.get(stream, {
+    filter_subjects: filter,
     deliver_policy: DeliverPolicy.StartSequence,
     opt_start_seq: afterSeq + 1,
   });
-  const ids = new Set<string>();
   const messages = await consumer.consume({ max_messages: 4096 });
   let idle: NodeJS.Timeout | undefined;
   const arm = (): void => {
@@ -90,23 +93,63 @@ export async function readPredictions(
   try {
     for await (const m of messages) {
       arm();
-      out.total++;
-      const body = JSON.parse(text.decode(m.data)) as PredictionBody;
-      if (body.revision === 0 && typeof body.event_time === 'string') {
-        out.first.push({
-          storedMs: Number(m.info.timestampNanos) / 1e6,
-          eventMs: Date.parse(body.event_time),
-        });
-        if (body.event_id) ids.add(body.event_id);
-      } else {
-        out.revisions++;
-      }
+      onMessage(Number(m.info.timestampNanos) / 1e6, m.data);
       if (m.seq >= until || m.info.pending === 0) break;
     }
   } finally {
     clearTimeout(idle);
     await messages.close().catch(() => undefined);
   }
+}
+
+/**
+ * The predictions a run produced (stored after `afterSeq`), each first prediction joined with the stored
+ * time of its input event (read from the events stream after `eventsAfterSeq`), so freshness splits into
+ * publisher delay (event stored − event time) and pipeline time (prediction stored − event stored).
+ */
+export async function readPredictions(
+  nats: NatsHandle,
+  names: RunNames,
+  afterSeq: number,
+  eventsAfterSeq?: number,
+): Promise<ReadBack> {
+  const out: ReadBack = { first: [], total: 0, revisions: 0, distinctFirst: 0 };
+  const ids = new Set<string>();
+  const firstIds: string[] = [];
+  await readAfter(
+    nats,
+    names.predictions,
+    `${names.tag}.delivery.predictions.>`,
+    afterSeq,
+    (storedMs, data) => {
+      out.total++;
+      const body = JSON.parse(text.decode(data)) as PredictionBody;
+      if (body.revision === 0 && typeof body.event_time === 'string') {
+        out.first.push({ storedMs, eventMs: Date.parse(body.event_time) });
+        firstIds.push(body.event_id ?? '');
+        if (body.event_id) ids.add(body.event_id);
+      } else {
+        out.revisions++;
+      }
+    },
+  );
   out.distinctFirst = ids.size;
+  if (eventsAfterSeq !== undefined && out.first.length) {
+    const inStored = new Map<string, number>();
+    await readAfter(
+      nats,
+      names.events,
+      `${names.tag}.delivery.events.>`,
+      eventsAfterSeq,
+      (storedMs, data) => {
+        const id = (JSON.parse(text.decode(data)) as { event_id?: unknown }).event_id;
+        if (typeof id === 'string' && !inStored.has(id)) inStored.set(id, storedMs);
+      },
+    );
+    out.first.forEach((p, i) => {
+      const t = inStored.get(firstIds[i]!);
+      if (t !== undefined) p.inStoredMs = t;
+    });
+  }
   return out;
 }

@@ -11,6 +11,7 @@ import {
   type FirstPrediction,
   type FreshnessSummary,
   freshnessOf,
+  freshnessParts,
   inEventWindow,
   type LagFigures,
   lagFigures,
@@ -61,6 +62,8 @@ export interface RunMeasure {
   endMs: number;
   /** freshness of the first predictions of events in [start + ramp, end) */
   freshness: FreshnessSummary;
+  /** the same events: publisher delay (input stored − event time) and pipeline time (prediction stored − input stored) */
+  parts: { publisher: FreshnessSummary; pipeline: FreshnessSummary };
   lag: LagFigures;
   lagStable: boolean;
   zeroLoss: ZeroLoss;
@@ -132,6 +135,7 @@ export async function measureRun(
 ): Promise<RunMeasure> {
   const port = pipe.handle.adminPort;
   const seq0 = await lastSeq(pipe.nats, pipe.names.predictions);
+  const evSeq0 = await lastSeq(pipe.nats, pipe.names.events);
   const h0 = await getHealth(port);
   const nr0 = await notReadyTotal(port);
   const cpuPipe0 = cpuOf(pipe);
@@ -161,7 +165,7 @@ export async function measureRun(
   const drainTailMs = await waitDrained(pipe, o.drainTimeoutMs);
   const h1: PipelineHealth = await getHealth(port);
   const nr1 = await notReadyTotal(port);
-  const back = await readPredictions(pipe.nats, pipe.names, seq0);
+  const back = await readPredictions(pipe.nats, pipe.names, seq0, evSeq0);
   const d = (k: string): number => (h1.counts[k] ?? 0) - (h0.counts[k] ?? 0);
   const zl = zeroLoss({
     stored: run.summary.stored,
@@ -180,7 +184,9 @@ export async function measureRun(
     distinctFirstInStream: back.distinctFirst,
   });
   const from = run.startMs + o.rampS * 1000;
-  const freshness = freshnessOf(inEventWindow(back.first, from, run.endMs));
+  const measured = inEventWindow(back.first, from, run.endMs);
+  const freshness = freshnessOf(measured);
+  const parts = freshnessParts(measured);
   const lag = lagFigures(pipe.samples, from, run.endMs);
   const stable = lagStable(lag, o.rate, (run.endMs - from) / 1000);
   const failures: string[] = [];
@@ -202,6 +208,7 @@ export async function measureRun(
     startMs: run.startMs,
     endMs: run.endMs,
     freshness,
+    parts,
     lag,
     lagStable: stable,
     zeroLoss: zl,
