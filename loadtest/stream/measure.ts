@@ -57,6 +57,8 @@ export interface RunMeasure {
   rate: number;
   durationS: number;
   rampS: number;
+  /** the measured window in epoch ms: [start + ramp + settle, end) */
+  windowMs: [number, number];
   sim: SimulatorSummary;
   startMs: number;
   endMs: number;
@@ -125,6 +127,11 @@ export async function measureRun(
     rate: number;
     durationS: number;
     rampS: number;
+    /**
+     * seconds after the ramp also left out of the figures: the ramp starts every delivery (a burst of first
+     * status and GPS events above the rate), and one GPS interval (~4 s) later all report at their cadence
+     */
+    settleS?: number;
     seed: number;
     brokerPid?: number;
     drainTimeoutMs: number;
@@ -183,7 +190,7 @@ export async function measureRun(
     firstInStream: back.first.length,
     distinctFirstInStream: back.distinctFirst,
   });
-  const from = run.startMs + o.rampS * 1000;
+  const from = run.startMs + (o.rampS + (o.settleS ?? 0)) * 1000;
   const measured = inEventWindow(back.first, from, run.endMs);
   const freshness = freshnessOf(measured);
   const parts = freshnessParts(measured);
@@ -204,6 +211,7 @@ export async function measureRun(
     rate: o.rate,
     durationS: o.durationS,
     rampS: o.rampS,
+    windowMs: [from, run.endMs],
     sim: run.summary,
     startMs: run.startMs,
     endMs: run.endMs,
