@@ -164,34 +164,46 @@ export interface ZeroLossInput {
   /** first predictions read back from the output stream for this run, and their distinct event ids */
   firstInStream: number;
   distinctFirstInStream: number;
+  /**
+   * events read back from the input stream for this run (distinct ids) and how many of them have no first
+   * prediction in the output stream; undefined when the input was not read back
+   */
+  eventsInStream?: number;
+  unpredicted?: number;
 }
 
 export interface ZeroLoss {
   ok: boolean;
-  /** stored events the pipeline processed: received − duplicates (redeliveries of acked messages) */
+  /** received − duplicates: at least the stored events (a redelivery of an unsettled message counts again) */
   processed: number;
-  /** events accepted (processed − invalid − late) */
-  accepted: number;
-  /** events accounted for: a first prediction in the output stream or counted not-ready */
+  /** first predictions in the output stream + events counted not-ready */
   accounted: number;
+  /** stored events with no first prediction (by id, from the broker); undefined when not read back */
+  unpredicted?: number;
+  /**
+   * first predictions the pipeline counted beyond those stored: effects published again for a redelivered
+   * message (after ack_wait), which the broker deduplicated by Msg-Id — not a second effect
+   */
+  republished: number;
   /** what broke the rule, empty when ok */
   reasons: string[];
 }
 
 /**
- * Zero loss, precisely: once the run has drained, (1) the consumer has nothing pending or unacked
- * (every stored event was delivered and acked — and the pipeline acks only after its effects' PubAcks);
+ * Zero loss, precisely — judged on what the broker holds, with the pipeline's counters as bounds:
+ * (1) once drained, the durable consumer has nothing pending or unacked (every stored event was delivered
+ *     and acked, and the pipeline acks only after its effects' PubAcks);
  * (2) the pipeline processed at least every stored event (received − duplicates ≥ stored);
  * (3) nothing was dead-lettered or sent to the late side output (the workload is clean);
- * (4) every first prediction the pipeline counted is in the output stream, once per event
- *     (stream count = counter = distinct event ids);
- * (5) every accepted event is accounted for: a first prediction, or counted not-ready (its delivery's
- *     first status or GPS point had not arrived, so there is nothing to predict yet).
+ * (4) no event has two first predictions in the output stream, and the stream holds no more first
+ *     predictions than the pipeline counted (a counted one was PubAcked);
+ * (5) every stored event is accounted for: read back by id, the events with no first prediction are no
+ *     more than the not-ready count (events before their delivery's first status or GPS point: nothing to
+ *     predict yet); without the read-back, first predictions + not-ready ≥ stored.
  */
 export function zeroLoss(i: ZeroLossInput): ZeroLoss {
   const c = i.counts;
   const processed = c.received - c.duplicates;
-  const accepted = processed - c.invalid - c.late;
   const accounted = i.firstInStream + c.notReady;
   const reasons: string[] = [];
   if (i.pendingEnd !== 0 || i.ackPendingEnd !== 0)
@@ -199,12 +211,28 @@ export function zeroLoss(i: ZeroLossInput): ZeroLoss {
   if (processed < i.stored) reasons.push(`processed ${processed} < stored ${i.stored}`);
   if (c.dead_letters || c.invalid || c.late)
     reasons.push(`${c.dead_letters} dead letters, ${c.invalid} invalid, ${c.late} late on a clean workload`);
-  if (i.firstInStream !== c.predictions)
-    reasons.push(`${i.firstInStream} first predictions in the stream, pipeline counted ${c.predictions}`);
   if (i.distinctFirstInStream !== i.firstInStream)
     reasons.push(`${i.firstInStream - i.distinctFirstInStream} events with two first predictions`);
-  if (accounted < accepted) reasons.push(`accounted ${accounted} < accepted ${accepted}`);
-  return { ok: reasons.length === 0, processed, accepted, accounted, reasons };
+  if (i.firstInStream > c.predictions)
+    reasons.push(
+      `${i.firstInStream} first predictions in the stream, more than the ${c.predictions} counted`,
+    );
+  if (i.eventsInStream !== undefined && i.eventsInStream < i.stored)
+    reasons.push(`${i.eventsInStream} events read back, ${i.stored} stored`);
+  if (i.unpredicted !== undefined) {
+    if (i.unpredicted > c.notReady)
+      reasons.push(`${i.unpredicted} stored events without a first prediction, only ${c.notReady} not ready`);
+  } else if (accounted < i.stored - c.invalid - c.late) {
+    reasons.push(`accounted ${accounted} < stored ${i.stored - c.invalid - c.late}`);
+  }
+  return {
+    ok: reasons.length === 0,
+    processed,
+    accounted,
+    ...(i.unpredicted !== undefined ? { unpredicted: i.unpredicted } : {}),
+    republished: Math.max(0, c.predictions - i.firstInStream),
+    reasons,
+  };
 }
 
 /**

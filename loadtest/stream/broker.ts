@@ -49,6 +49,9 @@ export interface ReadBack {
   total: number;
   revisions: number;
   distinctFirst: number;
+  /** distinct event ids read back from the input stream, and how many have no first prediction */
+  events?: number;
+  unpredicted?: number;
 }
 
 interface PredictionBody {
@@ -134,7 +137,7 @@ export async function readPredictions(
     },
   );
   out.distinctFirst = ids.size;
-  if (eventsAfterSeq !== undefined && out.first.length) {
+  if (eventsAfterSeq !== undefined) {
     const inStored = new Map<string, number>();
     await readAfter(
       nats,
@@ -150,6 +153,10 @@ export async function readPredictions(
       const t = inStored.get(firstIds[i]!);
       if (t !== undefined) p.inStoredMs = t;
     });
+    out.events = inStored.size;
+    let unpredicted = 0;
+    for (const id of inStored.keys()) if (!ids.has(id)) unpredicted++;
+    out.unpredicted = unpredicted;
   }
   return out;
 }

@@ -189,6 +189,8 @@ export async function measureRun(
     ackPendingEnd: h1.consumer.ack_pending,
     firstInStream: back.first.length,
     distinctFirstInStream: back.distinctFirst,
+    ...(back.events !== undefined ? { eventsInStream: back.events } : {}),
+    ...(back.unpredicted !== undefined ? { unpredicted: back.unpredicted } : {}),
   });
   const from = run.startMs + (o.rampS + (o.settleS ?? 0)) * 1000;
   const measured = inEventWindow(back.first, from, run.endMs);
