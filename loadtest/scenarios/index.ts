@@ -9,6 +9,7 @@ import { overload } from './overload';
 import { registry } from './registry';
 import { runaway } from './runaway';
 import { slowConsumer } from './slow-consumer';
+import { stream } from './stream';
 import { wsEcho } from './ws-echo';
 
 export const SCENARIOS: readonly Scenario[] = [
@@ -19,6 +20,7 @@ export const SCENARIOS: readonly Scenario[] = [
   slowConsumer,
   hotSwap,
   registry,
+  stream,
 ];
 
 export function findScenario(name: string): Scenario | undefined {
