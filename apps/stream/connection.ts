@@ -15,6 +15,11 @@ export interface NatsOptions {
   connectTimeoutMs?: number;
   /** How long a JetStream API request or PubAck may take. */
   apiTimeoutMs?: number;
+  /**
+   * Capture a stack trace for every request (each publish awaiting its PubAck is one). Off by default: it
+   * cost a fifth of the pipeline's CPU at 3,000 events/s (profiled), and error messages stay complete.
+   */
+  asyncTraces?: boolean;
 }
 
 export interface NatsHandle {
@@ -30,7 +35,12 @@ export async function connectNats(options: NatsOptions = {}): Promise<NatsHandle
   const apiTimeoutMs = requirePositiveInt('apiTimeoutMs', options.apiTimeoutMs ?? 5000);
   let nc: NatsConnection;
   try {
-    nc = await connect({ servers, name: options.name ?? 'streaminfer-stream', timeout: connectTimeoutMs });
+    nc = await connect({
+      servers,
+      name: options.name ?? 'streaminfer-stream',
+      timeout: connectTimeoutMs,
+      noAsyncTraces: !(options.asyncTraces ?? false),
+    });
   } catch (err) {
     throw new StreamIoError('nats_unreachable', `NATS is not reachable at ${servers}: ${String(err)}`, {
       cause: err,

@@ -81,6 +81,8 @@ interface Unsettled {
   effects?: Effect[];
   /** Event times of the first predictions in `effects` (freshness is observed at their PubAck). */
   firstTimes: number[];
+  /** Its effects were counted in the metrics (at their first PubAck). */
+  counted?: boolean;
 }
 
 export interface PipelineDeps {
@@ -120,7 +122,9 @@ export class DeliveryPipeline {
   private reloads = 0;
   private lastReload: ReloadOutcome | undefined;
   private readonly counts = {
+    /** Messages received, redeliveries included. */
     received: 0,
+    redelivered: 0,
     predictions: 0,
     revisions: 0,
     alerts: 0,
@@ -340,6 +344,7 @@ export class DeliveryPipeline {
 
   private async process(message: SourceMessage): Promise<Effect[]> {
     this.counts.received++;
+    if (message.deliveryCount > 1) this.counts.redelivered++;
     const fresh = this.decider.ingest(message.data, message.partition);
     let entry: Unsettled | undefined;
     switch (fresh.disposition) {
@@ -387,7 +392,7 @@ export class DeliveryPipeline {
       return entry.effects;
     }
     if (result.behindWatermark && result === fresh) this.metrics.behindWatermark.inc();
-    if (result.notReady) this.metrics.notReady.inc({ missing: result.notReady });
+    if (result.notReady && result === fresh) this.metrics.notReady.inc({ missing: result.notReady });
     if (result.decisions.length === 0) {
       entry.effects = [];
       return entry.effects;
@@ -478,7 +483,10 @@ export class DeliveryPipeline {
 
   private onPublished(message: SourceMessage): void {
     const entry = this.unsettled.get(message.streamSeq);
-    if (!entry?.effects) return;
+    // Counted once: a redelivery (its first copy still unsettled) publishing the same effects again under
+    // the same Msg-Ids is not a second prediction.
+    if (!entry?.effects || entry.counted) return;
+    entry.counted = true;
     const now = this.clock();
     for (const t of entry.firstTimes) this.metrics.observeFreshness(Math.max(0, now - t) / 1000);
     for (const effect of entry.effects) {
@@ -492,8 +500,6 @@ export class DeliveryPipeline {
         this.metrics.predictions.inc({ kind: revision });
       }
     }
-    // Observed once: a redelivery publishing the same effects again is not a second prediction.
-    entry.firstTimes = [];
   }
 
   private onError(err: unknown, message: SourceMessage): void {

@@ -41,6 +41,11 @@ export interface SourceOptions {
   /** Messages asked of the broker per pull request. */
   batchSize: number;
   partitionOf?: PartitionFn;
+  /**
+   * Wait for the broker to confirm each ack (a request per message). Off by default: a lost ack only means a
+   * redelivery, which the pipeline already dedupes, and the confirmation costs as much as the publish.
+   */
+  confirmAcks?: boolean;
 }
 
 export interface SourceMessage {
@@ -52,7 +57,7 @@ export interface SourceMessage {
   partition: string;
   /** When the broker stored the message (ms since epoch). */
   storedAtMs: number;
-  /** Resolves once the broker confirmed the ack. */
+  /** Resolves once the ack is sent (confirmAcks: once the broker confirmed it). */
   ack(): Promise<void>;
   nak(delayMs?: number): void;
   term(reason: string): void;
@@ -87,6 +92,7 @@ function validate(options: SourceOptions): Required<SourceOptions> {
     ...options,
     filterSubject: options.filterSubject ?? '',
     partitionOf: options.partitionOf ?? SINGLE_PARTITION,
+    confirmAcks: options.confirmAcks ?? false,
   };
 }
 
@@ -181,9 +187,13 @@ export class JetStreamSource {
       deliveryCount: msg.info.deliveryCount,
       partition: this.options.partitionOf(msg.subject),
       storedAtMs: Math.floor(msg.info.timestampNanos / 1_000_000),
-      ack: async () => {
-        await msg.ackAck();
-      },
+      ack: this.options.confirmAcks
+        ? async () => {
+            await msg.ackAck();
+          }
+        : async () => {
+            msg.ack();
+          },
       nak: (delayMs) => msg.nak(delayMs),
       term: (reason) => msg.term(reason),
       working: () => msg.working(),

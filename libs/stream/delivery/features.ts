@@ -203,7 +203,8 @@ function countStopsIn(sorted: readonly DeliveryEvent[], count: number): number {
     let j = nextGps(i + 1);
     while (j < count) {
       const p = sorted[j] as GpsEvent;
-      if (haversineKm(anchor.driver_lat, anchor.driver_lon, p.driver_lat, p.driver_lon) > STOP_RADIUS_KM) break;
+      if (haversineKm(anchor.driver_lat, anchor.driver_lon, p.driver_lat, p.driver_lon) > STOP_RADIUS_KM)
+        break;
       lastIn = j;
       j = nextGps(j + 1);
     }
