@@ -81,6 +81,25 @@ export class Answers {
     }
   }
 
+  /**
+   * A worker died holding these requests: the answers it already wrote are delivered first, the rest are
+   * failed `internal` (never dropped). Returns how many were failed.
+   */
+  failClaimedBy(workerIndex: number, claimed: readonly number[]): number {
+    this.drainNow();
+    let failed = 0;
+    for (const requestId of claimed)
+      if (
+        this.answerWithError(
+          requestId,
+          'internal',
+          `worker ${workerIndex} died while computing this request; retry`,
+        )
+      )
+        failed++;
+    return failed;
+  }
+
   /** Answers a request the workers will never answer (dead worker, sweeper, shutdown timeout). */
   answerWithError(requestId: number, code: ErrorCode, message: string): boolean {
     const request = this.pending.take(requestId);

@@ -377,17 +377,7 @@ export class EmbeddedNode {
       for (const slot of this.table.slots)
         for (const ring of slot?.rings ?? []) ring.forceReleaseLocks(ringOwnerId);
     }
-    this.answers.drainNow();
-    let failed = 0;
-    for (const requestId of claimed)
-      if (
-        this.answers.answerWithError(
-          requestId,
-          'internal',
-          `worker ${workerIndex} died while computing this request; retry`,
-        )
-      )
-        failed++;
+    const failed = this.answers.failClaimedBy(workerIndex, claimed);
     this.logger.warn({ worker: workerIndex, failed }, 'answered the calls of a dead worker');
   }
 }

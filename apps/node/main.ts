@@ -67,19 +67,7 @@ class NodeProcess {
           for (const slot of this.table?.slots ?? [])
             for (const ring of slot?.rings ?? []) ring.forceReleaseLocks(ringOwnerId);
         }
-        // Answers already written by the dead worker are delivered first; the rest are failed, never dropped.
-        gateway.answers.drainNow();
-        let failed = 0;
-        for (const requestId of claimed) {
-          if (
-            gateway.answers.answerWithError(
-              requestId,
-              'internal',
-              `worker ${workerIndex} died while computing this request; retry`,
-            )
-          )
-            failed++;
-        }
+        const failed = gateway.answers.failClaimedBy(workerIndex, claimed);
         this.logger.warn({ worker: workerIndex, failed }, 'answered the requests of a dead worker');
       },
     });

@@ -16,7 +16,7 @@ import {
   PipelineMetrics,
   resolvePipelineConfig,
 } from '../../apps/stream';
-import { computeFeatures, type DeliveryEvent } from '../../libs/stream';
+import { computeFeatures, type DeliveryEvent, type Prediction } from '../../libs/stream';
 import { simulate } from '../../loadtest/simulator';
 import { deleteStreams, NATS_URL, readStream, type StreamNames, uniqueNames, waitFor } from './stream-kit';
 
@@ -134,19 +134,6 @@ async function drained(names: StreamNames): Promise<void> {
     },
     60_000,
   );
-}
-
-interface Prediction {
-  event_id: string;
-  delivery_id: string;
-  event_time: string;
-  model: string;
-  version: string;
-  epoch: number;
-  risk: number;
-  revision: number;
-  decision_id: string;
-  published_at: string;
 }
 
 async function predictions(names: StreamNames): Promise<Prediction[]> {

@@ -11,6 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { connectNats, keySubject, type NatsHandle } from '../../apps/stream';
 import { lintExposition } from '../../libs/metrics';
+import type { Prediction } from '../../libs/stream';
 import { MODELS_DIR, modelsSubset, runCli, runCliToExit, type ServerHandle, startServer } from './harness';
 import { deleteStreams, NATS_URL, readStream, type StreamNames, uniqueNames, waitFor } from './stream-kit';
 
@@ -129,14 +130,6 @@ function workload(delivery: string, from: number, count: number): Array<{ payloa
 async function publish(names: StreamNames, delivery: string, items: Array<{ payload: string; id: string }>) {
   for (const it of items)
     await nats.js.publish(keySubject(`${names.tag}.delivery.events`, delivery), it.payload, { msgID: it.id });
-}
-
-interface Prediction {
-  event_id: string;
-  version: string;
-  epoch: number;
-  risk: number;
-  revision: number;
 }
 
 async function predictions(names: StreamNames): Promise<Prediction[]> {
