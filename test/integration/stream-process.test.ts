@@ -6,12 +6,13 @@
  */
 import type { ChildProcess } from 'node:child_process';
 import { execFileSync } from 'node:child_process';
-import { cpSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { connectNats, keySubject, type NatsHandle } from '../../apps/stream';
 import { lintExposition } from '../../libs/metrics';
 import type { Prediction } from '../../libs/stream';
+import { ODD_VALUE_TEXTS, ODD_VALUES, Random } from './fuzz-kit';
 import { MODELS_DIR, modelsSubset, runCli, runCliToExit, type ServerHandle, startServer } from './harness';
 import { deleteStreams, NATS_URL, readStream, type StreamNames, uniqueNames, waitFor } from './stream-kit';
 
@@ -247,6 +248,112 @@ describe('streaminfer stream (embedded, the shipped model)', () => {
     stream.child.kill('SIGTERM');
     expect(await stream.exited).toBe(0);
     expect(stream.output()).toContain('pipeline stopped');
+  }, 180_000);
+
+  it('SIGHUP re-reads the config: a new version goes through the epoch barrier; hostile admin requests and event payloads never crash it', async () => {
+    const names = uniqueNames('sph');
+    created.push(names);
+    const models = modelsSubset([], ['delay-risk']);
+    cpSync(path.join(MODELS_DIR, 'delay-risk', '1'), path.join(models, 'delay-risk', '2'), {
+      recursive: true,
+    });
+    const file = configFile(names, { inference: { mode: 'embedded', modelsDir: models } });
+    const stream = startStream(['--config', file]);
+    const { admin, pid } = await stream.ready();
+    await publish(names, 'd1', workload('d1', 0, 5));
+    await waitFor('5 predictions', async () => (await predictions(names)).length >= 5, 30_000);
+
+    const config = JSON.parse(readFileSync(file, 'utf8'));
+    writeFileSync(file, JSON.stringify({ ...config, model: { name: 'delay-risk', version: '2' } }));
+    stream.child.kill('SIGHUP');
+    await waitFor('epoch 2', async () => JSON.parse((await get(admin, '/health')).text).epoch === 2, 30_000);
+    await publish(names, 'd1', workload('d1', 5, 5));
+    await waitFor('10 predictions', async () => (await predictions(names)).length >= 10, 30_000);
+    expect((await predictions(names)).slice(5).every((p) => p.version === '2' && p.epoch === 2)).toBe(true);
+    // A config the pipeline refuses changes nothing.
+    writeFileSync(file, '{"model": {"version": "../x"}}');
+    stream.child.kill('SIGHUP');
+    await waitFor('the refusal logged', () => stream.output().includes('config refused'), 10_000);
+    expect(JSON.parse((await get(admin, '/health')).text).epoch).toBe(2);
+
+    // Admin routes: random methods, paths (bad escapes, traversal, huge), bodies (odd JSON, garbage).
+    const random = new Random(12);
+    const paths = [
+      '/health',
+      '/ready',
+      '/metrics',
+      '/api/reload',
+      '/api/pipeline',
+      '/api/pause',
+      '/api/resume',
+      '/api/%',
+      '/api/%E0%A4%A',
+      '/../../etc/passwd',
+      `/${'a'.repeat(5000)}`,
+      '/api/reload?x=%zz',
+      '//',
+      '/api/',
+    ];
+    const methods = ['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS', 'HEAD'];
+    const statuses = new Set<number>();
+    for (let i = 0; i < 300; i++) {
+      const route = random.pick(paths);
+      const method = random.pick(methods);
+      // Never a real pause or reload from the fuzzer: those routes get bodies only via POST with odd values.
+      if (method === 'POST' && (route === '/api/pause' || route === '/api/resume')) continue;
+      const body =
+        method === 'GET' || method === 'HEAD'
+          ? undefined
+          : random.pick([
+              ...ODD_VALUE_TEXTS,
+              '{"version":',
+              '\u0000',
+              'x'.repeat(70_000),
+              JSON.stringify({ version: random.pick(ODD_VALUES) }),
+            ]);
+      const res = await fetch(`http://127.0.0.1:${admin}${route}`, { method, body });
+      statuses.add(res.status);
+      const text = await res.text();
+      if (res.status >= 400 && method !== 'HEAD')
+        expect(JSON.parse(text)).toMatchObject({ code: expect.any(String) });
+      expect(res.status).toBeLessThan(500);
+    }
+    expect([...statuses].sort()).toEqual(expect.arrayContaining([200, 400, 404, 405]));
+
+    // Hostile event payloads: random bytes, odd JSON, valid-looking events with odd field values.
+    const hostile: string[] = [];
+    for (let i = 0; i < 150; i++) {
+      const kind = random.below(3);
+      if (kind === 0) hostile.push(Buffer.from(random.bytes(random.below(200))).toString('latin1'));
+      else if (kind === 1) hostile.push(random.pick(ODD_VALUE_TEXTS));
+      else {
+        const event: Record<string, unknown> = JSON.parse(workload('d9', 0, 2)[2]!.payload);
+        event[random.pick(Object.keys(event))] = random.pick(ODD_VALUES);
+        event.event_id = `fz-${i}`;
+        hostile.push(JSON.stringify(event));
+      }
+    }
+    for (const [i, payload] of hostile.entries())
+      await nats.js.publish(keySubject(`${names.tag}.delivery.events`, 'd9'), payload, { msgID: `fz-${i}` });
+    await waitFor(
+      'the hostile events settled',
+      async () => {
+        const info = await nats.jsm.consumers.info(names.events, `${names.tag}_pipeline`);
+        return info.num_pending === 0 && info.num_ack_pending === 0;
+      },
+      30_000,
+    );
+    const health = JSON.parse((await get(admin, '/health')).text);
+    expect(health).toMatchObject({ state: 'running', consuming: true });
+    expect(health.counts.invalid).toBeGreaterThan(100);
+    const dlq = await readStream(nats, names.side, `${names.tag}.delivery.dlq`);
+    expect(dlq.length).toBe(health.counts.invalid);
+    expect(dlq.every((m) => /^\S+: /.test(m.json<{ reason: string }>().reason))).toBe(true);
+    // Still the same pipeline process: nothing crashed it.
+    expect(stream.output().match(/"pipeline process exited/g)).toBeNull();
+    expect(() => process.kill(pid, 0)).not.toThrow();
+    stream.child.kill('SIGTERM');
+    expect(await stream.exited).toBe(0);
   }, 180_000);
 
   it('a bad config is refused before anything starts, with the setting named', async () => {
