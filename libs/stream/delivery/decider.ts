@@ -19,6 +19,7 @@
  * watermark has not passed their time + the longest window + allowed lateness).
  */
 import { createEventTimeEngine, type EventTimeEngine } from '../engine';
+import type { EngineSnapshot } from '../snapshot';
 import type { EngineStats, StreamEffect, StreamEvent } from '../types';
 import { ALERT_THRESHOLD } from './contract';
 import {
@@ -110,6 +111,25 @@ interface DeliveryState {
   alerting: boolean;
 }
 
+export const DECIDER_SNAPSHOT_VERSION = 1;
+
+interface DeliverySnapshot {
+  key: string;
+  events: DeliveryEvent[];
+  folded: FoldedHistory;
+  decided: Array<{ event_id: string; event_time: string; t: number; revision: number; row: number[] }>;
+  undecided: Array<[string, number]>;
+  alerting: boolean;
+}
+
+/** A DeliveryDecider's whole state, JSON-able (checkpoints). */
+export interface DeciderSnapshot {
+  version: typeof DECIDER_SNAPSHOT_VERSION;
+  engine: EngineSnapshot<DeliveryEvent>;
+  deliveries: DeliverySnapshot[];
+  prunedBefore: number | null;
+}
+
 export interface DeciderStats {
   engine: EngineStats;
   deliveries: number;
@@ -138,39 +158,90 @@ export class DeliveryDecider {
   private revisable = 0;
   private undecidedCount = 0;
 
-  constructor(options: DeliveryDeciderOptions) {
+  /** `snapshot`: what snapshot() returned (same options): the decider continues exactly where it was. */
+  constructor(options: DeliveryDeciderOptions, snapshot?: DeciderSnapshot) {
     this.threshold = options.alertThreshold ?? ALERT_THRESHOLD;
     if (!(this.threshold > 0 && this.threshold < 1)) {
       throw new RangeError(`alertThreshold must be in (0, 1), got ${options.alertThreshold}`);
     }
     this.horizonMs = TRAFFIC_WINDOW_MS + options.allowedLatenessMs;
     this.allowedLatenessMs = options.allowedLatenessMs;
-    this.engine = createEventTimeEngine<DeliveryEvent, number>({
-      clock: options.clock,
-      outOfOrdernessMs: options.outOfOrdernessMs,
-      allowedLatenessMs: options.allowedLatenessMs,
-      idleTimeoutMs: options.idleTimeoutMs,
-      stateTtlMs: options.stateTtlMs,
-      dedupeTtlMs: options.dedupeTtlMs,
-      windows: [
-        {
-          name: DELIVERY_WINDOWS.speed,
-          sizeMs: SPEED_WINDOW_MS,
-          stepMs: SPEED_STEP_MS,
-          accepts: (e) => e.payload.type === 'gps',
-          result: (events) => pathSpeedKmh(events.map((e) => e.payload as GpsEvent)),
-        },
-        {
-          name: DELIVERY_WINDOWS.activity,
-          sizeMs: SPEED_WINDOW_MS,
-          result: (events) => events.length,
-        },
-      ],
-      latest: [
-        { name: 'position', accepts: (e) => e.payload.type === 'gps' },
-        { name: 'status', accepts: (e) => e.payload.type === 'status' },
-      ],
-    });
+    this.engine = createEventTimeEngine<DeliveryEvent, number>(
+      {
+        clock: options.clock,
+        outOfOrdernessMs: options.outOfOrdernessMs,
+        allowedLatenessMs: options.allowedLatenessMs,
+        idleTimeoutMs: options.idleTimeoutMs,
+        stateTtlMs: options.stateTtlMs,
+        dedupeTtlMs: options.dedupeTtlMs,
+        windows: [
+          {
+            name: DELIVERY_WINDOWS.speed,
+            sizeMs: SPEED_WINDOW_MS,
+            stepMs: SPEED_STEP_MS,
+            accepts: (e) => e.payload.type === 'gps',
+            result: (events) => pathSpeedKmh(events.map((e) => e.payload as GpsEvent)),
+          },
+          {
+            name: DELIVERY_WINDOWS.activity,
+            sizeMs: SPEED_WINDOW_MS,
+            result: (events) => events.length,
+          },
+        ],
+        latest: [
+          { name: 'position', accepts: (e) => e.payload.type === 'gps' },
+          { name: 'status', accepts: (e) => e.payload.type === 'status' },
+        ],
+      },
+      snapshot?.engine,
+    );
+    if (snapshot) this.restore(snapshot);
+  }
+
+  /**
+   * All state as plain JSON-able data: the engine's snapshot (windows, watermarks, dedupe ids, timers follow
+   * from them) and each delivery's history, fold, revisable decisions and alert state. A checkpoint.
+   */
+  snapshot(): DeciderSnapshot {
+    const deliveries: DeliverySnapshot[] = [];
+    for (const [key, state] of this.deliveries) {
+      deliveries.push({
+        key,
+        events: state.events,
+        folded: state.folded,
+        decided: [...state.decided.values()].map((d) => ({ ...d, row: Array.from(d.row) })),
+        undecided: [...state.undecided],
+        alerting: state.alerting,
+      });
+    }
+    return {
+      version: DECIDER_SNAPSHOT_VERSION,
+      engine: this.engine.snapshot(),
+      deliveries,
+      prunedBefore: Number.isFinite(this.prunedBefore) ? this.prunedBefore : null,
+    };
+  }
+
+  private restore(snapshot: DeciderSnapshot): void {
+    if (snapshot.version !== DECIDER_SNAPSHOT_VERSION)
+      throw new RangeError(
+        `decider snapshot version ${snapshot.version} (this build reads ${DECIDER_SNAPSHOT_VERSION})`,
+      );
+    for (const d of snapshot.deliveries) {
+      const decided = new Map<string, Revisable>();
+      for (const r of d.decided) decided.set(r.event_id, { ...r, row: Float32Array.from(r.row) });
+      this.deliveries.set(d.key, {
+        events: d.events,
+        folded: d.folded,
+        decided,
+        undecided: new Map(d.undecided),
+        alerting: d.alerting,
+      });
+      this.historyEvents += d.events.length;
+      this.revisable += decided.size;
+      this.undecidedCount += d.undecided.length;
+    }
+    this.prunedBefore = snapshot.prunedBefore ?? Number.NEGATIVE_INFINITY;
   }
 
   /** One raw message (its bytes as received) from a source partition. */
