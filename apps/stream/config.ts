@@ -55,6 +55,12 @@ export interface PipelineConfig {
   admin: { host: string; port: number };
   /** What "stale" means for the alert rules and /health's `stale` flag. */
   slo: { freshnessP95Ms: number; lagMessages: number };
+  /**
+   * Checkpoints (keyed state, watermarks, dedupe ids, pin and epoch, source position) every intervalMs to
+   * JetStream; acks are held until the checkpoint covering them completes, and a restart restores the
+   * latest one and replays what came after it. consumer.ackWaitMs must outlast an interval.
+   */
+  checkpoint: { enabled: boolean; intervalMs: number; bucket: string };
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace';
 }
 
@@ -96,10 +102,11 @@ export const DEFAULT_PIPELINE_CONFIG: PipelineConfig = {
   },
   admin: { host: '127.0.0.1', port: 9470 },
   slo: { freshnessP95Ms: 2000, lagMessages: 10_000 },
+  checkpoint: { enabled: false, intervalMs: 10_000, bucket: 'streaminfer_checkpoints' },
   logLevel: 'info',
 };
 
-type Shape = { [key: string]: 'string' | 'int' | 'number' | Shape | readonly string[] };
+type Shape = { [key: string]: 'string' | 'int' | 'number' | 'boolean' | Shape | readonly string[] };
 
 const SHAPE: Shape = {
   nats: 'string',
@@ -134,6 +141,7 @@ const SHAPE: Shape = {
   },
   admin: { host: 'string', port: 'int' },
   slo: { freshnessP95Ms: 'int', lagMessages: 'int' },
+  checkpoint: { enabled: 'boolean', intervalMs: 'int', bucket: 'string' },
   logLevel: ['fatal', 'error', 'warn', 'info', 'debug', 'trace'],
 };
 
@@ -162,6 +170,10 @@ function merge(
     } else if (kind === 'int') {
       if (typeof value !== 'number' || !Number.isSafeInteger(value))
         throw new PipelineConfigError(at, `must be an integer (got ${JSON.stringify(value)})`);
+      out[key] = value;
+    } else if (kind === 'boolean') {
+      if (typeof value !== 'boolean')
+        throw new PipelineConfigError(at, `must be true or false (got ${JSON.stringify(value)})`);
       out[key] = value;
     } else if (kind === 'number') {
       if (typeof value !== 'number' || !Number.isFinite(value))
@@ -230,5 +242,13 @@ export function resolvePipelineConfig(...overrides: unknown[]): PipelineConfig {
     throw new PipelineConfigError('admin.port', 'must be 0..65535');
   atLeast('slo.freshnessP95Ms', c.slo.freshnessP95Ms, 1);
   atLeast('slo.lagMessages', c.slo.lagMessages, 1);
+  atLeast('checkpoint.intervalMs', c.checkpoint.intervalMs, 100);
+  if (!/^[A-Za-z0-9_-]{1,64}$/.test(c.checkpoint.bucket))
+    throw new PipelineConfigError('checkpoint.bucket', 'must be a bucket name (letters, digits, _ and -)');
+  if (c.checkpoint.enabled && c.consumer.ackWaitMs < 3 * c.checkpoint.intervalMs)
+    throw new PipelineConfigError(
+      'consumer.ackWaitMs',
+      `must be at least 3 × checkpoint.intervalMs (${3 * c.checkpoint.intervalMs}): acks wait for the checkpoint`,
+    );
   return c;
 }

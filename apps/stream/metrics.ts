@@ -146,6 +146,52 @@ export class PipelineMetrics {
     labelNames: ['model', 'version'],
     registers: [this.registry],
   });
+  readonly checkpointDuration = new Histogram({
+    name: 'streaminfer_stream_checkpoint_duration_seconds',
+    help: 'A checkpoint, from closing the barrier to its pointer written (snapshot, serialise, store)',
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+    registers: [this.registry],
+  });
+  readonly checkpointBytes = new Gauge({
+    name: 'streaminfer_stream_checkpoint_bytes',
+    help: 'Size of the last completed checkpoint',
+    registers: [this.registry],
+  });
+  readonly checkpointAge = new Gauge({
+    name: 'streaminfer_stream_checkpoint_age_seconds',
+    help: 'Time since the last completed checkpoint (what a crash now would replay, in time)',
+    registers: [this.registry],
+  });
+  readonly checkpointPosition = new Gauge({
+    name: 'streaminfer_stream_checkpoint_position',
+    help: 'Input stream sequence the last completed checkpoint covers (acked up to here)',
+    registers: [this.registry],
+  });
+  readonly checkpointFailures = new Counter({
+    name: 'streaminfer_stream_checkpoint_failures_total',
+    help: 'Checkpoints that did not become the restore point (their messages stay unacked)',
+    registers: [this.registry],
+  });
+  readonly restoreDuration = new Gauge({
+    name: 'streaminfer_stream_restore_duration_seconds',
+    help: 'How long the last start took to read and restore its checkpoint',
+    registers: [this.registry],
+  });
+  readonly replayedEvents = new Counter({
+    name: 'streaminfer_stream_replayed_events_total',
+    help: 'Input messages processed again after a restore (the span since the checkpoint)',
+    registers: [this.registry],
+  });
+  readonly replayDeduplicated = new Counter({
+    name: 'streaminfer_stream_replay_deduplicated_effects_total',
+    help: 'Replayed effects not published again: already in the output streams since the checkpoint',
+    registers: [this.registry],
+  });
+  readonly recoverySeconds = new Gauge({
+    name: 'streaminfer_stream_recovery_seconds',
+    help: 'Last start: from process start to caught up (the replayed span processed and the lag back to 0)',
+    registers: [this.registry],
+  });
   readonly up = new Gauge({
     name: 'streaminfer_stream_up',
     help: '1 while the pipeline is consuming (connected, not paused by an error)',

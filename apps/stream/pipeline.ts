@@ -12,11 +12,13 @@
 import type { Logger } from 'pino';
 import {
   type DecideResult,
+  type DeciderSnapshot,
   type Decision,
   DeliveryDecider,
   decisionId,
   type WindowFiring,
 } from '../../libs/stream';
+import { Checkpointer, type CheckpointState } from './checkpointer';
 import type { PipelineConfig } from './config';
 import { connectNats, type NatsHandle } from './connection';
 import type { InferenceBackend, ModelPin } from './inference';
@@ -71,6 +73,8 @@ export interface PipelineStatus {
   freshness: { p50_ms: number; p95_ms: number; p99_ms: number };
   stale: boolean;
   counts: Record<string, number>;
+  /** Checkpoint mode: the last completed checkpoint and the acks waiting for the next. */
+  checkpoint?: { last_id: number | null; position: number | null; age_s: number | null; held_acks: number };
   state_keys: number;
   state_bytes: number;
   error?: string;
@@ -103,7 +107,15 @@ export class DeliveryPipeline {
   private readonly logger: Logger;
   private readonly clock: () => number;
   private readonly onEpoch: ((pin: ModelPin, epoch: number) => void) | undefined;
-  private readonly decider: DeliveryDecider;
+  private decider: DeliveryDecider;
+  /** Checkpoints (config checkpoint.enabled): acks held until a checkpoint covers them. */
+  private checkpointer: Checkpointer | undefined;
+  /** Highest input stream sequence ingested: everything up to it is in the decider's state. */
+  private position = 0;
+  /** After a restore: the input stream's last sequence then (what is being replayed), and when we started. */
+  private replayUntil = 0;
+  private readonly startedAt = Date.now();
+  private recovered = false;
   private nats: NatsHandle | undefined;
   private source: JetStreamSource | undefined;
   private sink: JetStreamSink | undefined;
@@ -150,16 +162,23 @@ export class DeliveryPipeline {
       subjectRoot: this.config.subjectRoot,
       duplicateWindowMs: this.config.streams.duplicateWindowMs,
     });
+    this.decider = this.makeDecider();
+  }
+
+  private makeDecider(snapshot?: DeciderSnapshot): DeliveryDecider {
     const et = this.config.eventTime;
-    this.decider = new DeliveryDecider({
-      clock: this.clock,
-      outOfOrdernessMs: et.outOfOrdernessMs,
-      allowedLatenessMs: et.allowedLatenessMs,
-      idleTimeoutMs: et.idleTimeoutMs,
-      stateTtlMs: et.stateTtlMs,
-      dedupeTtlMs: et.dedupeTtlMs,
-      alertThreshold: this.config.alertThreshold,
-    });
+    return new DeliveryDecider(
+      {
+        clock: this.clock,
+        outOfOrdernessMs: et.outOfOrdernessMs,
+        allowedLatenessMs: et.allowedLatenessMs,
+        idleTimeoutMs: et.idleTimeoutMs,
+        stateTtlMs: et.stateTtlMs,
+        dedupeTtlMs: et.dedupeTtlMs,
+        alertThreshold: this.config.alertThreshold,
+      },
+      snapshot,
+    );
   }
 
   get currentEpoch(): number {
@@ -174,8 +193,11 @@ export class DeliveryPipeline {
     const nats = await connectNats({ servers: this.config.nats, name: 'streaminfer-stream' });
     this.nats = nats;
     await provisionStreams(nats.jsm, [this.layout.events, this.layout.predictions, this.layout.side]);
-    await this.backend.prepare(this.pin);
-    await this.resumeEpoch();
+    if (this.config.checkpoint.enabled) await this.restore(nats);
+    else {
+      await this.backend.prepare(this.pin);
+      await this.resumeEpoch();
+    }
     this.sink = new JetStreamSink(nats.js, {
       onPublishFailure: (effect, attempt, err) => {
         this.metrics.sinkFailures.inc();
@@ -184,6 +206,8 @@ export class DeliveryPipeline {
     });
     await this.openConsumer();
     this.timers.push(setInterval(() => this.tick(), 1000).unref());
+    if (this.checkpointer)
+      this.timers.push(setInterval(() => void this.checkpoint(), this.config.checkpoint.intervalMs).unref());
     this.timers.push(setInterval(() => void this.refreshLag(), 1000).unref());
     this.state = 'running';
     this.metrics.up.set(1);
@@ -192,6 +216,80 @@ export class DeliveryPipeline {
       { epoch: this.epoch, model: this.pin.model, version: this.pin.version, mode: this.backend.mode },
       'pipeline running',
     );
+  }
+
+  /**
+   * Checkpoint mode at start: restore the latest completed checkpoint (state, pin, epoch, position) and replay
+   * from the position after it; without one, start from the stream's first message.
+   */
+  private async restore(nats: NatsHandle): Promise<void> {
+    const began = this.clock();
+    const checkpointer = await Checkpointer.open(
+      nats,
+      this.config.checkpoint.bucket,
+      this.config.consumer.durable,
+      this.layout,
+      this.metrics,
+      this.logger,
+      this.clock,
+    );
+    this.checkpointer = checkpointer;
+    const checkpoint = await checkpointer.restore();
+    if (checkpoint) {
+      this.decider = this.makeDecider(checkpoint.state);
+      this.pin = { ...checkpoint.pin };
+      this.position = checkpoint.position;
+      await this.backend.prepare(this.pin);
+      const last = await this.lastEpochRecord();
+      this.epoch = checkpoint.epoch;
+      if (!last || last.epoch < checkpoint.epoch) await this.recordEpoch(checkpoint.epoch, last, 'restore');
+      this.metrics.setPin(this.pin.model, this.pin.version, this.epoch);
+      this.onEpoch?.({ ...this.pin }, this.epoch);
+      this.replayUntil = (await nats.jsm.streams.info(this.layout.events.name)).state.last_seq;
+      this.logger.info(
+        {
+          checkpoint: checkpoint.id,
+          position: checkpoint.position,
+          replayUntil: this.replayUntil,
+          epoch: this.epoch,
+        },
+        'restored from checkpoint',
+      );
+    } else {
+      await this.backend.prepare(this.pin);
+      await this.resumeEpoch();
+    }
+    this.metrics.restoreDuration.set((this.clock() - began) / 1000);
+  }
+
+  /** One checkpoint, in line with reloads (one barrier at a time). */
+  private checkpoint(): Promise<void> {
+    const checkpointer = this.checkpointer;
+    if (!checkpointer || this.state !== 'running') return Promise.resolve();
+    const run = this.reloadChain.then(() =>
+      checkpointer.run(
+        {
+          pause: async () => {
+            await this.running?.pause();
+          },
+          resume: () => {
+            if (!this.paused) this.running?.resume();
+          },
+        },
+        () => this.checkpointState(),
+      ),
+    );
+    this.reloadChain = run.catch(() => undefined);
+    return run;
+  }
+
+  private checkpointState(): CheckpointState {
+    return {
+      state: this.decider.snapshot(),
+      position: this.position,
+      pin: { ...this.pin },
+      epoch: this.epoch,
+    };
   }
 
   /**
@@ -237,15 +335,18 @@ export class DeliveryPipeline {
       maxDeliver: this.config.consumer.maxDeliver,
       batchSize: this.config.consumer.batchSize,
       partitionOf: hashPartitioner(this.config.partitions),
+      // Checkpoint mode: the broker delivers from just after what the state holds (a restore, a reopen).
+      ...(this.checkpointer ? { startSequence: this.position + 1 } : {}),
     });
     const running = runPipeline({
       source: this.source,
       sink: this.sink!,
       subjects: this.layout.subjects,
       concurrency: this.config.concurrency,
-      process: (message) => this.process(message),
+      process: (message) => this.processAndFilter(message),
       onError: (err, message) => this.onError(err, message),
       onPublished: (message) => this.onPublished(message),
+      ...(this.checkpointer ? { ack: this.checkpointer.hold, retryInPlace: true } : {}),
       onSettled: (message, outcome) => {
         if (outcome === 'naked') this.metrics.redeliveryNaks.inc();
         else this.unsettled.delete(message.streamSeq);
@@ -292,6 +393,13 @@ export class DeliveryPipeline {
     for (const t of this.timers) clearInterval(t);
     this.timers = [];
     await this.running?.stop().catch(() => undefined);
+    // Drained: a last checkpoint acks everything, so the next start replays nothing.
+    if (this.checkpointer) {
+      await this.reloadChain;
+      await this.checkpointer
+        .persist(await this.checkpointer.takeWhilePaused(() => this.checkpointState()))
+        .catch(() => undefined);
+    }
     await this.backend.close().catch(() => undefined);
     await this.nats?.close().catch(() => undefined);
     this.metrics.up.set(0);
@@ -336,13 +444,33 @@ export class DeliveryPipeline {
         (Number.isFinite(p95Ms) && p95Ms > this.config.slo.freshnessP95Ms) ||
         this.lastLag.pending > this.config.slo.lagMessages,
       counts: { ...this.counts },
+      ...(this.checkpointer
+        ? {
+            checkpoint: {
+              last_id: this.checkpointer.lastCompleted?.id ?? null,
+              position: this.checkpointer.lastCompleted?.position ?? null,
+              age_s: this.checkpointer.lastCompleted
+                ? Math.max(0, this.clock() - this.checkpointer.lastCompleted.at) / 1000
+                : null,
+              held_acks: this.checkpointer.heldMessages,
+            },
+          }
+        : {}),
       state_keys: s.deliveries,
       state_bytes: s.approxBytes,
       ...(this.error ? { error: this.error } : {}),
     };
   }
 
+  private async processAndFilter(message: SourceMessage): Promise<Effect[]> {
+    const effects = await this.process(message);
+    return this.checkpointer ? this.checkpointer.filter(effects) : effects;
+  }
+
   private async process(message: SourceMessage): Promise<Effect[]> {
+    if (message.streamSeq > this.position) this.position = message.streamSeq;
+    if (message.streamSeq <= this.replayUntil && message.deliveryCount === 1)
+      this.metrics.replayedEvents.inc();
     this.counts.received++;
     if (message.deliveryCount > 1) this.counts.redelivered++;
     const fresh = this.decider.ingest(message.data, message.partition);
@@ -519,6 +647,19 @@ export class DeliveryPipeline {
     const wm = this.decider.watermark();
     if (wm !== null) this.metrics.watermarkLag.set(Math.max(0, this.clock() - wm) / 1000);
     this.metrics.inflight.set(this.running?.inFlight ?? 0);
+    const last = this.checkpointer?.lastCompleted;
+    if (last) this.metrics.checkpointAge.set(Math.max(0, this.clock() - last.at) / 1000);
+    if (
+      this.replayUntil > 0 &&
+      !this.recovered &&
+      this.position >= this.replayUntil &&
+      this.lastLag.pending === 0
+    ) {
+      this.recovered = true;
+      const seconds = (Date.now() - this.startedAt) / 1000;
+      this.metrics.recoverySeconds.set(seconds);
+      this.logger.info({ seconds, replayed: this.replayUntil }, 'caught up after restore');
+    }
   }
 
   private async refreshLag(): Promise<void> {
@@ -643,6 +784,17 @@ export class DeliveryPipeline {
       };
       this.pin = next;
       try {
+        if (this.checkpointer) {
+          // The new epoch is checkpointed before anything is predicted in it: a restore never replays a
+          // span of the new epoch under the old version.
+          const epochBefore = this.epoch;
+          this.epoch = epochBefore + 1;
+          const saved = await this.checkpointer.persist(
+            await this.checkpointer.takeWhilePaused(() => this.checkpointState()),
+          );
+          this.epoch = epochBefore;
+          if (!saved) throw new Error('the checkpoint at the barrier failed');
+        }
         await this.recordEpoch(this.epoch + 1, previous, reason);
       } catch (err) {
         this.pin = before;

@@ -25,6 +25,16 @@ export interface RunnerOptions {
   onError?: (err: unknown, message: SourceMessage) => void;
   /** Every effect of the message has its PubAck (called before the ack): where freshness is measured. */
   onPublished?: (message: SourceMessage, effects: readonly Effect[]) => void;
+  /**
+   * How a message is acked once its effects are stored (default: message.ack()). A checkpointing pipeline
+   * holds it instead and acks at the next completed checkpoint.
+   */
+  ack?: (message: SourceMessage) => Promise<void>;
+  /**
+   * On a failure, retry the message here after nakDelayMs instead of naking it: the broker then delivers in
+   * stream order only (a checkpoint's position means "everything up to here").
+   */
+  retryInPlace?: boolean;
   /** The message is done with: acked (effects or dead letter stored), naked (to come back) or abandoned. */
   onSettled?: (message: SourceMessage, outcome: 'acked' | 'naked' | 'abandoned') => void;
 }
@@ -35,6 +45,8 @@ export interface RunnerStats {
   naked: number;
   deadLettered: number;
   processorErrors: number;
+  /** Failures retried in place (retryInPlace). */
+  retried: number;
   /** Messages on their last delivery whose effects and dead letter both failed to publish. */
   abandoned: number;
 }
@@ -64,6 +76,7 @@ export function runPipeline(options: RunnerOptions): RunningPipeline {
     naked: 0,
     deadLettered: 0,
     processorErrors: 0,
+    retried: 0,
     abandoned: 0,
   };
   const inFlight = new Set<Promise<void>>();
@@ -83,16 +96,24 @@ export function runPipeline(options: RunnerOptions): RunningPipeline {
     }
   }
 
+  const ack = options.ack ?? ((message: SourceMessage) => message.ack());
+
   async function handle(message: SourceMessage, effects: Promise<Effect[]>): Promise<void> {
     try {
       const list = await effects;
       await sink.publishAll(list);
       options.onPublished?.(message, list);
-      await message.ack();
+      await ack(message);
       stats.acked++;
       options.onSettled?.(message, 'acked');
     } catch (err) {
       options.onError?.(err, message);
+      if (options.retryInPlace) {
+        // Keep the message (its position must not be passed by a redelivery): try it again here.
+        stats.retried++;
+        await new Promise((resolve) => setTimeout(resolve, nakDelayMs));
+        return handle(message, effectsOf(message));
+      }
       if (source.maxDeliver !== -1 && message.deliveryCount >= source.maxDeliver) {
         await lastDelivery(message, err);
         return;

@@ -46,6 +46,11 @@ export interface SourceOptions {
    * redelivery, which the pipeline already dedupes, and the confirmation costs as much as the publish.
    */
   confirmAcks?: boolean;
+  /**
+   * Start the durable at this stream sequence (recreating it): a pipeline restored from a checkpoint replays
+   * exactly what came after the checkpoint's position, at once, instead of waiting out ack_wait.
+   */
+  startSequence?: number;
 }
 
 export interface SourceMessage {
@@ -93,6 +98,7 @@ function validate(options: SourceOptions): Required<SourceOptions> {
     filterSubject: options.filterSubject ?? '',
     partitionOf: options.partitionOf ?? SINGLE_PARTITION,
     confirmAcks: options.confirmAcks ?? false,
+    startSequence: options.startSequence ?? 0,
   };
 }
 
@@ -118,19 +124,30 @@ export class JetStreamSource {
       max_deliver: opts.maxDeliver,
       max_ack_pending: opts.maxAckPending,
     };
+    const add = () =>
+      jsm.consumers.add(opts.stream, {
+        durable_name: opts.durable,
+        ack_policy: AckPolicy.Explicit,
+        ...(opts.startSequence > 1
+          ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: opts.startSequence }
+          : { deliver_policy: DeliverPolicy.All }),
+        ...(opts.filterSubject === '' ? {} : { filter_subject: opts.filterSubject }),
+        ...limits,
+      });
     try {
-      try {
-        await jsm.consumers.info(opts.stream, opts.durable);
-        await jsm.consumers.update(opts.stream, opts.durable, limits);
-      } catch (err) {
-        if (!(err instanceof JetStreamApiError && err.code === 10014)) throw err;
-        await jsm.consumers.add(opts.stream, {
-          durable_name: opts.durable,
-          ack_policy: AckPolicy.Explicit,
-          deliver_policy: DeliverPolicy.All,
-          ...(opts.filterSubject === '' ? {} : { filter_subject: opts.filterSubject }),
-          ...limits,
+      if (opts.startSequence > 0) {
+        await jsm.consumers.delete(opts.stream, opts.durable).catch((err: unknown) => {
+          if (!(err instanceof JetStreamApiError && err.code === 10014)) throw err;
         });
+        await add();
+      } else {
+        try {
+          await jsm.consumers.info(opts.stream, opts.durable);
+          await jsm.consumers.update(opts.stream, opts.durable, limits);
+        } catch (err) {
+          if (!(err instanceof JetStreamApiError && err.code === 10014)) throw err;
+          await add();
+        }
       }
     } catch (err) {
       throw new StreamIoError(

@@ -388,6 +388,7 @@ describe('pipeline runner', () => {
       naked: 0,
       deadLettered: 1,
       processorErrors: 1,
+      retried: 0,
       abandoned: 0,
     });
     expect(await messageCount(layout.predictions.name)).toBe(50);

@@ -1,0 +1,207 @@
+/**
+ * The pipeline's checkpoints (aligned, like Flink's barrier): close the runner's barrier so every message
+ * started is published, snapshot the decider with the source position and the output streams' last
+ * sequences, reopen, then write the checkpoint and — only once it is the restore point — ack the messages it
+ * covers. Until then their acks are held, so after a crash the broker still holds exactly the span since the
+ * last completed checkpoint. On restore, what the output streams gained after the checkpoint is read back
+ * (their Msg-Ids), and replayed effects already there are not published again: exactly once even when the
+ * replay reaches beyond the broker's duplicate window.
+ */
+import { DeliverPolicy } from '@nats-io/jetstream';
+import type { Logger } from 'pino';
+import type { DeciderSnapshot } from '../../libs/stream';
+import { CHECKPOINT_VERSION, type Checkpoint, CheckpointStore } from './checkpoints';
+import type { NatsHandle } from './connection';
+import type { ModelPin } from './inference';
+import type { StreamLayout } from './layout';
+import type { PipelineMetrics } from './metrics';
+import type { Effect } from './sink';
+import type { SourceMessage } from './source';
+
+/** What a checkpoint reads of the pipeline, at the barrier. */
+export interface CheckpointState {
+  state: DeciderSnapshot;
+  position: number;
+  pin: ModelPin;
+  epoch: number;
+}
+
+export interface CompletedCheckpoint {
+  id: number;
+  position: number;
+  at: number;
+  bytes: number;
+  durationMs: number;
+}
+
+interface Taken {
+  id: number;
+  position: number;
+  bytes: Uint8Array;
+  held: SourceMessage[];
+  startedAt: number;
+}
+
+const encoder = new TextEncoder();
+
+export class Checkpointer {
+  private held: SourceMessage[] = [];
+  private nextId = 1;
+  /** Msg-Ids the output streams gained after the restored checkpoint. */
+  private readonly publishedSince = new Set<string>();
+  private inProgress: Promise<void> | undefined;
+  lastCompleted: CompletedCheckpoint | undefined;
+
+  private constructor(
+    private readonly store: CheckpointStore,
+    private readonly nats: NatsHandle,
+    private readonly layout: StreamLayout,
+    private readonly metrics: PipelineMetrics,
+    private readonly logger: Logger,
+    private readonly clock: () => number,
+  ) {}
+
+  static async open(
+    nats: NatsHandle,
+    bucket: string,
+    pipeline: string,
+    layout: StreamLayout,
+    metrics: PipelineMetrics,
+    logger: Logger,
+    clock: () => number,
+  ): Promise<Checkpointer> {
+    const store = await CheckpointStore.open(nats.js, bucket, pipeline, 'all');
+    return new Checkpointer(store, nats, layout, metrics, logger, clock);
+  }
+
+  get heldMessages(): number {
+    return this.held.length;
+  }
+
+  /** The latest completed checkpoint (null: none), with the Msg-Ids published after it loaded for filter(). */
+  async restore(): Promise<Checkpoint | null> {
+    const checkpoint = await this.store.latest();
+    if (!checkpoint) return null;
+    this.nextId = checkpoint.id + 1;
+    await this.readPublishedSince(this.layout.predictions.name, checkpoint.outputs.predictions);
+    await this.readPublishedSince(this.layout.side.name, checkpoint.outputs.side);
+    this.lastCompleted = {
+      id: checkpoint.id,
+      position: checkpoint.position,
+      at: Date.parse(checkpoint.createdAt),
+      bytes: 0,
+      durationMs: 0,
+    };
+    return checkpoint;
+  }
+
+  /** The runner's ack: held until a checkpoint covers the message. */
+  readonly hold = (message: SourceMessage): Promise<void> => {
+    this.held.push(message);
+    return Promise.resolve();
+  };
+
+  /** Effects not already in the output streams since the restored checkpoint (a replay's repeats dropped). */
+  filter(effects: Effect[]): Effect[] {
+    if (this.publishedSince.size === 0) return effects;
+    const out = effects.filter((e) => !this.publishedSince.has(e.msgId));
+    if (out.length < effects.length) this.metrics.replayDeduplicated.inc(effects.length - out.length);
+    return out;
+  }
+
+  /** Must run while the runner's barrier is closed (nothing in flight): the snapshot and what it covers. */
+  async takeWhilePaused(read: () => CheckpointState): Promise<Taken> {
+    const startedAt = this.clock();
+    const [predictions, side] = await Promise.all([
+      this.nats.jsm.streams.info(this.layout.predictions.name),
+      this.nats.jsm.streams.info(this.layout.side.name),
+    ]);
+    const s = read();
+    const checkpoint: Checkpoint = {
+      version: CHECKPOINT_VERSION,
+      id: this.nextId++,
+      createdAt: new Date(this.clock()).toISOString(),
+      position: s.position,
+      outputs: { predictions: predictions.state.last_seq, side: side.state.last_seq },
+      pin: s.pin,
+      epoch: s.epoch,
+      state: s.state,
+    };
+    // Serialised here, at the barrier: the state changes as soon as the runner goes on.
+    const bytes = encoder.encode(JSON.stringify(checkpoint));
+    const held = this.held;
+    this.held = [];
+    return { id: checkpoint.id, position: s.position, bytes, held, startedAt };
+  }
+
+  /** Writes a taken checkpoint; on success acks what it covers, on failure keeps holding it for the next. */
+  async persist(taken: Taken): Promise<boolean> {
+    try {
+      await this.store.saveEncoded(taken.id, taken.position, taken.bytes);
+    } catch (err) {
+      this.held = taken.held.concat(this.held);
+      this.metrics.checkpointFailures.inc();
+      this.logger.error({ id: taken.id, err: String(err) }, 'checkpoint failed; its messages stay unacked');
+      return false;
+    }
+    for (const message of taken.held) message.ack().catch(() => undefined);
+    // A later restore starts from this checkpoint: what was published before it cannot come back.
+    this.publishedSince.clear();
+    const now = this.clock();
+    const durationMs = now - taken.startedAt;
+    this.lastCompleted = {
+      id: taken.id,
+      position: taken.position,
+      at: now,
+      bytes: taken.bytes.length,
+      durationMs,
+    };
+    this.metrics.checkpointDuration.observe(durationMs / 1000);
+    this.metrics.checkpointBytes.set(taken.bytes.length);
+    this.metrics.checkpointPosition.set(taken.position);
+    return true;
+  }
+
+  /** One checkpoint through the given barrier; at most one at a time (a tick that finds one running skips). */
+  run(barrier: { pause(): Promise<void>; resume(): void }, read: () => CheckpointState): Promise<void> {
+    if (this.inProgress) return this.inProgress;
+    const run = (async () => {
+      await barrier.pause();
+      let taken: Taken;
+      try {
+        taken = await this.takeWhilePaused(read);
+      } finally {
+        barrier.resume();
+      }
+      await this.persist(taken);
+    })().catch((err: unknown) => {
+      this.metrics.checkpointFailures.inc();
+      this.logger.error({ err: String(err) }, 'checkpoint failed');
+    });
+    this.inProgress = run.finally(() => {
+      this.inProgress = undefined;
+    });
+    return this.inProgress;
+  }
+
+  private async readPublishedSince(stream: string, afterSeq: number): Promise<void> {
+    const info = await this.nats.jsm.streams.info(stream);
+    const last = info.state.last_seq;
+    if (last <= afterSeq) return;
+    const consumer = await this.nats.js.consumers.get(stream, {
+      deliver_policy: DeliverPolicy.StartSequence,
+      opt_start_seq: afterSeq + 1,
+    });
+    const messages = await consumer.consume();
+    for await (const m of messages) {
+      const id = m.headers?.get('Nats-Msg-Id');
+      if (id) this.publishedSince.add(id);
+      if (m.seq >= last) break;
+    }
+    await messages.close();
+    this.logger.info(
+      { stream, after: afterSeq, ids: this.publishedSince.size },
+      'read back what was published after the checkpoint',
+    );
+  }
+}

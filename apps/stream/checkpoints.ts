@@ -1,0 +1,123 @@
+/**
+ * Checkpoints in JetStream: the snapshot is an object in an Object Store bucket (chunked, any size), and the
+ * restore point is a pointer in a KV bucket, written only after the object is complete — so a failed or
+ * partial checkpoint never becomes the restore point. The object the pointer named before is kept until the
+ * next pointer is written (two generations), older ones are deleted.
+ */
+import type { JetStreamClient } from '@nats-io/jetstream';
+import { type KV, Kvm } from '@nats-io/kv';
+import { type ObjectStore, Objm } from '@nats-io/obj';
+import type { DeciderSnapshot } from '../../libs/stream';
+import { StreamIoError } from './errors';
+import type { ModelPin } from './inference';
+
+export const CHECKPOINT_VERSION = 1;
+
+/**
+ * Test hook (STREAMINFER_TEST_HOOKS=1 and STREAMINFER_TEST_CHECKPOINT_DELAY_MS): a pause between the object
+ * and the pointer, announced on stderr, so a chaos test can kill the process in the middle of a checkpoint.
+ */
+async function testDelay(): Promise<void> {
+  const ms =
+    process.env.STREAMINFER_TEST_HOOKS === '1'
+      ? Number(process.env.STREAMINFER_TEST_CHECKPOINT_DELAY_MS ?? 0)
+      : 0;
+  if (!(ms > 0)) return;
+  process.stderr.write('test hook: checkpoint object written, pointer pending\n');
+  await new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+export interface Checkpoint {
+  version: typeof CHECKPOINT_VERSION;
+  /** Increasing per pipeline and partition. */
+  id: number;
+  createdAt: string;
+  /** Input stream sequence up to which (inclusive) every message is reflected in `state` and published. */
+  position: number;
+  /** Last sequences of the output streams when it was taken: a restore reads what was published after them. */
+  outputs: { predictions: number; side: number };
+  pin: ModelPin;
+  epoch: number;
+  state: DeciderSnapshot;
+}
+
+interface Pointer {
+  id: number;
+  object: string;
+  position: number;
+  createdAt: string;
+}
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+export class CheckpointStore {
+  private constructor(
+    private readonly objects: ObjectStore,
+    private readonly pointers: KV,
+    private readonly key: string,
+  ) {}
+
+  /** Opens (creating when missing) `<bucket>` (objects) and `<bucket>_head` (pointers) for one pipeline partition. */
+  static async open(
+    js: JetStreamClient,
+    bucket: string,
+    pipeline: string,
+    partition: string,
+  ): Promise<CheckpointStore> {
+    try {
+      const objects = await new Objm(js).create(bucket);
+      const pointers = await new Kvm(js).create(`${bucket}_head`, { history: 1 });
+      return new CheckpointStore(objects, pointers, `${pipeline}.${partition}`);
+    } catch (err) {
+      throw new StreamIoError('stream_provision_failed', `checkpoint buckets ${bucket}: ${String(err)}`, {
+        cause: err,
+      });
+    }
+  }
+
+  /** The latest completed checkpoint, or null when there is none. */
+  async latest(): Promise<Checkpoint | null> {
+    const entry = await this.pointers.get(this.key);
+    if (!entry || entry.operation !== 'PUT' || entry.value.length === 0) return null;
+    const pointer = JSON.parse(decoder.decode(entry.value)) as Pointer;
+    const blob = await this.objects.getBlob(pointer.object);
+    if (!blob)
+      throw new StreamIoError('stream_mismatch', `checkpoint ${pointer.object} is named but missing`);
+    const checkpoint = JSON.parse(decoder.decode(blob)) as Checkpoint;
+    if (checkpoint.version !== CHECKPOINT_VERSION)
+      throw new StreamIoError(
+        'stream_mismatch',
+        `checkpoint version ${checkpoint.version} (this build reads ${CHECKPOINT_VERSION})`,
+      );
+    return checkpoint;
+  }
+
+  /** Writes the object, then moves the pointer; returns the bytes written. */
+  async save(checkpoint: Checkpoint): Promise<number> {
+    const bytes = encoder.encode(JSON.stringify(checkpoint));
+    await this.saveEncoded(checkpoint.id, checkpoint.position, bytes);
+    return bytes.length;
+  }
+
+  /** save() for a checkpoint already serialised (the pipeline serialises it at its barrier). */
+  async saveEncoded(id: number, position: number, bytes: Uint8Array): Promise<void> {
+    const object = `${this.key}.${id}`;
+    await this.objects.putBlob({ name: object }, bytes);
+    await testDelay();
+    const previous = await this.pointers.get(this.key);
+    const pointer: Pointer = { id, object, position, createdAt: new Date().toISOString() };
+    await this.pointers.put(this.key, JSON.stringify(pointer));
+    // Two generations: the one just replaced stays (a reader may be on it); older ones (and objects of
+    // checkpoints whose pointer was never written) go.
+    if (previous?.operation === 'PUT' && previous.value.length > 0) {
+      const before = JSON.parse(decoder.decode(previous.value)) as Pointer;
+      for (const info of await this.objects.list()) {
+        if (!info.name.startsWith(`${this.key}.`)) continue;
+        const id = Number(info.name.slice(this.key.length + 1));
+        if (Number.isInteger(id) && id < before.id)
+          await this.objects.delete(info.name).catch(() => undefined);
+      }
+    }
+  }
+}
