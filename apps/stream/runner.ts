@@ -98,7 +98,7 @@ export function runPipeline(options: RunnerOptions): RunningPipeline {
 
   const ack = options.ack ?? ((message: SourceMessage) => message.ack());
 
-  async function handle(message: SourceMessage, effects: Promise<Effect[]>): Promise<void> {
+  async function handle(message: SourceMessage, effects: Promise<Effect[]>, attempt = 0): Promise<void> {
     try {
       const list = await effects;
       await sink.publishAll(list);
@@ -110,9 +110,10 @@ export function runPipeline(options: RunnerOptions): RunningPipeline {
       options.onError?.(err, message);
       if (options.retryInPlace) {
         // Keep the message (its position must not be passed by a redelivery): try it again here.
+        // Short backoff first: a checkpoint's barrier waits for this message.
         stats.retried++;
-        await new Promise((resolve) => setTimeout(resolve, nakDelayMs));
-        return handle(message, effectsOf(message));
+        await new Promise((resolve) => setTimeout(resolve, Math.min(nakDelayMs, 25 * 2 ** attempt)));
+        return handle(message, effectsOf(message), attempt + 1);
       }
       if (source.maxDeliver !== -1 && message.deliveryCount >= source.maxDeliver) {
         await lastDelivery(message, err);
