@@ -15,14 +15,15 @@ import {
   type DeciderSnapshot,
   type Decision,
   DeliveryDecider,
-  decisionId,
   type WindowFiring,
 } from '../../libs/stream';
 import { Checkpointer, type CheckpointState } from './checkpointer';
 import type { PipelineConfig } from './config';
 import { connectNats, type NatsHandle } from './connection';
+import { decisionEffects } from './effects';
+import { EpochLog, type EpochRecord } from './epochs';
 import type { InferenceBackend, ModelPin } from './inference';
-import { keySubject, type StreamLayout, streamLayout } from './layout';
+import { type StreamLayout, streamLayout } from './layout';
 import type { PipelineMetrics } from './metrics';
 import { provisionStreams } from './provision';
 import { type RunningPipeline, runPipeline } from './runner';
@@ -35,15 +36,7 @@ export class RetryableError extends Error {
   readonly retryable = true;
 }
 
-/** What a subject's epoch record says (one per transition on `<root>.delivery.epochs`). */
-export interface EpochRecord {
-  epoch: number;
-  model: string;
-  version: string;
-  previous: { epoch: number; model: string; version: string } | null;
-  reason: string;
-  at: string;
-}
+export type { EpochRecord } from './epochs';
 
 export interface ReloadOutcome {
   id: number;
@@ -564,44 +557,9 @@ export class DeliveryPipeline {
     epoch: number,
     entry: Unsettled,
   ): Effect[] {
-    const effects: Effect[] = [];
+    for (const d of decisions) if (d.revision === 0) entry.firstTimes.push(d.eventTimeMs);
     const publishedAt = new Date(this.clock()).toISOString();
-    decisions.forEach((d, i) => {
-      const risk = risks[i]!;
-      const id = decisionId({
-        delivery_id: d.delivery_id,
-        event_id: d.event_id,
-        model: pin.model,
-        version: pin.version,
-        revision: d.revision,
-      });
-      const prediction = {
-        event_id: d.event_id,
-        delivery_id: d.delivery_id,
-        event_time: d.event_time,
-        model: pin.model,
-        version: pin.version,
-        epoch,
-        risk,
-        revision: d.revision,
-        decision_id: id,
-        published_at: publishedAt,
-      };
-      effects.push({
-        subject: keySubject(this.layout.subjects.predictionsPrefix, d.delivery_id),
-        data: JSON.stringify(prediction),
-        msgId: id,
-      });
-      if (d.revision === 0) entry.firstTimes.push(d.eventTimeMs);
-      if (this.decider.alertFor(d.delivery_id, risk)) {
-        effects.push({
-          subject: keySubject(this.layout.subjects.alertsPrefix, d.delivery_id),
-          data: JSON.stringify({ ...prediction, threshold: this.decider.alertThreshold }),
-          msgId: `alert:${id}`,
-        });
-      }
-    });
-    return effects;
+    return decisionEffects(decisions, risks, pin, epoch, this.decider, this.layout.subjects, publishedAt);
   }
 
   private countWindows(firings: readonly WindowFiring[]): void {
@@ -697,33 +655,18 @@ export class DeliveryPipeline {
     this.onEpoch?.({ ...this.pin }, this.epoch);
   }
 
-  private async lastEpochRecord(): Promise<EpochRecord | null> {
-    try {
-      const stored = await this.nats!.jsm.streams.getMessage(this.layout.predictions.name, {
-        last_by_subj: this.layout.subjects.epochsSubject,
-      });
-      return stored ? (stored.json() as EpochRecord) : null;
-    } catch {
-      return null;
-    }
+  private lastEpochRecord(): Promise<EpochRecord | null> {
+    return this.epochLog().last();
   }
 
   private async recordEpoch(epoch: number, previous: EpochRecord | null, reason: string): Promise<void> {
-    const record: EpochRecord = {
-      epoch,
-      model: this.pin.model,
-      version: this.pin.version,
-      previous: previous ? { epoch: previous.epoch, model: previous.model, version: previous.version } : null,
-      reason,
-      at: new Date(this.clock()).toISOString(),
-    };
-    const sink = this.sink ?? new JetStreamSink(this.nats!.js);
-    await sink.publish({
-      subject: this.layout.subjects.epochsSubject,
-      data: JSON.stringify(record),
-      msgId: `epoch:${epoch}:${record.model}@${record.version}`,
-    });
+    await this.epochLog().record(epoch, this.pin, previous, reason);
     this.epoch = epoch;
+  }
+
+  private epochLog(): EpochLog {
+    const nats = this.nats!;
+    return new EpochLog(nats.jsm, this.sink ?? new JetStreamSink(nats.js), this.layout, this.clock);
   }
 
   private async reloadNow(
