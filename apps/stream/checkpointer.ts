@@ -159,6 +159,16 @@ export class Checkpointer {
     this.metrics.checkpointDuration.observe(durationMs / 1000);
     this.metrics.checkpointBytes.set(taken.bytes.length);
     this.metrics.checkpointPosition.set(taken.position);
+    this.logger.info(
+      {
+        checkpoint: taken.id,
+        position: taken.position,
+        bytes: taken.bytes.length,
+        ms: durationMs,
+        acked: taken.held.length,
+      },
+      'checkpoint completed',
+    );
     return true;
   }
 
