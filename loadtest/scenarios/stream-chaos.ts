@@ -794,7 +794,10 @@ export const streamChaos: Scenario = {
       );
       data['healthStalls'] = { victim: vicLag.stalls(), reference: refLag.stalls() };
       data['pipelineLog'] = { victim: vicLog.slice(0, 200), reference: refLog.slice(0, 200) };
-      const m = meaning(plan, kills, cmp, correct, fresh, ckpt.victim);
+      const m = meaning(plan, kills, cmp, correct, fresh, {
+        ...ckpt.reference,
+        sizes: [...refLag.sizes.entries()],
+      });
       md.push('### What it means', '', m, '');
       notes.push(m);
       notes.push(
@@ -905,7 +908,10 @@ export const streamChaos: Scenario = {
       };
       data['correct'] = correct;
       data['freshness'] = fresh;
-      data['checkpoints'] = ckpt;
+      data['checkpoints'] = {
+        ...ckpt,
+        sizesByPosition: { victim: [...vicLag.sizes.entries()], reference: [...refLag.sizes.entries()] },
+      };
       data['covered'] = { reference: refCovered, victim: vicCovered };
       data['lag'] = {
         victim: vicLag.points.map((p) => [rel(p.tMs), p.value, p.up ? 1 : 0]),
@@ -955,9 +961,10 @@ function meaning(
   cmp: OutputComparison,
   correct: boolean,
   fresh: { victimSteady: FreshnessSummary; victimRecovery: FreshnessSummary },
-  ck: { meanMs: number; size: { max: number } },
+  ck: { meanMs: number; size: { max: number }; sizes: [number, number][] },
 ): string {
   const parts: string[] = [];
+  const intervalS = plan.intervalMs / 1000;
   parts.push(
     correct
       ? `${kills.length} kill -9 of the pipeline process left its output exactly equal to the failure-free run's: ` +
@@ -965,35 +972,70 @@ function meaning(
       : `The victim's output is NOT the reference's: ${cmp.duplicates.length} duplicates, ${cmp.lost.length} lost, ` +
           `${cmp.extra.length} extra, ${cmp.mismatches.length} value mismatches.`,
   );
-  const withReplay = kills.filter((k) => k.replay);
-  if (withReplay.length)
+  // a kill whose process had completed a checkpoint of its own: the arithmetic applies as stated
+  const own = kills.filter(
+    (k) => k.replay && k.sinceCheckpointS !== undefined && k.sinceCheckpointS <= intervalS * 1.5,
+  );
+  const stale = kills.filter((k) => k.sinceCheckpointS !== undefined && k.sinceCheckpointS > intervalS * 1.5);
+  if (own.length)
     parts.push(
-      'Each restart re-processed what the killed process had done since its last checkpoint: ' +
-        withReplay
+      'Where the killed process had its own recent checkpoint, the replay was ' +
+        own
           .map(
             (k) =>
-              `${s1(k.replay!.sinceCheckpointS)} s × ${fmt(plan.rate)} ev/s ≈ ${fmt(Math.round(k.replay!.expected))} expected, ${fmt(k.replay!.measured)} measured`,
+              `${fmt(k.replay!.measured)} events for ${s1(k.replay!.sinceCheckpointS)} s since it (× ${fmt(plan.rate)} ev/s = ` +
+              `${fmt(Math.round(k.replay!.expected))}; at the ${fmt(k.processingRate && Math.round(k.processingRate))} ev/s it ` +
+              `was processing then: ${fmt(k.expectedAtProcessingRate && Math.round(k.expectedAtProcessingRate))})`,
           )
           .join('; ') +
-        `. The replay is bounded by interval × rate (${fmt((plan.intervalMs / 1000) * plan.rate)} here), so the ` +
-        'interval trades checkpoint cost against the work redone after a crash.',
+        ': the replay is (time since the checkpoint) × the rate the pipeline was processing at — the feed rate when ' +
+        `it keeps up — bounded by interval × rate (${fmt(intervalS * plan.rate)}) only while checkpoints complete within the interval.`,
+    );
+  if (stale.length)
+    parts.push(
+      `${stale.length} kill${stale.length > 1 ? 's' : ''} (${stale.map((k) => `#${k.n}`).join(', ')}) found no checkpoint ` +
+        `completed since the restart before it (${stale.map((k) => `${s1(k.sinceCheckpointS)} s`).join(', ')} since the ` +
+        `last one, interval ${intervalS} s): the restarted process, catching up at full speed, did not finish its first ` +
+        'checkpoint before the next kill, so every restart went back to the same checkpoint ' +
+        `(position ${fmt(stale[stale.length - 1]!.restore?.position)}) and the replay compounded ` +
+        `(\`_replayed_events_total\` ${stale.map((k) => fmt(k.replayedEventsTotal)).join(' → ')}). Crashes more often than ` +
+        '(restart + catch-up + one checkpoint) would commit no progress at all.',
     );
   const caught = kills.filter((k) => k.caughtUpAtMs !== undefined);
+  const last = kills[kills.length - 1];
   if (caught.length)
     parts.push(
       `From kill to caught up took ${caught.map((k) => s1((k.caughtUpAtMs! - k.killAtMs) / 1000)).join(', ')} s ` +
-        '(the supervisor’s backoff, the restart and restore, then the backlog of the downtime worked off at ' +
-        'capacity − rate).',
+        '(the supervisor’s backoff, the restart and restore, then the replay and the downtime’s backlog worked off ' +
+        'at capacity − rate).',
+    );
+  else if (last?.pipelineRecoveryS !== undefined)
+    parts.push(
+      `No restart caught up before the next kill; the last one caught up ${s1(last.pipelineRecoveryS)} s after its ` +
+        `process start (\`_recovery_seconds\`, ${fmt(last.replayedEventsTotal)} events replayed).`,
     );
   if (fresh.victimRecovery.count && fresh.victimSteady.count)
     parts.push(
-      `Freshness p95 was ${ms(fresh.victimSteady.p95)} ms in steady state and ${ms(fresh.victimRecovery.p95)} ms for ` +
-        'events that arrived during a recovery: a crash shows up as freshness, not as loss.',
+      `Freshness p95 was ${ms(fresh.victimSteady.p95)} ms outside the recoveries and ${ms(fresh.victimRecovery.p95)} ms for ` +
+        'events that arrived between a kill and its catch-up: a crash shows up as freshness, not as loss.',
     );
-  if (Number.isFinite(ck.meanMs))
+  if (Number.isFinite(ck.meanMs)) {
+    const sorted = [...ck.sizes].sort((a, b) => a[0] - b[0]);
+    const growth =
+      sorted.length >= 2
+        ? (sorted[sorted.length - 1]![1] - sorted[0]![1]) /
+          Math.max(1, sorted[sorted.length - 1]![0] - sorted[0]![0])
+        : undefined;
     parts.push(
-      `A checkpoint took ${ms(ck.meanMs)} ms on average (the pipeline pauses only for the snapshot) and its ` +
-        `state was at most ${fmt(Math.round(ck.size.max / 1024))} KiB.`,
+      `A checkpoint of the never-killed reference took ${ms(ck.meanMs)} ms on average against a ${intervalS} s interval, and the state it writes ` +
+        `(one JSON object, whole each time) reached ${fmt(Math.round(ck.size.max / 1024))} KiB` +
+        (growth !== undefined && growth > 0
+          ? `, growing about ${fmt(Math.round(growth))} bytes per input event (windows, histories and dedupe ids until ` +
+            'their TTLs): the checkpoint cost grows with the state, not with the interval'
+          : '') +
+        '. Serialising it blocks the event loop (the /health stalls above), which is where the freshness p95 of ' +
+        'the never-killed reference goes.',
     );
+  }
   return parts.join(' ');
 }
