@@ -291,6 +291,8 @@ interface KillRecord {
   sinceCheckpointS: number | undefined;
   checkpointPositionAtKill: number | undefined;
   heldAtKill: number | undefined;
+  /** messages the killed process received (its counts.received: started, including those in flight) */
+  receivedByProcess: number | undefined;
   /** checkpoint position + held acks: what the killed process had processed */
   processedAtKill: number | undefined;
   storedAtKill: number;
@@ -428,7 +430,15 @@ export const streamChaos: Scenario = {
           sinceCheckpointS: ck?.age_s == null ? undefined : ck.age_s + (killAtMs - getAt) / 1000,
           checkpointPositionAtKill: ck?.position ?? undefined,
           heldAtKill: ck?.held_acks,
-          processedAtKill: ck ? (ck.position ?? 0) + ck.held_acks : undefined,
+          // the larger of: the checkpoint's position + held acks (low while a checkpoint is being written: its
+          // acks are handed over before its position counts) and where this process started + what it received
+          processedAtKill: ck
+            ? Math.max(
+                (ck.position ?? 0) + ck.held_acks,
+                (kills[kills.length - 1]?.restore?.position ?? 0) + (h?.counts['received'] ?? 0),
+              )
+            : undefined,
+          receivedByProcess: h?.counts['received'],
           storedAtKill: stored,
           upSinceMs: victim.readies[victim.readies.length - 1]!.atMs,
         };
@@ -647,13 +657,18 @@ export const streamChaos: Scenario = {
           ]),
         ),
         '',
-        'Replayed = what the killed process had processed (its last checkpoint’s position + the acks it held) − the ' +
-          'position the new process restored: the events done twice. The arithmetic: the replay is the time since the ' +
+        'Replayed = what the killed process had processed (the larger of its last checkpoint’s position + the acks it ' +
+          'held, and its start position + the messages it received — the first is low while a checkpoint is being ' +
+          'written) − the position the new process restored: the events done twice. The arithmetic: the replay is the time since the ' +
           `last completed checkpoint × the rate (${fmt(plan.rate)} ev/s), at most interval × rate = ` +
           `${fmt((plan.intervalMs / 1000) * plan.rate)} — when the pipeline keeps up with the feed; a pipeline still behind ` +
           '(catching up after the previous kill) processes at its capacity instead, so the replay is also given at the ' +
           'processing rate measured over the seconds before the kill (slope of processed, /health every 0.5 s). ' +
           'A time since checkpoint above the interval means the process completed no checkpoint since its restart. ' +
+          'The pipeline’s `checkpoint.age_s` counts from a checkpoint’s completion (from its barrier for a restored ' +
+          'one), but its position is taken at the barrier: the replay also covers that checkpoint’s own duration, and ' +
+          'a checkpoint already under way at the kill (its held acks handed over, not yet covered) is replayed too — ' +
+          'so with checkpoints as long as the interval, measured exceeds (age × rate). ' +
           `\`_replayed_events_total\` counts every message up to the ` +
           'stream’s end at the restore, so it adds what was published while the process was down. Caught up = the ' +
           `unprocessed lag (stored − processed) below rate × 0.5 s = ${fmt(threshold)} on two samples 0.5 s apart; ` +
