@@ -10,6 +10,7 @@ import { registry } from './registry';
 import { runaway } from './runaway';
 import { slowConsumer } from './slow-consumer';
 import { stream } from './stream';
+import { streamChaos } from './stream-chaos';
 import { wsEcho } from './ws-echo';
 
 export const SCENARIOS: readonly Scenario[] = [
@@ -21,6 +22,7 @@ export const SCENARIOS: readonly Scenario[] = [
   hotSwap,
   registry,
   stream,
+  streamChaos,
 ];
 
 export function findScenario(name: string): Scenario | undefined {

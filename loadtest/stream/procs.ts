@@ -69,6 +69,8 @@ export async function startPipeline(
   label: string,
   configFile: string,
   timeoutMs = 90_000,
+  /** every stdout line of the supervisor and its pipeline processes (restarts, restores: the chaos bench) */
+  onLine?: (line: string) => void,
 ): Promise<PipelineHandle> {
   const args = ['stream', '--config', configFile];
   const c = spawnCli(repoRoot, args);
@@ -86,6 +88,7 @@ export async function startPipeline(
       const lines = lineBuf.split('\n');
       lineBuf = lines.pop() ?? '';
       for (const l of lines) {
+        onLine?.(l);
         if (!l.includes('"pipeline ready"') || !l.includes('stream-supervisor')) continue;
         try {
           const admin = (JSON.parse(l) as { admin?: number }).admin;
