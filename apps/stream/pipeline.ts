@@ -199,8 +199,7 @@ export class DeliveryPipeline {
     });
     await this.openConsumer();
     this.timers.push(setInterval(() => this.tick(), 1000).unref());
-    if (this.checkpointer)
-      this.timers.push(setInterval(() => void this.checkpoint(), this.config.checkpoint.intervalMs).unref());
+    if (this.checkpointer) this.scheduleCheckpoint();
     this.timers.push(setInterval(() => void this.refreshLag(), 1000).unref());
     this.state = 'running';
     this.metrics.up.set(1);
@@ -253,6 +252,18 @@ export class DeliveryPipeline {
       await this.resumeEpoch();
     }
     this.metrics.restoreDuration.set((this.clock() - began) / 1000);
+  }
+
+  /** The next checkpoint an interval after the last one ended: a slow one never starts the next at once. */
+  private scheduleCheckpoint(): void {
+    const timer = setTimeout(() => {
+      this.timers = this.timers.filter((t) => t !== timer);
+      void this.checkpoint().finally(() => {
+        if (this.state === 'running') this.scheduleCheckpoint();
+      });
+    }, this.config.checkpoint.intervalMs);
+    timer.unref();
+    this.timers.push(timer);
   }
 
   /** One checkpoint, in line with reloads (one barrier at a time). */
@@ -383,7 +394,7 @@ export class DeliveryPipeline {
   async stop(): Promise<void> {
     if (this.state === 'stopped') return;
     this.state = 'draining';
-    for (const t of this.timers) clearInterval(t);
+    for (const t of this.timers) clearTimeout(t);
     this.timers = [];
     await this.running?.stop().catch(() => undefined);
     // Drained: a last checkpoint acks everything, so the next start replays nothing.
