@@ -8,7 +8,6 @@
  * and value mismatches must all be 0.
  */
 import * as fs from 'node:fs';
-import * as os from 'node:os';
 import * as path from 'node:path';
 import { fmt, markdownTable } from '../report';
 import { errText } from '../scenario-kit';
@@ -19,8 +18,10 @@ import {
   deleteRunStreams,
   lastSeq,
   type NatsHandle,
+  natsUrl,
   type RunNames,
   runNames,
+  writeRunConfig,
 } from '../stream/broker';
 import {
   compareOutputs,
@@ -80,46 +81,32 @@ const QUICK: Plan = {
 
 const WORKLOAD = { seed: 31, disorderMs: 2_000, duplicateFraction: 0.02 };
 
-const natsUrl = (): string => process.env['STREAMINFER_TEST_NATS'] ?? 'nats://127.0.0.1:4222';
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, Math.max(0, ms)));
 
 /** The shipped deploy/pipeline.json with this run's names and the checkpoint settings. */
 function writeConfig(repoRoot: string, names: RunNames, bucket: string, plan: Plan): string {
-  const shipped = JSON.parse(
-    fs.readFileSync(path.join(repoRoot, 'deploy', 'pipeline.json'), 'utf8'),
-  ) as Record<string, Record<string, unknown>>;
-  const config = {
-    ...shipped,
-    nats: natsUrl(),
-    subjectRoot: names.tag,
-    streams: {
-      ...shipped['streams'],
-      events: names.events,
-      predictions: names.predictions,
-      side: names.side,
+  return writeRunConfig(
+    repoRoot,
+    names,
+    {
+      // one source partition: idleness (processing time) cannot make a replay's watermark differ
+      partitions: 1,
+      checkpoint: { enabled: true, intervalMs: plan.intervalMs, bucket },
+      // info: the pipeline logs "restored from checkpoint" with the restored position and the replay's end
+      logLevel: 'info',
+    },
+    {
       // Shorter than any replay: a replayed effect the pipeline published again would be stored again, so
       // "no duplicates" is the pipeline's read-back at work, not the broker's Msg-Id window.
-      duplicateWindowMs: 1000,
-    },
-    consumer: {
-      ...shipped['consumer'],
-      durable: names.durable,
+      streams: { duplicateWindowMs: 1000 },
       // acks are held until a checkpoint covers them: room for two intervals at the rate, and an ack wait
       // that outlasts three intervals (the config refuses less)
-      maxAckPending: Math.max(100_000, plan.rate * (plan.intervalMs / 1000) * 2),
-      ackWaitMs: Math.max(30_000, plan.intervalMs * 3),
+      consumer: {
+        maxAckPending: Math.max(100_000, plan.rate * (plan.intervalMs / 1000) * 2),
+        ackWaitMs: Math.max(30_000, plan.intervalMs * 3),
+      },
     },
-    // one source partition: idleness (processing time) cannot make a replay's watermark differ
-    partitions: 1,
-    checkpoint: { enabled: true, intervalMs: plan.intervalMs, bucket },
-    admin: { host: '127.0.0.1', port: 0 },
-    // info: the pipeline logs "restored from checkpoint" with the restored position and the replay's end
-    logLevel: 'info',
-  };
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-chaos-'));
-  const file = path.join(dir, 'pipeline.json');
-  fs.writeFileSync(file, JSON.stringify(config, null, 2));
-  return file;
+  );
 }
 
 /** A supervised pipeline and what its stdout said: every (re)start's pid and admin port, every restore. */

@@ -9,13 +9,19 @@
  * Freshness is measured from the broker's side: a first prediction's stored timestamp − its event_time.
  */
 import * as fs from 'node:fs';
-import * as os from 'node:os';
 import * as path from 'node:path';
 import { fmt, markdownTable } from '../report';
 import { errText, modelsDirWith, serverRecord } from '../scenario-kit';
 import type { ServerHandle } from '../server-process';
 import { lagOf, perSecondP95, receivedRate, recoveredAt, roundRate, settledAt } from '../stream/analysis';
-import { connectNats, deleteRunStreams, type NatsHandle, type RunNames, runNames } from '../stream/broker';
+import {
+  connectNats,
+  deleteRunStreams,
+  type NatsHandle,
+  natsUrl,
+  runNames,
+  writeRunConfig,
+} from '../stream/broker';
 import { FRESHNESS_TARGET_MS, measureRun, type Pipe, type RunMeasure } from '../stream/measure';
 import {
   brokerPid,
@@ -88,34 +94,6 @@ function planFor(ctx: ScenarioContext): Plan {
   return { ...base, steps, extraSteps: [] };
 }
 
-const natsUrl = (): string => process.env['STREAMINFER_TEST_NATS'] ?? 'nats://127.0.0.1:4222';
-
-/** The shipped deploy/pipeline.json with this run's own names, an ephemeral admin port and `over`. */
-function writeConfig(repoRoot: string, names: RunNames, over: Record<string, unknown>): string {
-  const shipped = JSON.parse(
-    fs.readFileSync(path.join(repoRoot, 'deploy', 'pipeline.json'), 'utf8'),
-  ) as Record<string, Record<string, unknown>>;
-  const config = {
-    ...shipped,
-    nats: natsUrl(),
-    subjectRoot: names.tag,
-    streams: {
-      ...shipped['streams'],
-      events: names.events,
-      predictions: names.predictions,
-      side: names.side,
-    },
-    consumer: { ...shipped['consumer'], durable: names.durable },
-    admin: { host: '127.0.0.1', port: 0 },
-    logLevel: 'warn',
-    ...over,
-  };
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-stream-'));
-  const file = path.join(dir, 'pipeline.json');
-  fs.writeFileSync(file, JSON.stringify(config, null, 2));
-  return file;
-}
-
 /** Start a pipeline on its own names, run `body`, always stop it, delete its streams and config. */
 async function withPipeline<T>(
   ctx: ScenarioContext,
@@ -127,7 +105,7 @@ async function withPipeline<T>(
   extraPids: number[] = [],
 ): Promise<{ value?: T; error?: string; record: NonNullable<RunRecord['server']> | undefined }> {
   const names = runNames(prefix);
-  const file = writeConfig(ctx.repoRoot, names, over);
+  const file = writeRunConfig(ctx.repoRoot, names, over);
   ctx.log(`${label}: starting pipeline (${names.tag})`);
   let pipe: Pipe | undefined;
   let sampler: ReturnType<typeof startSampler> | undefined;

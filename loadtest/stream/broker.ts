@@ -1,8 +1,11 @@
 /**
  * What the `stream` scenario reads from the broker: the predictions a run produced, with the broker's own
- * stored timestamps (freshness measured from the broker's side, not the pipeline's), and the cleanup of a
- * run's streams.
+ * stored timestamps (freshness measured from the broker's side, not the pipeline's), the cleanup of a
+ * run's streams, and a run's pipeline config.
  */
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
 import { DeliverPolicy } from '@nats-io/jetstream';
 import { connectNats, type NatsHandle } from '../../apps/stream';
 import type { FirstPrediction } from './analysis';
@@ -159,4 +162,42 @@ export async function readPredictions(
     out.unpredicted = unpredicted;
   }
   return out;
+}
+
+/** The broker the stream scenarios use: STREAMINFER_TEST_NATS or the machine's. */
+export const natsUrl = (): string => process.env['STREAMINFER_TEST_NATS'] ?? 'nats://127.0.0.1:4222';
+
+/**
+ * The shipped deploy/pipeline.json with a run's own names and an ephemeral admin port, then `over` (top-level
+ * settings) and `nested` (merged into `streams` and `consumer`), written to a temporary file.
+ */
+export function writeRunConfig(
+  repoRoot: string,
+  names: RunNames,
+  over: Record<string, unknown> = {},
+  nested: { streams?: Record<string, unknown>; consumer?: Record<string, unknown> } = {},
+): string {
+  const shipped = JSON.parse(
+    fs.readFileSync(path.join(repoRoot, 'deploy', 'pipeline.json'), 'utf8'),
+  ) as Record<string, Record<string, unknown>>;
+  const config = {
+    ...shipped,
+    nats: natsUrl(),
+    subjectRoot: names.tag,
+    streams: {
+      ...shipped['streams'],
+      events: names.events,
+      predictions: names.predictions,
+      side: names.side,
+      ...nested.streams,
+    },
+    consumer: { ...shipped['consumer'], durable: names.durable, ...nested.consumer },
+    admin: { host: '127.0.0.1', port: 0 },
+    logLevel: 'warn',
+    ...over,
+  };
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-stream-'));
+  const file = path.join(dir, 'pipeline.json');
+  fs.writeFileSync(file, JSON.stringify(config, null, 2));
+  return file;
 }

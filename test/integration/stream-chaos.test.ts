@@ -14,8 +14,16 @@ import { connectNats, keySubject, type NatsHandle } from '../../apps/stream';
 import { CheckpointStore } from '../../apps/stream/checkpoints';
 import type { Prediction } from '../../libs/stream';
 import { simulate } from '../../loadtest/simulator';
-import { runCli } from './harness';
-import { deleteStreams, NATS_URL, readStream, type StreamNames, uniqueNames, waitFor } from './stream-kit';
+import {
+  deleteStreams,
+  NATS_URL,
+  readStream,
+  type StreamCli,
+  type StreamNames,
+  startStreamCli,
+  uniqueNames,
+  waitFor,
+} from './stream-kit';
 
 let nats: NatsHandle;
 const created: StreamNames[] = [];
@@ -34,16 +42,7 @@ afterAll(async () => {
   await nats.close();
 });
 
-interface Running {
-  child: ChildProcess;
-  output: () => string;
-  readyPids: () => number[];
-  /** Admin port of the latest pipeline process. */
-  admin: () => number;
-  exited: Promise<number | null>;
-}
-
-function startStream(names: StreamNames, bucket: string, env: Record<string, string> = {}): Running {
+function startStream(names: StreamNames, bucket: string, env: Record<string, string> = {}): StreamCli {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'stream-chaos-'));
   const file = path.join(dir, 'pipeline.json');
   writeFileSync(
@@ -60,24 +59,9 @@ function startStream(names: StreamNames, bucket: string, env: Record<string, str
       admin: { port: 0 },
     }),
   );
-  const child = runCli(['stream', '--config', file], { STREAMINFER_TEST_HOOKS: '1', ...env });
-  children.push(child);
-  let output = '';
-  child.stdout!.on('data', (c: Buffer) => (output += c.toString()));
-  child.stderr!.on('data', (c: Buffer) => (output += c.toString()));
-  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-  const readyPids = () =>
-    output
-      .split('\n')
-      .filter((l) => l.includes('"pipeline ready"') && l.includes('stream-supervisor'))
-      .map((l) => (JSON.parse(l) as { pid: number }).pid);
-  const admin = () => {
-    const lines = output
-      .split('\n')
-      .filter((l) => l.includes('"pipeline ready"') && l.includes('stream-supervisor'));
-    return (JSON.parse(lines[lines.length - 1]!) as { admin: number }).admin;
-  };
-  return { child, output: () => output, readyPids, admin, exited };
+  const stream = startStreamCli(['--config', file], { STREAMINFER_TEST_HOOKS: '1', ...env });
+  children.push(stream.child);
+  return stream;
 }
 
 async function predictions(names: StreamNames): Promise<Array<Prediction & { msgId?: string }>> {
@@ -88,11 +72,14 @@ async function predictions(names: StreamNames): Promise<Array<Prediction & { msg
 }
 
 /** Every stored event processed and published: a completed checkpoint covers the last one. */
-async function caughtUp(run: Running, total: number): Promise<void> {
+async function caughtUp(run: StreamCli, total: number): Promise<void> {
   await waitFor(
     'a checkpoint covering every event',
     async () => {
-      const res = await fetch(`http://127.0.0.1:${run.admin()}/health`).catch(() => null);
+      const readies = run.readies();
+      const res = await fetch(`http://127.0.0.1:${readies[readies.length - 1]!.admin}/health`).catch(
+        () => null,
+      );
       if (!res || res.status !== 200) return false;
       const health = (await res.json()) as { checkpoint?: { position: number | null } };
       return (health.checkpoint?.position ?? 0) >= total;
@@ -125,7 +112,7 @@ describe('streaminfer stream with checkpoints, under kill -9', () => {
     const victim = startStream(chaos, chaosBucket, { STREAMINFER_TEST_CHECKPOINT_DELAY_MS: '400' });
     await waitFor(
       'both pipelines ready',
-      () => ref.readyPids().length === 1 && victim.readyPids().length === 1,
+      () => ref.readies().length === 1 && victim.readies().length === 1,
       60_000,
     );
 
@@ -143,8 +130,8 @@ describe('streaminfer stream with checkpoints, under kill -9', () => {
           ),
         );
       if (killAt.has(i + 500)) {
-        const pids = victim.readyPids();
-        const pid = pids[pids.length - 1]!;
+        const readies = victim.readies();
+        const pid = readies[readies.length - 1]!.pid;
         const count = (what: string) => victim.output().split(what).length;
         if (kills === 1) {
           // The second kill lands inside a checkpoint: after its object, before its pointer.
@@ -157,7 +144,7 @@ describe('streaminfer stream with checkpoints, under kill -9', () => {
         }
         process.kill(pid, 'SIGKILL');
         kills++;
-        await waitFor(`restart ${kills}`, () => victim.readyPids().length === kills + 1, 60_000);
+        await waitFor(`restart ${kills}`, () => victim.readies().length === kills + 1, 60_000);
       }
       await new Promise((resolve) => setTimeout(resolve, 300));
     }

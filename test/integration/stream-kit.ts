@@ -2,8 +2,10 @@
  * What the stream tests share: the broker address, unique stream names and subject roots per test (deleted
  * after), reading a stream back, waiting on a condition.
  */
+import type { ChildProcess } from 'node:child_process';
 import { type ConsumerMessages, DeliverPolicy } from '@nats-io/jetstream';
 import type { NatsHandle } from '../../apps/stream';
+import { runCli } from './harness';
 
 export const NATS_URL = process.env['STREAMINFER_TEST_NATS'] ?? 'nats://127.0.0.1:4222';
 
@@ -79,4 +81,46 @@ export async function waitFor(
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
+}
+
+/** `streaminfer stream` as a child process, and what its supervisor said. */
+export interface StreamCli {
+  child: ChildProcess;
+  output: () => string;
+  /** Every 'pipeline ready' so far: the pipeline process's pid and admin port, one per (re)start. */
+  readies: () => Array<{ admin: number; pid: number }>;
+  /** Resolves at the n-th 'pipeline ready' (1-based); rejects with the output if the command exits first. */
+  ready: (n?: number) => Promise<{ admin: number; pid: number }>;
+  exited: Promise<number | null>;
+}
+
+export function startStreamCli(args: string[], env: Record<string, string> = {}): StreamCli {
+  const child = runCli(['stream', ...args], env);
+  let output = '';
+  child.stdout!.on('data', (c: Buffer) => (output += c.toString()));
+  child.stderr!.on('data', (c: Buffer) => (output += c.toString()));
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  const readies = () =>
+    output
+      .split('\n')
+      .filter((l) => l.includes('"pipeline ready"') && l.includes('stream-supervisor'))
+      .map((l) => JSON.parse(l) as { admin: number; pid: number });
+  return {
+    child,
+    output: () => output,
+    readies,
+    exited,
+    ready: async (n = 1) => {
+      await waitFor(
+        `pipeline ready #${n}`,
+        () => readies().length >= n || child.exitCode !== null,
+        90_000,
+      ).catch((err: Error) => {
+        throw new Error(`${err.message}\n${output.slice(-3000)}`);
+      });
+      const r = readies()[n - 1];
+      if (!r) throw new Error(`stream exited (${child.exitCode}):\n${output.slice(-3000)}`);
+      return r;
+    },
+  };
 }

@@ -13,8 +13,17 @@ import { connectNats, keySubject, type NatsHandle } from '../../apps/stream';
 import { lintExposition } from '../../libs/metrics';
 import type { Prediction } from '../../libs/stream';
 import { ODD_VALUE_TEXTS, ODD_VALUES, Random } from './fuzz-kit';
-import { MODELS_DIR, modelsSubset, runCli, runCliToExit, type ServerHandle, startServer } from './harness';
-import { deleteStreams, NATS_URL, readStream, type StreamNames, uniqueNames, waitFor } from './stream-kit';
+import { MODELS_DIR, modelsSubset, runCliToExit, type ServerHandle, startServer } from './harness';
+import {
+  deleteStreams,
+  NATS_URL,
+  readStream,
+  type StreamCli,
+  type StreamNames,
+  startStreamCli,
+  uniqueNames,
+  waitFor,
+} from './stream-kit';
 
 const T0 = Date.UTC(2026, 10, 8, 10, 0, 0);
 const iso = (ms: number) => new Date(ms).toISOString().replace('.000Z', 'Z');
@@ -35,43 +44,10 @@ afterAll(async () => {
   await nats.close();
 });
 
-interface Running {
-  child: ChildProcess;
-  output: () => string;
-  /** Resolves with the admin port and pipeline pid at the n-th 'pipeline ready' (1-based). */
-  ready: (n?: number) => Promise<{ admin: number; pid: number }>;
-  exited: Promise<number | null>;
-}
-
-function startStream(args: string[]): Running {
-  const child = runCli(['stream', ...args]);
-  children.push(child);
-  let output = '';
-  child.stdout!.on('data', (c: Buffer) => (output += c.toString()));
-  child.stderr!.on('data', (c: Buffer) => (output += c.toString()));
-  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-  const readies = () =>
-    output
-      .split('\n')
-      .filter((l) => l.includes('"pipeline ready"') && l.includes('stream-supervisor'))
-      .map((l) => JSON.parse(l) as { admin: number; pid: number });
-  return {
-    child,
-    output: () => output,
-    exited,
-    ready: async (n = 1) => {
-      await waitFor(
-        `pipeline ready #${n}`,
-        () => readies().length >= n || child.exitCode !== null,
-        90_000,
-      ).catch((err: Error) => {
-        throw new Error(`${err.message}\n${output.slice(-3000)}`);
-      });
-      const r = readies()[n - 1];
-      if (!r) throw new Error(`stream exited (${child.exitCode}):\n${output.slice(-3000)}`);
-      return r;
-    },
-  };
+function startStream(args: string[]): StreamCli {
+  const stream = startStreamCli(args);
+  children.push(stream.child);
+  return stream;
 }
 
 function configFile(names: StreamNames, over: Record<string, unknown> = {}): string {
