@@ -29,51 +29,76 @@ export function compareTimers(a: Timer, b: Timer): number {
   );
 }
 
-export class TimerHeap {
-  private readonly items: Timer[] = [];
+/**
+ * A binary min-heap ordered by `less` (ties in any order: give a total order where pop order matters). The
+ * engine's timers and the simulator's event merge both run on it.
+ */
+export class MinHeap<T> {
+  private readonly items: T[] = [];
+
+  constructor(private readonly less: (x: T, y: T) => boolean) {}
 
   get size(): number {
     return this.items.length;
   }
 
-  peek(): Timer | undefined {
+  peek(): T | undefined {
     return this.items[0];
   }
 
-  push(timer: Timer): void {
+  push(value: T): void {
     const items = this.items;
-    items.push(timer);
+    items.push(value);
     let i = items.length - 1;
     while (i > 0) {
       const parent = (i - 1) >> 1;
-      if (compareTimers(items[parent]!, timer) <= 0) break;
+      if (!this.less(value, items[parent]!)) break;
       items[i] = items[parent]!;
       i = parent;
     }
-    items[i] = timer;
+    items[i] = value;
   }
 
-  pop(): Timer | undefined {
+  pop(): T | undefined {
     const items = this.items;
     const top = items[0];
     const last = items.pop();
     if (top === undefined || last === undefined || items.length === 0) return top;
-    let i = 0;
-    const n = items.length;
-    for (;;) {
-      const left = 2 * i + 1;
-      if (left >= n) break;
-      const right = left + 1;
-      const child = right < n && compareTimers(items[right]!, items[left]!) < 0 ? right : left;
-      if (compareTimers(items[child]!, last) >= 0) break;
-      items[i] = items[child]!;
-      i = child;
-    }
-    items[i] = last;
+    this.siftDown(last);
     return top;
+  }
+
+  /** pop() then push(value) in one sift (the top's key grew, or it is replaced): half the work of the two. */
+  replaceTop(value: T): void {
+    if (this.items.length === 0) this.items.push(value);
+    else this.siftDown(value);
   }
 
   clear(): void {
     this.items.length = 0;
+  }
+
+  /** Places `value` from the root down (the root's slot is free). */
+  private siftDown(value: T): void {
+    const items = this.items;
+    const n = items.length;
+    let i = 0;
+    for (;;) {
+      const left = 2 * i + 1;
+      if (left >= n) break;
+      const right = left + 1;
+      const child = right < n && this.less(items[right]!, items[left]!) ? right : left;
+      if (!this.less(items[child]!, value)) break;
+      items[i] = items[child]!;
+      i = child;
+    }
+    items[i] = value;
+  }
+}
+
+/** The engine's timers, in compareTimers order. */
+export class TimerHeap extends MinHeap<Timer> {
+  constructor() {
+    super((a, b) => compareTimers(a, b) < 0);
   }
 }

@@ -2,6 +2,7 @@
 export * from './delivery';
 export { createEventTimeEngine, END_OF_INPUT, type EventTimeEngine } from './engine';
 export { StreamEventError, StreamOptionError, StreamSnapshotError } from './errors';
+export { MinHeap } from './heap';
 export { MAX_WINDOWS_PER_EVENT, validateEngineOptions } from './options';
 export {
   type EngineSnapshot,

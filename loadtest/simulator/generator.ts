@@ -39,10 +39,10 @@ import {
   destinationPoint,
   formatIsoTime,
   haversineKm,
+  MinHeap,
   type StatusEvent,
   toWire,
 } from '../../libs/stream';
-import { MinHeap } from './heap';
 import { SimRng, subSeed } from './rng';
 
 export interface SimOptions {
