@@ -74,25 +74,50 @@ export function pathSpeedKmh(points: readonly GpsEvent[]): number {
 
 /** Stationary periods in sorted GPS points. */
 export function countStops(points: readonly GpsEvent[]): number {
+  return scanStops(points, points.length).stops;
+}
+
+/**
+ * The stop scan over the GPS points among the first `count` sorted events (others skipped, nothing
+ * allocated): from each anchor, the run of points within STOP_RADIUS_KM of it is a stop when it lasts
+ * STOP_MIN_MS, and the scan goes on after it (or from the next point when it is not). With `settledBefore`,
+ * only runs decided by points before that time are taken — the scan stops at the first anchor at or after
+ * it, or whose run could still grow — and `next` is where it stopped (the first point not taken).
+ */
+function scanStops(
+  events: readonly DeliveryEvent[],
+  count: number,
+  settledBefore = Number.POSITIVE_INFINITY,
+): { stops: number; next: number } {
+  const nextGps = (from: number): number => {
+    let k = from;
+    while (k < count && events[k]!.type !== 'gps') k++;
+    return k;
+  };
   let stops = 0;
-  let i = 0;
-  while (i < points.length) {
-    const anchor = points[i]!;
-    let j = i + 1;
-    while (
-      j < points.length &&
-      haversineKm(anchor.driver_lat, anchor.driver_lon, points[j]!.driver_lat, points[j]!.driver_lon) <=
-        STOP_RADIUS_KM
-    )
-      j++;
-    if (points[j - 1]!.eventTimeMs - anchor.eventTimeMs >= STOP_MIN_MS) {
+  let i = nextGps(0);
+  while (i < count && events[i]!.eventTimeMs < settledBefore) {
+    const anchor = events[i] as GpsEvent;
+    let lastIn = i;
+    let j = nextGps(i + 1);
+    while (j < count) {
+      const p = events[j] as GpsEvent;
+      if (haversineKm(anchor.driver_lat, anchor.driver_lon, p.driver_lat, p.driver_lon) > STOP_RADIUS_KM)
+        break;
+      lastIn = j;
+      j = nextGps(j + 1);
+    }
+    // The run ends at point j: when that point is not settled yet (or there is none), its outcome is open.
+    if (settledBefore !== Number.POSITIVE_INFINITY && (j >= count || events[j]!.eventTimeMs >= settledBefore))
+      break;
+    if (events[lastIn]!.eventTimeMs - anchor.eventTimeMs >= STOP_MIN_MS) {
       stops++;
       i = j;
     } else {
-      i++;
+      i = nextGps(i + 1);
     }
   }
-  return stops;
+  return { stops, next: i };
 }
 
 /** The features at time t, or what is still missing. */
@@ -181,41 +206,11 @@ export function computeFeaturesSorted(
     features: {
       speed_5m_kmh: speed,
       distance_remaining_km: haversineKm(last.driver_lat, last.driver_lon, d.dest_lat, d.dest_lon),
-      stops: (folded?.stops ?? 0) + countStopsIn(sorted, count),
+      stops: (folded?.stops ?? 0) + scanStops(sorted, count).stops,
       traffic_alerts_10m: alerts,
       minutes_to_promised: (promised - t) / 60_000,
     },
   };
-}
-
-/** countStops over the GPS points among the first `count` events, without collecting them. */
-function countStopsIn(sorted: readonly DeliveryEvent[], count: number): number {
-  const nextGps = (from: number): number => {
-    let k = from;
-    while (k < count && sorted[k]!.type !== 'gps') k++;
-    return k;
-  };
-  let stops = 0;
-  let i = nextGps(0);
-  while (i < count) {
-    const anchor = sorted[i] as GpsEvent;
-    let lastIn = i;
-    let j = nextGps(i + 1);
-    while (j < count) {
-      const p = sorted[j] as GpsEvent;
-      if (haversineKm(anchor.driver_lat, anchor.driver_lon, p.driver_lat, p.driver_lon) > STOP_RADIUS_KM)
-        break;
-      lastIn = j;
-      j = nextGps(j + 1);
-    }
-    if (sorted[lastIn]!.eventTimeMs - anchor.eventTimeMs >= STOP_MIN_MS) {
-      stops++;
-      i = j;
-    } else {
-      i = nextGps(i + 1);
-    }
-  }
-  return stops;
 }
 
 /**
@@ -233,31 +228,17 @@ export function foldHistory(
 ): DeliveryEvent[] {
   const gpsBefore = finalBefore - SPEED_WINDOW_MS;
   const trafficBefore = finalBefore - TRAFFIC_WINDOW_MS;
-  const gps: GpsEvent[] = [];
-  for (const e of sorted) if (e.type === 'gps') gps.push(e);
-  let m = 0;
-  while (m < gps.length && gps[m]!.eventTimeMs < gpsBefore) m++;
-  // countStops, run only as far as its decisions rest on folded points alone.
-  let i = 0;
-  while (i < m) {
-    const anchor = gps[i]!;
-    let j = i + 1;
-    while (
-      j < gps.length &&
-      haversineKm(anchor.driver_lat, anchor.driver_lon, gps[j]!.driver_lat, gps[j]!.driver_lon) <=
-        STOP_RADIUS_KM
-    )
-      j++;
-    if (j >= m) break;
-    if (gps[j - 1]!.eventTimeMs - anchor.eventTimeMs >= STOP_MIN_MS) {
-      folded.stops++;
-      i = j;
-    } else {
-      i++;
+  // The stop scan, only as far as its decisions rest on points before the GPS fold line.
+  const { stops, next } = scanStops(sorted, sorted.length, gpsBefore);
+  folded.stops += stops;
+  for (let k = next - 1; k >= 0; k--) {
+    const e = sorted[k]!;
+    if (e.type === 'gps') {
+      folded.lastGps = e;
+      break;
     }
   }
-  if (i > 0) folded.lastGps = gps[i - 1];
-  const firstKeptGps = i < gps.length ? gps[i]! : undefined;
+  const firstKeptGps = next < sorted.length ? (sorted[next] as GpsEvent) : undefined;
   const kept: DeliveryEvent[] = [];
   for (const e of sorted) {
     if (e.type === 'status') {
