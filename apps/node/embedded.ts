@@ -6,7 +6,7 @@
  * calls are batched by the workers across callers. Its answer settles a promise: the first output as float32
  * values, or a ProtocolError with the protocol's code (overloaded, unknown_version, unavailable, ...).
  */
-import { existsSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import * as path from 'node:path';
 import type { Logger } from 'pino';
@@ -391,7 +391,8 @@ function resolveOptions(options: EmbeddedNodeOptions): NodeStartOptions {
   if (typeof options.modelsDir !== 'string' || options.modelsDir.length === 0)
     bad('modelsDir must name a directory');
   const modelsDir = path.resolve(options.modelsDir);
-  if (!existsSync(modelsDir)) bad(`models directory ${modelsDir} does not exist`);
+  if (!existsSync(modelsDir) || !statSync(modelsDir).isDirectory())
+    bad(`modelsDir ${modelsDir} is not a directory`);
   const integer = (
     name: string,
     value: number | undefined,

@@ -5,9 +5,7 @@
  * retried here with capped exponential backoff and jitter; anything else, or retries exhausted, rejects with
  * the protocol's ProtocolError and the pipeline naks the event.
  */
-import { existsSync, statSync } from 'node:fs';
 import type { Logger } from 'pino';
-import { parseDeviceEntry } from '../../libs/config';
 import type { ErrorCode } from '../../libs/protocol';
 import { ProtocolError } from '../../libs/protocol';
 import type { BatchStats } from '../node/embedded';
@@ -177,7 +175,7 @@ function closedError(): ProtocolError {
  */
 export async function createEmbeddedBackend(options: EmbeddedBackendOptions): Promise<EmbeddedBackend> {
   const checked = checkOptions(options);
-  const node = EmbeddedNode.start({
+  const node = startNode({
     modelsDir: options.modelsDir,
     ...(options.workers !== undefined ? { workers: options.workers } : {}),
     ...(options.device !== undefined ? { device: options.device } : {}),
@@ -197,14 +195,23 @@ export async function createEmbeddedBackend(options: EmbeddedBackendOptions): Pr
   return backend;
 }
 
+/** The headless node; its own option checks (models directory, workers, device, limits) are the ones used. */
+function startNode(options: Parameters<typeof EmbeddedNode.start>[0]): EmbeddedNode {
+  try {
+    return EmbeddedNode.start(options);
+  } catch (error) {
+    if (error instanceof ProtocolError && error.code === 'bad_request')
+      throw new StreamIoError('invalid_options', error.message);
+    throw error;
+  }
+}
+
+/** What only the backend reads: pins, retries, the close drain (the node checks the rest when it starts). */
 function checkOptions(options: EmbeddedBackendOptions): { retry: ResolvedRetry; closeDrainMs: number } {
   const invalid = (message: string): never => {
     throw new StreamIoError('invalid_options', `embedded inference: ${message}`);
   };
   if (typeof options !== 'object' || options === null) invalid('options must be an object');
-  const dir = options.modelsDir;
-  if (typeof dir !== 'string' || dir.length === 0) invalid('modelsDir must name a directory');
-  if (!existsSync(dir) || !statSync(dir).isDirectory()) invalid(`modelsDir ${dir} is not a directory`);
   const integer = (
     name: string,
     value: number | undefined,
@@ -217,16 +224,6 @@ function checkOptions(options: EmbeddedBackendOptions): { retry: ResolvedRetry; 
       invalid(`${name} must be an integer from ${min} to ${max} (got ${String(value)})`);
     return value;
   };
-  integer('workers', options.workers, 1, 1, 64);
-  integer('intraOpThreads', options.intraOpThreads, 1, 1, 256);
-  integer('maxInflight', options.maxInflight, 4096, 1, 1_000_000);
-  integer('maxModelQueue', options.maxModelQueue, 4096, 1, 1_000_000);
-  integer('requestTimeoutMs', options.requestTimeoutMs, 30_000, 1, 3_600_000);
-  if (
-    options.device !== undefined &&
-    (typeof options.device !== 'string' || !parseDeviceEntry(options.device))
-  )
-    invalid(`device must be cpu, auto or cuda:N (got ${String(options.device)})`);
   for (const pin of options.pins ?? []) {
     if (
       typeof pin?.model !== 'string' ||

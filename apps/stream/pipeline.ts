@@ -112,6 +112,8 @@ export class DeliveryPipeline {
   private nats: NatsHandle | undefined;
   private source: JetStreamSource | undefined;
   private sink: JetStreamSink | undefined;
+  /** The epoch transitions on `<root>.delivery.epochs` (made at start, with the sink). */
+  private epochs: EpochLog | undefined;
   private running: RunningPipeline | undefined;
   private pin: ModelPin;
   private epoch = 0;
@@ -186,17 +188,19 @@ export class DeliveryPipeline {
     const nats = await connectNats({ servers: this.config.nats, name: 'streaminfer-stream' });
     this.nats = nats;
     await provisionStreams(nats.jsm, [this.layout.events, this.layout.predictions, this.layout.side]);
-    if (this.config.checkpoint.enabled) await this.restore(nats);
-    else {
-      await this.backend.prepare(this.pin);
-      await this.resumeEpoch();
-    }
-    this.sink = new JetStreamSink(nats.js, {
+    const sink = new JetStreamSink(nats.js, {
       onPublishFailure: (effect, attempt, err) => {
         this.metrics.sinkFailures.inc();
         this.logger.warn({ subject: effect.subject, attempt, err: String(err) }, 'publish failed; retrying');
       },
     });
+    this.sink = sink;
+    this.epochs = new EpochLog(nats.jsm, sink, this.layout, this.clock);
+    if (this.config.checkpoint.enabled) await this.restore(nats);
+    else {
+      await this.backend.prepare(this.pin);
+      await this.resumeEpoch();
+    }
     await this.openConsumer();
     this.timers.push(setInterval(() => this.tick(), 1000).unref());
     if (this.checkpointer) this.scheduleCheckpoint();
@@ -667,17 +671,12 @@ export class DeliveryPipeline {
   }
 
   private lastEpochRecord(): Promise<EpochRecord | null> {
-    return this.epochLog().last();
+    return this.epochs!.last();
   }
 
   private async recordEpoch(epoch: number, previous: EpochRecord | null, reason: string): Promise<void> {
-    await this.epochLog().record(epoch, this.pin, previous, reason);
+    await this.epochs!.record(epoch, this.pin, previous, reason);
     this.epoch = epoch;
-  }
-
-  private epochLog(): EpochLog {
-    const nats = this.nats!;
-    return new EpochLog(nats.jsm, this.sink ?? new JetStreamSink(nats.js), this.layout, this.clock);
   }
 
   private async reloadNow(
