@@ -7,9 +7,6 @@
  * none lost, none duplicated, the same risk for each.
  */
 import type { ChildProcess } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { connectNats, keySubject, type NatsHandle } from '../../apps/stream';
 import { CheckpointStore } from '../../apps/stream/checkpoints';
 import type { Prediction } from '../../libs/stream';
@@ -23,6 +20,7 @@ import {
   startStreamCli,
   uniqueNames,
   waitFor,
+  writeStreamConfig,
 } from './stream-kit';
 
 let nats: NatsHandle;
@@ -43,21 +41,15 @@ afterAll(async () => {
 });
 
 function startStream(names: StreamNames, bucket: string, env: Record<string, string> = {}): StreamCli {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'stream-chaos-'));
-  const file = path.join(dir, 'pipeline.json');
-  writeFileSync(
-    file,
-    JSON.stringify({
-      nats: NATS_URL,
-      subjectRoot: names.tag,
-      streams: { events: names.events, predictions: names.predictions, side: names.side },
-      consumer: { durable: `${names.tag}_pipeline`, maxAckPending: 20_000, ackWaitMs: 6_000, batchSize: 256 },
+  const file = writeStreamConfig(
+    names,
+    { maxAckPending: 20_000, ackWaitMs: 6_000, batchSize: 256 },
+    {
       concurrency: 512,
       // One source partition: idleness (processing time) cannot make a replay's watermark differ.
       partitions: 1,
       checkpoint: { enabled: true, intervalMs: 1_000, bucket },
-      admin: { port: 0 },
-    }),
+    },
   );
   const stream = startStreamCli(['--config', file], { STREAMINFER_TEST_HOOKS: '1', ...env });
   children.push(stream.child);

@@ -3,6 +3,9 @@
  * after), reading a stream back, waiting on a condition.
  */
 import type { ChildProcess } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { type ConsumerMessages, DeliverPolicy } from '@nats-io/jetstream';
 import type { NatsHandle } from '../../apps/stream';
 import { runCli } from './harness';
@@ -123,4 +126,28 @@ export function startStreamCli(args: string[], env: Record<string, string> = {})
       return r;
     },
   };
+}
+
+/**
+ * A pipeline config file on a test's own streams, subject root and durable (`<tag>_pipeline`), admin port 0;
+ * `consumer` is merged into the consumer settings, `over` replaces top-level ones.
+ */
+export function writeStreamConfig(
+  names: StreamNames,
+  consumer: Record<string, unknown>,
+  over: Record<string, unknown> = {},
+): string {
+  const file = path.join(mkdtempSync(path.join(os.tmpdir(), 'stream-config-')), 'pipeline.json');
+  writeFileSync(
+    file,
+    JSON.stringify({
+      nats: NATS_URL,
+      subjectRoot: names.tag,
+      streams: { events: names.events, predictions: names.predictions, side: names.side },
+      consumer: { durable: `${names.tag}_pipeline`, ...consumer },
+      admin: { port: 0 },
+      ...over,
+    }),
+  );
+  return file;
 }

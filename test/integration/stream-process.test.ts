@@ -6,8 +6,7 @@
  */
 import type { ChildProcess } from 'node:child_process';
 import { execFileSync } from 'node:child_process';
-import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { cpSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { connectNats, keySubject, type NatsHandle } from '../../apps/stream';
 import { lintExposition } from '../../libs/metrics';
@@ -23,6 +22,7 @@ import {
   startStreamCli,
   uniqueNames,
   waitFor,
+  writeStreamConfig,
 } from './stream-kit';
 
 const T0 = Date.UTC(2026, 10, 8, 10, 0, 0);
@@ -51,22 +51,11 @@ function startStream(args: string[]): StreamCli {
 }
 
 function configFile(names: StreamNames, over: Record<string, unknown> = {}): string {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'stream-config-'));
-  const file = path.join(dir, 'pipeline.json');
-  writeFileSync(
-    file,
-    JSON.stringify({
-      nats: NATS_URL,
-      subjectRoot: names.tag,
-      streams: { events: names.events, predictions: names.predictions, side: names.side },
-      consumer: { durable: `${names.tag}_pipeline`, maxAckPending: 512, ackWaitMs: 5_000, batchSize: 64 },
-      concurrency: 256,
-      admin: { port: 0 },
-      logLevel: 'info',
-      ...over,
-    }),
+  return writeStreamConfig(
+    names,
+    { maxAckPending: 512, ackWaitMs: 5_000, batchSize: 64 },
+    { concurrency: 256, logLevel: 'info', ...over },
   );
-  return file;
 }
 
 /** The delivery workload of these tests: one pickup and GPS points every 5 s, driving north. */
