@@ -137,7 +137,7 @@ export class Checkpointer {
   /** Writes a taken checkpoint; on success acks what it covers, on failure keeps holding it for the next. */
   async persist(taken: Taken): Promise<boolean> {
     try {
-      await this.store.saveEncoded(taken.id, taken.position, taken.bytes);
+      await this.store.save(taken.id, taken.position, taken.bytes);
     } catch (err) {
       this.held = taken.held.concat(this.held);
       this.metrics.checkpointFailures.inc();

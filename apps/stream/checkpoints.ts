@@ -48,7 +48,6 @@ interface Pointer {
   createdAt: string;
 }
 
-const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
 export class CheckpointStore {
@@ -93,15 +92,8 @@ export class CheckpointStore {
     return checkpoint;
   }
 
-  /** Writes the object, then moves the pointer; returns the bytes written. */
-  async save(checkpoint: Checkpoint): Promise<number> {
-    const bytes = encoder.encode(JSON.stringify(checkpoint));
-    await this.saveEncoded(checkpoint.id, checkpoint.position, bytes);
-    return bytes.length;
-  }
-
-  /** save() for a checkpoint already serialised (the pipeline serialises it at its barrier). */
-  async saveEncoded(id: number, position: number, bytes: Uint8Array): Promise<void> {
+  /** Writes a serialised checkpoint (the pipeline serialises it at its barrier), then moves the pointer. */
+  async save(id: number, position: number, bytes: Uint8Array): Promise<void> {
     const object = `${this.key}.${id}`;
     await this.objects.putBlob({ name: object }, bytes);
     await testDelay();

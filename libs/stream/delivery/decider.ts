@@ -26,7 +26,6 @@ import {
   byTime,
   computeFeaturesSorted,
   emptyFold,
-  type FeatureResult,
   type FoldedHistory,
   featureVector,
   foldHistory,
@@ -334,13 +333,6 @@ export class DeliveryDecider {
       revisable: this.revisable,
       approxBytes: engine.approxBytes + this.historyEvents * HISTORY_EVENT_BYTES + this.revisable * 160,
     };
-  }
-
-  /** Features of a delivery at time t from its history (what a decision at t would use). */
-  featuresAt(deliveryId: string, t: number): FeatureResult | undefined {
-    const state = this.deliveries.get(deliveryId);
-    if (!state) return undefined;
-    return computeFeaturesSorted(state.events, upperBound(state.events, t), t, state.folded);
   }
 
   private accept(event: DeliveryEvent, result: DecideResult): void {
