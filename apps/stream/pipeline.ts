@@ -78,6 +78,9 @@ interface Unsettled {
   effects?: Effect[];
   /** Event times of the first predictions in `effects` (freshness is observed at their PubAck). */
   firstTimes: number[];
+  /** Of its effects: corrections and alerts (the rest are first predictions, one per firstTimes). */
+  revisions: number;
+  alerts: number;
   /** Its effects were counted in the metrics (at their first PubAck). */
   counted?: boolean;
 }
@@ -506,7 +509,7 @@ export class DeliveryPipeline {
         break;
       default:
         this.metrics.events.inc({ type: fresh.event!.type });
-        entry = { result: fresh, firstTimes: [] };
+        entry = { result: fresh, firstTimes: [], revisions: 0, alerts: 0 };
         this.unsettled.set(message.streamSeq, entry);
     }
     const result = entry.result;
@@ -572,9 +575,23 @@ export class DeliveryPipeline {
     epoch: number,
     entry: Unsettled,
   ): Effect[] {
-    for (const d of decisions) if (d.revision === 0) entry.firstTimes.push(d.eventTimeMs);
+    for (const d of decisions) {
+      if (d.revision === 0) entry.firstTimes.push(d.eventTimeMs);
+      else entry.revisions++;
+    }
     const publishedAt = new Date(this.clock()).toISOString();
-    return decisionEffects(decisions, risks, pin, epoch, this.decider, this.layout.subjects, publishedAt);
+    const effects = decisionEffects(
+      decisions,
+      risks,
+      pin,
+      epoch,
+      this.decider,
+      this.layout.subjects,
+      publishedAt,
+    );
+    // One prediction per decision; the others are alerts.
+    entry.alerts = effects.length - decisions.length;
+    return effects;
   }
 
   private countWindows(firings: readonly WindowFiring[]): void {
@@ -590,17 +607,13 @@ export class DeliveryPipeline {
     entry.counted = true;
     const now = this.clock();
     for (const t of entry.firstTimes) this.metrics.observeFreshness(Math.max(0, now - t) / 1000);
-    for (const effect of entry.effects) {
-      if (effect.msgId.startsWith('alert:')) {
-        this.counts.alerts++;
-        this.metrics.alerts.inc();
-      } else if (effect.subject.startsWith(`${this.layout.subjects.predictionsPrefix}.`)) {
-        const revision = effect.msgId.endsWith(':0') ? 'first' : 'revision';
-        if (revision === 'first') this.counts.predictions++;
-        else this.counts.revisions++;
-        this.metrics.predictions.inc({ kind: revision });
-      }
-    }
+    const firsts = entry.firstTimes.length;
+    this.counts.predictions += firsts;
+    this.counts.revisions += entry.revisions;
+    this.counts.alerts += entry.alerts;
+    if (firsts > 0) this.metrics.predictions.inc({ kind: 'first' }, firsts);
+    if (entry.revisions > 0) this.metrics.predictions.inc({ kind: 'revision' }, entry.revisions);
+    if (entry.alerts > 0) this.metrics.alerts.inc(entry.alerts);
   }
 
   private onError(err: unknown, message: SourceMessage): void {
