@@ -374,8 +374,7 @@ export class EmbeddedNode {
   ): void {
     if (ringOwnerId !== undefined) {
       responses.forceReleaseLocks(ringOwnerId);
-      for (const slot of this.table.slots)
-        for (const ring of slot?.rings ?? []) ring.forceReleaseLocks(ringOwnerId);
+      this.table.forceReleaseLocks(ringOwnerId);
     }
     const failed = this.answers.failClaimedBy(workerIndex, claimed);
     this.logger.warn({ worker: workerIndex, failed }, 'answered the calls of a dead worker');

@@ -64,8 +64,7 @@ class NodeProcess {
         if (ringOwnerId !== undefined) {
           // A thread that died inside reserve/claim would hold that ring's lock forever.
           responseRing.forceReleaseLocks(ringOwnerId);
-          for (const slot of this.table?.slots ?? [])
-            for (const ring of slot?.rings ?? []) ring.forceReleaseLocks(ringOwnerId);
+          this.table?.forceReleaseLocks(ringOwnerId);
         }
         const failed = gateway.answers.failClaimedBy(workerIndex, claimed);
         this.logger.warn({ worker: workerIndex, failed }, 'answered the requests of a dead worker');

@@ -98,6 +98,11 @@ export class ModelTable {
     return slot;
   }
 
+  /** A thread that died inside reserve/claim would hold its rings' locks forever: release them. */
+  forceReleaseLocks(ringOwnerId: number): void {
+    for (const slot of this.slots) for (const ring of slot?.rings ?? []) ring.forceReleaseLocks(ringOwnerId);
+  }
+
   private freeSlot(slot: Slot): void {
     if (this.slots[slot.index] !== slot) return;
     this.slots[slot.index] = undefined;
