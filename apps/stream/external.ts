@@ -479,15 +479,7 @@ class ExternalInferenceBackend implements ExternalBackend {
    */
   private retry(call: Call, reason: string, cause: Error, retryAfterMs?: number, paced = false): void {
     this.detach(call);
-    if (call.attempts >= this.settings.maxAttempts) {
-      this.settle(
-        call,
-        new ExternalInferenceError(
-          'retries_exhausted',
-          `no answer after ${call.attempts} attempts (last: ${cause.message})`,
-          { cause, serverCode: cause instanceof ExternalInferenceError ? cause.serverCode : undefined },
-        ),
-      );
+    if (this.settleIfExhausted(call, cause)) {
       this.pump();
       return;
     }
@@ -576,6 +568,23 @@ class ExternalInferenceBackend implements ExternalBackend {
     });
   }
 
+  /** A call out of attempts is settled `retries_exhausted` (with the last cause); says whether it was. */
+  private settleIfExhausted(call: Call, cause: Error): boolean {
+    if (call.attempts < this.settings.maxAttempts) return false;
+    this.settle(
+      call,
+      new ExternalInferenceError(
+        'retries_exhausted',
+        `no answer after ${call.attempts} attempts (last: ${cause.message})`,
+        {
+          cause,
+          serverCode: cause instanceof ExternalInferenceError ? cause.serverCode : undefined,
+        },
+      ),
+    );
+    return true;
+  }
+
   /** The calls in flight on a dropped connection go out again (each drop counts as an attempt). */
   private onDrop(conn: Conn): void {
     const lost = [...conn.sent];
@@ -585,17 +594,7 @@ class ExternalInferenceBackend implements ExternalBackend {
     );
     for (const call of lost) {
       this.detach(call);
-      if (call.attempts >= this.settings.maxAttempts) {
-        this.settle(
-          call,
-          new ExternalInferenceError(
-            'retries_exhausted',
-            `no answer after ${call.attempts} attempts (last: ${cause.message})`,
-            { cause },
-          ),
-        );
-        continue;
-      }
+      if (this.settleIfExhausted(call, cause)) continue;
       this.stats.resent++;
       this.ready.push(call);
     }
