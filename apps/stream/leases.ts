@@ -207,11 +207,14 @@ export class PartitionLeases {
     if (this.stopped) return;
     this.stopped = true;
     this.clearTimers();
-    await this.assigning;
     const handlers = this.handlers;
+    if (!handlers) return; // never started: nothing written
+    await this.assigning;
     // Heartbeat first: survivors that see a lease go should already count one instance fewer.
     await this.kv.delete(this.heartbeatKey()).catch((err: unknown) => this.warn('heartbeat delete', err));
     const leases = [...this.leases.values()];
+    // A fence seen from now on only flags the lease: its one release is the 'stop' below.
+    for (const lease of leases) lease.state = 'releasing';
     // Renewals go on while the handlers drain: a slow release must not let the lease expire under it.
     const keepAlive = setInterval(() => {
       for (const lease of this.leases.values()) void this.renew(lease);
@@ -219,7 +222,7 @@ export class PartitionLeases {
     try {
       await Promise.all(
         leases.map(async (lease) => {
-          if (handlers && !lease.lost) await this.callRelease(handlers, lease.partition, 'stop');
+          await this.callRelease(handlers, lease.partition, lease.lost ? 'lost' : 'stop');
           await this.dropLease(lease);
         }),
       );
@@ -375,6 +378,7 @@ export class PartitionLeases {
       this.watcher = iter;
       const leasePrefix = `${this.options.group}.p.`;
       const instancePrefix = `${this.options.group}.i.`;
+      // If the watch ends (connection closed) the ticks still run every pass, only later.
       for await (const entry of iter) this.onWatch(entry, leasePrefix, instancePrefix);
     } catch (err) {
       if (!this.stopped) this.warn('watch', err);
@@ -478,7 +482,7 @@ export class PartitionLeases {
       this.emit({
         kind: 'released',
         partition: lease.partition,
-        reason: this.stopped ? 'stop' : wasLost ? 'lost' : 'rebalance',
+        reason: wasLost ? 'lost' : this.stopped ? 'stop' : 'rebalance',
         owned: this.owned(),
       });
   }
