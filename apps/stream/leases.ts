@@ -209,17 +209,18 @@ export class PartitionLeases {
     this.clearTimers();
     const handlers = this.handlers;
     if (!handlers) return; // never started: nothing written
-    await this.assigning;
-    // Heartbeat first: survivors that see a lease go should already count one instance fewer.
-    await this.kv.delete(this.heartbeatKey()).catch((err: unknown) => this.warn('heartbeat delete', err));
-    const leases = [...this.leases.values()];
-    // A fence seen from now on only flags the lease: its one release is the 'stop' below.
-    for (const lease of leases) lease.state = 'releasing';
-    // Renewals go on while the handlers drain: a slow release must not let the lease expire under it.
+    // Renewals go on while a pass in progress finishes and while the handlers drain: a slow acquire or
+    // release must not let a lease expire under it.
     const keepAlive = setInterval(() => {
       for (const lease of this.leases.values()) void this.renew(lease);
     }, this.renewEveryMs);
     try {
+      await this.assigning;
+      // Heartbeat first: survivors that see a lease go should already count one instance fewer.
+      await this.kv.delete(this.heartbeatKey()).catch((err: unknown) => this.warn('heartbeat delete', err));
+      const leases = [...this.leases.values()];
+      // A fence seen from now on only flags the lease: its one release is the one below.
+      for (const lease of leases) lease.state = 'releasing';
       await Promise.all(
         leases.map(async (lease) => {
           await this.callRelease(handlers, lease.partition, lease.lost ? 'lost' : 'stop');

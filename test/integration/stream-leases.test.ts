@@ -249,7 +249,7 @@ test('fencing: a lease overwritten from outside is released as lost within one r
     ttlMs,
   );
   const lostMs = Date.now() - fencedAt;
-  expect(lostMs).toBeLessThan(ttlMs / 3 + 400);
+  expect(lostMs).toBeLessThan(ttlMs / 3 + 600);
   expect(a.holds(1)).toBe(false);
   expect(a.owned()).toEqual([0]);
   expect(a.holds(0)).toBe(true);
@@ -293,9 +293,9 @@ test('NATS gone: renewals keep failing, and the partitions are released as lost 
     2 * ttlMs,
   );
   const lostAt = Math.max(...timeline.events.filter((e) => e.reason === 'lost').map((e) => e.at));
-  // holds() turned false at renewedAt + ttl; the release follows within one tick.
+  // holds() turned false at renewedAt + ttl; the release follows within one tick (slack for a loaded CI box).
   expect(lostAt).toBeGreaterThanOrEqual(renewedAt + ttlMs);
-  expect(lostAt - cutAt).toBeLessThan(ttlMs + ttlMs / 3 + 300);
+  expect(lostAt - cutAt).toBeLessThan(ttlMs + ttlMs / 3 + 800);
   expect(x.owned()).toEqual([]);
   expect(x.holds(0) || x.holds(1)).toBe(false);
   await expect(x.stop()).resolves.toBeUndefined();
