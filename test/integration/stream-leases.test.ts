@@ -50,7 +50,7 @@ class Timeline {
   readonly events: Event[] = [];
   readonly violations: string[] = [];
   private readonly holder = new Map<number, string>();
-  /** How long an instance's acquire handler takes (default 30 ms). */
+  /** How long an instance's next acquire handler takes (then 30 ms again). */
   readonly acquireMs = new Map<string, number>();
 
   handlers(instance: string) {
@@ -62,7 +62,9 @@ class Timeline {
         this.holder.set(partition, instance);
         this.events.push({ at: Date.now(), instance, partition, kind: 'acquire' });
         // Like restoring a checkpoint: renewals must go on meanwhile.
-        await new Promise((resolve) => setTimeout(resolve, this.acquireMs.get(instance) ?? 30));
+        const ms = this.acquireMs.get(instance) ?? 30;
+        this.acquireMs.delete(instance);
+        await new Promise((resolve) => setTimeout(resolve, ms));
       },
       release: async (partition: number, reason: ReleaseReason) => {
         await new Promise((resolve) => setTimeout(resolve, 30));
