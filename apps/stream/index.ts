@@ -28,6 +28,17 @@ export {
   type SubjectLayout,
   streamLayout,
 } from './layout';
+export {
+  balancedTarget,
+  type HeartbeatValue,
+  type LeaseChange,
+  type LeaseHandlers,
+  type LeaseOptions,
+  type LeaseValue,
+  PartitionLeases,
+  preferenceOrder,
+  type ReleaseReason,
+} from './leases';
 export { PipelineMetrics } from './metrics';
 export {
   DeliveryPipeline,

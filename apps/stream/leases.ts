@@ -1,0 +1,531 @@
+/**
+ * Partition ownership through leases in a NATS KV bucket, so several `stream` instances share P partitions.
+ * A lease is the key `<group>.p.<k>`, created only when absent (kv.create) and renewed by compare-and-set;
+ * the bucket's TTL (max_age: nats 2.9 has no per-message TTL) removes a lease whose owner stopped renewing.
+ * Every instance writes a heartbeat `<group>.i.<id>`; the live heartbeats decide each one's balanced share.
+ */
+import { JetStreamApiCodes, JetStreamApiError } from '@nats-io/jetstream';
+import { type KV, Kvm, type KvWatchEntry } from '@nats-io/kv';
+import type { Logger } from 'pino';
+import type { NatsHandle } from './connection';
+import { requireName, requirePositiveInt, StreamIoError } from './errors';
+
+export interface LeaseOptions {
+  nats: NatsHandle;
+  /** KV bucket, created when missing with ttl = ttlMs and history 1. */
+  bucket: string;
+  /** Key namespace (e.g. the consumer durable name): keys `<group>.p.<k>` and `<group>.i.<instanceId>`. */
+  group: string;
+  /** [A-Za-z0-9_-]: it is a key token. */
+  instanceId: string;
+  partitions: number;
+  /** Lease TTL (>= 1000 ms); leases and the heartbeat are rewritten every ttlMs/3. */
+  ttlMs: number;
+  logger: Logger;
+}
+
+export type ReleaseReason = 'rebalance' | 'lost' | 'stop';
+
+export interface LeaseHandlers {
+  /** Start working the partition (may take seconds: restoring a checkpoint); renewals go on meanwhile. */
+  acquire(partition: number): Promise<void>;
+  /** Stop working it; 'lost' means another instance may own it already: stop at once, write nothing. */
+  release(partition: number, reason: ReleaseReason): Promise<void>;
+}
+
+export type LeaseChange =
+  | { kind: 'acquired'; partition: number; owned: number[] }
+  | { kind: 'released'; partition: number; reason: ReleaseReason; owned: number[] };
+
+/** The lease key's value. */
+export interface LeaseValue {
+  instance: string;
+  acquiredAt: string;
+}
+
+export interface HeartbeatValue {
+  id: string;
+  at: string;
+  owned: number[];
+}
+
+// ---- Pure part: who should own how many, and in which order an instance tries partitions. ----
+
+/**
+ * Balanced share of `self`: live ids sorted, rank r gets floor(P/N) + (r < P mod N ? 1 : 0). Every instance
+ * computes the same split from the same live set, and the shares sum to P. `self` counts as live even when
+ * its own heartbeat is not visible yet.
+ */
+export function balancedTarget(partitions: number, live: readonly string[], self: string): number {
+  const ids = [...new Set([...live, self])].sort();
+  const rank = ids.indexOf(self);
+  const n = ids.length;
+  return Math.floor(partitions / n) + (rank < partitions % n ? 1 : 0);
+}
+
+/** 32-bit FNV-1a with a murmur3 finaliser: cheap, stable across processes, well mixed for short keys. */
+export function hash32(text: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) {
+    h ^= text.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  h ^= h >>> 16;
+  h = Math.imul(h, 0x85ebca6b);
+  h ^= h >>> 13;
+  h = Math.imul(h, 0xc2b2ae35);
+  h ^= h >>> 16;
+  return h >>> 0;
+}
+
+/**
+ * Rendezvous (highest random weight) order of partitions for one instance: instances prefer different
+ * partitions, so simultaneous joiners rarely race for the same key, and the order of one instance never
+ * depends on who else is live.
+ */
+export function preferenceOrder(instanceId: string, partitions: number): number[] {
+  const scored = Array.from({ length: partitions }, (_, p) => ({ p, w: hash32(`${instanceId}/${p}`) }));
+  scored.sort((a, b) => b.w - a.w || a.p - b.p);
+  return scored.map((s) => s.p);
+}
+
+// ---- The KV-backed leases. ----
+
+type LeaseState = 'acquiring' | 'held' | 'releasing';
+
+interface Lease {
+  partition: number;
+  state: LeaseState;
+  revision: number;
+  value: string;
+  /** When the last successful write was sent: the server stamps it later, so expiry is never earlier than this + ttl. */
+  renewedAt: number;
+  renewing: boolean;
+  /** Fenced or expired: no more renewals, and no delete of a key that is no longer ours. */
+  lost: boolean;
+}
+
+const decoder = new TextDecoder();
+
+function isWrongRevision(err: unknown): boolean {
+  return (
+    err instanceof JetStreamApiError &&
+    (err.code === JetStreamApiCodes.StreamWrongLastSequence ||
+      err.code === JetStreamApiCodes.StreamWrongLastSequenceUnknown)
+  );
+}
+
+async function collect(iter: AsyncIterable<string>): Promise<string[]> {
+  const out: string[] = [];
+  for await (const k of iter) out.push(k);
+  return out;
+}
+
+/** Debounce before an assignment pass, so a burst of watch events (a graceful stop deletes several keys) is one pass. */
+const ASSIGN_DEBOUNCE_MS = 50;
+
+export class PartitionLeases {
+  /** Called on every ownership change (e.g. to update a partitions-owned gauge); must not throw. */
+  onChange?: (change: LeaseChange) => void;
+
+  private readonly leases = new Map<number, Lease>();
+  private readonly preference: number[];
+  private readonly renewEveryMs: number;
+  private live: string[] = [];
+  private handlers: LeaseHandlers | null = null;
+  private timer: NodeJS.Timeout | null = null;
+  private debounce: NodeJS.Timeout | null = null;
+  private assigning: Promise<void> | null = null;
+  private assignAgain = false;
+  private heartbeating = false;
+  private watcher: { stop(): void } | null = null;
+  private stopped = false;
+
+  private constructor(
+    private readonly kv: KV,
+    private readonly options: LeaseOptions,
+  ) {
+    this.preference = preferenceOrder(options.instanceId, options.partitions);
+    this.renewEveryMs = Math.max(1, Math.floor(options.ttlMs / 3));
+  }
+
+  static async open(options: LeaseOptions): Promise<PartitionLeases> {
+    requireName('bucket', options.bucket);
+    requireName('instanceId', options.instanceId);
+    if (typeof options.group !== 'string' || !/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/.test(options.group))
+      throw new StreamIoError(
+        'invalid_options',
+        `group must be dot-separated tokens of [A-Za-z0-9_-] (got ${options.group})`,
+      );
+    requirePositiveInt('partitions', options.partitions);
+    requirePositiveInt('ttlMs', options.ttlMs, 1000);
+    let kv: KV;
+    try {
+      kv = await new Kvm(options.nats.js).create(options.bucket, { ttl: options.ttlMs, history: 1 });
+      // An existing bucket keeps its own TTL: leases would then expire on its clock, not ours.
+      const ttl = (await kv.status()).ttl;
+      if (ttl !== options.ttlMs)
+        throw new StreamIoError(
+          'stream_mismatch',
+          `lease bucket ${options.bucket} has ttl ${ttl} ms, expected ${options.ttlMs} ms`,
+        );
+    } catch (err) {
+      if (err instanceof StreamIoError) throw err;
+      throw new StreamIoError('stream_provision_failed', `lease bucket ${options.bucket}: ${String(err)}`, {
+        cause: err,
+      });
+    }
+    return new PartitionLeases(kv, options);
+  }
+
+  /** Starts heartbeats, renewals and assignment (first pass right away). */
+  start(handlers: LeaseHandlers): void {
+    if (this.handlers) throw new StreamIoError('invalid_options', 'PartitionLeases already started');
+    if (this.stopped) throw new StreamIoError('invalid_options', 'PartitionLeases was stopped');
+    this.handlers = handlers;
+    this.timer = setInterval(() => this.tick(), this.renewEveryMs);
+    void this.watch();
+    void this.heartbeat().finally(() => this.scheduleAssign(0));
+  }
+
+  owned(): number[] {
+    return [...this.leases.keys()].sort((a, b) => a - b);
+  }
+
+  /** Owned and renewed within the TTL: the fence to check before writing anything for the partition. */
+  holds(partition: number): boolean {
+    const lease = this.leases.get(partition);
+    return lease !== undefined && !lease.lost && Date.now() - lease.renewedAt < this.options.ttlMs;
+  }
+
+  liveInstances(): string[] {
+    return [...this.live];
+  }
+
+  /** Graceful: releases every partition, deletes its leases (survivors take them at once) and the heartbeat. */
+  async stop(): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    this.clearTimers();
+    const handlers = this.handlers;
+    if (!handlers) return; // never started: nothing written
+    // Renewals go on while a pass in progress finishes and while the handlers drain: a slow acquire or
+    // release must not let a lease expire under it.
+    const keepAlive = setInterval(() => {
+      for (const lease of this.leases.values()) void this.renew(lease);
+    }, this.renewEveryMs);
+    try {
+      await this.assigning;
+      // Heartbeat first: survivors that see a lease go should already count one instance fewer.
+      await this.kv.delete(this.heartbeatKey()).catch((err: unknown) => this.warn('heartbeat delete', err));
+      const leases = [...this.leases.values()];
+      // A fence seen from now on only flags the lease: its one release is the one below.
+      for (const lease of leases) lease.state = 'releasing';
+      await Promise.all(
+        leases.map(async (lease) => {
+          await this.callRelease(handlers, lease.partition, lease.lost ? 'lost' : 'stop');
+          await this.dropLease(lease);
+        }),
+      );
+    } finally {
+      clearInterval(keepAlive);
+    }
+  }
+
+  /** Test only: a crash. Timers stop, nothing is released or deleted; the leases expire by the TTL. */
+  abandon(): void {
+    this.stopped = true;
+    this.clearTimers();
+  }
+
+  /** Test only: when the lease of `partition` was last renewed (ms since epoch), or null. */
+  renewedAt(partition: number): number | null {
+    return this.leases.get(partition)?.renewedAt ?? null;
+  }
+
+  // ---- internals ----
+
+  private leaseKey(partition: number): string {
+    return `${this.options.group}.p.${partition}`;
+  }
+
+  private heartbeatKey(): string {
+    return `${this.options.group}.i.${this.options.instanceId}`;
+  }
+
+  private clearTimers(): void {
+    if (this.timer) clearInterval(this.timer);
+    if (this.debounce) clearTimeout(this.debounce);
+    this.timer = null;
+    this.debounce = null;
+    this.watcher?.stop();
+    this.watcher = null;
+  }
+
+  private warn(what: string, err: unknown): void {
+    this.options.logger.warn({ err, instance: this.options.instanceId }, `lease ${what} failed`);
+  }
+
+  private emit(change: LeaseChange): void {
+    try {
+      this.onChange?.(change);
+    } catch (err) {
+      this.warn('onChange listener', err);
+    }
+  }
+
+  private tick(): void {
+    if (this.stopped) return;
+    for (const lease of [...this.leases.values()]) {
+      if (!lease.lost && Date.now() - lease.renewedAt >= this.options.ttlMs) {
+        this.options.logger.warn(
+          { partition: lease.partition, instance: this.options.instanceId },
+          'lease not renewed within its ttl: treated as lost',
+        );
+        this.markLost(lease);
+      } else void this.renew(lease);
+    }
+    void this.heartbeat().finally(() => this.scheduleAssign());
+  }
+
+  private async renew(lease: Lease): Promise<void> {
+    if (lease.renewing || lease.lost) return;
+    lease.renewing = true;
+    const sentAt = Date.now();
+    try {
+      lease.revision = await this.kv.update(
+        this.leaseKey(lease.partition),
+        lease.value,
+        lease.revision,
+        this.renewEveryMs,
+      );
+      lease.renewedAt = sentAt;
+    } catch (err) {
+      if (isWrongRevision(err)) await this.recheck(lease);
+      else this.options.logger.debug({ err, partition: lease.partition }, 'lease renewal failed, retrying');
+    } finally {
+      lease.renewing = false;
+    }
+  }
+
+  /** The revision moved: ours (an earlier write timed out yet landed) or someone else's (fenced). */
+  private async recheck(lease: Lease): Promise<void> {
+    try {
+      const entry = await this.kv.get(this.leaseKey(lease.partition));
+      if (entry?.operation === 'PUT' && decoder.decode(entry.value) === lease.value) {
+        lease.revision = entry.revision;
+        return;
+      }
+    } catch (err) {
+      this.options.logger.debug({ err, partition: lease.partition }, 'lease recheck failed');
+      return;
+    }
+    this.options.logger.warn(
+      { partition: lease.partition, instance: this.options.instanceId },
+      'lease taken over by another writer',
+    );
+    this.markLost(lease);
+  }
+
+  private markLost(lease: Lease): void {
+    if (lease.lost || this.leases.get(lease.partition) !== lease) return;
+    lease.lost = true;
+    // An acquire or a rebalance release in progress finishes the job itself (see claim / releaseExtra).
+    if (lease.state !== 'held') return;
+    this.leases.delete(lease.partition);
+    const handlers = this.handlers;
+    if (handlers) void this.callRelease(handlers, lease.partition, 'lost');
+    this.emit({ kind: 'released', partition: lease.partition, reason: 'lost', owned: this.owned() });
+    this.scheduleAssign();
+  }
+
+  private async callRelease(
+    handlers: LeaseHandlers,
+    partition: number,
+    reason: ReleaseReason,
+  ): Promise<void> {
+    try {
+      await handlers.release(partition, reason);
+    } catch (err) {
+      this.options.logger.error({ err, partition, reason }, 'partition release handler failed');
+    }
+  }
+
+  private async heartbeat(): Promise<void> {
+    if (this.heartbeating || this.stopped) return;
+    this.heartbeating = true;
+    try {
+      const value: HeartbeatValue = {
+        id: this.options.instanceId,
+        at: new Date().toISOString(),
+        owned: this.owned(),
+      };
+      await this.kv.put(this.heartbeatKey(), JSON.stringify(value), { timeout: this.renewEveryMs });
+    } catch (err) {
+      this.options.logger.debug({ err }, 'heartbeat failed');
+    } finally {
+      this.heartbeating = false;
+    }
+  }
+
+  /** Deleted leases and joining or leaving instances trigger a pass at once instead of on the next tick. */
+  private async watch(): Promise<void> {
+    try {
+      const iter = await this.kv.watch({ key: `${this.options.group}.>`, include: 'updates' });
+      if (this.stopped) {
+        iter.stop();
+        return;
+      }
+      this.watcher = iter;
+      const leasePrefix = `${this.options.group}.p.`;
+      const instancePrefix = `${this.options.group}.i.`;
+      // If the watch ends (connection closed) the ticks still run every pass, only later.
+      for await (const entry of iter) this.onWatch(entry, leasePrefix, instancePrefix);
+    } catch (err) {
+      if (!this.stopped) this.warn('watch', err);
+    }
+  }
+
+  private onWatch(entry: KvWatchEntry, leasePrefix: string, instancePrefix: string): void {
+    if (this.stopped) return;
+    const removed = entry.operation !== 'PUT';
+    if (entry.key.startsWith(leasePrefix) && removed) this.scheduleAssign();
+    else if (entry.key.startsWith(instancePrefix)) {
+      const id = entry.key.slice(instancePrefix.length);
+      if (removed || !this.live.includes(id)) this.scheduleAssign();
+    }
+  }
+
+  private scheduleAssign(delayMs = ASSIGN_DEBOUNCE_MS): void {
+    if (this.stopped || !this.handlers) return;
+    if (this.assigning) {
+      this.assignAgain = true;
+      return;
+    }
+    if (this.debounce) return;
+    this.debounce = setTimeout(() => {
+      this.debounce = null;
+      this.assigning = this.assignLoop().finally(() => {
+        this.assigning = null;
+      });
+    }, delayMs);
+  }
+
+  /** Serialised: passes never overlap; events during a pass cause one more pass. */
+  private async assignLoop(): Promise<void> {
+    do {
+      this.assignAgain = false;
+      try {
+        await this.assign();
+      } catch (err) {
+        this.warn('assignment pass', err);
+      }
+    } while (this.assignAgain && !this.stopped);
+  }
+
+  private async assign(): Promise<void> {
+    const handlers = this.handlers;
+    if (!handlers || this.stopped) return;
+    const group = this.options.group;
+    const [instanceKeys, leaseKeys] = await Promise.all([
+      this.kv.keys(`${group}.i.*`).then(collect),
+      this.kv.keys(`${group}.p.*`).then(collect),
+    ]);
+    this.live = [
+      ...new Set([...instanceKeys.map((k) => k.slice(`${group}.i.`.length)), this.options.instanceId]),
+    ].sort();
+    const target = balancedTarget(this.options.partitions, this.live, this.options.instanceId);
+    const keeping = () => [...this.leases.values()].filter((l) => l.state !== 'releasing' && !l.lost);
+
+    // Too many: give back the ones this instance prefers least.
+    const mine = keeping();
+    if (mine.length > target) {
+      const rank = new Map(this.preference.map((p, i) => [p, i]));
+      mine.sort((a, b) => (rank.get(b.partition) ?? 0) - (rank.get(a.partition) ?? 0));
+      for (const lease of mine.slice(0, mine.length - target)) {
+        if (this.stopped) return;
+        await this.releaseExtra(handlers, lease);
+      }
+      return;
+    }
+    const taken = new Set(leaseKeys.map((k) => Number(k.slice(`${group}.p.`.length))));
+    for (const partition of this.preference) {
+      if (this.stopped || keeping().length >= target) return;
+      if (this.leases.has(partition) || taken.has(partition)) continue;
+      await this.claim(handlers, partition);
+    }
+  }
+
+  private async releaseExtra(handlers: LeaseHandlers, lease: Lease): Promise<void> {
+    if (lease.state !== 'held') return;
+    lease.state = 'releasing';
+    await this.callRelease(handlers, lease.partition, lease.lost ? 'lost' : 'rebalance');
+    await this.dropLease(lease);
+    this.options.logger.info({ partition: lease.partition }, 'partition released for rebalance');
+  }
+
+  /** Forgets a lease and deletes its key unless someone else wrote it since (CAS on our revision). */
+  private async dropLease(lease: Lease): Promise<void> {
+    if (this.leases.get(lease.partition) !== lease) return;
+    this.leases.delete(lease.partition);
+    const wasLost = lease.lost;
+    lease.lost = true; // no renewal from now on
+    // Wait for a renewal in flight, or the delete's revision is stale.
+    while (lease.renewing) await new Promise((resolve) => setTimeout(resolve, 5));
+    if (!wasLost)
+      await this.kv
+        .delete(this.leaseKey(lease.partition), { previousSeq: lease.revision })
+        .catch((err: unknown) =>
+          isWrongRevision(err) ? undefined : this.warn(`delete of partition ${lease.partition}`, err),
+        );
+    // A lease whose acquire never completed was never announced.
+    if (lease.state !== 'acquiring')
+      this.emit({
+        kind: 'released',
+        partition: lease.partition,
+        reason: wasLost ? 'lost' : this.stopped ? 'stop' : 'rebalance',
+        owned: this.owned(),
+      });
+  }
+
+  private async claim(handlers: LeaseHandlers, partition: number): Promise<void> {
+    const value: LeaseValue = { instance: this.options.instanceId, acquiredAt: new Date().toISOString() };
+    const text = JSON.stringify(value);
+    const sentAt = Date.now();
+    let revision: number;
+    try {
+      revision = await this.kv.create(this.leaseKey(partition), text);
+    } catch (err) {
+      // Someone else was faster: the usual race between joiners, not an error.
+      if (!isWrongRevision(err)) this.warn(`create of partition ${partition}`, err);
+      return;
+    }
+    const lease: Lease = {
+      partition,
+      state: 'acquiring',
+      revision,
+      value: text,
+      renewedAt: sentAt,
+      renewing: false,
+      lost: false,
+    };
+    this.leases.set(partition, lease);
+    this.options.logger.info({ partition, instance: this.options.instanceId }, 'partition lease acquired');
+    try {
+      await handlers.acquire(partition);
+    } catch (err) {
+      this.options.logger.error({ err, partition }, 'partition acquire handler failed: lease given back');
+      await this.dropLease(lease);
+      return;
+    }
+    if (lease.lost) {
+      // Fenced while the acquire handler ran: undo it.
+      this.leases.delete(partition);
+      await this.callRelease(handlers, partition, 'lost');
+      this.emit({ kind: 'released', partition, reason: 'lost', owned: this.owned() });
+      return;
+    }
+    lease.state = 'held';
+    this.emit({ kind: 'acquired', partition, owned: this.owned() });
+  }
+}
