@@ -28,8 +28,8 @@ import {
   connectNats,
   DEFAULT_DUPLICATE_WINDOW_MS,
   DEFAULT_NATS_URL,
+  eventSubject,
   JetStreamSink,
-  keySubject,
   provisionStreams,
   StreamIoError,
   streamLayout,
@@ -55,6 +55,8 @@ export interface SimulateConfig {
   seed: number;
   subjectRoot: string;
   eventsStream: string;
+  /** Key partitions of the pipeline (the subject's partition token): must match its config. */
+  partitions: number;
   duplicateWindowMs: number;
   maxInflight: number;
   progressMs: number;
@@ -162,6 +164,13 @@ export function parseSimulateFlags(flags: Flags): SimulateConfig {
     DEFAULT_DUPLICATE_WINDOW_MS / 1000,
   );
   check(Number.isInteger(window) && window >= 1, '--duplicate-window-s', 'an integer >= 1', window);
+  const partitions = numberFlag(flags, 'partitions', '--partitions', 4);
+  check(
+    Number.isInteger(partitions) && partitions >= 1 && partitions <= 1024,
+    '--partitions',
+    'an integer in 1..1024',
+    partitions,
+  );
   const config: SimulateConfig = {
     nats: typeof flags['nats'] === 'string' ? flags['nats'] : DEFAULT_NATS_URL,
     rate,
@@ -178,6 +187,7 @@ export function parseSimulateFlags(flags: Flags): SimulateConfig {
     seed,
     subjectRoot: typeof flags['subjectRoot'] === 'string' ? flags['subjectRoot'] : '',
     eventsStream: typeof flags['eventsStream'] === 'string' ? flags['eventsStream'] : 'DELIVERY_EVENTS',
+    partitions,
     duplicateWindowMs: window * 1000,
     maxInflight,
     progressMs: Math.round(progress * 1000),
@@ -323,7 +333,7 @@ export async function runSimulate(
       try {
         const sentAt = performance.now();
         const ack = await sink.publish({
-          subject: keySubject(layout.subjects.eventsPrefix, r.delivery_id),
+          subject: eventSubject(layout.subjects.eventsPrefix, r.delivery_id, config.partitions),
           data: r.payload,
           msgId: r.msgId,
         });
@@ -469,7 +479,11 @@ export function registerSimulate(program: Command, fail: (message: string) => ne
     .option('--invalid <f>', 'fraction of GPS events replaced by a malformed payload', '0')
     .option('--seed <n>', 'simulator seed (same seed, same workload shape)', '1')
     .option('--nats <url>', 'NATS server', DEFAULT_NATS_URL)
-    .option('--subject-root <tokens>', 'prefix of the subjects (<root>.delivery.events.<delivery_id>)')
+    .option(
+      '--subject-root <tokens>',
+      'prefix of the subjects (<root>.delivery.events.<partition>.<delivery_id>)',
+    )
+    .option('--partitions <n>', "the pipeline's key partitions (its config `partitions`)", '4')
     .option('--events-stream <name>', 'input stream, created when missing', 'DELIVERY_EVENTS')
     .option(
       '--duplicate-window-s <s>',

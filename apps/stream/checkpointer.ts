@@ -65,12 +65,13 @@ export class Checkpointer {
     nats: NatsHandle,
     bucket: string,
     pipeline: string,
+    partition: string,
     layout: StreamLayout,
     metrics: PipelineMetrics,
     logger: Logger,
     clock: () => number,
   ): Promise<Checkpointer> {
-    const store = await CheckpointStore.open(nats.js, bucket, pipeline, 'all');
+    const store = await CheckpointStore.open(nats.js, bucket, pipeline, partition);
     return new Checkpointer(store, nats, layout, metrics, logger, clock);
   }
 

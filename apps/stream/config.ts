@@ -28,10 +28,19 @@ export interface PipelineConfig {
     maxDeliver: number;
     batchSize: number;
   };
-  /** Messages between receipt and ack at once (≤ maxAckPending). */
+  /** Messages between receipt and ack at once, per partition (≤ maxAckPending). */
   concurrency: number;
-  /** Source partitions (hash of delivery_id): watermarks are tracked per partition. */
+  /**
+   * Key partitions: producers publish to `<events>.<partition>.<delivery_id>` (partition = FNV-1a of the
+   * delivery id mod this count); each partition has its own consumer (`<durable>-p<k>`), state, watermark
+   * and checkpoints, and is worked by one instance at a time. Fixed for a stream's life: changing it moves keys.
+   */
   partitions: number;
+  /**
+   * This instance among several sharing the partitions: its id (default: host name and pid) and the leases
+   * in a KV bucket (`<durable>.p.<k>`, renewed every leaseTtlMs/3) that give each partition one owner.
+   */
+  instance: { id: string; leaseBucket: string; leaseTtlMs: number };
   eventTime: {
     outOfOrdernessMs: number;
     allowedLatenessMs: number;
@@ -82,6 +91,7 @@ export const DEFAULT_PIPELINE_CONFIG: PipelineConfig = {
   },
   concurrency: 2048,
   partitions: 4,
+  instance: { id: '', leaseBucket: 'streaminfer_leases', leaseTtlMs: 10_000 },
   eventTime: {
     outOfOrdernessMs: 10_000,
     allowedLatenessMs: 60_000,
@@ -121,6 +131,7 @@ const SHAPE: Shape = {
   },
   concurrency: 'int',
   partitions: 'int',
+  instance: { id: 'string', leaseBucket: 'string', leaseTtlMs: 'int' },
   eventTime: {
     outOfOrdernessMs: 'int',
     allowedLatenessMs: 'int',
@@ -219,6 +230,16 @@ export function resolvePipelineConfig(...overrides: unknown[]): PipelineConfig {
       'must not exceed consumer.maxAckPending (the broker would stall it)',
     );
   atLeast('partitions', c.partitions, 1);
+  if (c.partitions > 1024)
+    throw new PipelineConfigError('partitions', `must be at most 1024 (got ${c.partitions})`);
+  if (c.instance.id !== '' && !/^[A-Za-z0-9_-]{1,64}$/.test(c.instance.id))
+    throw new PipelineConfigError(
+      'instance.id',
+      'must be letters, digits, _ and - (or empty: host name and pid)',
+    );
+  if (!/^[A-Za-z0-9_-]{1,64}$/.test(c.instance.leaseBucket))
+    throw new PipelineConfigError('instance.leaseBucket', 'must be a bucket name (letters, digits, _ and -)');
+  atLeast('instance.leaseTtlMs', c.instance.leaseTtlMs, 1000);
   const et = c.eventTime;
   atLeast('eventTime.outOfOrdernessMs', et.outOfOrdernessMs, 0);
   atLeast('eventTime.allowedLatenessMs', et.allowedLatenessMs, 0);

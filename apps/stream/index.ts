@@ -20,9 +20,12 @@ export { ExternalInferenceError, type ExternalInferenceErrorCode } from './exter
 export type { InferenceBackend, InferenceMode, ModelPin } from './inference';
 export {
   DEFAULT_DUPLICATE_WINDOW_MS,
+  eventSubject,
   keySubject,
   type LayoutOptions,
   layoutStreams,
+  partitionFilter,
+  partitionOfKey,
   type StreamLayout,
   type StreamSpec,
   type SubjectLayout,
@@ -40,6 +43,7 @@ export {
   type ReleaseReason,
 } from './leases';
 export { PipelineMetrics } from './metrics';
+export { type PartitionStatus, PartitionWorker, type PipelineCounts } from './partition';
 export {
   DeliveryPipeline,
   type EpochRecord,

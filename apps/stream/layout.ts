@@ -108,6 +108,27 @@ export function layoutStreams(layout: StreamLayout): StreamSpec[] {
   return [layout.events, layout.predictions, layout.side];
 }
 
+/**
+ * The partition a key belongs to: FNV-1a of the delivery id, modulo the partition count. Producers and the
+ * pipeline must agree on it (and on the count: changing it moves keys, like Kafka's partition count).
+ */
+export function partitionOfKey(key: string, partitions: number): number {
+  let hash = 2166136261;
+  for (let i = 0; i < key.length; i++) hash = Math.imul(hash ^ key.charCodeAt(i), 16777619);
+  return (hash >>> 0) % partitions;
+}
+
+/** Where a producer publishes an event: `<eventsPrefix>.<partition>.<delivery_id>`. */
+export function eventSubject(eventsPrefix: string, deliveryId: string, partitions: number): string {
+  requirePositiveInt('partitions', partitions);
+  return keySubject(`${eventsPrefix}.${partitionOfKey(deliveryId, partitions)}`, deliveryId);
+}
+
+/** What one partition's consumer reads. */
+export function partitionFilter(eventsPrefix: string, partition: number): string {
+  return `${eventsPrefix}.${partition}.*`;
+}
+
 /** Subject tokens may not contain dots, spaces or wildcards: a delivery id that does is refused. */
 export function keySubject(prefix: string, key: string): string {
   if (key === '' || /[\s.*>]/.test(key)) {

@@ -21,6 +21,11 @@ export interface LeaseOptions {
   partitions: number;
   /** Lease TTL (>= 1000 ms); leases and the heartbeat are rewritten every ttlMs/3. */
   ttlMs: number;
+  /**
+   * The id is this process's alone (a supervisor restarting its child keeps it, and never runs two): leases a
+   * previous life left under it are taken back at once instead of after their TTL.
+   */
+  reclaim?: boolean;
   logger: Logger;
 }
 
@@ -115,9 +120,33 @@ function isWrongRevision(err: unknown): boolean {
   );
 }
 
-async function collect(iter: AsyncIterable<string>): Promise<string[]> {
+/** How long a key listing may take. */
+const LIST_TIMEOUT_MS = 3000;
+
+/**
+ * The keys of a listing. kv.keys() counts the matching keys, then consumes them: when they expire (max_age)
+ * in between, nothing comes and it waits for an idle heartbeat (~30 s, seen here). Bounded: a listing that
+ * times out fails the pass, and the next one lists again.
+ */
+async function collect(iter: AsyncIterable<string> & { stop(): void }): Promise<string[]> {
   const out: string[] = [];
-  for await (const k of iter) out.push(k);
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      iter.stop();
+      reject(new StreamIoError('nats_unreachable', `key listing took over ${LIST_TIMEOUT_MS} ms`));
+    }, LIST_TIMEOUT_MS);
+  });
+  try {
+    await Promise.race([
+      (async () => {
+        for await (const k of iter) out.push(k);
+      })(),
+      timedOut,
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
   return out;
 }
 
@@ -140,6 +169,8 @@ export class PartitionLeases {
   private heartbeating = false;
   private watcher: { stop(): void } | null = null;
   private stopped = false;
+  /** reclaim: the first pass looked for leases left under this id. */
+  private reclaimed = false;
 
   private constructor(
     private readonly kv: KV,
@@ -200,6 +231,13 @@ export class PartitionLeases {
 
   liveInstances(): string[] {
     return [...this.live];
+  }
+
+  /** The instances heartbeating now, read from the bucket (before start(): who else is already running). */
+  async peers(): Promise<string[]> {
+    const prefix = `${this.options.group}.i.`;
+    const keys = await this.kv.keys(`${prefix}*`).then(collect);
+    return keys.map((k) => k.slice(prefix.length)).sort();
   }
 
   /** Graceful: releases every partition, deletes its leases (survivors take them at once) and the heartbeat. */
@@ -449,6 +487,13 @@ export class PartitionLeases {
       return;
     }
     const taken = new Set(leaseKeys.map((k) => Number(k.slice(`${group}.p.`.length))));
+    if (this.options.reclaim && !this.reclaimed) {
+      this.reclaimed = true;
+      for (const partition of this.preference) {
+        if (this.stopped || keeping().length >= target) return;
+        if (taken.has(partition) && !this.leases.has(partition)) await this.claim(handlers, partition, true);
+      }
+    }
     for (const partition of this.preference) {
       if (this.stopped || keeping().length >= target) return;
       if (this.leases.has(partition) || taken.has(partition)) continue;
@@ -488,13 +533,21 @@ export class PartitionLeases {
       });
   }
 
-  private async claim(handlers: LeaseHandlers, partition: number): Promise<void> {
+  private async claim(handlers: LeaseHandlers, partition: number, ownPrevious = false): Promise<void> {
     const value: LeaseValue = { instance: this.options.instanceId, acquiredAt: new Date().toISOString() };
     const text = JSON.stringify(value);
     const sentAt = Date.now();
     let revision: number;
     try {
-      revision = await this.kv.create(this.leaseKey(partition), text);
+      if (ownPrevious) {
+        // Only a lease our previous life holds: compare-and-set on the revision we read.
+        const entry = await this.kv.get(this.leaseKey(partition));
+        if (!entry || entry.operation !== 'PUT') return;
+        const holder = (JSON.parse(new TextDecoder().decode(entry.value)) as Partial<LeaseValue>).instance;
+        if (holder !== this.options.instanceId) return;
+        revision = await this.kv.update(this.leaseKey(partition), text, entry.revision);
+        this.options.logger.info({ partition }, 'took back the lease of a previous life of this instance');
+      } else revision = await this.kv.create(this.leaseKey(partition), text);
     } catch (err) {
       // Someone else was faster: the usual race between joiners, not an error.
       if (!isWrongRevision(err)) this.warn(`create of partition ${partition}`, err);

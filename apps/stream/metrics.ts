@@ -189,7 +189,52 @@ export class PipelineMetrics {
   });
   readonly recoverySeconds = new Gauge({
     name: 'streaminfer_stream_recovery_seconds',
-    help: 'Last start: from process start to caught up (the replayed span processed and the lag back to 0)',
+    help: 'Last restored partition: from taking it to caught up (the replayed span processed and its lag back to 0)',
+    registers: [this.registry],
+  });
+  readonly partitionOwned = new Gauge({
+    name: 'streaminfer_stream_partition_owned',
+    help: '1 for each partition this instance holds the lease of and works',
+    labelNames: ['partition'],
+    registers: [this.registry],
+  });
+  readonly partitionsOwned = new Gauge({
+    name: 'streaminfer_stream_partitions_owned',
+    help: 'Partitions this instance works (of the pipeline total, streaminfer_stream_partitions)',
+    registers: [this.registry],
+  });
+  readonly partitionsTotal = new Gauge({
+    name: 'streaminfer_stream_partitions',
+    help: 'Key partitions of the pipeline (config partitions)',
+    registers: [this.registry],
+  });
+  readonly liveInstances = new Gauge({
+    name: 'streaminfer_stream_live_instances',
+    help: 'Instances of this pipeline heartbeating in the lease bucket, as this one sees them',
+    registers: [this.registry],
+  });
+  readonly partitionEvents = new Counter({
+    name: 'streaminfer_stream_partition_events_total',
+    help: 'Input messages per partition, as worked here (key skew: compare partitions)',
+    labelNames: ['partition'],
+    registers: [this.registry],
+  });
+  readonly partitionPending = new Gauge({
+    name: 'streaminfer_stream_partition_pending_messages',
+    help: "Messages of the partition not yet delivered to its consumer (the partition's lag)",
+    labelNames: ['partition'],
+    registers: [this.registry],
+  });
+  readonly busiestKey = new Gauge({
+    name: 'streaminfer_stream_busiest_key_events',
+    help: "Events of the partition's busiest delivery over the last full minute (one series per partition)",
+    labelNames: ['partition', 'key'],
+    registers: [this.registry],
+  });
+  readonly partitionMoves = new Counter({
+    name: 'streaminfer_stream_partition_moves_total',
+    help: 'Partitions this instance took or gave up, by direction and reason',
+    labelNames: ['direction', 'reason'],
     registers: [this.registry],
   });
   readonly up = new Gauge({

@@ -1,42 +1,33 @@
 /**
- * The delivery pipeline: JetStream source → DeliveryDecider (validate, dedupe, event-time state, decisions)
- * → inference with the epoch's pinned model version → predictions, alerts, late side output and dead
- * letters through the sink (Msg-Id = decision id) → ack. The I/O and the epoch barrier live here; every
- * decision is the pure decider's.
- *
- * Exactly one effect per decision: a message is acked only after its effects' PubAcks; a message that comes
- * back (nak, ack_wait) finds the engine already past it (a duplicate), so its effects are kept per stream
- * sequence until its ack and published again under the same Msg-Ids; a duplicate with a new sequence
- * publishes nothing.
+ * One instance of the delivery pipeline: JetStream source → DeliveryDecider → inference with the epoch's
+ * pinned model version → predictions, alerts, late side output and dead letters (Msg-Id = decision id) → ack.
+ * Events are partitioned by key (`<events>.<partition>.<delivery_id>`); the instance works the partitions it
+ * holds a lease on (apps/stream/leases.ts), each a PartitionWorker with its own consumer, state and
+ * checkpoints, and hands them over when instances come and go. What is shared here: the NATS connection, the
+ * sink, the inference backend, the epoch (the pinned version, recorded in the epoch log that every instance
+ * follows) and the admin view.
  */
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
 import type { Logger } from 'pino';
-import {
-  type DecideResult,
-  type DeciderSnapshot,
-  type Decision,
-  DeliveryDecider,
-  type WindowFiring,
-} from '../../libs/stream';
-import { Checkpointer, type CheckpointState } from './checkpointer';
 import type { PipelineConfig } from './config';
 import { connectNats, type NatsHandle } from './connection';
-import { decisionEffects } from './effects';
 import { EpochLog, type EpochRecord } from './epochs';
 import type { InferenceBackend, ModelPin } from './inference';
 import { type StreamLayout, streamLayout } from './layout';
+import { PartitionLeases, type ReleaseReason } from './leases';
 import type { PipelineMetrics } from './metrics';
+import {
+  type PartitionContext,
+  type PartitionStatus,
+  PartitionWorker,
+  type PipelineCounts,
+} from './partition';
 import { provisionStreams } from './provision';
-import { type RunningPipeline, runPipeline } from './runner';
-import { deadLetterEffect, lateEffect } from './side-outputs';
-import { type Effect, JetStreamSink } from './sink';
-import { hashPartitioner, JetStreamSource, type SourceMessage } from './source';
-
-/** The backend could not answer: the message goes back to the broker, never to the dead letters. */
-export class RetryableError extends Error {
-  readonly retryable = true;
-}
+import { JetStreamSink } from './sink';
 
 export type { EpochRecord } from './epochs';
+export { RetryableError } from './partition';
 
 export interface ReloadOutcome {
   id: number;
@@ -66,23 +57,14 @@ export interface PipelineStatus {
   freshness: { p50_ms: number; p95_ms: number; p99_ms: number };
   stale: boolean;
   counts: Record<string, number>;
-  /** Checkpoint mode: the last completed checkpoint and the acks waiting for the next. */
+  /** Checkpoint mode: the oldest of the owned partitions' last checkpoints, and the acks waiting (all). */
   checkpoint?: { last_id: number | null; position: number | null; age_s: number | null; held_acks: number };
   state_keys: number;
   state_bytes: number;
+  /** This instance among the pipeline's: its id, the live ones, the partitions it works. */
+  instance: { id: string; live: string[]; partitions_total: number; owned: number[] };
+  partitions: PartitionStatus[];
   error?: string;
-}
-
-interface Unsettled {
-  result: DecideResult;
-  effects?: Effect[];
-  /** Event times of the first predictions in `effects` (freshness is observed at their PubAck). */
-  firstTimes: number[];
-  /** Of its effects: corrections and alerts (the rest are first predictions, one per firstTimes). */
-  revisions: number;
-  alerts: number;
-  /** Its effects were counted in the metrics (at their first PubAck). */
-  counted?: boolean;
 }
 
 export interface PipelineDeps {
@@ -91,48 +73,40 @@ export interface PipelineDeps {
   metrics: PipelineMetrics;
   logger: Logger;
   clock?: () => number;
-  /** Called whenever an epoch starts (at start and at each committed reload). */
+  /** Called whenever an epoch starts (at start, at each committed reload, when following another's). */
   onEpoch?: (pin: ModelPin, epoch: number) => void;
 }
 
+/** How often an instance reads the epoch log for a transition another instance recorded. */
+const EPOCH_POLL_MS = 2000;
+
 export class DeliveryPipeline {
   readonly layout: StreamLayout;
+  readonly instanceId: string;
   private readonly config: PipelineConfig;
   private readonly backend: InferenceBackend;
   private readonly metrics: PipelineMetrics;
   private readonly logger: Logger;
   private readonly clock: () => number;
   private readonly onEpoch: ((pin: ModelPin, epoch: number) => void) | undefined;
-  private decider: DeliveryDecider;
-  /** Checkpoints (config checkpoint.enabled): acks held until a checkpoint covers them. */
-  private checkpointer: Checkpointer | undefined;
-  /** Highest input stream sequence ingested: everything up to it is in the decider's state. */
-  private position = 0;
-  /** After a restore: the input stream's last sequence then (what is being replayed), and when we started. */
-  private replayUntil = 0;
-  private readonly startedAt = Date.now();
-  private recovered = false;
   private nats: NatsHandle | undefined;
-  private source: JetStreamSource | undefined;
-  private sink: JetStreamSink | undefined;
-  /** The epoch transitions on `<root>.delivery.epochs` (made at start, with the sink). */
   private epochs: EpochLog | undefined;
-  private running: RunningPipeline | undefined;
+  private leases: PartitionLeases | undefined;
+  private ctx: PartitionContext | undefined;
+  private readonly workers = new Map<number, PartitionWorker>();
+  /** Partitions being taken or given up (a status or a barrier waits for neither). */
+  private readonly moving = new Map<number, Promise<void>>();
   private pin: ModelPin;
   private epoch = 0;
   private state: PipelineStatus['state'] = 'starting';
-  /** Paused by the operator (POST /api/pause); a reload's barrier resumes only what it paused. */
+  /** Paused by the operator (POST /api/pause); a barrier resumes only what it paused. */
   private paused = false;
   private error: string | undefined;
-  private readonly unsettled = new Map<number, Unsettled>();
-  /** Per delivery: the previous message's post-inference step (alerts follow arrival order per delivery). */
-  private readonly tails = new Map<string, Promise<unknown>>();
   private timers: NodeJS.Timeout[] = [];
   private reloadChain: Promise<unknown> = Promise.resolve();
   private reloads = 0;
   private lastReload: ReloadOutcome | undefined;
-  private readonly counts = {
-    /** Messages received, redeliveries included. */
+  private readonly counts: PipelineCounts = {
     received: 0,
     redelivered: 0,
     predictions: 0,
@@ -143,7 +117,6 @@ export class DeliveryPipeline {
     late: 0,
     dead_letters: 0,
   };
-  private lastLag = { pending: 0, ackPending: 0, oldestAgeS: 0 };
 
   constructor(deps: PipelineDeps) {
     this.config = deps.config;
@@ -153,6 +126,7 @@ export class DeliveryPipeline {
     this.clock = deps.clock ?? Date.now;
     this.onEpoch = deps.onEpoch;
     this.pin = { model: deps.config.model.name, version: deps.config.model.version };
+    this.instanceId = deps.config.instance.id || defaultInstanceId();
     this.layout = streamLayout({
       eventsStream: this.config.streams.events,
       predictionsStream: this.config.streams.predictions,
@@ -160,23 +134,6 @@ export class DeliveryPipeline {
       subjectRoot: this.config.subjectRoot,
       duplicateWindowMs: this.config.streams.duplicateWindowMs,
     });
-    this.decider = this.makeDecider();
-  }
-
-  private makeDecider(snapshot?: DeciderSnapshot): DeliveryDecider {
-    const et = this.config.eventTime;
-    return new DeliveryDecider(
-      {
-        clock: this.clock,
-        outOfOrdernessMs: et.outOfOrdernessMs,
-        allowedLatenessMs: et.allowedLatenessMs,
-        idleTimeoutMs: et.idleTimeoutMs,
-        stateTtlMs: et.stateTtlMs,
-        dedupeTtlMs: et.dedupeTtlMs,
-        alertThreshold: this.config.alertThreshold,
-      },
-      snapshot,
-    );
   }
 
   get currentEpoch(): number {
@@ -187,8 +144,16 @@ export class DeliveryPipeline {
     return { ...this.pin };
   }
 
+  /** Partitions this instance works now. */
+  ownedPartitions(): number[] {
+    return [...this.workers.keys()].sort((a, b) => a - b);
+  }
+
   async start(): Promise<void> {
-    const nats = await connectNats({ servers: this.config.nats, name: 'streaminfer-stream' });
+    const nats = await connectNats({
+      servers: this.config.nats,
+      name: `streaminfer-stream-${this.instanceId}`,
+    });
     this.nats = nats;
     await provisionStreams(nats.jsm, [this.layout.events, this.layout.predictions, this.layout.side]);
     const sink = new JetStreamSink(nats.js, {
@@ -197,110 +162,100 @@ export class DeliveryPipeline {
         this.logger.warn({ subject: effect.subject, attempt, err: String(err) }, 'publish failed; retrying');
       },
     });
-    this.sink = sink;
     this.epochs = new EpochLog(nats.jsm, sink, this.layout, this.clock);
-    if (this.config.checkpoint.enabled) await this.restore(nats);
-    else {
-      await this.backend.prepare(this.pin);
-      await this.resumeEpoch();
-    }
-    await this.openConsumer();
-    this.timers.push(setInterval(() => this.tick(), 1000).unref());
-    if (this.checkpointer) this.scheduleCheckpoint();
-    this.timers.push(setInterval(() => void this.refreshLag(), 1000).unref());
+    const leases = await PartitionLeases.open({
+      nats,
+      bucket: this.config.instance.leaseBucket,
+      group: this.config.consumer.durable,
+      instanceId: this.instanceId,
+      partitions: this.config.partitions,
+      ttlMs: this.config.instance.leaseTtlMs,
+      // A configured id (the supervisor passes its own across restarts) is this process's alone.
+      reclaim: this.config.instance.id !== '',
+      logger: this.logger,
+    });
+    this.leases = leases;
+    await this.resumeEpoch(await leases.peers());
+    await this.backend.prepare(this.pin);
+    this.ctx = {
+      config: this.config,
+      layout: this.layout,
+      nats,
+      sink,
+      backend: this.backend,
+      metrics: this.metrics,
+      logger: this.logger,
+      clock: this.clock,
+      counts: this.counts,
+      current: () => ({ pin: { ...this.pin }, epoch: this.epoch }),
+      operatorPaused: () => this.paused,
+    };
+    this.metrics.partitionsTotal.set(this.config.partitions);
     this.state = 'running';
     this.metrics.up.set(1);
-    await this.refreshLag();
+    leases.onChange = () => {
+      this.metrics.partitionsOwned.set(leases.owned().length);
+      this.metrics.liveInstances.set(leases.liveInstances().length);
+    };
+    leases.start({
+      acquire: (partition) => this.take(partition),
+      release: (partition, reason) => this.giveUp(partition, reason),
+    });
+    this.timers.push(setInterval(() => this.tick(), 1000).unref());
+    this.timers.push(setInterval(() => void this.followEpochLog(), EPOCH_POLL_MS).unref());
     this.logger.info(
-      { epoch: this.epoch, model: this.pin.model, version: this.pin.version, mode: this.backend.mode },
+      {
+        instance: this.instanceId,
+        partitions: this.config.partitions,
+        epoch: this.epoch,
+        model: this.pin.model,
+        version: this.pin.version,
+        mode: this.backend.mode,
+      },
       'pipeline running',
     );
   }
 
-  /**
-   * Checkpoint mode at start: restore the latest completed checkpoint (state, pin, epoch, position) and replay
-   * from the position after it; without one, start from the stream's first message.
-   */
-  private async restore(nats: NatsHandle): Promise<void> {
-    const began = this.clock();
-    const checkpointer = await Checkpointer.open(
-      nats,
-      this.config.checkpoint.bucket,
-      this.config.consumer.durable,
-      this.layout,
-      this.metrics,
-      this.logger,
-      this.clock,
-    );
-    this.checkpointer = checkpointer;
-    const checkpoint = await checkpointer.restore();
-    if (checkpoint) {
-      this.decider = this.makeDecider(checkpoint.state);
-      this.pin = { ...checkpoint.pin };
-      this.position = checkpoint.position;
-      await this.backend.prepare(this.pin);
-      const last = await this.lastEpochRecord();
-      this.epoch = checkpoint.epoch;
-      if (!last || last.epoch < checkpoint.epoch) await this.recordEpoch(checkpoint.epoch, last, 'restore');
-      this.metrics.setPin(this.pin.model, this.pin.version, this.epoch);
-      this.onEpoch?.({ ...this.pin }, this.epoch);
-      this.replayUntil = (await nats.jsm.streams.info(this.layout.events.name)).state.last_seq;
-      this.logger.info(
-        {
-          checkpoint: checkpoint.id,
-          position: checkpoint.position,
-          replayUntil: this.replayUntil,
-          epoch: this.epoch,
-        },
-        'restored from checkpoint',
-      );
-    } else {
-      await this.backend.prepare(this.pin);
-      await this.resumeEpoch();
-    }
-    this.metrics.restoreDuration.set((this.clock() - began) / 1000);
+  /** Lease acquired: restore the partition (checkpoint mode) and work it. */
+  private take(partition: number): Promise<void> {
+    const run = (async () => {
+      if (this.state !== 'running') throw new Error(`pipeline is ${this.state}`);
+      const worker = new PartitionWorker(this.ctx!, partition);
+      this.workers.set(partition, worker);
+      try {
+        await worker.start();
+      } catch (err) {
+        this.workers.delete(partition);
+        await worker.stop('abandon').catch(() => undefined);
+        this.logger.error({ partition, err: String(err) }, 'could not start the partition; lease given back');
+        throw err;
+      }
+      if (this.paused) await worker.pause();
+      this.metrics.partitionMoves.inc({ direction: 'in', reason: 'acquired' });
+    })();
+    return this.track(partition, run);
   }
 
-  /** The next checkpoint an interval after the last one ended: a slow one never starts the next at once. */
-  private scheduleCheckpoint(): void {
-    const timer = setTimeout(() => {
-      this.timers = this.timers.filter((t) => t !== timer);
-      void this.checkpoint().finally(() => {
-        if (this.state === 'running') this.scheduleCheckpoint();
-      });
-    }, this.config.checkpoint.intervalMs);
-    timer.unref();
-    this.timers.push(timer);
+  /** Lease given up ('rebalance', 'stop': drained and checkpointed) or lost (stop at once, write nothing). */
+  private giveUp(partition: number, reason: ReleaseReason): Promise<void> {
+    const run = (async () => {
+      await this.moving.get(partition)?.catch(() => undefined);
+      const worker = this.workers.get(partition);
+      if (!worker) return;
+      this.workers.delete(partition);
+      await worker.stop(reason === 'lost' ? 'abandon' : 'drain');
+      this.metrics.partitionMoves.inc({ direction: 'out', reason });
+      if (reason === 'lost') this.logger.warn({ partition }, 'partition lease lost; stopped working it');
+    })();
+    return this.track(partition, run);
   }
 
-  /** One checkpoint, in line with reloads (one barrier at a time). */
-  private checkpoint(): Promise<void> {
-    const checkpointer = this.checkpointer;
-    if (!checkpointer || this.state !== 'running') return Promise.resolve();
-    const run = this.reloadChain.then(() =>
-      checkpointer.run(
-        {
-          pause: async () => {
-            await this.running?.pause();
-          },
-          resume: () => {
-            if (!this.paused) this.running?.resume();
-          },
-        },
-        () => this.checkpointState(),
-      ),
-    );
-    this.reloadChain = run.catch(() => undefined);
-    return run;
-  }
-
-  private checkpointState(): CheckpointState {
-    return {
-      state: this.decider.snapshot(),
-      position: this.position,
-      pin: { ...this.pin },
-      epoch: this.epoch,
-    };
+  private track(partition: number, run: Promise<void>): Promise<void> {
+    const tracked = run.finally(() => {
+      if (this.moving.get(partition) === tracked) this.moving.delete(partition);
+    });
+    this.moving.set(partition, tracked);
+    return tracked;
   }
 
   /**
@@ -308,108 +263,42 @@ export class DeliveryPipeline {
    * and keyed state stays. Resume picks up where it stopped, as a backlog.
    */
   async pause(): Promise<{ paused: boolean; drained: number }> {
-    const running = this.running;
-    if (!running || this.state !== 'running') return { paused: false, drained: 0 };
-    const drained = running.inFlight;
+    if (this.state !== 'running') return { paused: false, drained: 0 };
+    const workers = [...this.workers.values()];
+    const drained = workers.reduce((n, w) => n + w.inFlight, 0);
     this.paused = true;
-    await running.pause();
+    await Promise.all(workers.map((w) => w.pause()));
     return { paused: true, drained };
   }
 
   async resume(): Promise<{ resumed: boolean }> {
     if (!this.paused) return { resumed: false };
-    // Never inside a reload's barrier: messages would start while the pin changes.
+    // Never inside a barrier (a reload, a checkpoint): messages would start while it reads the state.
     await this.reloadChain;
     this.paused = false;
-    this.running?.resume();
+    await Promise.all([...this.workers.values()].map((w) => w.withBarrier(async () => w.resumeAlways())));
     return { resumed: true };
   }
 
-  /**
-   * Stops the consumer (its messages in flight are published and acked; those pulled ahead come back after
-   * ack_wait) and opens it again on the same durable. Keyed state stays: the redeliveries are duplicates.
-   */
+  /** Stops every partition's consumer and opens it again (keyed state stays: redeliveries are duplicates). */
   async restartConsumer(): Promise<void> {
-    const before = this.running;
-    this.running = undefined;
-    await before?.stop().catch(() => undefined);
-    await this.openConsumer();
+    await Promise.all([...this.workers.values()].map((w) => w.restartConsumer()));
   }
 
-  private async openConsumer(): Promise<void> {
-    const nats = this.nats!;
-    this.source = await JetStreamSource.open(nats.js, nats.jsm, {
-      stream: this.layout.events.name,
-      durable: this.config.consumer.durable,
-      maxAckPending: this.config.consumer.maxAckPending,
-      ackWaitMs: this.config.consumer.ackWaitMs,
-      maxDeliver: this.config.consumer.maxDeliver,
-      batchSize: this.config.consumer.batchSize,
-      partitionOf: hashPartitioner(this.config.partitions),
-      // Checkpoint mode: the broker delivers from just after what the state holds (a restore, a reopen).
-      ...(this.checkpointer ? { startSequence: this.position + 1 } : {}),
-    });
-    const running = runPipeline({
-      source: this.source,
-      sink: this.sink!,
-      subjects: this.layout.subjects,
-      concurrency: this.config.concurrency,
-      process: (message) => this.processAndFilter(message),
-      onError: (err, message) => this.onError(err, message),
-      onPublished: (message) => this.onPublished(message),
-      ...(this.checkpointer ? { ack: this.checkpointer.hold, retryInPlace: true } : {}),
-      onSettled: (message, outcome) => {
-        if (outcome === 'naked') this.metrics.redeliveryNaks.inc();
-        else this.unsettled.delete(message.streamSeq);
-      },
-    });
-    this.running = running;
-    running.done.then(
-      () => this.consumerEnded(running, undefined),
-      (err: unknown) => this.consumerEnded(running, err),
-    );
-  }
-
-  /** The consumer loop ended without stop(): the broker went away or the consumer was deleted. Reopen it. */
-  private consumerEnded(running: RunningPipeline, err: unknown): void {
-    if (this.running !== running || this.state !== 'running') return;
-    this.running = undefined;
-    this.metrics.up.set(0);
-    this.error = `consumer ended: ${String(err ?? 'no more messages')}`;
-    this.logger.error({ err: String(err) }, 'consumer ended; reopening');
-    const retry = (delayMs: number) => {
-      const t = setTimeout(() => {
-        if (this.state !== 'running') return;
-        this.openConsumer().then(
-          () => {
-            this.error = undefined;
-            this.metrics.up.set(1);
-            this.logger.info('consumer reopened');
-          },
-          (e: unknown) => {
-            this.logger.error({ err: String(e), retryInMs: delayMs }, 'reopening the consumer failed');
-            retry(Math.min(30_000, delayMs * 2));
-          },
-        );
-      }, delayMs);
-      t.unref();
-    };
-    retry(1000);
-  }
-
-  /** Drains: stops pulling, publishes and acks what is in flight, closes the backend and the connection. */
+  /** Drains: gives every partition up (published, acked, checkpointed), closes the backend and the connection. */
   async stop(): Promise<void> {
-    if (this.state === 'stopped') return;
+    if (this.state === 'stopped' || this.state === 'draining') return;
     this.state = 'draining';
-    for (const t of this.timers) clearTimeout(t);
+    for (const t of this.timers) clearInterval(t);
     this.timers = [];
-    await this.running?.stop().catch(() => undefined);
-    // Drained: a last checkpoint acks everything, so the next start replays nothing.
-    if (this.checkpointer) {
-      await this.reloadChain;
-      await this.checkpointer
-        .persist(await this.checkpointer.takeWhilePaused(() => this.checkpointState()))
-        .catch(() => undefined);
+    await this.reloadChain;
+    // Releases each partition through giveUp(…, 'stop') and deletes its lease: survivors take it at once.
+    await this.leases
+      ?.stop()
+      .catch((err: unknown) => this.logger.warn({ err: String(err) }, 'lease release failed'));
+    for (const [partition, worker] of this.workers) {
+      this.workers.delete(partition);
+      await worker.stop('drain').catch(() => undefined);
     }
     await this.backend.close().catch(() => undefined);
     await this.nats?.close().catch(() => undefined);
@@ -418,8 +307,22 @@ export class DeliveryPipeline {
   }
 
   /**
-   * The epoch barrier: prepare the new version, stop starting messages, wait for every message in flight to
-   * be published and acked, switch the pin, record the transition, resume. No epoch mixes two versions.
+   * Simulates this instance's death for tests: timers and leases stop without releasing anything (the
+   * leases expire on their TTL), the connection closes. Nothing is drained or checkpointed.
+   */
+  async abandon(): Promise<void> {
+    this.state = 'stopped';
+    for (const t of this.timers) clearInterval(t);
+    this.timers = [];
+    this.leases?.abandon();
+    await this.nats?.close().catch(() => undefined);
+    await this.backend.close().catch(() => undefined);
+  }
+
+  /**
+   * The epoch barrier: prepare the new version, record the transition in the epoch log (every instance
+   * follows it), then each partition closes its barrier (every message in flight published), checkpoints as
+   * of the new epoch and switches. No partition mixes two versions in one epoch.
    */
   reload(request: { model?: string; version?: string }, reason: string): Promise<ReloadOutcome> {
     const run = this.reloadChain.then(() => this.reloadNow(request, reason));
@@ -433,263 +336,174 @@ export class DeliveryPipeline {
 
   async status(): Promise<PipelineStatus> {
     const q = await this.metrics.freshnessQuantiles();
-    const wm = this.decider.watermark();
-    const s = this.decider.stats();
+    const partitions = [...this.workers.values()]
+      .map((w) => w.status())
+      .sort((a, b) => a.partition - b.partition);
     const p95Ms = q.p95 * 1000;
+    const pending = partitions.reduce((n, p) => n + p.pending, 0);
+    const gauges = [...this.workers.values()].map((w) => w.gauges());
+    const watermarks = partitions.map((p) => p.watermark).filter((w): w is string => w !== null);
+    const checkpoints = partitions.map((p) => p.checkpoint).filter((c) => c !== undefined);
+    // The oldest owned checkpoint is what a crash would replay from.
+    const oldest = checkpoints.reduce<(typeof checkpoints)[number] | undefined>(
+      (a, c) =>
+        a === undefined || (c.age_s ?? Number.POSITIVE_INFINITY) > (a.age_s ?? Number.POSITIVE_INFINITY)
+          ? c
+          : a,
+      undefined,
+    );
     return {
       state: this.state,
-      consuming: this.state === 'running' && this.running !== undefined,
+      consuming: this.state === 'running' && partitions.every((p) => p.consuming),
       paused: this.paused,
       epoch: this.epoch,
       model: this.pin.model,
       version: this.pin.version,
       mode: this.backend.mode,
-      watermark: wm === null ? null : new Date(wm).toISOString(),
+      watermark: watermarks.length === 0 ? null : watermarks.sort()[0]!,
       consumer: {
-        pending: this.lastLag.pending,
-        ack_pending: this.lastLag.ackPending,
-        oldest_unprocessed_age_s: this.lastLag.oldestAgeS,
+        pending,
+        ack_pending: partitions.reduce((n, p) => n + p.ack_pending, 0),
+        oldest_unprocessed_age_s: gauges.reduce((n, g) => Math.max(n, g.oldestAgeS), 0),
       },
       freshness: { p50_ms: q.p50 * 1000, p95_ms: p95Ms, p99_ms: q.p99 * 1000 },
       stale:
         (Number.isFinite(p95Ms) && p95Ms > this.config.slo.freshnessP95Ms) ||
-        this.lastLag.pending > this.config.slo.lagMessages,
+        pending > this.config.slo.lagMessages,
       counts: { ...this.counts },
-      ...(this.checkpointer
+      ...(this.config.checkpoint.enabled
         ? {
             checkpoint: {
-              last_id: this.checkpointer.lastCompleted?.id ?? null,
-              position: this.checkpointer.lastCompleted?.position ?? null,
-              age_s: this.checkpointer.lastCompleted
-                ? Math.max(0, this.clock() - this.checkpointer.lastCompleted.at) / 1000
-                : null,
-              held_acks: this.checkpointer.heldMessages,
+              last_id: oldest?.last_id ?? null,
+              position: checkpoints.some((c) => c.position === null) ? null : (oldest?.position ?? null),
+              age_s: oldest?.age_s ?? null,
+              held_acks: checkpoints.reduce((n, c) => n + c.held_acks, 0),
             },
           }
         : {}),
-      state_keys: s.deliveries,
-      state_bytes: s.approxBytes,
+      state_keys: partitions.reduce((n, p) => n + p.state_keys, 0),
+      state_bytes: partitions.reduce((n, p) => n + p.state_bytes, 0),
+      instance: {
+        id: this.instanceId,
+        live: this.leases?.liveInstances() ?? [],
+        partitions_total: this.config.partitions,
+        owned: this.ownedPartitions(),
+      },
+      partitions,
       ...(this.error ? { error: this.error } : {}),
     };
   }
 
-  private async processAndFilter(message: SourceMessage): Promise<Effect[]> {
-    const effects = await this.process(message);
-    return this.checkpointer ? this.checkpointer.filter(effects) : effects;
-  }
-
-  private async process(message: SourceMessage): Promise<Effect[]> {
-    if (message.streamSeq > this.position) this.position = message.streamSeq;
-    if (message.streamSeq <= this.replayUntil && message.deliveryCount === 1)
-      this.metrics.replayedEvents.inc();
-    this.counts.received++;
-    if (message.deliveryCount > 1) this.counts.redelivered++;
-    const fresh = this.decider.ingest(message.data, message.partition);
-    let entry: Unsettled | undefined;
-    switch (fresh.disposition) {
-      case 'invalid': {
-        this.counts.invalid++;
-        this.counts.dead_letters++;
-        this.metrics.events.inc({ type: 'invalid' });
-        this.metrics.invalid.inc({ field: fieldOf(fresh.reason ?? '') });
-        this.metrics.deadLetters.inc({ reason: 'invalid' });
-        return [
-          deadLetterEffect(this.layout.subjects, this.layout.events.name, message, fresh.reason ?? 'invalid'),
-        ];
-      }
-      case 'duplicate':
-        // A redelivery of a message whose effects are not acked yet publishes them again (same Msg-Ids).
-        entry = this.unsettled.get(message.streamSeq);
-        if (!entry) {
-          this.counts.duplicates++;
-          this.metrics.duplicates.inc();
-          return [];
-        }
-        if (entry.effects) return entry.effects;
-        break;
-      default:
-        this.metrics.events.inc({ type: fresh.event!.type });
-        entry = { result: fresh, firstTimes: [], revisions: 0, alerts: 0 };
-        this.unsettled.set(message.streamSeq, entry);
-    }
-    const result = entry.result;
-    if (result === fresh) this.countWindows(result.windowResults);
-    if (result.disposition === 'late') {
-      this.counts.late++;
-      this.metrics.late.inc();
-      const event = result.event!;
-      entry.effects = [
-        lateEffect(this.layout.subjects, event.event_id, {
-          event: JSON.parse(new TextDecoder().decode(message.data)),
-          delivery_id: event.delivery_id,
-          event_time: event.event_time,
-          watermark: new Date(result.watermark ?? 0).toISOString(),
-          allowed_lateness_ms: this.config.eventTime.allowedLatenessMs,
-          source_stream_seq: message.streamSeq,
-        }),
-      ];
-      return entry.effects;
-    }
-    if (result.behindWatermark && result === fresh) this.metrics.behindWatermark.inc();
-    if (result.notReady && result === fresh) this.metrics.notReady.inc({ missing: result.notReady });
-    if (result.decisions.length === 0) {
-      entry.effects = [];
-      return entry.effects;
-    }
-    entry.effects = await this.predict(result.event!.delivery_id, result.decisions, entry);
-    return entry.effects;
-  }
-
-  /** Runs the decisions through the model (concurrently), then builds the effects in arrival order per delivery. */
-  private async predict(deliveryId: string, decisions: Decision[], entry: Unsettled): Promise<Effect[]> {
-    const pin = this.pin;
-    const epoch = this.epoch;
-    const risks = Promise.all(decisions.map((d) => this.timedPredict(pin, d.row)));
-    const previous = this.tails.get(deliveryId) ?? Promise.resolve();
-    const built = previous.then(async () => this.build(decisions, await risks, pin, epoch, entry));
-    const tail = built.catch(() => undefined);
-    this.tails.set(deliveryId, tail);
-    void tail.then(() => {
-      if (this.tails.get(deliveryId) === tail) this.tails.delete(deliveryId);
-    });
-    return built;
-  }
-
-  private async timedPredict(pin: ModelPin, row: Float32Array): Promise<number> {
-    const end = this.metrics.inference.startTimer({ mode: this.backend.mode });
-    try {
-      return await this.backend.predict(pin, row);
-    } catch (err) {
-      throw new RetryableError(`inference failed: ${err instanceof Error ? err.message : String(err)}`, {
-        cause: err,
-      });
-    } finally {
-      end();
-    }
-  }
-
-  private build(
-    decisions: Decision[],
-    risks: number[],
-    pin: ModelPin,
-    epoch: number,
-    entry: Unsettled,
-  ): Effect[] {
-    for (const d of decisions) {
-      if (d.revision === 0) entry.firstTimes.push(d.eventTimeMs);
-      else entry.revisions++;
-    }
-    const publishedAt = new Date(this.clock()).toISOString();
-    const effects = decisionEffects(
-      decisions,
-      risks,
-      pin,
-      epoch,
-      this.decider,
-      this.layout.subjects,
-      publishedAt,
-    );
-    // One prediction per decision; the others are alerts.
-    entry.alerts = effects.length - decisions.length;
-    return effects;
-  }
-
-  private countWindows(firings: readonly WindowFiring[]): void {
-    for (const f of firings)
-      this.metrics.windowResults.inc({ window: f.window, kind: f.revision === 0 ? 'first' : 'revision' });
-  }
-
-  private onPublished(message: SourceMessage): void {
-    const entry = this.unsettled.get(message.streamSeq);
-    // Counted once: a redelivery (its first copy still unsettled) publishing the same effects again under
-    // the same Msg-Ids is not a second prediction.
-    if (!entry?.effects || entry.counted) return;
-    entry.counted = true;
-    const now = this.clock();
-    for (const t of entry.firstTimes) this.metrics.observeFreshness(Math.max(0, now - t) / 1000);
-    const firsts = entry.firstTimes.length;
-    this.counts.predictions += firsts;
-    this.counts.revisions += entry.revisions;
-    this.counts.alerts += entry.alerts;
-    if (firsts > 0) this.metrics.predictions.inc({ kind: 'first' }, firsts);
-    if (entry.revisions > 0) this.metrics.predictions.inc({ kind: 'revision' }, entry.revisions);
-    if (entry.alerts > 0) this.metrics.alerts.inc(entry.alerts);
-  }
-
-  private onError(err: unknown, message: SourceMessage): void {
-    if (err instanceof RetryableError) {
-      this.logger.warn({ seq: message.streamSeq, err: err.message }, 'inference unavailable; message naked');
-      return;
-    }
-    this.logger.warn({ seq: message.streamSeq, err: String(err) }, 'message not completed');
-  }
-
+  /** Instance-wide gauges from the partitions' own. */
   private tick(): void {
-    const r = this.decider.tick();
-    this.countWindows(r.windowResults);
-    const s = this.decider.stats();
-    this.metrics.stateKeys.set(s.deliveries);
-    this.metrics.stateBytes.set(s.approxBytes);
-    const wm = this.decider.watermark();
-    if (wm !== null) this.metrics.watermarkLag.set(Math.max(0, this.clock() - wm) / 1000);
-    this.metrics.inflight.set(this.running?.inFlight ?? 0);
-    const last = this.checkpointer?.lastCompleted;
-    if (last) this.metrics.checkpointAge.set(Math.max(0, this.clock() - last.at) / 1000);
-    if (
-      this.replayUntil > 0 &&
-      !this.recovered &&
-      this.position >= this.replayUntil &&
-      this.lastLag.pending === 0
-    ) {
-      this.recovered = true;
-      const seconds = (Date.now() - this.startedAt) / 1000;
-      this.metrics.recoverySeconds.set(seconds);
-      this.logger.info({ seconds, replayed: this.replayUntil }, 'caught up after restore');
+    const now = this.clock();
+    let pending = 0;
+    let ackPending = 0;
+    let oldest = 0;
+    let watermark: number | null = null;
+    let checkpointAt: number | null = null;
+    let keys = 0;
+    let bytes = 0;
+    let inFlight = 0;
+    for (const w of this.workers.values()) {
+      const g = w.gauges();
+      pending += g.pending;
+      ackPending += g.ackPending;
+      oldest = Math.max(oldest, g.oldestAgeS);
+      if (g.watermark !== null)
+        watermark = watermark === null ? g.watermark : Math.min(watermark, g.watermark);
+      if (g.checkpointAt !== null)
+        checkpointAt = checkpointAt === null ? g.checkpointAt : Math.min(checkpointAt, g.checkpointAt);
+      const s = w.status();
+      keys += s.state_keys;
+      bytes += s.state_bytes;
+      inFlight += w.inFlight;
     }
+    const m = this.metrics;
+    m.consumerPending.set(pending);
+    m.consumerAckPending.set(ackPending);
+    m.oldestUnprocessedAge.set(oldest);
+    m.stateKeys.set(keys);
+    m.stateBytes.set(bytes);
+    m.inflight.set(inFlight);
+    if (watermark !== null) m.watermarkLag.set(Math.max(0, now - watermark) / 1000);
+    if (checkpointAt !== null) m.checkpointAge.set(Math.max(0, now - checkpointAt) / 1000);
+    m.partitionsOwned.set(this.workers.size);
+    m.liveInstances.set(this.leases?.liveInstances().length ?? 0);
   }
 
-  private async refreshLag(): Promise<void> {
-    const source = this.source;
-    const nats = this.nats;
-    if (!source || !nats || this.state !== 'running') return;
-    try {
-      const info = await nats.jsm.consumers.info(this.layout.events.name, this.config.consumer.durable);
-      let oldestAgeS = 0;
-      const firstUnacked = info.ack_floor.stream_seq + 1;
-      if (info.num_pending + info.num_ack_pending > 0) {
-        const stored = await nats.jsm.streams
-          .getMessage(this.layout.events.name, { seq: firstUnacked })
-          .catch(() => null);
-        if (stored) oldestAgeS = Math.max(0, this.clock() - stored.time.getTime()) / 1000;
-      }
-      this.lastLag = { pending: info.num_pending, ackPending: info.num_ack_pending, oldestAgeS };
-      this.metrics.consumerPending.set(info.num_pending);
-      this.metrics.consumerAckPending.set(info.num_ack_pending);
-      this.metrics.oldestUnprocessedAge.set(oldestAgeS);
-    } catch (err) {
-      this.logger.debug({ err: String(err) }, 'consumer info failed');
-    }
-  }
-
-  /** The last recorded epoch continues if it pinned the same version; otherwise a new epoch is recorded. */
-  private async resumeEpoch(): Promise<void> {
-    const last = await this.lastEpochRecord();
+  /**
+   * At start: the last recorded epoch continues if it pins the configured version. Otherwise, alone, the
+   * config wins (a new epoch is recorded); beside live instances the log wins (they follow it, and a stale
+   * config on one host must not move the others back): change versions with a reload.
+   */
+  private async resumeEpoch(peers: string[]): Promise<void> {
+    const last = await this.epochs!.last();
+    const others = peers.filter((id) => id !== this.instanceId);
     if (last && last.model === this.pin.model && last.version === this.pin.version) {
       this.epoch = last.epoch;
+    } else if (last && others.length > 0) {
+      this.logger.warn(
+        {
+          config: this.pin,
+          log: { epoch: last.epoch, model: last.model, version: last.version },
+          instances: others,
+        },
+        'the config pins another version than the epoch log; following the log (reload to change it)',
+      );
+      this.pin = { model: last.model, version: last.version };
+      this.epoch = last.epoch;
     } else {
-      await this.recordEpoch((last?.epoch ?? 0) + 1, last, 'start');
+      await this.epochs!.record((last?.epoch ?? 0) + 1, this.pin, last, 'start');
+      this.epoch = (last?.epoch ?? 0) + 1;
     }
     this.metrics.setPin(this.pin.model, this.pin.version, this.epoch);
     this.onEpoch?.({ ...this.pin }, this.epoch);
   }
 
-  private lastEpochRecord(): Promise<EpochRecord | null> {
-    return this.epochs!.last();
+  /** Another instance recorded a transition: this one adopts it; its partitions switch at their barriers. */
+  private followEpochLog(): Promise<void> {
+    if (this.state !== 'running') return Promise.resolve();
+    const run = this.reloadChain.then(async () => {
+      const last = await this.epochs!.last();
+      if (!last || this.state !== 'running') return;
+      const same = last.model === this.pin.model && last.version === this.pin.version;
+      if (last.epoch < this.epoch || (last.epoch === this.epoch && same)) return;
+      const next = { model: last.model, version: last.version };
+      try {
+        await this.backend.prepare(next);
+      } catch (err) {
+        this.error = `cannot follow epoch ${last.epoch} (${next.model}@${next.version}): ${(err as Error).message}`;
+        this.logger.error({ epoch: last.epoch, pin: next, err: String(err) }, 'cannot follow the epoch log');
+        return;
+      }
+      this.error = undefined;
+      this.adopt(next, last.epoch);
+      this.logger.info({ epoch: last.epoch, pin: next, reason: last.reason }, 'following the epoch log');
+      await this.switchPartitions();
+    });
+    this.reloadChain = run.catch(() => undefined);
+    return run.catch((err: unknown) =>
+      this.logger.warn({ err: String(err) }, 'reading the epoch log failed'),
+    );
   }
 
-  private async recordEpoch(epoch: number, previous: EpochRecord | null, reason: string): Promise<void> {
-    await this.epochs!.record(epoch, this.pin, previous, reason);
+  private adopt(pin: ModelPin, epoch: number): void {
+    this.pin = { ...pin };
     this.epoch = epoch;
+    this.metrics.setPin(pin.model, pin.version, epoch);
+    this.onEpoch?.({ ...pin }, epoch);
+  }
+
+  /** Each partition's barrier to the instance's epoch; the partitions that could not, by number. */
+  private async switchPartitions(): Promise<number[]> {
+    const failed: number[] = [];
+    await Promise.all(
+      [...this.workers.values()].map(async (w) => {
+        if (!(await w.catchUp())) failed.push(w.partition);
+      }),
+    );
+    return failed.sort((a, b) => a - b);
   }
 
   private async reloadNow(
@@ -735,49 +549,34 @@ export class DeliveryPipeline {
     } catch (err) {
       return outcome('failed', 0, `cannot pin ${next.model}@${next.version}: ${(err as Error).message}`);
     }
-    const running = this.running;
-    if (!running) return outcome('failed', 0, 'the consumer is reopening; try again');
-    const drained = running.inFlight;
-    await running.pause();
+    const drained = [...this.workers.values()].reduce((n, w) => n + w.inFlight, 0);
+    let previous: EpochRecord | null;
     try {
-      const previous: EpochRecord = {
-        epoch: this.epoch,
-        model: before.model,
-        version: before.version,
-        previous: null,
-        reason: '',
-        at: '',
-      };
-      this.pin = next;
-      try {
-        if (this.checkpointer) {
-          // The new epoch is checkpointed before anything is predicted in it: a restore never replays a
-          // span of the new epoch under the old version.
-          const epochBefore = this.epoch;
-          this.epoch = epochBefore + 1;
-          const saved = await this.checkpointer.persist(
-            await this.checkpointer.takeWhilePaused(() => this.checkpointState()),
-          );
-          this.epoch = epochBefore;
-          if (!saved) throw new Error('the checkpoint at the barrier failed');
-        }
-        await this.recordEpoch(this.epoch + 1, previous, reason);
-      } catch (err) {
-        this.pin = before;
-        return outcome('failed', drained, `transition not recorded: ${(err as Error).message}`);
-      }
-      this.metrics.setPin(next.model, next.version, this.epoch);
-      this.onEpoch?.({ ...next }, this.epoch);
-      this.logger.info({ epoch: this.epoch, from: before, to: next, drained, reason }, 'epoch committed');
-      return outcome('committed', drained);
-    } finally {
-      if (!this.paused) running.resume();
+      previous = await this.epochs!.last();
+      await this.epochs!.record(this.epoch + 1, next, previous, reason);
+    } catch (err) {
+      return outcome('failed', 0, `transition not recorded: ${(err as Error).message}`);
     }
+    this.adopt(next, this.epoch + 1);
+    const lagging = await this.switchPartitions();
+    this.logger.info({ epoch: this.epoch, from: before, to: next, drained, reason }, 'epoch committed');
+    return outcome(
+      'committed',
+      drained,
+      lagging.length > 0
+        ? `partitions ${lagging.join(', ')} switch at their next barrier (checkpoint failed)`
+        : undefined,
+    );
   }
 }
 
-/** `<field>: <problem>` → the field, for a bounded metric label. */
-function fieldOf(reason: string): string {
-  const field = reason.split(':')[0] ?? '';
-  return /^[a-z_]{1,32}$/.test(field) ? field : 'payload';
+/** A key-safe default, unique even for two pipelines in one process: host name, pid and a random tag. */
+function defaultInstanceId(): string {
+  return `${instanceHost()}-${process.pid}-${randomBytes(3).toString('hex')}`;
+}
+
+export function instanceHost(): string {
+  return hostname()
+    .replace(/[^A-Za-z0-9_-]/g, '-')
+    .slice(0, 40);
 }

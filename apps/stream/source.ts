@@ -12,6 +12,7 @@ import {
   type JsMsg,
 } from '@nats-io/jetstream';
 import { requireName, requirePositiveInt, StreamIoError } from './errors';
+import { partitionOfKey } from './layout';
 import { nanos } from './nanos';
 
 /** Maps a message subject to its source partition; watermarks are tracked per partition. */
@@ -19,15 +20,10 @@ export type PartitionFn = (subject: string) => string;
 
 export const SINGLE_PARTITION: PartitionFn = () => '0';
 
-/** Spreads keys over `count` partitions by a stable hash of the subject's last token. */
+/** Spreads keys over `count` partitions by the subject's last token (the delivery id). */
 export function hashPartitioner(count: number): PartitionFn {
   requirePositiveInt('partition count', count);
-  return (subject) => {
-    const key = subject.slice(subject.lastIndexOf('.') + 1);
-    let hash = 2166136261;
-    for (let i = 0; i < key.length; i++) hash = Math.imul(hash ^ key.charCodeAt(i), 16777619);
-    return String((hash >>> 0) % count);
-  };
+  return (subject) => String(partitionOfKey(subject.slice(subject.lastIndexOf('.') + 1), count));
 }
 
 export interface SourceOptions {

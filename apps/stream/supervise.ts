@@ -11,6 +11,7 @@ import type { Logger } from 'pino';
 import { nextCrashStreak, restartDelayMs } from '../supervisor/fleet';
 import { type PipelineConfig, resolvePipelineConfig } from './config';
 import type { PipelineChildMessage, PipelineParentMessage } from './main';
+import { instanceHost } from './pipeline';
 
 /** How long the pipeline may take to drain before it is killed. */
 const DRAIN_TIMEOUT_MS = 60_000;
@@ -52,6 +53,9 @@ export async function superviseStream(options: SuperviseOptions): Promise<number
     resolveExit = resolve;
   });
 
+  // One id across the child's restarts: a restarted child takes its partitions' leases back at once.
+  if (config.instance.id === '')
+    config = { ...config, instance: { ...config.instance, id: `${instanceHost()}-${process.pid}` } };
   const start = () => {
     readyAt = undefined;
     const c = fork(join(__dirname, 'main.js'), [], {
@@ -96,6 +100,7 @@ export async function superviseStream(options: SuperviseOptions): Promise<number
       logger.error({ err: (err as Error).message }, 'SIGHUP: config refused; nothing changed');
       return;
     }
+    if (next.instance.id === '') next = { ...next, instance: { ...next.instance, id: config.instance.id } };
     const { model: before, ...restBefore } = config;
     const { model: after, ...restAfter } = next;
     if (JSON.stringify(restBefore) !== JSON.stringify(restAfter))

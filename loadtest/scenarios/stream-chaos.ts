@@ -368,6 +368,7 @@ export const streamChaos: Scenario = {
         rampMs: plan.rampS * 1000,
         seed: WORKLOAD.seed,
         prefixes: [`${ref.names.tag}.delivery.events`, `${victim.names.tag}.delivery.events`],
+        partitions: 1,
         disorderMs: WORKLOAD.disorderMs,
         duplicateFraction: WORKLOAD.duplicateFraction,
       });

@@ -7,7 +7,7 @@
  */
 
 import { publishBounded } from '../../apps/cli/simulate';
-import { JetStreamSink, keySubject, type NatsHandle } from '../../apps/stream';
+import { eventSubject, JetStreamSink, type NatsHandle } from '../../apps/stream';
 import { liveOptions, paced, type SimOptions, type SimRecord, simulationRecords } from '../simulator';
 
 export interface ChaosFeedOptions {
@@ -17,6 +17,8 @@ export interface ChaosFeedOptions {
   seed: number;
   /** subject prefixes, one per target stream (`<root>.delivery.events`) */
   prefixes: readonly string[];
+  /** the pipelines' key partitions (the subject's partition token) */
+  partitions: number;
   disorderMs: number;
   duplicateFraction: number;
   /** publishes in flight at most (per record: one per prefix) */
@@ -84,7 +86,11 @@ export function startChaosFeed(
     // One connection, sent in this order: every target stream stores the records in the same order.
     const acks = await Promise.allSettled(
       o.prefixes.map((prefix) =>
-        sink.publish({ subject: keySubject(prefix, r.delivery_id), data: r.payload, msgId: r.msgId }),
+        sink.publish({
+          subject: eventSubject(prefix, r.delivery_id, o.partitions),
+          data: r.payload,
+          msgId: r.msgId,
+        }),
       ),
     );
     acks.forEach((a, i) => {

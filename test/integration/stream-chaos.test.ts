@@ -1,19 +1,23 @@
 /**
- * `streaminfer stream` with checkpoints under kill -9. The same workload goes through two pipelines on their
- * own streams: one left alone, one whose pipeline process is killed three times while events flow — once in
- * the middle of a checkpoint (object written, pointer not yet: that checkpoint must never be restored). The
- * supervisor restarts it each time; it restores the last completed checkpoint and replays from there.
- * Afterwards its output stream must hold exactly the failure-free run's predictions: every decision id once,
- * none lost, none duplicated, the same risk for each.
+ * `streaminfer stream` with checkpoints and two instances under kill -9. The same workload (20,000 events)
+ * goes through two pipelines on their own streams: a reference run by one instance left alone, and a chaos
+ * pipeline whose four partitions are shared by two instances (leases in NATS KV) while they are killed three
+ * times as events flow: an instance's process (its supervisor restarts it, and it takes its leases back), the
+ * other's in the middle of a checkpoint (object written, pointer not yet: never restored), then a whole
+ * instance, supervisor and all (its partitions move to the survivor once the leases expire; a new instance
+ * joins and takes its share back). Afterwards the chaos output holds exactly the reference's predictions:
+ * every decision id once, none lost, none duplicated, the same risk for each — and every partition's final
+ * keyed state equals the reference's.
  */
 import type { ChildProcess } from 'node:child_process';
-import { connectNats, keySubject, type NatsHandle } from '../../apps/stream';
+import { connectNats, eventSubject, type NatsHandle } from '../../apps/stream';
 import { CheckpointStore } from '../../apps/stream/checkpoints';
 import type { Prediction } from '../../libs/stream';
 import { simulate } from '../../loadtest/simulator';
 import {
   deleteStreams,
   NATS_URL,
+  partitionsDrained,
   readStream,
   type StreamCli,
   type StreamNames,
@@ -22,6 +26,8 @@ import {
   waitFor,
   writeStreamConfig,
 } from './stream-kit';
+
+const PARTITIONS = 4;
 
 let nats: NatsHandle;
 const created: StreamNames[] = [];
@@ -46,8 +52,8 @@ function startStream(names: StreamNames, bucket: string, env: Record<string, str
     { maxAckPending: 20_000, ackWaitMs: 6_000, batchSize: 256 },
     {
       concurrency: 512,
-      // One source partition: idleness (processing time) cannot make a replay's watermark differ.
-      partitions: 1,
+      partitions: PARTITIONS,
+      instance: { leaseBucket: `${names.tag}_leases`, leaseTtlMs: 6000 },
       checkpoint: { enabled: true, intervalMs: 1_000, bucket },
     },
   );
@@ -63,25 +69,18 @@ async function predictions(names: StreamNames): Promise<Array<Prediction & { msg
   }));
 }
 
-/** Every stored event processed and published: a completed checkpoint covers the last one. */
-async function caughtUp(run: StreamCli, total: number): Promise<void> {
-  await waitFor(
-    'a checkpoint covering every event',
-    async () => {
-      const readies = run.readies();
-      const res = await fetch(`http://127.0.0.1:${readies[readies.length - 1]!.admin}/health`).catch(
-        () => null,
-      );
-      if (!res || res.status !== 200) return false;
-      const health = (await res.json()) as { checkpoint?: { position: number | null } };
-      return (health.checkpoint?.position ?? 0) >= total;
-    },
-    120_000,
-  );
+async function health(run: StreamCli): Promise<{ instance: { owned: number[] } } | null> {
+  const readies = run.readies();
+  const last = readies[readies.length - 1];
+  if (!last) return null;
+  const res = await fetch(`http://127.0.0.1:${last.admin}/health`).catch(() => null);
+  return res?.status === 200 ? ((await res.json()) as { instance: { owned: number[] } }) : null;
 }
 
-describe('streaminfer stream with checkpoints, under kill -9', () => {
-  it('three kills (one inside a checkpoint): exactly the failure-free predictions, value for value', async () => {
+const owned = async (run: StreamCli) => (await health(run))?.instance.owned.length ?? 0;
+
+describe('streaminfer stream with checkpoints and two instances, under kill -9', () => {
+  it('three kills (a process, one inside a checkpoint, a whole instance): exactly the failure-free predictions, value for value', async () => {
     const reference = uniqueNames('chr');
     const chaos = uniqueNames('chx');
     created.push(reference, chaos);
@@ -90,64 +89,124 @@ describe('streaminfer stream with checkpoints, under kill -9', () => {
     buckets.push(refBucket, chaosBucket);
     const { records } = simulate({
       seed: 13,
-      deliveries: 60,
-      durationMs: 40 * 60_000,
+      deliveries: 120,
+      durationMs: 60 * 60_000,
       gpsIntervalMs: 10_000,
       disorderMs: 5_000,
       duplicateFraction: 0.03,
       idPrefix: 'cx-',
     });
-    const batch = records.slice(0, 8_000);
+    const batch = records.slice(0, 20_000);
+    expect(batch.length).toBe(20_000);
 
     const ref = startStream(reference, refBucket);
-    // The chaos pipeline: a test hook holds each checkpoint 400 ms between its object and its pointer.
-    const victim = startStream(chaos, chaosBucket, { STREAMINFER_TEST_CHECKPOINT_DELAY_MS: '400' });
+    // The chaos pipeline's instances: a test hook holds each checkpoint 300 ms between object and pointer.
+    const hook = { STREAMINFER_TEST_CHECKPOINT_DELAY_MS: '300' };
+    let a = startStream(chaos, chaosBucket, hook);
+    const b = startStream(chaos, chaosBucket, hook);
+    await Promise.all([ref.ready(), a.ready(), b.ready()]);
     await waitFor(
-      'both pipelines ready',
-      () => ref.readies().length === 1 && victim.readies().length === 1,
-      60_000,
+      'the partitions shared 2/2',
+      async () => (await owned(a)) === 2 && (await owned(b)) === 2,
+      30_000,
     );
 
-    // Publish in slices of 500 (about 1,500 events/s), killing the victim three times on the way.
-    const killAt = new Set([2_000, 4_500, 6_500]);
+    const count = (run: StreamCli, what: string) => run.output().split(what).length;
+    const killProcess = async (run: StreamCli, n: number, inCheckpoint: boolean) => {
+      const readies = run.readies();
+      const pid = readies[readies.length - 1]!.pid;
+      const what = inCheckpoint ? 'pointer pending' : 'checkpoint completed';
+      const seen = count(run, what);
+      await waitFor(
+        inCheckpoint ? 'a checkpoint in progress' : 'a completed checkpoint',
+        () => count(run, what) > seen,
+        15_000,
+      );
+      process.kill(pid, 'SIGKILL');
+      await waitFor(`restart after kill ${n}`, () => run.readies().length === readies.length + 1, 60_000);
+    };
     let kills = 0;
     for (let i = 0; i < batch.length; i += 500) {
       const slice = batch.slice(i, i + 500);
       for (const names of [reference, chaos])
         await Promise.all(
           slice.map((r) =>
-            nats.js.publish(keySubject(`${names.tag}.delivery.events`, r.delivery_id), r.payload, {
-              msgID: r.msgId,
-            }),
+            nats.js.publish(
+              eventSubject(`${names.tag}.delivery.events`, r.delivery_id, PARTITIONS),
+              r.payload,
+              {
+                msgID: r.msgId,
+              },
+            ),
           ),
         );
-      if (killAt.has(i + 500)) {
-        const readies = victim.readies();
-        const pid = readies[readies.length - 1]!.pid;
-        const count = (what: string) => victim.output().split(what).length;
-        if (kills === 1) {
-          // The second kill lands inside a checkpoint: after its object, before its pointer.
-          const seen = count('pointer pending');
-          await waitFor('a checkpoint in progress', () => count('pointer pending') > seen, 10_000);
-        } else {
-          // The others after this process completed a checkpoint of its own (a restore has one to start from).
-          const seen = count('checkpoint completed');
-          await waitFor('a completed checkpoint', () => count('checkpoint completed') > seen, 10_000);
-        }
-        process.kill(pid, 'SIGKILL');
+      const sent = i + 500;
+      if (sent === 5_000) {
+        await killProcess(a, ++kills, false);
+      } else if (sent === 10_000) {
+        await killProcess(b, ++kills, true);
+      } else if (sent === 15_000) {
+        // The whole instance: its process and its supervisor at once (no drain, no lease given back).
+        const readies = a.readies();
+        process.kill(readies[readies.length - 1]!.pid, 'SIGKILL');
+        process.kill(a.child.pid!, 'SIGKILL');
         kills++;
-        await waitFor(`restart ${kills}`, () => victim.readies().length === kills + 1, 60_000);
+        const died = Date.now();
+        await waitFor(
+          'the survivor owns every partition',
+          async () => (await owned(b)) === PARTITIONS,
+          30_000,
+        );
+        // Not before the dead instance's leases expired (6 s TTL, renewed every 2 s).
+        expect(Date.now() - died).toBeGreaterThan(3_000);
+        a = startStream(chaos, chaosBucket, hook);
+        await a.ready();
+        await waitFor(
+          'a new instance takes its share',
+          async () => (await owned(a)) === 2 && (await owned(b)) === 2,
+          30_000,
+        );
       }
-      await new Promise((resolve) => setTimeout(resolve, 300));
+      await new Promise((resolve) => setTimeout(resolve, 200));
     }
     expect(kills).toBe(3);
     const stored = (await nats.jsm.streams.info(chaos.events)).state.messages;
-    await caughtUp(ref, stored);
-    await caughtUp(victim, stored);
+    expect(stored).toBe((await nats.jsm.streams.info(reference.events)).state.messages);
+    // Acks wait for checkpoints: nothing unacked anywhere means a checkpoint covers every event.
+    for (const names of [reference, chaos])
+      await waitFor(
+        'every partition checkpointed to its end',
+        () => partitionsDrained(nats, names, PARTITIONS),
+        90_000,
+      ).catch(async (err: Error) => {
+        const infos = [];
+        for (let k = 0; k < PARTITIONS; k++) {
+          const info = await nats.jsm.consumers
+            .info(names.events, `${names.tag}_pipeline-p${k}`)
+            .catch(() => null);
+          infos.push([
+            k,
+            info?.num_pending,
+            info?.num_ack_pending,
+            info?.ack_floor.stream_seq,
+            info?.num_redelivered,
+          ]);
+        }
+        const tail = (run: StreamCli) =>
+          run
+            .output()
+            .split('\n')
+            .filter((l) => !l.includes('"level":30') && !l.includes('test hook'))
+            .slice(-15)
+            .join('\n');
+        throw new Error(
+          `${err.message} (${names.tag}): ${JSON.stringify(infos)}\n--- ref\n${tail(ref)}\n--- health ref ${JSON.stringify(await health(ref))}\n--- a\n${tail(a)}\n--- b\n${tail(b)}\n--- health a ${JSON.stringify(await health(a))}\n--- health b ${JSON.stringify(await health(b))}`,
+        );
+      });
 
     const expected = await predictions(reference);
     const got = await predictions(chaos);
-    expect(expected.length).toBeGreaterThan(5_000);
+    expect(expected.length).toBeGreaterThan(12_000);
     const byId = (list: Array<Prediction & { msgId?: string }>) => {
       const map = new Map<string, number>();
       for (const p of list) {
@@ -162,28 +221,28 @@ describe('streaminfer stream with checkpoints, under kill -9', () => {
     expect([...have.keys()].filter((id) => !want.has(id))).toEqual([]); // nothing extra
     expect([...want.keys()].filter((id) => !have.has(id))).toEqual([]); // nothing lost
     for (const [id, risk] of want) expect(have.get(id)).toBe(risk); // the same value
-    // The restored process says so.
-    expect(victim.output()).toContain('restored from checkpoint');
+    expect(a.output() + b.output()).toContain('restored from checkpoint');
 
-    ref.child.kill('SIGTERM');
-    victim.child.kill('SIGTERM');
-    expect(await ref.exited).toBe(0);
-    expect(await victim.exited).toBe(0);
-    // And the keyed state itself — windows, their emissions, histories, dedupe ids — ends equal. Not the
+    for (const run of [ref, a, b]) run.child.kill('SIGTERM');
+    for (const run of [ref, a, b]) expect(await run.exited).toBe(0);
+    // And each partition's keyed state — windows, their emissions, histories, dedupe ids — ends equal. Not the
     // partitions' processing-time clocks, nor the engine's counters: they are statistics, and a message the
     // broker redelivers (its ack held past ack_wait while a restarted process catches up) counts as one more
     // duplicate there.
-    const finalState = async (names: StreamNames, bucket: string) => {
-      const store = await CheckpointStore.open(nats.js, bucket, `${names.tag}_pipeline`, 'all');
+    const finalState = async (names: StreamNames, bucket: string, partition: number) => {
+      const store = await CheckpointStore.open(nats.js, bucket, `${names.tag}_pipeline`, `p${partition}`);
       const checkpoint = await store.latest();
       const state = checkpoint!.state;
-      expect(checkpoint!.position).toBe(stored);
       expect(state.deliveries.length).toBeGreaterThan(10);
-      return JSON.stringify({
-        ...state,
-        engine: { ...state.engine, partitions: [], counters: {} },
-      }).replaceAll(/ch[rx]\d+t\d+n\d+/g, '');
+      return {
+        position: checkpoint!.position,
+        state: JSON.stringify({
+          ...state,
+          engine: { ...state.engine, partitions: [], counters: {} },
+        }).replaceAll(/ch[rx]\d+t\d+n\d+/g, ''),
+      };
     };
-    expect(await finalState(chaos, chaosBucket)).toBe(await finalState(reference, refBucket));
+    for (let k = 0; k < PARTITIONS; k++)
+      expect(await finalState(chaos, chaosBucket, k)).toEqual(await finalState(reference, refBucket, k));
   }, 300_000);
 });

@@ -7,7 +7,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { type ConsumerMessages, DeliverPolicy } from '@nats-io/jetstream';
-import type { NatsHandle } from '../../apps/stream';
+import { eventSubject, type NatsHandle } from '../../apps/stream';
 import { runCli } from './harness';
 
 export const NATS_URL = process.env['STREAMINFER_TEST_NATS'] ?? 'nats://127.0.0.1:4222';
@@ -27,10 +27,37 @@ export function uniqueNames(prefix: string): StreamNames {
   return { tag, events: `${tag}_EVENTS`, predictions: `${tag}_PREDICTIONS`, side: `${tag}_SIDE` };
 }
 
+/** The streams, and the lease and checkpoint buckets the tests name after the tag. */
 export async function deleteStreams(nats: NatsHandle, names: StreamNames[]): Promise<void> {
   for (const n of names)
-    for (const s of [n.events, n.predictions, n.side])
+    for (const s of [
+      n.events,
+      n.predictions,
+      n.side,
+      `KV_${n.tag}_leases`,
+      `OBJ_${n.tag}_ckpt`,
+      `KV_${n.tag}_ckpt_head`,
+    ])
       await nats.jsm.streams.delete(s).catch(() => undefined);
+}
+
+/** Every partition's consumer (`<durable>-p<k>`) has nothing pending and nothing unacked. */
+export async function partitionsDrained(
+  nats: NatsHandle,
+  names: StreamNames,
+  partitions: number,
+  durable = `${names.tag}_pipeline`,
+): Promise<boolean> {
+  for (let k = 0; k < partitions; k++) {
+    const info = await nats.jsm.consumers.info(names.events, `${durable}-p${k}`).catch(() => null);
+    if (!info || info.num_pending > 0 || info.num_ack_pending > 0) return false;
+  }
+  return true;
+}
+
+/** A producer's subject for an event of `delivery` (`<tag>.delivery.events.<partition>.<delivery>`). */
+export function eventSubjectFor(names: StreamNames, delivery: string, partitions: number): string {
+  return eventSubject(`${names.tag}.delivery.events`, delivery, partitions);
 }
 
 export interface StoredMessage {
@@ -145,6 +172,7 @@ export function writeStreamConfig(
       subjectRoot: names.tag,
       streams: { events: names.events, predictions: names.predictions, side: names.side },
       consumer: { durable: `${names.tag}_pipeline`, ...consumer },
+      instance: { leaseBucket: `${names.tag}_leases`, leaseTtlMs: 6000 },
       admin: { port: 0 },
       ...over,
     }),

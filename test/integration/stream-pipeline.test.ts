@@ -10,7 +10,6 @@ import {
   connectNats,
   DeliveryPipeline,
   type InferenceBackend,
-  keySubject,
   type ModelPin,
   type NatsHandle,
   PipelineMetrics,
@@ -18,9 +17,18 @@ import {
 } from '../../apps/stream';
 import { computeFeatures, DeliveryDecider, type DeliveryEvent, type Prediction } from '../../libs/stream';
 import { simulate } from '../../loadtest/simulator';
-import { deleteStreams, NATS_URL, readStream, type StreamNames, uniqueNames, waitFor } from './stream-kit';
+import {
+  deleteStreams,
+  eventSubjectFor,
+  NATS_URL,
+  partitionsDrained,
+  readStream,
+  type StreamNames,
+  uniqueNames,
+  waitFor,
+} from './stream-kit';
 
-const logger = pino({ level: 'silent' });
+const logger = pino({ level: process.env.TEST_LOG ?? 'silent' });
 const T0 = Date.UTC(2026, 10, 8, 10, 0, 0);
 const iso = (ms: number) => new Date(ms).toISOString().replace('.000Z', 'Z');
 
@@ -90,6 +98,7 @@ function configFor(names: StreamNames, eventTime: Record<string, number> = {}) {
     },
     concurrency: 256,
     partitions: 2,
+    instance: { leaseBucket: `${names.tag}_leases`, leaseTtlMs: 6000 },
     eventTime: { outOfOrdernessMs: 30_000, allowedLatenessMs: 60_000, ...eventTime },
     admin: { port: 0 },
   });
@@ -119,21 +128,14 @@ async function publish(
             return { payload: p, msgId: e.event_id, delivery: e.delivery_id };
           })()
         : p;
-    await nats.js.publish(keySubject(`${names.tag}.delivery.events`, item.delivery), item.payload, {
+    await nats.js.publish(eventSubjectFor(names, item.delivery, 2), item.payload, {
       msgID: item.msgId,
     });
   }
 }
 
 async function drained(names: StreamNames): Promise<void> {
-  await waitFor(
-    'the consumer to catch up',
-    async () => {
-      const info = await nats.jsm.consumers.info(names.events, `${names.tag}_pipeline`);
-      return info.num_pending === 0 && info.num_ack_pending === 0;
-    },
-    60_000,
-  );
+  await waitFor('the consumer to catch up', () => partitionsDrained(nats, names, 2), 60_000);
 }
 
 async function predictions(names: StreamNames): Promise<Prediction[]> {
@@ -299,7 +301,7 @@ describe('delivery pipeline on JetStream', () => {
         const part = items.slice(i, i + 500);
         await Promise.all(
           part.map((it) =>
-            nats.js.publish(keySubject(`${names.tag}.delivery.events`, it.delivery), it.payload, {
+            nats.js.publish(eventSubjectFor(names, it.delivery, 2), it.payload, {
               msgID: it.msgId,
             }),
           ),
@@ -489,7 +491,7 @@ describe('delivery pipeline with checkpoints (in process)', () => {
     const publishAll = (rs: typeof records) =>
       Promise.all(
         rs.map((r) =>
-          nats.js.publish(keySubject(`${names.tag}.delivery.events`, r.delivery_id), r.payload, {
+          nats.js.publish(eventSubjectFor(names, r.delivery_id, 1), r.payload, {
             msgID: r.msgId,
           }),
         ),
@@ -515,7 +517,7 @@ describe('delivery pipeline with checkpoints (in process)', () => {
     await checkpointAt(a, first.length);
     expect(failing.failures).toBeGreaterThan(50);
     // Acks go out without confirmation once the checkpoint is complete: the broker's ack floor follows shortly.
-    const consumerInfo = () => nats.jsm.consumers.info(names.events, `${names.tag}_pipeline`);
+    const consumerInfo = () => nats.jsm.consumers.info(names.events, `${names.tag}_pipeline-p0`);
     await waitFor(
       'acks up to the checkpoint',
       async () => (await consumerInfo()).ack_floor.stream_seq >= first.length,

@@ -8,14 +8,16 @@ import type { ChildProcess } from 'node:child_process';
 import { execFileSync } from 'node:child_process';
 import { cpSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { connectNats, keySubject, type NatsHandle } from '../../apps/stream';
+import { connectNats, type NatsHandle } from '../../apps/stream';
 import { lintExposition } from '../../libs/metrics';
 import type { Prediction } from '../../libs/stream';
 import { ODD_VALUE_TEXTS, ODD_VALUES, Random } from './fuzz-kit';
 import { MODELS_DIR, modelsSubset, runCliToExit, type ServerHandle, startServer } from './harness';
 import {
   deleteStreams,
+  eventSubjectFor,
   NATS_URL,
+  partitionsDrained,
   readStream,
   type StreamCli,
   type StreamNames,
@@ -95,7 +97,7 @@ function workload(delivery: string, from: number, count: number): Array<{ payloa
 
 async function publish(names: StreamNames, delivery: string, items: Array<{ payload: string; id: string }>) {
   for (const it of items)
-    await nats.js.publish(keySubject(`${names.tag}.delivery.events`, delivery), it.payload, { msgID: it.id });
+    await nats.js.publish(eventSubjectFor(names, delivery, 4), it.payload, { msgID: it.id });
 }
 
 async function predictions(names: StreamNames): Promise<Prediction[]> {
@@ -299,15 +301,8 @@ describe('streaminfer stream (embedded, the shipped model)', () => {
       }
     }
     for (const [i, payload] of hostile.entries())
-      await nats.js.publish(keySubject(`${names.tag}.delivery.events`, 'd9'), payload, { msgID: `fz-${i}` });
-    await waitFor(
-      'the hostile events settled',
-      async () => {
-        const info = await nats.jsm.consumers.info(names.events, `${names.tag}_pipeline`);
-        return info.num_pending === 0 && info.num_ack_pending === 0;
-      },
-      30_000,
-    );
+      await nats.js.publish(eventSubjectFor(names, 'd9', 4), payload, { msgID: `fz-${i}` });
+    await waitFor('the hostile events settled', () => partitionsDrained(nats, names, 4), 30_000);
     const health = JSON.parse((await get(admin, '/health')).text);
     expect(health).toMatchObject({ state: 'running', consuming: true });
     expect(health.counts.invalid).toBeGreaterThan(100);
