@@ -48,7 +48,9 @@ function main(): void {
     decider.ingest(r.payload, 'p0');
     n++;
     if (n % every === 0 || n === max) {
+      const s0 = performance.now();
       const snapshot = decider.snapshot();
+      const snapshotMs = Math.round(performance.now() - s0);
       const t0 = performance.now();
       let bytes: number;
       try {
@@ -64,6 +66,7 @@ function main(): void {
           eventMinutes: Math.round((now - start) / 6000) / 10,
           mb: Math.round(bytes / 1e5) / 10,
           stringifyMs: Math.round(performance.now() - t0),
+          snapshotMs,
           bytesPerEvent: Math.round(bytes / n),
           engineKeysMb: Math.round(size(engine['keys']) / 1e5) / 10,
           dedupeMb: Math.round(size(engine['dedupe']) / 1e5) / 10,
