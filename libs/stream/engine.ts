@@ -194,7 +194,7 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
     const keys: KeySnapshot<P>[] = [...this.keys.values()]
       .sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0))
       .map((ks) => this.snapshotKey(ks, partitionIndex));
-    const dedupe: [number, string[]][] = [...this.forgetBuckets.entries()]
+    const dedupe: [number, string][] = [...this.forgetBuckets.entries()]
       .sort((a, b) => a[0] - b[0])
       // Sorted in place: the order within a bucket means nothing, sorted ids front-code well, and the next
       // snapshot's sort finds them (nearly) sorted.

@@ -35,36 +35,52 @@ export function arr(path: string, value: unknown): unknown[] {
 }
 
 /**
- * Front coding: each string as `<length of the prefix shared with the previous one>:<rest>`. Sorted ids of
- * one key or one second ("…-gps-1389-3", "…-gps-1389-4") shrink to a few characters.
+ * Front coding into one string: per value `<length of the prefix shared with the previous value>:<length of
+ * the rest>:<rest>`. Sorted ids of one key or one second ("…-gps-1389-3", "…-gps-1389-4") shrink to a few
+ * characters, and a column is one JSON string, not one per value: the snapshot is built at the barrier and
+ * everything in it lives until it is serialised, so fewer objects is less garbage-collection work.
  */
-export function packStrings(values: readonly string[]): string[] {
-  const out = new Array<string>(values.length);
+export function packStrings(values: readonly string[]): string {
+  const parts = new Array<string>(values.length);
   let prev = '';
   for (let i = 0; i < values.length; i++) {
     const s = values[i]!;
     const max = Math.min(s.length, prev.length);
     let n = 0;
     while (n < max && s.charCodeAt(n) === prev.charCodeAt(n)) n++;
-    out[i] = `${n}:${s.slice(n)}`;
+    parts[i] = `${n}:${s.length - n}:${s.slice(n)}`;
     prev = s;
   }
-  return out;
+  return parts.join('');
+}
+
+/** The decimal integer in text[from, to), or -1. */
+function decimal(text: string, from: number, to: number): number {
+  if (to <= from || to - from > 15) return -1;
+  let v = 0;
+  for (let i = from; i < to; i++) {
+    const c = text.charCodeAt(i) - 48;
+    if (c < 0 || c > 9) return -1;
+    v = v * 10 + c;
+  }
+  return v;
 }
 
 export function unpackStrings(path: string, value: unknown): string[] {
-  const packed = arr(path, value);
-  const out = new Array<string>(packed.length);
+  const text = str(path, value);
+  const out: string[] = [];
   let prev = '';
-  for (let i = 0; i < packed.length; i++) {
-    const p = packed[i];
-    const text = typeof p === 'string' ? p : '';
-    const colon = text.indexOf(':');
-    const n = colon > 0 ? Number(text.slice(0, colon)) : Number.NaN;
-    if (!Number.isSafeInteger(n) || n < 0 || n > prev.length)
-      bad(`${path}[${i}]`, 'a front-coded string (<shared prefix length>:<rest>)');
-    prev = prev.slice(0, n) + text.slice(colon + 1);
-    out[i] = prev;
+  let pos = 0;
+  while (pos < text.length) {
+    const c1 = text.indexOf(':', pos);
+    const c2 = c1 < 0 ? -1 : text.indexOf(':', c1 + 1);
+    const n = c1 < 0 ? -1 : decimal(text, pos, c1);
+    const len = c2 < 0 ? -1 : decimal(text, c1 + 1, c2);
+    if (n < 0 || len < 0 || n > prev.length || c2 + 1 + len > text.length)
+      bad(`${path}[${out.length}]`, 'a front-coded string (<shared prefix length>:<rest length>:<rest>)');
+    prev = prev.slice(0, n) + text.slice(c2 + 1, c2 + 1 + len);
+    out.push(prev);
+    pos = c2 + 1 + len;
   }
   return out;
 }
@@ -85,7 +101,10 @@ export function unpackDeltas(path: string, value: unknown): number[] {
   const out = new Array<number>(packed.length);
   let prev = 0;
   for (let i = 0; i < packed.length; i++) {
-    prev += int(`${path}[${i}]`, packed[i]);
+    const d = packed[i];
+    // Checked inline: a path string per element would cost more than the decoding.
+    if (typeof d !== 'number' || !Number.isSafeInteger(d)) bad(`${path}[${i}]`, 'an integer');
+    prev += d;
     if (!Number.isSafeInteger(prev)) bad(`${path}[${i}]`, 'a difference that keeps the sum an integer');
     out[i] = prev;
   }
@@ -118,8 +137,11 @@ export function unpackRuns(path: string, value: unknown, limit: number): number[
   const out: number[] = [];
   let end = 0;
   for (let i = 0; i < packed.length; i += 2) {
-    const start = end + int(`${path}[${i}]`, packed[i]);
-    const length = int(`${path}[${i + 1}]`, packed[i + 1]);
+    const gap = packed[i];
+    const length = packed[i + 1];
+    if (typeof gap !== 'number' || !Number.isSafeInteger(gap)) bad(`${path}[${i}]`, 'an integer');
+    if (typeof length !== 'number' || !Number.isSafeInteger(length)) bad(`${path}[${i + 1}]`, 'an integer');
+    const start = end + gap;
     if (length < 1 || start < 0 || start + length > limit)
       bad(`${path}[${i}]`, `a run inside the ${limit} events of the key`);
     for (let k = 0; k < length; k++) out.push(start + k);

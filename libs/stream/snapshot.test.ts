@@ -123,10 +123,10 @@ describe('snapshot / restore', () => {
       ],
       ['$.keys[0].key', (s) => ({ ...s, keys: [{ ...s.keys[0], key: '' }] })],
       [
-        '$.keys[0].events.id[1]',
+        '$.keys[0].events.id',
         (s) => {
           const copy = JSON.parse(JSON.stringify(s));
-          copy.keys[0].events.id[1] = 5;
+          copy.keys[0].events.id = 5;
           return copy;
         },
       ],
@@ -134,7 +134,7 @@ describe('snapshot / restore', () => {
         '$.keys[0].events.id[1]',
         (s) => {
           const copy = JSON.parse(JSON.stringify(s));
-          copy.keys[0].events.id[1] = '99:x'; // a prefix longer than the id before
+          copy.keys[0].events.id = '0:1:a99:1:x'; // a prefix longer than the id before
           return copy;
         },
       ],
@@ -186,8 +186,9 @@ describe('snapshot / restore', () => {
           return copy;
         },
       ],
-      ['$.dedupe[0][1]', (s) => ({ ...s, dedupe: [[T0, 'soon']] })],
-      ['$.dedupe[0][0]', (s) => ({ ...s, dedupe: [['a', ['0:a']]] })],
+      ['$.dedupe[0][1]', (s) => ({ ...s, dedupe: [[T0, ['0:1:a']]] })],
+      ['$.dedupe[0][1][0]', (s) => ({ ...s, dedupe: [[T0, 'soon']] })],
+      ['$.dedupe[0][0]', (s) => ({ ...s, dedupe: [['a', '0:1:a']] })],
       ['$.counters.late', (s) => ({ ...s, counters: { ...s.counters, late: undefined } })],
       [
         '$.keys[0].windows[0].name',

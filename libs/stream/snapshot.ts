@@ -30,7 +30,7 @@ export interface EngineSnapshot<P = unknown> {
   /** Sorted by key. */
   keys: KeySnapshot<P>[];
   /** [forgetAt (a multiple of DEDUPE_BUCKET_MS), the ids forgotten then, sorted and front-coded], by forgetAt. */
-  dedupe: [number, string[]][];
+  dedupe: [number, string][];
   counters: EngineCounters;
 }
 
@@ -49,7 +49,7 @@ export interface EventColumns<P> {
   /** Event times: the first, then differences. */
   time: number[];
   /** Event ids, front-coded (see packStrings). */
-  id: string[];
+  id: string;
   /** Index in `partitions` per event, or one index for all of them. */
   partition: number | number[];
   payload: P[];

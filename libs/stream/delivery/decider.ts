@@ -241,14 +241,21 @@ export class DeliveryDecider {
   snapshot(): DeciderSnapshot {
     const deliveries: DeliverySnapshot[] = [];
     for (const [key, state] of this.deliveries) {
+      // By id: a decision's event is in the history (checked below); one map beats a search per decision.
+      const at = new Map<string, number>();
+      for (let i = 0; i < state.events.length; i++) at.set(state.events[i]!.event_id, i);
+      const indexOf = (t: number, id: string): number => {
+        const i = at.get(id);
+        return i !== undefined && state.events[i]!.eventTimeMs === t ? i : -1;
+      };
       const decided: DecisionRef[] = [];
       const revisions: number[] = [];
       const rows = new Float32Array(state.decided.size * N_FEATURES);
       let n = 0;
       for (const d of state.decided.values()) {
-        const at = indexOf(state.events, d.t, d.event_id);
+        const i = indexOf(d.t, d.event_id);
         decided.push(
-          at >= 0 && state.events[at]!.event_time === d.event_time ? at : [d.event_id, d.event_time, d.t],
+          i >= 0 && state.events[i]!.event_time === d.event_time ? i : [d.event_id, d.event_time, d.t],
         );
         revisions.push(d.revision);
         rows.set(d.row, n * N_FEATURES);
@@ -256,8 +263,8 @@ export class DeliveryDecider {
       }
       const undecided: (number | [string, number])[] = [];
       for (const [id, t] of state.undecided) {
-        const at = indexOf(state.events, t, id);
-        undecided.push(at >= 0 ? at : [id, t]);
+        const i = indexOf(t, id);
+        undecided.push(i >= 0 ? i : [id, t]);
       }
       const { statuses, stops, lastGps } = state.folded;
       deliveries.push({
@@ -306,12 +313,13 @@ export class DeliveryDecider {
       const rows = decodeRows(`${path}.rows`, raw.rows, refs.length);
       const decided = new Map<string, Revisable>();
       refs.forEach((ref, j) => {
-        const rp = `${path}.decided[${j}]`;
         let id: { event_id: string; event_time: string; t: number };
-        if (typeof ref === 'number') {
-          const e = eventAt(rp, int(rp, ref));
+        if (typeof ref === 'number' && events[ref] !== undefined) {
+          const e = events[ref]!;
           id = { event_id: e.event_id, event_time: e.event_time, t: e.eventTimeMs };
         } else {
+          const rp = `${path}.decided[${j}]`;
+          if (typeof ref === 'number') eventAt(rp, int(rp, ref));
           const [eventId, eventTime, t] = arr(rp, ref);
           id = {
             event_id: str(`${rp}[0]`, eventId),
@@ -319,9 +327,13 @@ export class DeliveryDecider {
             t: int(`${rp}[2]`, t),
           };
         }
+        const revision = revisions[j];
         decided.set(id.event_id, {
           ...id,
-          revision: int(`${path}.revisions[${j}]`, revisions[j]),
+          revision:
+            typeof revision === 'number' && Number.isSafeInteger(revision)
+              ? revision
+              : int(`${path}.revisions[${j}]`, revision),
           row: rows[j]!,
         });
       });
@@ -599,20 +611,6 @@ function pointsSpeedKmh(events: readonly StreamEvent<EnginePoint>[]): number {
   }
   const hours = (events[events.length - 1]!.eventTime - events[0]!.eventTime) / 3_600_000;
   return hours > 0 ? km / hours : 0;
-}
-
-/** Index of the event (t, id) in a sorted history, or -1. */
-function indexOf(events: readonly DeliveryEvent[], t: number, id: string): number {
-  let lo = 0;
-  let hi = events.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (events[mid]!.eventTimeMs < t) lo = mid + 1;
-    else hi = mid;
-  }
-  for (let i = lo; i < events.length && events[i]!.eventTimeMs === t; i++)
-    if (events[i]!.event_id === id) return i;
-  return -1;
 }
 
 const BASE64_RE = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;

@@ -33,8 +33,8 @@ export type StatusFields = Omit<
 >;
 
 export interface HistoryColumns {
-  /** event_id, front-coded. */
-  id: string[];
+  /** event_id, front-coded (see packStrings). */
+  id: string;
   /** eventTimeMs: the first, then differences. */
   time: number[];
   /** One letter per event: g(ps), s(tatus), t(raffic). */
@@ -78,11 +78,26 @@ export function canonicalTime(ms: number): string {
   return `${cachedPrefix}${pad2(hour)}:${pad2(min)}:${pad2(sec)}${frac}Z`;
 }
 
+/**
+ * Whether `text` is canonicalTime(ms), for a text that names the same instant as ms to the second (parsed
+ * from it, or made by canonicalTime): only the form can differ then — the zone, the fraction's digits — and
+ * that is checked without formatting: a snapshot asks it of every history event.
+ */
+export function isCanonicalTime(text: string, ms: number): boolean {
+  if (!Number.isInteger(ms) || ms < 0 || ms >= FOUR_DIGIT_YEARS_END) return text === formatIsoTime(ms);
+  const frac = ms % 1000;
+  if (text.length === 20) return frac === 0 && text.charCodeAt(19) === 90; // …SSZ
+  if (text.length !== 24 || frac === 0 || text.charCodeAt(19) !== 46 || text.charCodeAt(23) !== 90)
+    return false;
+  const digits = (i: number) => text.charCodeAt(i) - 48;
+  return digits(20) * 100 + digits(21) * 10 + digits(22) === frac && text.charCodeAt(10) === 84; // …T…
+}
+
 export function packHistory(key: string, events: readonly DeliveryEvent[]): HistoryColumns {
   const n = events.length;
   const ids = new Array<string>(n);
   const times = new Array<number>(n);
-  let type = '';
+  const type = new Array<string>(n);
   const eventTime: [number, string][] = [];
   const gps: number[] = [];
   const status: StatusFields[] = [];
@@ -94,25 +109,31 @@ export function packHistory(key: string, events: readonly DeliveryEvent[]): Hist
       throw new Error(`event ${e.event_id} of ${e.delivery_id} in the history of ${key}`);
     ids[i] = e.event_id;
     times[i] = e.eventTimeMs;
-    if (e.event_time !== canonicalTime(e.eventTimeMs)) eventTime.push([i, e.event_time]);
+    if (!isCanonicalTime(e.event_time, e.eventTimeMs)) eventTime.push([i, e.event_time]);
     if (e.type === 'gps') {
-      type += 'g';
+      type[i] = 'g';
       gps.push(e.driver_lat, e.driver_lon);
     } else if (e.type === 'status') {
-      type += 's';
+      type[i] = 's';
       const { event_id: _i, delivery_id: _d, event_time: _t, eventTimeMs: _m, type: _y, ...own } = e;
       status.push(own);
     } else {
-      type += 't';
+      type[i] = 't';
       traffic.push([e.route_id, e.severity]);
     }
   }
-  const out: HistoryColumns = { id: packStrings(ids), time: packDeltas(times), type };
+  const out: HistoryColumns = { id: packStrings(ids), time: packDeltas(times), type: type.join('') };
   if (eventTime.length > 0) out.eventTime = eventTime;
   if (gps.length > 0) out.gps = gps;
   if (status.length > 0) out.status = status;
   if (traffic.length > 0) out.traffic = traffic;
   return out;
+}
+
+/** Checked inline: a path string per element would cost more than the decoding. */
+function numberAt(path: string, values: readonly unknown[], i: number): number {
+  const v = values[i];
+  return typeof v === 'number' && Number.isFinite(v) ? v : num(`${path}[${i}]`, v);
 }
 
 function optionalColumn(path: string, value: unknown): unknown[] {
@@ -171,8 +192,8 @@ export function unpackHistory(path: string, value: unknown, key: string): Delive
       const e: GpsEvent = {
         ...base,
         type: 'gps',
-        driver_lat: num(`${path}.gps[${2 * g}]`, gps[2 * g]),
-        driver_lon: num(`${path}.gps[${2 * g + 1}]`, gps[2 * g + 1]),
+        driver_lat: numberAt(`${path}.gps`, gps, 2 * g),
+        driver_lon: numberAt(`${path}.gps`, gps, 2 * g + 1),
       };
       g++;
       out[i] = e;

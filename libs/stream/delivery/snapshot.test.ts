@@ -2,8 +2,8 @@ import { simulate } from '../../../loadtest/simulator';
 import { rng } from '../engine.test-util';
 import { StreamSnapshotError } from '../errors';
 import { type DeciderSnapshot, DeliveryDecider, type DeliveryDeciderOptions } from './decider';
-import { canonicalTime, packHistory, unpackHistory } from './history-codec';
-import { type DeliveryEvent, formatIsoTime, parseEvent } from './schema';
+import { canonicalTime, isCanonicalTime, packHistory, unpackHistory } from './history-codec';
+import { type DeliveryEvent, formatIsoTime, parseEvent, parseIsoTime } from './schema';
 
 function options(clock: () => number): DeliveryDeciderOptions {
   return {
@@ -131,10 +131,10 @@ describe('DeliveryDecider snapshots at random points', () => {
     const cases: [string, (s: any) => void][] = [
       ['$.version', (s) => (s.version = 1)],
       ['$.engine', (s) => delete s.engine],
-      ['$.engine.keys[0].events.id[0]', (s) => (s.engine.keys[0].events.id[0] = 'x')],
+      ['$.engine.keys[0].events.id[0]', (s) => (s.engine.keys[0].events.id = 'x')],
       [`$.deliveries[${i}].events.type`, (s) => (s.deliveries[i].events.type += 'g')],
       [`$.deliveries[${i}].events.gps`, (s) => s.deliveries[i].events.gps.push(1)],
-      [`$.deliveries[${i}].events.id[0]`, (s) => (s.deliveries[i].events.id[0] = 7)],
+      [`$.deliveries[${i}].events.id`, (s) => (s.deliveries[i].events.id = 7)],
       [`$.deliveries[${i}].decided[0]`, (s) => (s.deliveries[i].decided[0] = 9999)],
       [`$.deliveries[${i}].revisions`, (s) => s.deliveries[i].revisions.pop()],
       [`$.deliveries[${i}].rows`, (s) => (s.deliveries[i].rows = s.deliveries[i].rows.slice(4))],
@@ -169,6 +169,31 @@ describe('history columns', () => {
       expect(canonicalTime(t)).toBe(formatIsoTime(t));
     }
     expect(canonicalTime(253_402_300_800_000)).toBe(formatIsoTime(253_402_300_800_000));
+  });
+
+  test('isCanonicalTime(text, its parsed time) is text === canonicalTime(its parsed time)', () => {
+    const random = rng(12);
+    let canonical = 0;
+    for (let i = 0; i < 20_000; i++) {
+      const ms = Math.floor(random() * 4e12) - 1e12;
+      const iso = new Date(ms).toISOString(); // …SS.mmmZ
+      const forms = [
+        iso,
+        iso.replace(/\.\d{3}Z$/, 'Z'),
+        iso.replace(/Z$/, '+00:00'),
+        iso.replace(/(\.\d)\d\dZ$/, '$1Z'),
+        iso.replace(/Z$/, '1Z'),
+        canonicalTime(ms),
+      ];
+      for (const text of forms) {
+        const t = parseIsoTime(text);
+        if (t === null) continue;
+        const expected = text === canonicalTime(t);
+        expect([text, isCanonicalTime(text, t)]).toEqual([text, expected]);
+        if (expected) canonical++;
+      }
+    }
+    expect(canonical).toBeGreaterThan(20_000);
   });
 
   test('round-trips events as parsed, non-canonical times and optional status fields included', () => {
