@@ -6,7 +6,8 @@
  * State, keyed by delivery_id:
  *   - the event-time engine (libs/stream): dedupe by event_id, watermark per source partition, allowed
  *     lateness, the late side output, key TTL, and the delivery's windows (GPS speed, sliding 5 min / 1 min;
- *     activity, tumbling 5 min) and last-valid state (position, status);
+ *     activity, tumbling 5 min) and last-valid state (position, status); it keeps only an EnginePoint per
+ *     event (a GPS point's [lat, lon]), not the parsed event;
  *   - per delivery: its accepted events in (event time, event_id) order — the features need the whole
  *     history (stops so far, the destination from the first status) — the decisions it may still revise,
  *     and whether it is alerting.
