@@ -113,9 +113,14 @@ export function layoutStreams(layout: StreamLayout): StreamSpec[] {
  * pipeline must agree on it (and on the count: changing it moves keys, like Kafka's partition count).
  */
 export function partitionOfKey(key: string, partitions: number): number {
-  let hash = 2166136261;
-  for (let i = 0; i < key.length; i++) hash = Math.imul(hash ^ key.charCodeAt(i), 16777619);
-  return (hash >>> 0) % partitions;
+  return fnv1a32(key) % partitions;
+}
+
+/** 32-bit FNV-1a of a string's UTF-16 code units (stable across processes and hosts). */
+export function fnv1a32(text: string): number {
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) hash = Math.imul(hash ^ text.charCodeAt(i), 0x01000193);
+  return hash >>> 0;
 }
 
 /** Where a producer publishes an event: `<eventsPrefix>.<partition>.<delivery_id>`. */

@@ -9,6 +9,7 @@ import { type KV, Kvm, type KvWatchEntry } from '@nats-io/kv';
 import type { Logger } from 'pino';
 import type { NatsHandle } from './connection';
 import { requireName, requirePositiveInt, StreamIoError } from './errors';
+import { fnv1a32 } from './layout';
 
 export interface LeaseOptions {
   nats: NatsHandle;
@@ -70,11 +71,7 @@ export function balancedTarget(partitions: number, live: readonly string[], self
 
 /** 32-bit FNV-1a with a murmur3 finaliser: cheap, stable across processes, well mixed for short keys. */
 export function hash32(text: string): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < text.length; i++) {
-    h ^= text.charCodeAt(i);
-    h = Math.imul(h, 0x01000193);
-  }
+  let h = fnv1a32(text);
   h ^= h >>> 16;
   h = Math.imul(h, 0x85ebca6b);
   h ^= h >>> 13;

@@ -470,10 +470,23 @@ export class PartitionWorker {
   private async process(message: SourceMessage): Promise<Effect[]> {
     const { ctx } = this;
     const { counts, metrics } = ctx;
-    if (message.streamSeq > this.position) this.position = message.streamSeq;
-    if (message.streamSeq <= this.replayUntil && message.deliveryCount === 1) metrics.replayedEvents.inc();
     counts.received++;
     if (message.deliveryCount > 1) counts.redelivered++;
+    // Checkpoint mode: the consumer is (re)opened at position + 1 and first deliveries come in stream order, so
+    // everything up to the position was ingested: a message at or below it is a redelivery, whatever the
+    // decider still remembers of its event id (an id can be forgotten before a held ack runs out, when event
+    // time runs fast). Without checkpoints a reopened durable goes on past messages pulled ahead and never
+    // started, which come back later below the position: there the decider's ids decide.
+    if (this.checkpointer && message.streamSeq <= this.position) {
+      const known = this.unsettled.get(message.streamSeq);
+      if (known?.effects) return known.effects; // not acked yet: the same effects again, same Msg-Ids
+      if (!known) {
+        counts.duplicates++;
+        metrics.duplicates.inc();
+        return [];
+      }
+    } else if (message.streamSeq > this.position) this.position = message.streamSeq;
+    if (message.streamSeq <= this.replayUntil && message.deliveryCount === 1) metrics.replayedEvents.inc();
     metrics.partitionEvents.inc({ partition: this.label });
     const key = message.subject.slice(message.subject.lastIndexOf('.') + 1);
     const home = partitionOfKey(key, ctx.config.partitions);
@@ -483,14 +496,14 @@ export class PartitionWorker {
       counts.dead_letters++;
       metrics.invalid.inc({ field: 'subject' });
       metrics.deadLetters.inc({ reason: 'invalid' });
-      return [
+      return this.keep(message, [
         deadLetterEffect(
           ctx.layout.subjects,
           ctx.layout.events.name,
           message,
           `subject: delivery ${key} belongs to partition ${home} (published to ${this.partition})`,
         ),
-      ];
+      ]);
     }
     this.keys.add(key, ctx.clock());
     const fresh = this.decider.ingest(message.data, this.label);
@@ -502,9 +515,9 @@ export class PartitionWorker {
         metrics.events.inc({ type: 'invalid' });
         metrics.invalid.inc({ field: fieldOf(fresh.reason ?? '') });
         metrics.deadLetters.inc({ reason: 'invalid' });
-        return [
+        return this.keep(message, [
           deadLetterEffect(ctx.layout.subjects, ctx.layout.events.name, message, fresh.reason ?? 'invalid'),
-        ];
+        ]);
       }
       case 'duplicate':
         // A redelivery of a message whose effects are not acked yet publishes them again (same Msg-Ids).
@@ -547,6 +560,25 @@ export class PartitionWorker {
     }
     entry.effects = await this.predict(result.event!.delivery_id, result.decisions, entry);
     return entry.effects;
+  }
+
+  /** Effects kept until the message settles: a redelivery before then publishes them again. */
+  private keep(message: SourceMessage, effects: Effect[]): Effect[] {
+    this.unsettled.set(message.streamSeq, {
+      result: {
+        disposition: 'invalid',
+        behindWatermark: false,
+        decisions: [],
+        windowResults: [],
+        watermark: null,
+      },
+      effects,
+      firstTimes: [],
+      revisions: 0,
+      alerts: 0,
+      counted: true,
+    });
+    return effects;
   }
 
   /** Runs the decisions through the model (concurrently), then builds the effects in arrival order per delivery. */

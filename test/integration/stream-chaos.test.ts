@@ -13,6 +13,7 @@ import type { ChildProcess } from 'node:child_process';
 import { connectNats, eventSubject, type NatsHandle } from '../../apps/stream';
 import { CheckpointStore } from '../../apps/stream/checkpoints';
 import type { Prediction } from '../../libs/stream';
+import { checkSnapshot } from '../../libs/stream/snapshot';
 import { simulate } from '../../loadtest/simulator';
 import {
   deleteStreams,
@@ -53,7 +54,7 @@ function startStream(names: StreamNames, bucket: string, env: Record<string, str
     {
       concurrency: 512,
       partitions: PARTITIONS,
-      instance: { leaseBucket: `${names.tag}_leases`, leaseTtlMs: 6000 },
+      instance: { leaseBucket: `${names.tag}_leases`, leaseTtlMs: 10_000 },
       checkpoint: { enabled: true, intervalMs: 1_000, bucket },
     },
   );
@@ -155,10 +156,18 @@ describe('streaminfer stream with checkpoints and two instances, under kill -9',
         await waitFor(
           'the survivor owns every partition',
           async () => (await owned(b)) === PARTITIONS,
-          30_000,
-        );
-        // Not before the dead instance's leases expired (6 s TTL, renewed every 2 s).
-        expect(Date.now() - died).toBeGreaterThan(3_000);
+          60_000,
+        ).catch(async (err: Error) => {
+          const lines = b
+            .output()
+            .split('\n')
+            .filter((l) => /"level":(40|50)|lease|partition (started|stopped)/.test(l));
+          throw new Error(
+            `${err.message}\n${lines.slice(-25).join('\n')}\n--- health b ${JSON.stringify(await health(b))}`,
+          );
+        });
+        // Not before the dead instance's leases expired (10 s TTL, renewed every 3.3 s).
+        expect(Date.now() - died).toBeGreaterThan(5_000);
         a = startStream(chaos, chaosBucket, hook);
         await a.ready();
         await waitFor(
@@ -248,6 +257,23 @@ describe('streaminfer stream with checkpoints and two instances, under kill -9',
         await finalState(reference, refBucket, k),
       ];
       expect(have.position).toBe(want.position);
+      // Ids whose forget time differs (dedupe state), named, if any.
+      const forgetTimes = async (names: StreamNames, bucket: string) => {
+        const store = await CheckpointStore.open(nats.js, bucket, `${names.tag}_pipeline`, `p${k}`);
+        const restored = checkSnapshot((await store.latest())!.state.engine);
+        const out = new Map<string, number>();
+        for (const [at, ids] of restored.dedupe) for (const id of ids) out.set(id, at);
+        return out;
+      };
+      const [ft1, ft2] = [await forgetTimes(chaos, chaosBucket), await forgetTimes(reference, refBucket)];
+      const differing = [...new Set([...ft1.keys(), ...ft2.keys()])]
+        .filter((id) => ft1.get(id) !== ft2.get(id))
+        .map((id) => `${id}: chaos ${ft1.get(id)} ref ${ft2.get(id)}`);
+      expect({ partition: k, differing: differing.slice(0, 20), count: differing.length }).toEqual({
+        partition: k,
+        differing: [],
+        count: 0,
+      });
       // Where they part, if they do (the states are long strings).
       let at = 0;
       while (at < want.state.length && have.state[at] === want.state[at]) at++;

@@ -99,6 +99,8 @@ function configFor(names: StreamNames, eventTime: Record<string, number> = {}) {
     concurrency: 256,
     partitions: 2,
     instance: { leaseBucket: `${names.tag}_leases`, leaseTtlMs: 6000 },
+    // These tests are about acks per message (naks, redeliveries); the checkpoint mode has its own below.
+    checkpoint: { enabled: false },
     eventTime: { outOfOrdernessMs: 30_000, allowedLatenessMs: 60_000, ...eventTime },
     admin: { port: 0 },
   });

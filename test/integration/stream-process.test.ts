@@ -56,7 +56,12 @@ function configFile(names: StreamNames, over: Record<string, unknown> = {}): str
   return writeStreamConfig(
     names,
     { maxAckPending: 512, ackWaitMs: 5_000, batchSize: 64 },
-    { concurrency: 256, logLevel: 'info', ...over },
+    {
+      concurrency: 256,
+      logLevel: 'info',
+      checkpoint: { enabled: true, intervalMs: 1_000, bucket: `${names.tag}_ckpt` },
+      ...over,
+    },
   );
 }
 
@@ -194,14 +199,20 @@ describe('streaminfer stream (embedded, the shipped model)', () => {
     const again = await stream.ready(2);
     expect(again.pid).not.toBe(pid);
     await publish(names, 'd1', workload('d1', 30, 10));
-    // After a crash the keyed state starts empty (checkpoints are the next issue): events of d1 have no
-    // pickup in the new state, so a fresh delivery shows the restarted pipeline predicting.
+    // Checkpoints (on by default): the restarted process restored d1's state, so d1 goes on being predicted;
+    // a fresh delivery is predicted too.
     await publish(names, 'd2', workload('d2', 0, 5));
     await waitFor(
-      'd2 predictions',
-      async () => (await predictions(names)).some((p) => p.event_id === 'd2-g4'),
+      'd1 and d2 predictions',
+      async () => {
+        const ids = new Set((await predictions(names)).map((p) => p.event_id));
+        return ids.has('d1-g39') && ids.has('d2-g4');
+      },
       30_000,
     );
+    const continued = (await predictions(names)).filter((p) => /^d1-g(3\d)$/.test(p.event_id));
+    expect(continued.length).toBe(10);
+    expect(continued.every((p) => p.version === '2' && p.epoch === 2)).toBe(true);
     const restarted = (await predictions(names)).filter((p) => p.event_id.startsWith('d2-'));
     expect(restarted.every((p) => p.version === '2' && p.epoch === 2)).toBe(true);
     const epochs = (await readStream(nats, names.predictions, `${names.tag}.delivery.epochs`)).map((m) =>
