@@ -101,7 +101,7 @@ const QUICK: Plan = {
   intervalMs: 4_000,
   leaseTtlMs: 10_000,
   lastKillBeforeEndS: 1,
-  catchUpTimeoutMs: 90_000,
+  catchUpTimeoutMs: 150_000,
 };
 
 const WORKLOAD = { seed: 31, disorderMs: 2_000, duplicateFraction: 0.02 };

@@ -160,7 +160,12 @@ export async function partitionConsumers(
   nats: NatsHandle,
   names: RunNames,
   partitions: number,
-): Promise<({ pending: number; ackPending: number; delivered: number; ackFloor: number } | undefined)[]> {
+): Promise<
+  (
+    | { pending: number; ackPending: number; delivered: number; deliveredCount: number; ackFloor: number }
+    | undefined
+  )[]
+> {
   return Promise.all(
     Array.from({ length: partitions }, (_, k) =>
       nats.jsm.consumers
@@ -169,6 +174,7 @@ export async function partitionConsumers(
           pending: i.num_pending,
           ackPending: i.num_ack_pending,
           delivered: i.delivered.stream_seq,
+          deliveredCount: i.delivered.consumer_seq,
           ackFloor: i.ack_floor.stream_seq,
         }))
         .catch(() => undefined),
