@@ -66,6 +66,8 @@ export class Checkpointer {
     private readonly metrics: PipelineMetrics,
     private readonly logger: Logger,
     private readonly clock: () => number,
+    /** Still the partition's owner (its lease): checked before the pointer moves. */
+    private readonly fence: () => boolean,
   ) {}
 
   static async open(
@@ -77,9 +79,10 @@ export class Checkpointer {
     metrics: PipelineMetrics,
     logger: Logger,
     clock: () => number,
+    fence: () => boolean = () => true,
   ): Promise<Checkpointer> {
     const store = await CheckpointStore.open(nats.js, bucket, pipeline, partition);
-    return new Checkpointer(store, nats, layout, metrics, logger, clock);
+    return new Checkpointer(store, nats, layout, metrics, logger, clock, fence);
   }
 
   /** The stream sequence the restored partition replays up to (what the previous owner had been handed). */
@@ -154,7 +157,7 @@ export class Checkpointer {
   /** Writes a taken checkpoint; on success acks what it covers, on failure keeps holding it for the next. */
   async persist(taken: Taken): Promise<boolean> {
     try {
-      await this.store.save(taken.id, taken.position, taken.bytes);
+      await this.store.save(taken.id, taken.position, taken.bytes, this.fence);
     } catch (err) {
       this.held = taken.held.concat(this.held);
       this.metrics.checkpointFailures.inc();

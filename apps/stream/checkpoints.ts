@@ -93,10 +93,19 @@ export class CheckpointStore {
   }
 
   /** Writes a serialised checkpoint (the pipeline serialises it at its barrier), then moves the pointer. */
-  async save(id: number, position: number, bytes: Uint8Array): Promise<void> {
+  async save(
+    id: number,
+    position: number,
+    bytes: Uint8Array,
+    fence: () => boolean = () => true,
+  ): Promise<void> {
     const object = `${this.key}.${id}`;
     await this.objects.putBlob({ name: object }, bytes);
     await testDelay();
+    // A process that stalled past its lease (another instance may own the partition now) never moves the
+    // restore point: the object stays an orphan, deleted with the next generation.
+    if (!fence())
+      throw new StreamIoError('lease_lost', `${this.key}: the partition's lease is no longer held`);
     const previous = await this.pointers.get(this.key);
     const pointer: Pointer = { id, object, position, createdAt: new Date().toISOString() };
     await this.pointers.put(this.key, JSON.stringify(pointer));

@@ -5,7 +5,9 @@ export type StreamIoErrorCode =
   | 'stream_mismatch'
   | 'stream_provision_failed'
   | 'consumer_provision_failed'
-  | 'publish_failed';
+  | 'publish_failed'
+  /** A partition's lease is gone: its checkpoint must not become the restore point. */
+  | 'lease_lost';
 
 export class StreamIoError extends Error {
   readonly code: StreamIoErrorCode;

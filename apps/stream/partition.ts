@@ -62,6 +62,8 @@ export interface PartitionContext {
   current(): { pin: ModelPin; epoch: number };
   /** Paused by the operator: a barrier must not resume what the operator paused. */
   operatorPaused(): boolean;
+  /** This instance holds the partition's lease, renewed within its TTL (the fence for checkpoints). */
+  holds(partition: number): boolean;
 }
 
 export interface PartitionStatus {
@@ -219,6 +221,7 @@ export class PartitionWorker {
       ctx.metrics,
       ctx.logger,
       ctx.clock,
+      () => ctx.holds(this.partition),
     );
     this.checkpointer = checkpointer;
     const checkpoint = await checkpointer.restore();

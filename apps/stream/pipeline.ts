@@ -189,6 +189,7 @@ export class DeliveryPipeline {
       counts: this.counts,
       current: () => ({ pin: { ...this.pin }, epoch: this.epoch }),
       operatorPaused: () => this.paused,
+      holds: (partition) => leases.holds(partition),
     };
     this.metrics.partitionsTotal.set(this.config.partitions);
     this.state = 'running';

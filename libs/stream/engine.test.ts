@@ -219,11 +219,13 @@ describe('dedupe buckets', () => {
     const engine = deliveryEngine(new ManualClock());
     const e = gps('half', 'd1', T0 + 500, 0);
     engine.ingest(e);
-    expect(engine.snapshot().dedupe).toEqual([['half', T0 + 30 * MIN + SEC]]);
+    // [forgetAt, front-coded ids]
+    expect(engine.snapshot().dedupe).toEqual([[T0 + 30 * MIN + SEC, '0:4:half']]);
     engine.ingest(gps('w1', 'd2', T0 + 30 * MIN + 30 * SEC + 999, 0)); // watermark ttl + 999 ms
     expect(engine.ingest(e)[0]?.kind).toBe('duplicate');
     engine.ingest(gps('w2', 'd2', T0 + 30 * MIN + 31 * SEC, 0)); // watermark reaches the bucket
-    expect(engine.snapshot().dedupe.map(([id]) => id)).toEqual(['w1', 'w2']);
+    // One bucket, front-coded: w1, then w2 sharing its first character.
+    expect(engine.snapshot().dedupe.map(([, ids]) => ids)).toEqual(['0:2:w11:1:2']);
   });
 });
 

@@ -2,7 +2,15 @@ import { compareEvents, type Entry, estimateEventBytes, eventsIn, insertSorted }
 import { StreamEventError, StreamSnapshotError } from './errors';
 import { TimerHeap, TimerKind } from './heap';
 import { validateEngineOptions } from './options';
-import { checkSnapshot, type EngineSnapshot, type KeySnapshot, SNAPSHOT_VERSION } from './snapshot';
+import { packRuns, packStrings } from './pack';
+import {
+  checkSnapshot,
+  type EngineSnapshot,
+  type KeySnapshot,
+  packEvents,
+  type RestoredSnapshot,
+  SNAPSHOT_VERSION,
+} from './snapshot';
 import type {
   EngineCounters,
   EngineStats,
@@ -181,35 +189,61 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
   }
 
   snapshot(): EngineSnapshot<P> {
+    const partitions = this.partitions.snapshot();
+    const partitionIndex = new Map(partitions.map((p, i) => [p.partition, i]));
     const keys: KeySnapshot<P>[] = [...this.keys.values()]
       .sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0))
-      .map((ks) => ({
-        key: ks.key,
-        lastEventTime: ks.lastEventTime,
-        // In spec order, not arrival order, so equal state gives byte-equal snapshots.
-        windows: this.options.windows.flatMap((spec) => {
-          const w = ks.windows.get(spec.name);
-          if (w === undefined) return [];
-          return [
-            {
-              name: spec.name,
-              events: w.entries.map((e) => e.event),
-              emitted: [...w.emitted.entries()].sort((a, b) => a[0] - b[0]),
-            },
-          ];
-        }),
-        latest: this.options.latest.flatMap((spec) => {
-          const e = ks.latest.get(spec.name);
-          return e === undefined ? [] : [{ name: spec.name, event: e.event }];
-        }),
-      }));
+      .map((ks) => this.snapshotKey(ks, partitionIndex));
+    const dedupe: [number, string][] = [...this.forgetBuckets.entries()]
+      .sort((a, b) => a[0] - b[0])
+      // Sorted in place: the order within a bucket means nothing, sorted ids front-code well, and the next
+      // snapshot's sort finds them (nearly) sorted.
+      .map(([at, ids]) => [at, packStrings(ids.sort())]);
     return {
       version: SNAPSHOT_VERSION,
       watermark: this.watermark(),
-      partitions: this.partitions.snapshot(),
+      partitions,
       keys,
-      dedupe: [...this.seen.entries()].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0)),
+      dedupe,
       counters: { ...this.counters },
+    };
+  }
+
+  /** One key: its events once each (a GPS point sits in several windows and is the latest position). */
+  private snapshotKey(ks: KeyState<P>, partitionIndex: ReadonlyMap<string, number>): KeySnapshot<P> {
+    const index = new Map<StreamEvent<P>, number>();
+    const events: StreamEvent<P>[] = [];
+    const add = (e: StreamEvent<P>) => {
+      if (index.has(e)) return;
+      index.set(e, 0);
+      events.push(e);
+    };
+    // In spec order, not arrival order, so equal state gives byte-equal snapshots.
+    const windows = this.options.windows.flatMap((spec) => {
+      const w = ks.windows.get(spec.name);
+      if (w === undefined) return [];
+      for (const entry of w.entries) add(entry.event);
+      return [{ name: spec.name, w }];
+    });
+    const latest = this.options.latest.flatMap((spec) => {
+      const e = ks.latest.get(spec.name);
+      if (e === undefined) return [];
+      add(e.event);
+      return [{ name: spec.name, e: e.event }];
+    });
+    // Stable: distinct objects with equal (eventTime, eventId) keep the order above.
+    events.sort(compareEvents);
+    for (let i = 0; i < events.length; i++) index.set(events[i]!, i);
+    return {
+      key: ks.key,
+      lastEventTime: ks.lastEventTime,
+      events: packEvents(events, partitionIndex),
+      windows: windows.map(({ name, w }) => ({
+        name,
+        events: packRuns(w.entries.map((entry) => index.get(entry.event)!)),
+        emitted: [...w.emitted.entries()].sort((a, b) => a[0] - b[0]),
+      })),
+      latest: latest.map(({ name, e }) => ({ name, event: index.get(e)! })),
     };
   }
 
@@ -424,12 +458,13 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
     this.bytes += delta;
   }
 
-  private restore(snapshot: EngineSnapshot<P>): void {
+  private restore(snapshot: RestoredSnapshot<P>): void {
     this.wm = snapshot.watermark ?? NO_WATERMARK;
     this.partitions.restore(snapshot.partitions);
     Object.assign(this.counters, snapshot.counters);
-    for (const [eventId, forgetAt] of snapshot.dedupe) this.remember(eventId, forgetAt);
-    for (const k of snapshot.keys) {
+    for (const [forgetAt, ids] of snapshot.dedupe)
+      for (const eventId of ids) this.remember(eventId, forgetAt);
+    snapshot.keys.forEach((k, i) => {
       const ks: KeyState<P> = {
         key: k.key,
         lastEventTime: k.lastEventTime,
@@ -440,22 +475,30 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
       };
       this.keys.set(k.key, ks);
       this.bytes += ks.bytes;
-      for (const w of k.windows) {
+      // One estimate per event object, as ingest made one per event.
+      const sizes = new Map<StreamEvent<P>, number>();
+      const sizeOf = (event: StreamEvent<P>): number => {
+        let bytes = sizes.get(event);
+        if (bytes === undefined) {
+          bytes = estimateEventBytes(event);
+          sizes.set(event, bytes);
+        }
+        return bytes;
+      };
+      k.windows.forEach((w, j) => {
         const spec = this.specs.get(w.name);
         if (spec === undefined) {
           throw new StreamSnapshotError(
-            `$.keys[${k.key}].windows`,
+            `$.keys[${i}].windows[${j}].name`,
             `snapshot has window ${w.name}, which the options do not define`,
           );
         }
         const ws: WindowState<P> = { entries: [], emitted: new Map() };
         for (const event of w.events) {
-          checkEvent(event);
-          const bytes = estimateEventBytes(event);
+          const bytes = sizeOf(event);
           ws.entries.push({ event, bytes });
           this.addBytes(ks, bytes);
         }
-        ws.entries.sort((a, b) => compareEvents(a.event, b.event));
         this.buffered += ws.entries.length;
         for (const [start, emitted] of w.emitted) {
           ws.emitted.set(start, emitted);
@@ -475,15 +518,14 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
           );
         }
         ks.windows.set(w.name, ws);
-      }
+      });
       for (const l of k.latest) {
-        checkEvent(l.event);
-        const bytes = estimateEventBytes(l.event);
+        const bytes = sizeOf(l.event);
         ks.latest.set(l.name, { event: l.event, bytes });
         this.addBytes(ks, bytes);
       }
       this.scheduleExpiry(ks);
-    }
+    });
   }
 }
 

@@ -6,6 +6,7 @@ export { MinHeap } from './heap';
 export { MAX_WINDOWS_PER_EVENT, validateEngineOptions } from './options';
 export {
   type EngineSnapshot,
+  type EventColumns,
   type KeySnapshot,
   SNAPSHOT_VERSION,
   type WindowStateSnapshot,

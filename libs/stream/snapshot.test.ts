@@ -79,7 +79,7 @@ describe('snapshot / restore', () => {
   it('an empty engine snapshots to an empty state with a null watermark', () => {
     const engine = deliveryEngine(new ManualClock());
     expect(engine.snapshot()).toEqual({
-      version: 1,
+      version: 2,
       watermark: null,
       partitions: [],
       keys: [],
@@ -115,17 +115,66 @@ describe('snapshot / restore', () => {
     // biome-ignore lint/suspicious/noExplicitAny: mutating a parsed JSON snapshot in many shapes
     const cases: [string, (s: Record<string, any>) => unknown][] = [
       ['$', () => 'nope'],
-      ['$.version', (s) => ({ ...s, version: 2 })],
+      ['$.version', (s) => ({ ...s, version: 1 })],
       ['$.watermark', (s) => ({ ...s, watermark: 'x' })],
       [
         '$.partitions[0].maxEventTime',
         (s) => ({ ...s, partitions: [{ ...s.partitions[0], maxEventTime: 1.5 }] }),
       ],
+      ['$.keys[0].key', (s) => ({ ...s, keys: [{ ...s.keys[0], key: '' }] })],
       [
-        '$.keys[0].windows[0].events[0].eventId',
+        '$.keys[0].events.id',
         (s) => {
           const copy = JSON.parse(JSON.stringify(s));
-          copy.keys[0].windows[0].events[0].eventId = 5;
+          copy.keys[0].events.id = 5;
+          return copy;
+        },
+      ],
+      [
+        '$.keys[0].events.id[1]',
+        (s) => {
+          const copy = JSON.parse(JSON.stringify(s));
+          copy.keys[0].events.id = '0:1:a99:1:x'; // a prefix longer than the id before
+          return copy;
+        },
+      ],
+      [
+        '$.keys[0].events.time[1]',
+        (s) => {
+          const copy = JSON.parse(JSON.stringify(s));
+          copy.keys[0].events.time[1] = 1.5;
+          return copy;
+        },
+      ],
+      [
+        '$.keys[0].events.partition',
+        (s) => {
+          const copy = JSON.parse(JSON.stringify(s));
+          copy.keys[0].events.partition = 3;
+          return copy;
+        },
+      ],
+      [
+        '$.keys[0].events.payload',
+        (s) => {
+          const copy = JSON.parse(JSON.stringify(s));
+          copy.keys[0].events.payload.pop();
+          return copy;
+        },
+      ],
+      [
+        '$.keys[0].windows[0].events[0]',
+        (s) => {
+          const copy = JSON.parse(JSON.stringify(s));
+          copy.keys[0].windows[0].events = [0, 9]; // a run past the key's events
+          return copy;
+        },
+      ],
+      [
+        '$.keys[0].latest[0].event',
+        (s) => {
+          const copy = JSON.parse(JSON.stringify(s));
+          copy.keys[0].latest[0].event = 2;
           return copy;
         },
       ],
@@ -137,10 +186,12 @@ describe('snapshot / restore', () => {
           return copy;
         },
       ],
-      ['$.dedupe[0][1]', (s) => ({ ...s, dedupe: [['a', 'soon']] })],
+      ['$.dedupe[0][1]', (s) => ({ ...s, dedupe: [[T0, ['0:1:a']]] })],
+      ['$.dedupe[0][1][0]', (s) => ({ ...s, dedupe: [[T0, 'soon']] })],
+      ['$.dedupe[0][0]', (s) => ({ ...s, dedupe: [['a', '0:1:a']] })],
       ['$.counters.late', (s) => ({ ...s, counters: { ...s.counters, late: undefined } })],
       [
-        '$.keys[d1].windows',
+        '$.keys[0].windows[0].name',
         (s) => {
           const copy = JSON.parse(JSON.stringify(s));
           copy.keys[0].windows[0].name = 'unknown';

@@ -1,8 +1,20 @@
-import { StreamSnapshotError } from './errors';
+import {
+  arr,
+  bad,
+  int,
+  isRecord,
+  packDeltas,
+  packStrings,
+  str,
+  unpackDeltas,
+  unpackRuns,
+  unpackStrings,
+} from './pack';
 import type { EngineCounters, StreamEvent } from './types';
 import type { PartitionState } from './watermark';
 
-export const SNAPSHOT_VERSION = 1;
+/** 2: each key's events stored once, in columns; windows point into them; dedupe ids by forget time. */
+export const SNAPSHOT_VERSION = 2;
 
 /**
  * Everything the engine knows, as plain JSON. Timers are not stored: each is a function of this state (a
@@ -13,60 +25,86 @@ export interface EngineSnapshot<P = unknown> {
   version: typeof SNAPSHOT_VERSION;
   /** null before any event. */
   watermark: number | null;
+  /** Sorted by partition; events name their partition by index in this list. */
   partitions: PartitionState[];
   /** Sorted by key. */
   keys: KeySnapshot<P>[];
-  /** [eventId, forgetAt (a multiple of DEDUPE_BUCKET_MS)], sorted by id. */
-  dedupe: [string, number][];
+  /** [forgetAt (a multiple of DEDUPE_BUCKET_MS), the ids forgotten then, sorted and front-coded], by forgetAt. */
+  dedupe: [number, string][];
   counters: EngineCounters;
 }
 
 export interface KeySnapshot<P> {
   key: string;
   lastEventTime: number;
-  windows: WindowStateSnapshot<P>[];
-  latest: { name: string; event: StreamEvent<P> }[];
+  /** Every event a window or latest spec of the key holds, once, in (eventTime, eventId) order. */
+  events: EventColumns<P>;
+  windows: WindowStateSnapshot[];
+  /** The latest event per spec, by index in `events`. */
+  latest: { name: string; event: number }[];
 }
 
-export interface WindowStateSnapshot<P> {
+/** Events as columns; the key is the key's own. */
+export interface EventColumns<P> {
+  /** Event times: the first, then differences. */
+  time: number[];
+  /** Event ids, front-coded (see packStrings). */
+  id: string;
+  /** Index in `partitions` per event, or one index for all of them. */
+  partition: number | number[];
+  payload: P[];
+}
+
+export interface WindowStateSnapshot {
   name: string;
-  /** Buffered events in (eventTime, eventId) order. */
-  events: StreamEvent<P>[];
+  /** The buffered events, in order, as runs of indices in the key's `events` (see packRuns). */
+  events: number[];
   /** [start, times emitted]: 0 = not fired yet. */
   emitted: [number, number][];
 }
 
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
+/** A snapshot decoded and checked: events as objects again, windows and latest pointing at them. */
+export interface RestoredSnapshot<P> {
+  watermark: number | null;
+  partitions: PartitionState[];
+  keys: {
+    key: string;
+    lastEventTime: number;
+    windows: { name: string; events: StreamEvent<P>[]; emitted: [number, number][] }[];
+    latest: { name: string; event: StreamEvent<P> }[];
+  }[];
+  dedupe: [number, string[]][];
+  counters: EngineCounters;
 }
 
-function bad(path: string, expected: string): never {
-  throw new StreamSnapshotError(path, `invalid stream snapshot at ${path}: expected ${expected}`);
-}
-
-function int(path: string, value: unknown): number {
-  if (typeof value !== 'number' || !Number.isSafeInteger(value)) bad(path, 'an integer');
-  return value;
-}
-
-function str(path: string, value: unknown): string {
-  if (typeof value !== 'string') bad(path, 'a string');
-  return value;
-}
-
-function arr(path: string, value: unknown): unknown[] {
-  if (!Array.isArray(value)) bad(path, 'an array');
-  return value;
-}
-
-function event(path: string, value: unknown): StreamEvent<unknown> {
-  if (!isRecord(value)) bad(path, 'an event object');
+/** Encodes one key's events (`events`: distinct objects, already in (eventTime, eventId) order). */
+export function packEvents<P>(
+  events: readonly StreamEvent<P>[],
+  partitionIndex: ReadonlyMap<string, number>,
+): EventColumns<P> {
+  const n = events.length;
+  const time = new Array<number>(n);
+  const id = new Array<string>(n);
+  const partition = new Array<number>(n);
+  const payload = new Array<P>(n);
+  let samePartition = true;
+  for (let i = 0; i < n; i++) {
+    const e = events[i]!;
+    time[i] = e.eventTime;
+    id[i] = e.eventId;
+    const p = partitionIndex.get(e.partition);
+    // Every event's partition was observed before it was applied, and partitions are never removed.
+    if (p === undefined)
+      throw new Error(`event ${e.eventId} has partition ${e.partition}, which has no watermark`);
+    partition[i] = p;
+    if (p !== partition[0]) samePartition = false;
+    payload[i] = e.payload;
+  }
   return {
-    key: str(`${path}.key`, value.key),
-    eventTime: int(`${path}.eventTime`, value.eventTime),
-    partition: str(`${path}.partition`, value.partition),
-    eventId: str(`${path}.eventId`, value.eventId),
-    payload: value.payload,
+    time: packDeltas(time),
+    id: packStrings(id),
+    partition: samePartition && n > 0 ? partition[0]! : partition,
+    payload,
   };
 }
 
@@ -79,13 +117,54 @@ const COUNTERS: readonly (keyof EngineCounters)[] = [
   'expiredKeys',
 ];
 
-/** Checks the shape (not the payloads) and returns a typed copy; throws StreamSnapshotError naming the path. */
-export function checkSnapshot<P>(value: unknown): EngineSnapshot<P> {
-  if (!isRecord(value)) bad('$', 'an object');
-  if (value.version !== SNAPSHOT_VERSION) bad('$.version', String(SNAPSHOT_VERSION));
-  const watermark = value.watermark === null ? null : int('$.watermark', value.watermark);
-  const partitions = arr('$.partitions', value.partitions).map((p, i) => {
-    const path = `$.partitions[${i}]`;
+function unpackEvents<P>(
+  path: string,
+  value: unknown,
+  key: string,
+  partitions: readonly PartitionState[],
+): StreamEvent<P>[] {
+  if (!isRecord(value)) bad(path, 'an object');
+  const time = unpackDeltas(`${path}.time`, value.time);
+  const ids = unpackStrings(`${path}.id`, value.id);
+  const payload = arr(`${path}.payload`, value.payload);
+  const n = time.length;
+  if (ids.length !== n) bad(`${path}.id`, `${n} ids`);
+  if (payload.length !== n) bad(`${path}.payload`, `${n} payloads`);
+  const rawPartition = value.partition;
+  const partitionOf = (i: number): string => {
+    const p = typeof rawPartition === 'number' ? rawPartition : (rawPartition as unknown[])[i];
+    const at = typeof rawPartition === 'number' ? `${path}.partition` : `${path}.partition[${i}]`;
+    const name = partitions[int(at, p)]?.partition;
+    if (name === undefined) bad(at, `an index in $.partitions (${partitions.length})`);
+    return name;
+  };
+  if (typeof rawPartition !== 'number') {
+    if (arr(`${path}.partition`, rawPartition).length !== n) bad(`${path}.partition`, `${n} partitions`);
+  }
+  const events = new Array<StreamEvent<P>>(n);
+  for (let i = 0; i < n; i++) {
+    if (ids[i]!.length === 0) bad(`${path}.id[${i}]`, 'a non-empty id');
+    events[i] = {
+      key,
+      eventTime: time[i]!,
+      partition: partitionOf(i),
+      eventId: ids[i]!,
+      payload: payload[i] as P,
+    };
+  }
+  return events;
+}
+
+/**
+ * Checks the shape (not the payloads) and decodes it; throws StreamSnapshotError naming the path. `root`
+ * prefixes the paths (a snapshot embedded in another one).
+ */
+export function checkSnapshot<P>(value: unknown, root = '$'): RestoredSnapshot<P> {
+  if (!isRecord(value)) bad(root, 'an object');
+  if (value.version !== SNAPSHOT_VERSION) bad(`${root}.version`, String(SNAPSHOT_VERSION));
+  const watermark = value.watermark === null ? null : int(`${root}.watermark`, value.watermark);
+  const partitions = arr(`${root}.partitions`, value.partitions).map((p, i) => {
+    const path = `${root}.partitions[${i}]`;
     if (!isRecord(p)) bad(path, 'an object');
     return {
       partition: str(`${path}.partition`, p.partition),
@@ -93,20 +172,21 @@ export function checkSnapshot<P>(value: unknown): EngineSnapshot<P> {
       lastSeenAt: int(`${path}.lastSeenAt`, p.lastSeenAt),
     };
   });
-  const keys = arr('$.keys', value.keys).map((k, i) => {
-    const path = `$.keys[${i}]`;
+  const keys = arr(`${root}.keys`, value.keys).map((k, i) => {
+    const path = `${root}.keys[${i}]`;
     if (!isRecord(k)) bad(path, 'an object');
+    const key = str(`${path}.key`, k.key);
+    if (key.length === 0) bad(`${path}.key`, 'a non-empty key');
+    const events = unpackEvents<P>(`${path}.events`, k.events, key, partitions);
     return {
-      key: str(`${path}.key`, k.key),
+      key,
       lastEventTime: int(`${path}.lastEventTime`, k.lastEventTime),
       windows: arr(`${path}.windows`, k.windows).map((w, j) => {
         const wp = `${path}.windows[${j}]`;
         if (!isRecord(w)) bad(wp, 'an object');
         return {
           name: str(`${wp}.name`, w.name),
-          events: arr(`${wp}.events`, w.events).map(
-            (e, n) => event(`${wp}.events[${n}]`, e) as StreamEvent<P>,
-          ),
+          events: unpackRuns(`${wp}.events`, w.events, events.length).map((n) => events[n]!),
           emitted: arr(`${wp}.emitted`, w.emitted).map((pair, n) => {
             const pp = `${wp}.emitted[${n}]`;
             const [start, count] = arr(pp, pair);
@@ -117,18 +197,21 @@ export function checkSnapshot<P>(value: unknown): EngineSnapshot<P> {
       latest: arr(`${path}.latest`, k.latest).map((l, j) => {
         const lp = `${path}.latest[${j}]`;
         if (!isRecord(l)) bad(lp, 'an object');
-        return { name: str(`${lp}.name`, l.name), event: event(`${lp}.event`, l.event) as StreamEvent<P> };
+        const event = events[int(`${lp}.event`, l.event)];
+        if (event === undefined) bad(`${lp}.event`, `an index in the key's ${events.length} events`);
+        return { name: str(`${lp}.name`, l.name), event };
       }),
     };
   });
-  const dedupe = arr('$.dedupe', value.dedupe).map((pair, i) => {
-    const [id, forgetAt] = arr(`$.dedupe[${i}]`, pair);
-    return [str(`$.dedupe[${i}][0]`, id), int(`$.dedupe[${i}][1]`, forgetAt)] as [string, number];
+  const dedupe = arr(`${root}.dedupe`, value.dedupe).map((bucket, i) => {
+    const bp = `${root}.dedupe[${i}]`;
+    const [forgetAt, ids] = arr(bp, bucket);
+    return [int(`${bp}[0]`, forgetAt), unpackStrings(`${bp}[1]`, ids)] as [number, string[]];
   });
-  if (!isRecord(value.counters)) bad('$.counters', 'an object');
+  if (!isRecord(value.counters)) bad(`${root}.counters`, 'an object');
   const rawCounters = value.counters;
   const counters = Object.fromEntries(
-    COUNTERS.map((name) => [name, int(`$.counters.${name}`, rawCounters[name])]),
+    COUNTERS.map((name) => [name, int(`${root}.counters.${name}`, rawCounters[name])]),
   ) as unknown as EngineCounters;
-  return { version: SNAPSHOT_VERSION, watermark, partitions, keys, dedupe, counters };
+  return { watermark, partitions, keys, dedupe, counters };
 }

@@ -4,7 +4,8 @@
  * its snapshot serialised every `every` events — size, serialisation time (the pipeline does it at its
  * barrier, on its event loop), and the parts. Run after a build:
  *   node dist/loadtest/stream/chaos-state-probe.js [rate=1200] [events=500000] [every=100000]
- * (needs memory: --max-old-space-size=6000 for 500,000 events).
+ * (needs memory: --max-old-space-size=6000 for 500,000 events). With --expose-gc each measurement starts from a
+ * collected heap, so a major collection of the ingestion's garbage does not land in it by chance.
  */
 import { DeliveryDecider } from '../../libs/stream';
 import { liveOptions, simulationRecords } from '../simulator';
@@ -48,7 +49,10 @@ function main(): void {
     decider.ingest(r.payload, 'p0');
     n++;
     if (n % every === 0 || n === max) {
+      (globalThis as { gc?: () => void }).gc?.();
+      const s0 = performance.now();
       const snapshot = decider.snapshot();
+      const snapshotMs = Math.round(performance.now() - s0);
       const t0 = performance.now();
       let bytes: number;
       try {
@@ -64,6 +68,7 @@ function main(): void {
           eventMinutes: Math.round((now - start) / 6000) / 10,
           mb: Math.round(bytes / 1e5) / 10,
           stringifyMs: Math.round(performance.now() - t0),
+          snapshotMs,
           bytesPerEvent: Math.round(bytes / n),
           engineKeysMb: Math.round(size(engine['keys']) / 1e5) / 10,
           dedupeMb: Math.round(size(engine['dedupe']) / 1e5) / 10,

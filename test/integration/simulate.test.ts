@@ -5,7 +5,7 @@
  */
 import { type ConsumerMessages, DeliverPolicy } from '@nats-io/jetstream';
 import type { SimulateSummary as Summary } from '../../apps/cli/simulate';
-import { connectNats, type NatsHandle } from '../../apps/stream';
+import { connectNats, eventSubject, type NatsHandle } from '../../apps/stream';
 import { parseEvent } from '../../libs/stream';
 import { runCli, runCliToExit } from './harness';
 
@@ -122,8 +122,8 @@ describe('streaminfer simulate', () => {
         invalid++;
         continue;
       }
-      // Keyed by delivery on the subject, Msg-Id = event_id.
-      expect(m.subject).toBe(`${root}.delivery.events.${parsed.event.delivery_id}`);
+      // On its partition's subject (the default 4 partitions), keyed by delivery; Msg-Id = event_id.
+      expect(m.subject).toBe(eventSubject(`${root}.delivery.events`, parsed.event.delivery_id, 4));
       expect(m.msgId).toBe(parsed.event.event_id);
       deliveries.add(parsed.event.delivery_id);
     }

@@ -6,7 +6,8 @@
  * State, keyed by delivery_id:
  *   - the event-time engine (libs/stream): dedupe by event_id, watermark per source partition, allowed
  *     lateness, the late side output, key TTL, and the delivery's windows (GPS speed, sliding 5 min / 1 min;
- *     activity, tumbling 5 min) and last-valid state (position, status);
+ *     activity, tumbling 5 min) and last-valid state (position, status); it keeps only an EnginePoint per
+ *     event (a GPS point's [lat, lon]), not the parsed event;
  *   - per delivery: its accepted events in (event time, event_id) order — the features need the whole
  *     history (stops so far, the destination from the first status) — the decisions it may still revise,
  *     and whether it is alerting.
@@ -19,8 +20,10 @@
  * watermark has not passed their time + the longest window + allowed lateness).
  */
 import { createEventTimeEngine, type EventTimeEngine } from '../engine';
+import { StreamSnapshotError } from '../errors';
+import { arr, bad, int, isRecord, str } from '../pack';
 import type { EngineSnapshot } from '../snapshot';
-import type { EngineStats, StreamEffect, StreamEvent } from '../types';
+import type { EngineStats, EventTimeEngineOptions, StreamEffect, StreamEvent } from '../types';
 import { ALERT_THRESHOLD } from './contract';
 import {
   byTime,
@@ -31,12 +34,13 @@ import {
   foldHistory,
   N_FEATURES,
   type NotReady,
-  pathSpeedKmh,
   SPEED_STEP_MS,
   SPEED_WINDOW_MS,
   TRAFFIC_WINDOW_MS,
 } from './features';
-import { type DeliveryEvent, type GpsEvent, parseEvent } from './schema';
+import { haversineKm } from './geo';
+import { type HistoryColumns, packHistory, unpackHistory } from './history-codec';
+import { type DeliveryEvent, type GpsEvent, parseEvent, type StatusEvent } from './schema';
 
 /** Engine windows of a delivery (results are counted; the features read the history). */
 export const DELIVERY_WINDOWS = { speed: 'speed5m', activity: 'activity5m' } as const;
@@ -110,21 +114,39 @@ interface DeliveryState {
   alerting: boolean;
 }
 
-export const DECIDER_SNAPSHOT_VERSION = 1;
+/** 2: histories in columns, decisions as indices into them with their rows in base64, a compact engine. */
+export const DECIDER_SNAPSHOT_VERSION = 2;
+
+/**
+ * What the engine keeps of an event: a GPS point's [lat, lon] (the speed window reads it), 's' for a status,
+ * 't' for a traffic alert. The features read the delivery's history; the engine's copy stays small.
+ */
+export type EnginePoint = readonly [lat: number, lon: number] | 's' | 't';
+
+/** A decision's identity when its event is not in the history (kept for exactness; not expected). */
+type DecisionRef = number | [event_id: string, event_time: string, t: number];
 
 interface DeliverySnapshot {
   key: string;
-  events: DeliveryEvent[];
-  folded: FoldedHistory;
-  decided: Array<{ event_id: string; event_time: string; t: number; revision: number; row: number[] }>;
-  undecided: Array<[string, number]>;
+  /** The history after the fold line. */
+  events: HistoryColumns;
+  /** The folded statuses, then the folded last GPS point if there is one. */
+  folded: HistoryColumns;
+  foldedStops: number;
+  /** Revisable decisions in their map order: index in `events`, or the decision's identity. */
+  decided: DecisionRef[];
+  revisions: number[];
+  /** The decisions' rows, N_FEATURES float32 each, little-endian, base64. */
+  rows: string;
+  /** Events not decided yet, in their map order: index in `events`, or [event_id, t]. */
+  undecided: (number | [string, number])[];
   alerting: boolean;
 }
 
 /** A DeliveryDecider's whole state, JSON-able (checkpoints). */
 export interface DeciderSnapshot {
   version: typeof DECIDER_SNAPSHOT_VERSION;
-  engine: EngineSnapshot<DeliveryEvent>;
+  engine: EngineSnapshot<EnginePoint>;
   deliveries: DeliverySnapshot[];
   prunedBefore: number | null;
 }
@@ -138,8 +160,8 @@ export interface DeciderStats {
   approxBytes: number;
 }
 
-type Engine = EventTimeEngine<DeliveryEvent, number>;
-type Effect = StreamEffect<DeliveryEvent, number>;
+type Engine = EventTimeEngine<EnginePoint, number>;
+type Effect = StreamEffect<EnginePoint, number>;
 
 /** Rough bytes per history event (object, strings, numbers), for the state-size gauge. */
 const HISTORY_EVENT_BYTES = 320;
@@ -158,43 +180,59 @@ export class DeliveryDecider {
   private undecidedCount = 0;
 
   /** `snapshot`: what snapshot() returned (same options): the decider continues exactly where it was. */
-  constructor(options: DeliveryDeciderOptions, snapshot?: DeciderSnapshot) {
+  constructor(options: DeliveryDeciderOptions, snapshot?: DeciderSnapshot | unknown) {
     this.threshold = options.alertThreshold ?? ALERT_THRESHOLD;
     if (!(this.threshold > 0 && this.threshold < 1)) {
       throw new RangeError(`alertThreshold must be in (0, 1), got ${options.alertThreshold}`);
     }
     this.horizonMs = TRAFFIC_WINDOW_MS + options.allowedLatenessMs;
     this.allowedLatenessMs = options.allowedLatenessMs;
-    this.engine = createEventTimeEngine<DeliveryEvent, number>(
-      {
-        clock: options.clock,
-        outOfOrdernessMs: options.outOfOrdernessMs,
-        allowedLatenessMs: options.allowedLatenessMs,
-        idleTimeoutMs: options.idleTimeoutMs,
-        stateTtlMs: options.stateTtlMs,
-        dedupeTtlMs: options.dedupeTtlMs,
-        windows: [
-          {
-            name: DELIVERY_WINDOWS.speed,
-            sizeMs: SPEED_WINDOW_MS,
-            stepMs: SPEED_STEP_MS,
-            accepts: (e) => e.payload.type === 'gps',
-            result: (events) => pathSpeedKmh(events.map((e) => e.payload as GpsEvent)),
-          },
-          {
-            name: DELIVERY_WINDOWS.activity,
-            sizeMs: SPEED_WINDOW_MS,
-            result: (events) => events.length,
-          },
-        ],
-        latest: [
-          { name: 'position', accepts: (e) => e.payload.type === 'gps' },
-          { name: 'status', accepts: (e) => e.payload.type === 'status' },
-        ],
-      },
-      snapshot?.engine,
-    );
-    if (snapshot) this.restore(snapshot);
+    if (snapshot !== undefined) {
+      if (!isRecord(snapshot)) bad('$', 'an object');
+      if (snapshot.version !== DECIDER_SNAPSHOT_VERSION) bad('$.version', String(DECIDER_SNAPSHOT_VERSION));
+      // Without it the engine would start empty.
+      if (!isRecord(snapshot.engine)) bad('$.engine', 'an object');
+    }
+    const engineOptions: EventTimeEngineOptions<EnginePoint, number> = {
+      clock: options.clock,
+      outOfOrdernessMs: options.outOfOrdernessMs,
+      allowedLatenessMs: options.allowedLatenessMs,
+      idleTimeoutMs: options.idleTimeoutMs,
+      stateTtlMs: options.stateTtlMs,
+      dedupeTtlMs: options.dedupeTtlMs,
+      windows: [
+        {
+          name: DELIVERY_WINDOWS.speed,
+          sizeMs: SPEED_WINDOW_MS,
+          stepMs: SPEED_STEP_MS,
+          accepts: (e: StreamEvent<EnginePoint>) => typeof e.payload !== 'string',
+          result: pointsSpeedKmh,
+        },
+        {
+          name: DELIVERY_WINDOWS.activity,
+          sizeMs: SPEED_WINDOW_MS,
+          result: (events: readonly StreamEvent<EnginePoint>[]) => events.length,
+        },
+      ],
+      latest: [
+        { name: 'position', accepts: (e: StreamEvent<EnginePoint>) => typeof e.payload !== 'string' },
+        { name: 'status', accepts: (e: StreamEvent<EnginePoint>) => e.payload === 's' },
+      ],
+    };
+    try {
+      this.engine = createEventTimeEngine<EnginePoint, number>(
+        engineOptions,
+        snapshot === undefined ? undefined : (snapshot as Record<string, unknown>).engine,
+      );
+    } catch (err) {
+      // The engine names paths from its own root.
+      if (err instanceof StreamSnapshotError) {
+        const path = `$.engine${err.path.slice(1)}`;
+        throw new StreamSnapshotError(path, err.message.replace(err.path, path));
+      }
+      throw err;
+    }
+    if (snapshot !== undefined) this.restore(snapshot as Record<string, unknown>);
   }
 
   /**
@@ -204,12 +242,41 @@ export class DeliveryDecider {
   snapshot(): DeciderSnapshot {
     const deliveries: DeliverySnapshot[] = [];
     for (const [key, state] of this.deliveries) {
+      // By id: a decision's event is in the history (checked below); one map beats a search per decision.
+      const at = new Map<string, number>();
+      for (let i = 0; i < state.events.length; i++) at.set(state.events[i]!.event_id, i);
+      const indexOf = (t: number, id: string): number => {
+        const i = at.get(id);
+        return i !== undefined && state.events[i]!.eventTimeMs === t ? i : -1;
+      };
+      const decided: DecisionRef[] = [];
+      const revisions: number[] = [];
+      const rows = new Float32Array(state.decided.size * N_FEATURES);
+      let n = 0;
+      for (const d of state.decided.values()) {
+        const i = indexOf(d.t, d.event_id);
+        decided.push(
+          i >= 0 && state.events[i]!.event_time === d.event_time ? i : [d.event_id, d.event_time, d.t],
+        );
+        revisions.push(d.revision);
+        rows.set(d.row, n * N_FEATURES);
+        n++;
+      }
+      const undecided: (number | [string, number])[] = [];
+      for (const [id, t] of state.undecided) {
+        const i = indexOf(t, id);
+        undecided.push(i >= 0 ? i : [id, t]);
+      }
+      const { statuses, stops, lastGps } = state.folded;
       deliveries.push({
         key,
-        events: state.events,
-        folded: state.folded,
-        decided: [...state.decided.values()].map((d) => ({ ...d, row: Array.from(d.row) })),
-        undecided: [...state.undecided],
+        events: packHistory(key, state.events),
+        folded: packHistory(key, lastGps === undefined ? statuses : [...statuses, lastGps]),
+        foldedStops: stops,
+        decided,
+        revisions,
+        rows: encodeRows(rows),
+        undecided,
         alerting: state.alerting,
       });
     }
@@ -221,26 +288,83 @@ export class DeliveryDecider {
     };
   }
 
-  private restore(snapshot: DeciderSnapshot): void {
-    if (snapshot.version !== DECIDER_SNAPSHOT_VERSION)
-      throw new RangeError(
-        `decider snapshot version ${snapshot.version} (this build reads ${DECIDER_SNAPSHOT_VERSION})`,
-      );
-    for (const d of snapshot.deliveries) {
-      const decided = new Map<string, Revisable>();
-      for (const r of d.decided) decided.set(r.event_id, { ...r, row: Float32Array.from(r.row) });
-      this.deliveries.set(d.key, {
-        events: d.events,
-        folded: d.folded,
-        decided,
-        undecided: new Map(d.undecided),
-        alerting: d.alerting,
+  /** The engine restored itself (and checked the version); the deliveries are checked here, path by path. */
+  private restore(snapshot: Record<string, unknown>): void {
+    arr('$.deliveries', snapshot.deliveries).forEach((raw, i) => {
+      const path = `$.deliveries[${i}]`;
+      if (!isRecord(raw)) bad(path, 'an object');
+      const key = str(`${path}.key`, raw.key);
+      const events = unpackHistory(`${path}.events`, raw.events, key);
+      const foldedEvents = unpackHistory(`${path}.folded`, raw.folded, key);
+      const statuses: StatusEvent[] = [];
+      let lastGps: GpsEvent | undefined;
+      foldedEvents.forEach((e, j) => {
+        if (e.type === 'status' && lastGps === undefined) statuses.push(e);
+        else if (e.type === 'gps' && j === foldedEvents.length - 1) lastGps = e;
+        else bad(`${path}.folded.type`, 'statuses, then at most one GPS point');
       });
-      this.historyEvents += d.events.length;
+      const eventAt = (p: string, index: number): DeliveryEvent => {
+        const e = events[index];
+        if (e === undefined) bad(p, `an index in the delivery's ${events.length} events`);
+        return e;
+      };
+      const refs = arr(`${path}.decided`, raw.decided);
+      const revisions = arr(`${path}.revisions`, raw.revisions);
+      if (revisions.length !== refs.length) bad(`${path}.revisions`, `${refs.length} revisions`);
+      const rows = decodeRows(`${path}.rows`, raw.rows, refs.length);
+      const decided = new Map<string, Revisable>();
+      refs.forEach((ref, j) => {
+        let id: { event_id: string; event_time: string; t: number };
+        if (typeof ref === 'number' && events[ref] !== undefined) {
+          const e = events[ref]!;
+          id = { event_id: e.event_id, event_time: e.event_time, t: e.eventTimeMs };
+        } else {
+          const rp = `${path}.decided[${j}]`;
+          if (typeof ref === 'number') eventAt(rp, int(rp, ref));
+          const [eventId, eventTime, t] = arr(rp, ref);
+          id = {
+            event_id: str(`${rp}[0]`, eventId),
+            event_time: str(`${rp}[1]`, eventTime),
+            t: int(`${rp}[2]`, t),
+          };
+        }
+        const revision = revisions[j];
+        decided.set(id.event_id, {
+          ...id,
+          revision:
+            typeof revision === 'number' && Number.isSafeInteger(revision)
+              ? revision
+              : int(`${path}.revisions[${j}]`, revision),
+          row: rows[j]!,
+        });
+      });
+      const undecided = new Map<string, number>();
+      arr(`${path}.undecided`, raw.undecided).forEach((ref, j) => {
+        const up = `${path}.undecided[${j}]`;
+        if (typeof ref === 'number') {
+          const e = eventAt(up, int(up, ref));
+          undecided.set(e.event_id, e.eventTimeMs);
+        } else {
+          const [eventId, t] = arr(up, ref);
+          undecided.set(str(`${up}[0]`, eventId), int(`${up}[1]`, t));
+        }
+      });
+      if (typeof raw.alerting !== 'boolean') bad(`${path}.alerting`, 'a boolean');
+      this.deliveries.set(key, {
+        events,
+        folded: { statuses, stops: int(`${path}.foldedStops`, raw.foldedStops), lastGps },
+        decided,
+        undecided,
+        alerting: raw.alerting,
+      });
+      this.historyEvents += events.length;
       this.revisable += decided.size;
-      this.undecidedCount += d.undecided.length;
-    }
-    this.prunedBefore = snapshot.prunedBefore ?? Number.NEGATIVE_INFINITY;
+      this.undecidedCount += undecided.size;
+    });
+    this.prunedBefore =
+      snapshot.prunedBefore === null
+        ? Number.NEGATIVE_INFINITY
+        : int('$.prunedBefore', snapshot.prunedBefore);
   }
 
   /** One raw message (its bytes as received) from a source partition. */
@@ -257,12 +381,13 @@ export class DeliveryDecider {
       };
     }
     const event = parsed.event;
-    const streamEvent: StreamEvent<DeliveryEvent> = {
+    const streamEvent: StreamEvent<EnginePoint> = {
       key: event.delivery_id,
       eventTime: event.eventTimeMs,
       partition,
       eventId: event.event_id,
-      payload: event,
+      payload:
+        event.type === 'gps' ? [event.driver_lat, event.driver_lon] : event.type === 'status' ? 's' : 't',
     };
     const effects = this.engine.ingest(streamEvent);
     const result: DecideResult = {
@@ -474,6 +599,38 @@ export class DeliveryDecider {
       }
     }
   }
+}
+
+/** pathSpeedKmh over the speed window's points (the same sums in the same order: the same float). */
+function pointsSpeedKmh(events: readonly StreamEvent<EnginePoint>[]): number {
+  if (events.length < 2) return 0;
+  let km = 0;
+  for (let i = 1; i < events.length; i++) {
+    const a = events[i - 1]!.payload as readonly [number, number];
+    const b = events[i]!.payload as readonly [number, number];
+    km += haversineKm(a[0], a[1], b[0], b[1]);
+  }
+  const hours = (events[events.length - 1]!.eventTime - events[0]!.eventTime) / 3_600_000;
+  return hours > 0 ? km / hours : 0;
+}
+
+const BASE64_RE = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+
+/** Float32 rows as base64: the exact bits in 4 bytes each instead of a 17-digit double in JSON. */
+function encodeRows(rows: Float32Array): string {
+  return Buffer.from(rows.buffer, rows.byteOffset, rows.byteLength).toString('base64');
+}
+
+function decodeRows(path: string, value: unknown, count: number): Float32Array[] {
+  const text = str(path, value);
+  const bytes = count * N_FEATURES * 4;
+  if (!BASE64_RE.test(text) || Math.floor((text.length * 3) / 4) - (text.match(/=/g)?.length ?? 0) !== bytes)
+    bad(path, `base64 of ${count} rows of ${N_FEATURES} float32`);
+  // Copied into an aligned buffer of its own (Buffer may be a slice of a shared pool).
+  const all = new Float32Array(new Uint8Array(Buffer.from(text, 'base64')).buffer);
+  const rows = new Array<Float32Array>(count);
+  for (let i = 0; i < count; i++) rows[i] = all.slice(i * N_FEATURES, (i + 1) * N_FEATURES);
+  return rows;
 }
 
 /** Orders a decided event (t, id) against an event: < 0 when the decided one comes first. */
