@@ -7,6 +7,7 @@
  * which says why adding instances on one small host does not add capacity linearly.
  */
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { fmt, markdownTable } from '../report';
 import { errText } from '../scenario-kit';
@@ -515,6 +516,11 @@ function explain(
         '.',
     );
   }
+  const load = os.loadavg().map((l) => l.toFixed(1));
+  parts.push(
+    `This host's load average at the end was ${load.join(' / ')} (1 / 5 / 15 min) on ${cores} cores: what these ` +
+      'processes did not get went to other work on it.',
+  );
   parts.push(
     'Every added instance here runs on the same two cores as the broker and the producer: partitions move work ' +
       'between processes but add no CPU, while the broker’s and the producer’s share grows with the rate whatever ' +
