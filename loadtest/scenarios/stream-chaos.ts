@@ -519,7 +519,7 @@ export const streamChaos: Scenario = {
           k.takeoverAtMs = await waitFor(
             'the survivor owns every partition',
             () => owns(survivor, PARTITIONS),
-            90_000,
+            plan.catchUpTimeoutMs,
             victim,
           );
           ctx.log(
@@ -533,7 +533,7 @@ export const streamChaos: Scenario = {
           k.rebalancedAtMs = await waitFor(
             'the fresh instance takes its share',
             async () => (await owns(fresh, 2)) && (await owns(survivor, 2)),
-            90_000,
+            plan.catchUpTimeoutMs,
             victim,
           );
           ctx.log(
