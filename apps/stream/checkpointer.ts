@@ -49,6 +49,13 @@ export class Checkpointer {
   private nextId = 1;
   /** Msg-Ids the output streams gained after the restored checkpoint. */
   private readonly publishedSince = new Set<string>();
+  /**
+   * The restored checkpoint's output sequences and the end of the replay after it. A checkpoint taken before
+   * the replay is done must keep both: the span it has still to replay had its effects published before the
+   * restore, so the read-back (this process's, and a later restore's) has to start where the restored one did.
+   */
+  private restoredOutputs: Checkpoint['outputs'] | undefined;
+  private replayUntil = 0;
   private inProgress: Promise<void> | undefined;
   lastCompleted: CompletedCheckpoint | undefined;
 
@@ -78,6 +85,11 @@ export class Checkpointer {
     return new Checkpointer(store, nats, layout, metrics, logger, clock, fence);
   }
 
+  /** The stream sequence the restored partition replays up to (what the previous owner had been handed). */
+  setReplayUntil(seq: number): void {
+    this.replayUntil = seq;
+  }
+
   get heldMessages(): number {
     return this.held.length;
   }
@@ -87,6 +99,7 @@ export class Checkpointer {
     const checkpoint = await this.store.latest();
     if (!checkpoint) return null;
     this.nextId = checkpoint.id + 1;
+    this.restoredOutputs = checkpoint.outputs;
     await this.readPublishedSince(this.layout.predictions.name, checkpoint.outputs.predictions);
     await this.readPublishedSince(this.layout.side.name, checkpoint.outputs.side);
     this.lastCompleted = {
@@ -121,12 +134,15 @@ export class Checkpointer {
       this.nats.jsm.streams.info(this.layout.side.name),
     ]);
     const s = read();
+    const replaying = this.restoredOutputs !== undefined && s.position < this.replayUntil;
     const checkpoint: Checkpoint = {
       version: CHECKPOINT_VERSION,
       id: this.nextId++,
       createdAt: new Date(this.clock()).toISOString(),
       position: s.position,
-      outputs: { predictions: predictions.state.last_seq, side: side.state.last_seq },
+      outputs: replaying
+        ? this.restoredOutputs!
+        : { predictions: predictions.state.last_seq, side: side.state.last_seq },
       pin: s.pin,
       epoch: s.epoch,
       state: s.state,
@@ -149,8 +165,12 @@ export class Checkpointer {
       return false;
     }
     for (const message of taken.held) message.ack().catch(() => undefined);
-    // A later restore starts from this checkpoint: what was published before it cannot come back.
-    this.publishedSince.clear();
+    // A later restore starts from this checkpoint: what was published before it cannot come back — unless
+    // the replay is not done, whose effects were published before the restore.
+    if (taken.position >= this.replayUntil) {
+      this.publishedSince.clear();
+      this.restoredOutputs = undefined;
+    }
     const now = this.clock();
     const durationMs = now - taken.startedAt;
     this.lastCompleted = {

@@ -237,6 +237,7 @@ export class PartitionWorker {
         .info(ctx.layout.events.name, this.durable)
         .catch(() => null);
       this.replayUntil = Math.max(checkpoint.position, previous?.delivered.stream_seq ?? 0);
+      checkpointer.setReplayUntil(this.replayUntil);
       ctx.logger.info(
         {
           partition: this.partition,
@@ -247,6 +248,11 @@ export class PartitionWorker {
         },
         'restored from checkpoint',
       );
+    } else {
+      // None yet: record the empty one before consuming. A crash before the first interval then restores it
+      // and reads back what this partition published since, instead of replaying from the stream's start
+      // with nothing to read back (every effect the dead owner had published would be published again).
+      await checkpointer.persist(await checkpointer.takeWhilePaused(() => this.checkpointState()));
     }
     await ctx.backend.prepare(this.pin);
     ctx.metrics.restoreDuration.set((ctx.clock() - began) / 1000);

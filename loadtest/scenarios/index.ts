@@ -11,6 +11,7 @@ import { runaway } from './runaway';
 import { slowConsumer } from './slow-consumer';
 import { stream } from './stream';
 import { streamChaos } from './stream-chaos';
+import { streamScale } from './stream-scale';
 import { wsEcho } from './ws-echo';
 
 export const SCENARIOS: readonly Scenario[] = [
@@ -23,6 +24,7 @@ export const SCENARIOS: readonly Scenario[] = [
   registry,
   stream,
   streamChaos,
+  streamScale,
 ];
 
 export function findScenario(name: string): Scenario | undefined {

@@ -1,13 +1,17 @@
 import {
+  checkpointsByPartition,
   compareOutputs,
+  counterDelta,
   firstBelow,
   histogramDelta,
   histogramQuantile,
   type OutputRecord,
   parseProm,
+  partitionOfSubject,
   processedCount,
   promHistogram,
   promValue,
+  recoveryAfter,
   replayArithmetic,
   splitByWindows,
   unprocessedLag,
@@ -123,5 +127,65 @@ describe('lag and replay arithmetic', () => {
     const series = [900, 400, 800, 300, 200, 100].map((value, i) => ({ tMs: i * 500, value }));
     expect(firstBelow(series, 0, 500)).toBe(1500);
     expect(firstBelow(series, 0, 50)).toBeUndefined();
+  });
+});
+
+describe('partitioned pipelines', () => {
+  it('reads the partition token of an event subject', () => {
+    expect(partitionOfSubject('r.delivery.events.3.D-1', 'r.delivery.events')).toBe(3);
+    expect(partitionOfSubject('r.delivery.events.x.D-1', 'r.delivery.events')).toBeUndefined();
+    expect(partitionOfSubject('other.delivery.events.3.D-1', 'r.delivery.events')).toBeUndefined();
+  });
+
+  it('recovery: owned again, replay done, then lag below the limit on two samples', () => {
+    const s = (t: number, lag: number, covered: number, replaying: number) => ({
+      tMs: t,
+      lag,
+      covered,
+      replaying,
+    });
+    const samples = [
+      s(0, 10, 4, 0), // before the kill
+      s(1000, 900, 2, 0), // killed: two partitions unowned
+      s(2000, 1800, 4, 2), // restarted, replaying
+      s(3000, 700, 4, 1),
+      s(4000, 300, 4, 0), // replay done, lag not yet below 200
+      s(5000, 100, 4, 0),
+      s(6000, 400, 4, 0), // a blip: 5000 does not hold
+      s(7000, 50, 4, 0),
+      s(8000, 40, 4, 0),
+    ];
+    expect(recoveryAfter(samples, 500, 4, 200)).toEqual({
+      ownedAt: 2000,
+      replayDoneAt: 4000,
+      recoveredAt: 7000,
+    });
+    expect(recoveryAfter(samples.slice(0, 3), 500, 4, 200)).toEqual({ ownedAt: 2000 });
+    expect(recoveryAfter(samples.slice(0, 2), 500, 4, 200)).toEqual({});
+  });
+
+  it('checkpoint duration and size per partition, the last size the latest', () => {
+    const out = checkpointsByPartition([
+      { partition: 1, bytes: 100, ms: 30 },
+      { partition: 0, bytes: 50, ms: 10 },
+      { partition: 1, bytes: 300, ms: 10 },
+      { partition: 1, bytes: 200, ms: 20 },
+    ]);
+    expect(out).toEqual([
+      { partition: 0, count: 1, p50Ms: 10, maxMs: 10, meanMs: 10, lastBytes: 50, maxBytes: 50 },
+      { partition: 1, count: 3, p50Ms: 20, maxMs: 30, meanMs: 20, lastBytes: 200, maxBytes: 300 },
+    ]);
+  });
+
+  it('a per-process counter over instances: growth of surviving pids, all of a new pid', () => {
+    const before = new Map([
+      [10, 100],
+      [11, 50],
+    ]);
+    const after = new Map([
+      [10, 130],
+      [12, 70],
+    ]);
+    expect(counterDelta(before, after)).toBe(100);
   });
 });

@@ -226,3 +226,105 @@ export function firstBelow(
   }
   return undefined;
 }
+
+/** The partition token of an event subject `<eventsPrefix>.<p>.<delivery_id>`; undefined when it does not match. */
+export function partitionOfSubject(subject: string, eventsPrefix: string): number | undefined {
+  if (!subject.startsWith(`${eventsPrefix}.`)) return undefined;
+  const token = subject.slice(eventsPrefix.length + 1).split('.')[0] ?? '';
+  return /^\d+$/.test(token) ? Number(token) : undefined;
+}
+
+/** One sample of a partitioned pipeline: its unprocessed lag, and its partitions as the live instances see them. */
+export interface CoverageSample {
+  tMs: number;
+  /** Σ over the partitions' consumers of messages not yet delivered */
+  lag: number;
+  /** partitions owned by an instance that answered /health */
+  covered: number;
+  /** of those, partitions still replaying after a restore */
+  replaying: number;
+}
+
+export interface Recovery {
+  /** first sample with every partition owned again (restart, or takeover after the lease TTL) */
+  ownedAt?: number;
+  /** first sample from ownedAt on with no partition replaying */
+  replayDoneAt?: number;
+  /** first sample where, for `hold` samples in a row, every partition is owned, none replays and lag < limit */
+  recoveredAt?: number;
+}
+
+/** When a partitioned pipeline was whole again after `fromMs` (a kill): owned, replay done, lag back to normal. */
+export function recoveryAfter(
+  samples: readonly CoverageSample[],
+  fromMs: number,
+  partitions: number,
+  lagLimit: number,
+  hold = 2,
+): Recovery {
+  const w = samples.filter((s) => s.tMs >= fromMs);
+  const out: Recovery = {};
+  const owned = w.findIndex((s) => s.covered >= partitions);
+  if (owned < 0) return out;
+  out.ownedAt = w[owned]!.tMs;
+  const done = w.findIndex((s, i) => i >= owned && s.covered >= partitions && s.replaying === 0);
+  if (done >= 0) out.replayDoneAt = w[done]!.tMs;
+  const ok = (s: CoverageSample): boolean => s.covered >= partitions && s.replaying === 0 && s.lag < lagLimit;
+  for (let i = owned; i + hold <= w.length; i++) {
+    if (w.slice(i, i + hold).every(ok)) {
+      out.recoveredAt = w[i]!.tMs;
+      break;
+    }
+  }
+  return out;
+}
+
+/** One completed checkpoint as the pipeline logged it, with the partition its position belongs to. */
+export interface CheckpointRecord {
+  partition: number;
+  bytes: number;
+  ms: number;
+}
+
+export interface PartitionCheckpoints {
+  partition: number;
+  count: number;
+  p50Ms: number;
+  maxMs: number;
+  meanMs: number;
+  lastBytes: number;
+  maxBytes: number;
+}
+
+/** Checkpoint duration and size per partition (in the order given: the last is the latest). */
+export function checkpointsByPartition(list: readonly CheckpointRecord[]): PartitionCheckpoints[] {
+  const by = new Map<number, CheckpointRecord[]>();
+  for (const c of list) by.set(c.partition, [...(by.get(c.partition) ?? []), c]);
+  return [...by.entries()]
+    .sort((a, b) => a[0] - b[0])
+    .map(([partition, cs]) => {
+      const ms = cs.map((c) => c.ms).sort((a, b) => a - b);
+      return {
+        partition,
+        count: cs.length,
+        p50Ms: ms[Math.ceil(ms.length / 2) - 1]!,
+        maxMs: ms[ms.length - 1]!,
+        meanMs: ms.reduce((a, b) => a + b, 0) / ms.length,
+        lastBytes: cs[cs.length - 1]!.bytes,
+        maxBytes: Math.max(...cs.map((c) => c.bytes)),
+      };
+    });
+}
+
+/**
+ * A per-process counter summed over instances between two scrapes, keyed by pid: a pid seen in both adds
+ * its growth, a pid only in `after` (a restarted process: its counter began at 0) adds all of it.
+ */
+export function counterDelta(
+  before: ReadonlyMap<number, number>,
+  after: ReadonlyMap<number, number>,
+): number {
+  let sum = 0;
+  for (const [pid, v] of after) sum += Math.max(0, v - (before.get(pid) ?? 0));
+  return sum;
+}

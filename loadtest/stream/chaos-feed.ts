@@ -7,7 +7,7 @@
  */
 
 import { publishBounded } from '../../apps/cli/simulate';
-import { eventSubject, JetStreamSink, type NatsHandle } from '../../apps/stream';
+import { eventSubject, JetStreamSink, type NatsHandle, partitionOfKey } from '../../apps/stream';
 import { liveOptions, paced, type SimOptions, type SimRecord, simulationRecords } from '../simulator';
 
 export interface ChaosFeedOptions {
@@ -38,13 +38,15 @@ export interface ChaosFeedSummary {
   rateActual: number;
   /** publish time (ms, wall) of each record, in order — for "what was published by t" */
   publishedAt: number[];
+  /** records per key partition (each partition's share of the rate) */
+  perPartition: number[];
 }
 
 /** Runs the feed to its end; `stop()` ends it early. Never rejects on a failed publish (it counts them). */
 export function startChaosFeed(
   nats: NatsHandle,
   o: ChaosFeedOptions,
-): { done: Promise<ChaosFeedSummary>; stop(): void; published(): number } {
+): { done: Promise<ChaosFeedSummary>; stop(): void; published(): number; perPartition(): number[] } {
   const now = o.now ?? Date.now;
   let stopped = false;
   const startMs = now();
@@ -59,6 +61,7 @@ export function startChaosFeed(
     endMs: startMs,
     rateActual: 0,
     publishedAt: [],
+    perPartition: Array.from({ length: o.partitions }, () => 0),
   };
   const sim: Partial<SimOptions> & { rate: number } = {
     rate: o.rate,
@@ -83,6 +86,7 @@ export function startChaosFeed(
   const publishOne = async (r: SimRecord): Promise<void> => {
     summary.records++;
     summary.publishedAt.push(now());
+    summary.perPartition[partitionOfKey(r.delivery_id, o.partitions)]!++;
     // One connection, sent in this order: every target stream stores the records in the same order.
     const acks = await Promise.allSettled(
       o.prefixes.map((prefix) =>
@@ -112,5 +116,6 @@ export function startChaosFeed(
       stopped = true;
     },
     published: () => summary.records,
+    perPartition: () => [...summary.perPartition],
   };
 }
