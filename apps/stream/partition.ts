@@ -337,7 +337,7 @@ export class PartitionWorker {
     this.state = 'stopping';
     for (const t of this.timers) clearTimeout(t);
     this.timers = [];
-    await this.running?.stop().catch(() => undefined);
+    await (mode === 'drain' ? this.running?.stop() : this.running?.abort())?.catch(() => undefined);
     if (mode === 'drain' && this.checkpointer) {
       await this.barrierChain;
       await this.checkpointer
@@ -469,8 +469,21 @@ export class PartitionWorker {
   }
 
   private async processAndFilter(message: SourceMessage): Promise<Effect[]> {
+    this.fence();
     const effects = await this.process(message);
+    this.fence();
     return this.checkpointer ? this.checkpointer.filter(effects) : effects;
+  }
+
+  /**
+   * A zombie (stalled past its lease's TTL; another instance may own the partition and have read back what
+   * was published before its restore) must not publish: the same decision ids would come after that read-back.
+   * Not acked either: with checkpoints its ack is held and never released (its checkpoints are fenced too);
+   * without, the retryable error naks it back to the owner.
+   */
+  private fence(): void {
+    if (this.ctx.holds(this.partition)) return;
+    throw new RetryableError(`partition ${this.partition}: lease not held`);
   }
 
   private async process(message: SourceMessage): Promise<Effect[]> {

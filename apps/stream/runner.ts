@@ -55,6 +55,8 @@ export interface RunningPipeline {
   readonly stats: RunnerStats;
   /** Stops pulling, waits for in-flight messages to be published and acked. */
   stop(): Promise<void>;
+  /** stop(), but a message failing in its retry-in-place loop is given up (left unacked), not retried. */
+  abort(): Promise<void>;
   /**
    * A barrier: no new message is started until resume(); resolves once every message already started is
    * settled (published and acked, or naked). Messages pulled meanwhile wait, unacked, inside ack_wait.
@@ -109,6 +111,12 @@ export function runPipeline(options: RunnerOptions): RunningPipeline {
     } catch (err) {
       options.onError?.(err, message);
       if (options.retryInPlace) {
+        // Aborted (the partition is no longer ours): leave it unacked for the next owner to replay.
+        if (aborted) {
+          stats.abandoned++;
+          options.onSettled?.(message, 'abandoned');
+          return;
+        }
         // Keep the message (its position must not be passed by a redelivery): try it again here.
         // Short backoff first: a checkpoint's barrier waits for this message.
         stats.retried++;
@@ -162,6 +170,7 @@ export function runPipeline(options: RunnerOptions): RunningPipeline {
   }
 
   let gate: { promise: Promise<void>; open: () => void } | undefined;
+  let aborted = false;
   const done = loop();
   return {
     stats,
@@ -174,6 +183,10 @@ export function runPipeline(options: RunnerOptions): RunningPipeline {
       gate?.open();
       gate = undefined;
       await done;
+    },
+    async abort() {
+      aborted = true;
+      await this.stop();
     },
     async pause() {
       if (!gate) {
