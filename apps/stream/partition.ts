@@ -141,6 +141,8 @@ export class PartitionWorker {
   /** Barriers (checkpoints, epoch switches) one at a time. */
   private barrierChain: Promise<unknown> = Promise.resolve();
   private lag = { pending: 0, ackPending: 0, oldestAgeS: 0 };
+  /** When `lag` was last read from the broker (ms since epoch; 0: not yet). */
+  private lagSince = 0;
   private readonly keys = new KeyCounter();
   private reportedKey: string | undefined;
   private catching = false;
@@ -693,11 +695,14 @@ export class PartitionWorker {
     const now = this.ctx.clock();
     this.keys.rollIfDue(now);
     this.reportBusiest(this.keys.busiest);
+    // Caught up: the replay passed, or (a filtered durable's delivered sequence runs on over other partitions'
+    // messages, so replayUntil may name none of ours) the broker has nothing left for us and nothing is open.
     if (
       this.replayUntil > 0 &&
       !this.recovered &&
-      this.position >= this.replayUntil &&
-      this.lag.pending === 0
+      this.lagSince > this.startedAt &&
+      this.lag.pending === 0 &&
+      (this.position >= this.replayUntil || this.inFlight === 0)
     ) {
       this.recovered = true;
       const seconds = (Date.now() - this.startedAt) / 1000;
@@ -783,6 +788,7 @@ export class PartitionWorker {
         if (stored) oldestAgeS = Math.max(0, clock() - stored.time.getTime()) / 1000;
       }
       this.lag = { pending: info.num_pending, ackPending: info.num_ack_pending, oldestAgeS };
+      this.lagSince = Date.now();
       metrics.partitionPending.set({ partition: this.label }, info.num_pending);
     } catch (err) {
       this.ctx.logger.debug({ partition: this.partition, err: String(err) }, 'consumer info failed');
