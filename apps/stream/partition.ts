@@ -162,10 +162,6 @@ export class PartitionWorker {
     return `${this.ctx.config.consumer.durable}-p${this.partition}`;
   }
 
-  get currentPin(): { pin: ModelPin; epoch: number } {
-    return { pin: { ...this.pin }, epoch: this.epoch };
-  }
-
   get inFlight(): number {
     return this.running?.inFlight ?? 0;
   }
@@ -378,7 +374,7 @@ export class PartitionWorker {
   }
 
   /** Inside a paused barrier, after checkpointAt: the partition predicts with `pin` from now on. */
-  switchTo(pin: ModelPin, epoch: number): void {
+  private switchTo(pin: ModelPin, epoch: number): void {
     this.pin = { ...pin };
     this.epoch = epoch;
   }

@@ -140,10 +140,6 @@ export class DeliveryPipeline {
     return this.epoch;
   }
 
-  get currentPin(): ModelPin {
-    return { ...this.pin };
-  }
-
   /** Partitions this instance works now. */
   ownedPartitions(): number[] {
     return [...this.workers.keys()].sort((a, b) => a - b);
@@ -305,19 +301,6 @@ export class DeliveryPipeline {
     await this.nats?.close().catch(() => undefined);
     this.metrics.up.set(0);
     this.state = 'stopped';
-  }
-
-  /**
-   * Simulates this instance's death for tests: timers and leases stop without releasing anything (the
-   * leases expire on their TTL), the connection closes. Nothing is drained or checkpointed.
-   */
-  async abandon(): Promise<void> {
-    this.state = 'stopped';
-    for (const t of this.timers) clearInterval(t);
-    this.timers = [];
-    this.leases?.abandon();
-    await this.nats?.close().catch(() => undefined);
-    await this.backend.close().catch(() => undefined);
   }
 
   /**
