@@ -240,7 +240,8 @@ describe('DeliveryDecider: snapshot', () => {
       ]);
     const reference = new DeliveryDecider(opts);
     const expected = records.map((r) => summary(reference.ingest(r.payload, 'p0')));
-    for (const cut of [1, Math.floor(records.length / 3), Math.floor((records.length * 2) / 3)]) {
+    // From the start, and from the middle (snapshot.test.ts cuts at random points).
+    for (const cut of [1, Math.floor(records.length / 2)]) {
       const first = new DeliveryDecider(opts);
       for (const r of records.slice(0, cut)) first.ingest(r.payload, 'p0');
       const restored = new DeliveryDecider(opts, JSON.parse(JSON.stringify(first.snapshot())));

@@ -77,7 +77,7 @@ describe('DeliveryDecider snapshots at random points', () => {
         return play(reference, s);
       });
       const random = rng(seed * 31);
-      const cuts = [1, ...Array.from({ length: 3 }, () => Math.floor(random() * run.length))].sort(
+      const cuts = [1, ...Array.from({ length: 2 }, () => Math.floor(random() * run.length))].sort(
         (a, b) => a - b,
       );
       let checkedSize = 0;
@@ -163,16 +163,19 @@ describe('DeliveryDecider snapshots at random points', () => {
 describe('history columns', () => {
   test('canonicalTime is formatIsoTime', () => {
     const random = rng(9);
+    const wrong: number[] = [];
     for (let i = 0; i < 20_000; i++) {
       const ms = Math.floor(random() * 4e12) - (i % 7 === 0 ? 1e12 : 0);
       const t = i % 3 === 0 ? ms - (ms % 1000) : ms;
-      expect(canonicalTime(t)).toBe(formatIsoTime(t));
+      if (canonicalTime(t) !== formatIsoTime(t) && wrong.length < 5) wrong.push(t);
     }
+    expect(wrong).toEqual([]);
     expect(canonicalTime(253_402_300_800_000)).toBe(formatIsoTime(253_402_300_800_000));
   });
 
   test('isCanonicalTime(text, its parsed time) is text === canonicalTime(its parsed time)', () => {
     const random = rng(12);
+    const wrong: string[] = [];
     let canonical = 0;
     for (let i = 0; i < 20_000; i++) {
       const ms = Math.floor(random() * 4e12) - 1e12;
@@ -189,10 +192,12 @@ describe('history columns', () => {
         const t = parseIsoTime(text);
         if (t === null) continue;
         const expected = text === canonicalTime(t);
-        expect([text, isCanonicalTime(text, t)]).toEqual([text, expected]);
+        // One expect for the lot (120,000 of them cost seconds); the first mismatches are named.
+        if (isCanonicalTime(text, t) !== expected && wrong.length < 5) wrong.push(text);
         if (expected) canonical++;
       }
     }
+    expect(wrong).toEqual([]);
     expect(canonical).toBeGreaterThan(20_000);
   });
 
