@@ -125,18 +125,21 @@ function hasPromtool(): boolean {
   }
 }
 
+/** The pipeline on a model repository where delay-risk also has a version 2 (a copy of 1) to reload to. */
+async function startWithTwoVersions(names: StreamNames) {
+  created.push(names);
+  const models = modelsSubset([], ['delay-risk']);
+  cpSync(path.join(MODELS_DIR, 'delay-risk', '1'), path.join(models, 'delay-risk', '2'), { recursive: true });
+  const file = configFile(names, { inference: { mode: 'embedded', modelsDir: models } });
+  const stream = startStream(['--config', file]);
+  const { admin, pid } = await stream.ready();
+  return { file, stream, admin, pid };
+}
+
 describe('streaminfer stream (embedded, the shipped model)', () => {
   it('predicts, serves probes and metrics, reloads through the epoch barrier, survives kill -9, drains on SIGTERM', async () => {
     const names = uniqueNames('sp');
-    created.push(names);
-    // A model repository where delay-risk also has a version 2 (a copy of 1) to reload to.
-    const models = modelsSubset([], ['delay-risk']);
-    cpSync(path.join(MODELS_DIR, 'delay-risk', '1'), path.join(models, 'delay-risk', '2'), {
-      recursive: true,
-    });
-    const file = configFile(names, { inference: { mode: 'embedded', modelsDir: models } });
-    const stream = startStream(['--config', file]);
-    const { admin, pid } = await stream.ready();
+    const { stream, admin, pid } = await startWithTwoVersions(names);
 
     await publish(names, 'd1', workload('d1', 0, 20));
     await waitFor('20 predictions', async () => (await predictions(names)).length >= 20, 30_000);
@@ -230,14 +233,7 @@ describe('streaminfer stream (embedded, the shipped model)', () => {
 
   it('SIGHUP re-reads the config: a new version goes through the epoch barrier; hostile admin requests and event payloads never crash it', async () => {
     const names = uniqueNames('sph');
-    created.push(names);
-    const models = modelsSubset([], ['delay-risk']);
-    cpSync(path.join(MODELS_DIR, 'delay-risk', '1'), path.join(models, 'delay-risk', '2'), {
-      recursive: true,
-    });
-    const file = configFile(names, { inference: { mode: 'embedded', modelsDir: models } });
-    const stream = startStream(['--config', file]);
-    const { admin, pid } = await stream.ready();
+    const { file, stream, admin, pid } = await startWithTwoVersions(names);
     await publish(names, 'd1', workload('d1', 0, 5));
     await waitFor('5 predictions', async () => (await predictions(names)).length >= 5, 30_000);
 
