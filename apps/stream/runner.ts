@@ -4,6 +4,9 @@
  * before the message is acked. A processor error dead-letters the event (the pipeline never blocks on
  * one bad event), unless it says `retryable` (then the message is naked like a failed publish); a publish failure naks it with a delay so the broker redelivers it, except on its last
  * allowed delivery (max_deliver), where it is dead-lettered instead: the broker would never send it again.
+ * A message still in flight after a third of ack_wait gets an in-progress ack: on a loaded host the broker
+ * would otherwise redeliver work already under way — more load, and deliveries counted towards max_deliver
+ * that no processor ever failed.
  */
 import { requirePositiveInt } from './errors';
 import type { SubjectLayout } from './layout';
@@ -83,6 +86,22 @@ export function runPipeline(options: RunnerOptions): RunningPipeline {
   };
   const inFlight = new Set<Promise<void>>();
   const { source, sink, subjects } = options;
+  // Started (or waiting at the gate) and not settled, with when the broker last heard of each.
+  const touched = new Map<SourceMessage, number>();
+  const touchEveryMs = Math.max(250, Math.floor(source.ackWaitMs / 3));
+  const keepAlive = setInterval(() => {
+    const now = Date.now();
+    for (const [message, at] of touched) {
+      if (now - at < touchEveryMs) continue;
+      touched.set(message, now);
+      try {
+        message.working();
+      } catch {
+        // A closed connection: ack_wait brings the message back, as for a lost ack.
+      }
+    }
+  }, touchEveryMs);
+  keepAlive.unref();
 
   async function effectsOf(message: SourceMessage): Promise<Effect[]> {
     try {
@@ -157,15 +176,20 @@ export function runPipeline(options: RunnerOptions): RunningPipeline {
   async function loop(): Promise<void> {
     try {
       for await (const message of source.messages()) {
+        touched.set(message, Date.now());
         while (gate) await gate.promise;
         stats.received++;
         // Started here, before any await, so the processor sees messages in arrival order.
-        const task = handle(message, effectsOf(message)).finally(() => inFlight.delete(task));
+        const task = handle(message, effectsOf(message)).finally(() => {
+          inFlight.delete(task);
+          touched.delete(message);
+        });
         inFlight.add(task);
         while (inFlight.size >= concurrency) await Promise.race(inFlight);
       }
     } finally {
       await Promise.allSettled(inFlight);
+      clearInterval(keepAlive);
     }
   }
 

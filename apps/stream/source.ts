@@ -164,6 +164,10 @@ export class JetStreamSource {
   }
 
   /** -1: unlimited. At this delivery count the broker gives the message up for good. */
+  get ackWaitMs(): number {
+    return this.options.ackWaitMs;
+  }
+
   get maxDeliver(): number {
     return this.options.maxDeliver;
   }

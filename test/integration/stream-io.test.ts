@@ -402,6 +402,36 @@ describe('pipeline runner', () => {
     console.log(`stream-io runner: 51 events (1 dead-lettered) through the pipeline in ${elapsedMs} ms`);
   });
 
+  test('a message processed for longer than ack_wait is kept alive (in-progress acks), never redelivered', async () => {
+    const layout = await provisioned();
+    await publishEvents(layout, 3);
+    const source = await JetStreamSource.open(
+      nats.js,
+      nats.jsm,
+      sourceOptions(layout, { ackWaitMs: 1000, batchSize: 3 }),
+    );
+    const deliveries: number[] = [];
+    const pipeline = runPipeline({
+      source,
+      sink: new JetStreamSink(nats.js),
+      subjects: layout.subjects,
+      // 3 × ack_wait each, all three at once: without in-progress acks the broker sends each again meanwhile.
+      process: async (message) => {
+        deliveries.push(message.deliveryCount);
+        await new Promise((resolve) => setTimeout(resolve, 3000));
+        return [];
+      },
+      concurrency: 3,
+    });
+    await waitFor('3 acks', () => pipeline.stats.acked === 3, 20_000);
+    // A redelivery would have come within a second of the acks' ack_wait.
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    expect(deliveries).toEqual([1, 1, 1]);
+    expect(pipeline.stats).toMatchObject({ received: 3, acked: 3, naked: 0 });
+    expect(await source.lag()).toEqual({ pending: 0, ackPending: 0, redelivered: 0 });
+    await pipeline.stop();
+  }, 30_000);
+
   test('an event whose effect cannot be published is naked and redelivered, never acked', async () => {
     const layout = await provisioned();
     await publishEvents(layout, 1);
