@@ -126,7 +126,12 @@ const show = (samples: Sample[]): string =>
     server = await startServer({
       models: ['bench', 'digits', 'upper'],
       args: ['--nodes', '2', '--model', 'upper'],
-      env: { STREAMINFER_MAX_QUEUE_SIZE: '4', STREAMINFER_BATCH_SIZE: '4' },
+      // A restarted node loads for 3 s (test hook): the last test sees the host up but not ready.
+      env: {
+        STREAMINFER_MAX_QUEUE_SIZE: '4',
+        STREAMINFER_BATCH_SIZE: '4',
+        STREAMINFER_TEST_RESTART_LOAD_DELAY_MS: '3000',
+      },
     });
     writeFileSync(path.join(dir, 'prometheus.yml'), prometheusConfig(server.port, closedPort));
     for (const rules of ['streaminfer-alerts.yml', 'streaminfer-recording.yml'])
@@ -301,6 +306,35 @@ const show = (samples: Sample[]): string =>
     }
     expect(empty).toEqual([]);
   }, 60000);
+
+  // Last: it disturbs the host. A killed node is restarted by the supervisor; while it loads, /metrics still
+  // answers through node 0, so Prometheus sees up == 1 with streaminfer_ready == 0 and the alert goes pending.
+  test('a killed node: restart counted, up but not ready, the alert pending, then ready again', async () => {
+    process.kill(server.nodePids[1]!, 'SIGKILL');
+    const notReady = await see(
+      'streaminfer_ready == 0 and on (instance) up{job="streaminfer"} == 1',
+      (s) => s.length === 1,
+    );
+    expect(notReady).toHaveLength(1);
+    const restarts = await see('streaminfer_node_restarts_total', (s) =>
+      s.some((x) => x.metric.node === '1' && x.value[1] === '1'),
+    );
+    expect(restarts.map((s) => [s.metric.node, s.value[1]]).sort()).toEqual([
+      ['0', '0'],
+      ['1', '1'],
+    ]);
+    const pending = await see('ALERTS{alertname="StreamInferUpButNotReady"}', (s) => s.length === 1);
+    expect(pending.map((s) => s.metric.alertstate)).toEqual(['pending']);
+    expect((await see('streaminfer_ready == 1', (s) => s.length === 1)).map((s) => s.value[1])).toEqual([
+      '1',
+    ]);
+    // The restart is an increase to Prometheus (the series started at 0), as the crash-loop alert needs.
+    const increase = await see(
+      `increase(streaminfer_node_restarts_total{node="1"}[${RATE_INTERVAL}])`,
+      (s) => s.length === 1 && Number(s[0]!.value[1]) > 0,
+    );
+    expect(Number(increase[0]!.value[1])).toBeGreaterThan(0);
+  }, 30000);
 });
 
 if (!hasPrometheus)
