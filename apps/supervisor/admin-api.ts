@@ -7,7 +7,7 @@
 import type { Counter, Registry } from 'prom-client';
 import type { ServerConfig } from '../../libs/config';
 import type { MetricJson } from '../../libs/metrics';
-import { aggregateToText, PROMETHEUS_CONTENT_TYPE } from '../../libs/metrics';
+import { aggregateToText, metricJson, PROMETHEUS_CONTENT_TYPE } from '../../libs/metrics';
 import {
   decodePathSegment,
   type ErrorCode,
@@ -278,8 +278,36 @@ export class AdminApi {
     const perProcess: MetricJson[][] = [];
     for (const answer of answers)
       if (answer?.type === 'collected' && answer.metrics) perProcess.push(answer.metrics);
-    perProcess.push((await this.registry.getMetricsAsJSON()) as unknown as MetricJson[]);
+    perProcess.push((await this.registry.getMetricsAsJSON()) as unknown as MetricJson[], this.fleetMetrics());
     return aggregateToText(perProcess);
+  }
+
+  /**
+   * What only the supervisor knows about its nodes, read at scrape time: readiness ("up but not ready" is a
+   * node down or out of step while /metrics still answers through another) and restarts per node slot (a
+   * crash loop). Ready = at the host's table and epoch and listening, the fleet's view /health also rests on.
+   */
+  private fleetMetrics(): MetricJson[] {
+    const expected = this.host.config.nodes;
+    const nodes = Array.from({ length: expected }, (_, index) => this.fleet.nodes[index]);
+    const ready = !this.fleet.stopping && nodes.every((handle) => handle?.ready === true);
+    return [
+      metricJson('streaminfer_ready', 'Whether every node is ready to serve (1) or not (0).', 'gauge', [
+        { value: ready ? 1 : 0, labels: {} },
+      ]),
+      metricJson(
+        'streaminfer_node_ready',
+        'Whether this node is at the host table and listening (1) or not (0).',
+        'gauge',
+        nodes.map((handle, index) => ({ value: handle?.ready ? 1 : 0, labels: { node: index } })),
+      ),
+      metricJson(
+        'streaminfer_node_restarts_total',
+        'Node process starts after the first, per node slot (crashes and forced restarts).',
+        'counter',
+        nodes.map((handle, index) => ({ value: handle?.restarts ?? 0, labels: { node: index } })),
+      ),
+    ];
   }
 }
 

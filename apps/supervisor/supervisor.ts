@@ -87,6 +87,9 @@ export class Supervisor implements AdminHost {
       labelNames: ['result', 'strategy'],
       registers: [this.registry],
     });
+    // Every series from 0: a counter's first sample at 1 has no increase, and the reload-failure alert needs one.
+    for (const result of ['committed', 'failed', 'unchanged'] as const)
+      for (const strategy of ['atomic', 'rolling'] as const) this.reloadsTotal.inc({ result, strategy }, 0);
     this.reloadDuration = new Histogram({
       name: 'streaminfer_reload_duration_seconds',
       help: 'Time from a reload request to its outcome (prepare + commit + release, or every node rolled).',
