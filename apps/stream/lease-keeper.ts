@@ -49,7 +49,7 @@ export class LeaseKeeper {
   private asked = 0;
   private opened: { resolve: () => void; reject: (err: Error) => void } | null = null;
   private stopped: Promise<void> | null = null;
-  private exited!: Promise<void>;
+  private readonly exited: Promise<void>;
   private dead = false;
 
   private constructor(private readonly options: LeaseKeeperOptions & { maxStallMs: number }) {
@@ -235,7 +235,12 @@ export class LeaseKeeper {
     clearInterval(this.beat);
     const opening = this.opened;
     this.opened = null;
-    opening?.reject(new StreamIoError('nats_unreachable', `lease thread failed to open: ${err.message}`));
+    // Not a bucket error the thread could report: it died (its module missing, out of memory) while opening.
+    opening?.reject(
+      new StreamIoError('stream_provision_failed', `lease thread died while opening: ${err.message}`, {
+        cause: err,
+      }),
+    );
     for (const ask of this.peerAsks.values()) ask.reject(new StreamIoError('lease_lost', err.message));
     this.peerAsks.clear();
     // A stop (or a failed open) ends the thread on purpose: nothing is held any more then.

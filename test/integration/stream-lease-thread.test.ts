@@ -161,8 +161,9 @@ test('main thread blocked past maxStallMs: renewals stop, the competitor takes t
   const mine = a.owned();
   const releasesBefore = timeline.of('inst-a', 'release').length;
   const blockedAt = Date.now();
-  // Stall seen within maxStallMs + one renewal interval, the leases lapse one TTL later, then b's next pass.
-  blockMainThread(maxStallMs + 3.5 * ttlMs);
+  // Stall seen within maxStallMs + one renewal interval, the leases lapse one TTL later, then b's next pass
+  // (~4.6 s); the margin covers a key listing that waits out its 3 s timeout when keys expire under it.
+  blockMainThread(maxStallMs + 5 * ttlMs);
   const unblockedAt = Date.now();
   expect(mine.map((p) => a.holds(p))).toEqual([false, false]);
 
