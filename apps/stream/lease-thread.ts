@@ -23,7 +23,10 @@ const init = workerData as ThreadInit;
 const port = parentPort!;
 const slots = new BigInt64Array(init.slots);
 // pino writes to fd 1 itself: these lines come out even while the main thread is blocked.
-const logger = pino({ level: init.logLevel, base: { ...init.logBindings, thread: 'leases' } });
+const logger = pino({
+  level: init.logLevel,
+  base: { pid: process.pid, ...init.logBindings, thread: 'leases' },
+});
 const waiting = new Map<number, { resolve: () => void; reject: (err: Error) => void }>();
 let asked = 0;
 let stalled = false;
