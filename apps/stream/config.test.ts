@@ -46,6 +46,9 @@ describe('pipeline config', () => {
     [{ streams: { events: 'has space' } }, 'streams.events'],
     [{ model: { version: '../1' } }, 'model.version'],
     [{ logLevel: 'loud' }, 'logLevel'],
+    [{ instance: { maxStallMs: 10_000 } }, 'instance.maxStallMs'],
+    [{ instance: { leaseTtlMs: 70_000 } }, 'instance.maxStallMs'],
+    [{ instance: { maxStallMs: 6e4 + 0.5 } }, 'instance.maxStallMs'],
     [[], '$'],
   ])('%j is refused at %s', (over, path) => {
     expect(refused(over).path).toBe(path);

@@ -39,8 +39,10 @@ export interface PipelineConfig {
   /**
    * This instance among several sharing the partitions: its id (default: host name and pid) and the leases
    * in a KV bucket (`<durable>.p.<k>`, renewed every leaseTtlMs/3) that give each partition one owner.
+   * Renewals run on a thread of their own; they stop once the main thread has been stalled for maxStallMs
+   * (> leaseTtlMs), so a wedged process loses its partitions but a long restore or snapshot does not.
    */
-  instance: { id: string; leaseBucket: string; leaseTtlMs: number };
+  instance: { id: string; leaseBucket: string; leaseTtlMs: number; maxStallMs: number };
   eventTime: {
     outOfOrdernessMs: number;
     allowedLatenessMs: number;
@@ -92,7 +94,7 @@ export const DEFAULT_PIPELINE_CONFIG: PipelineConfig = {
   },
   concurrency: 2048,
   partitions: 4,
-  instance: { id: '', leaseBucket: 'streaminfer_leases', leaseTtlMs: 10_000 },
+  instance: { id: '', leaseBucket: 'streaminfer_leases', leaseTtlMs: 10_000, maxStallMs: 60_000 },
   eventTime: {
     outOfOrdernessMs: 10_000,
     allowedLatenessMs: 60_000,
@@ -132,7 +134,7 @@ const SHAPE: Shape = {
   },
   concurrency: 'int',
   partitions: 'int',
-  instance: { id: 'string', leaseBucket: 'string', leaseTtlMs: 'int' },
+  instance: { id: 'string', leaseBucket: 'string', leaseTtlMs: 'int', maxStallMs: 'int' },
   eventTime: {
     outOfOrdernessMs: 'int',
     allowedLatenessMs: 'int',
@@ -241,6 +243,11 @@ export function resolvePipelineConfig(...overrides: unknown[]): PipelineConfig {
   if (!/^[A-Za-z0-9_-]{1,64}$/.test(c.instance.leaseBucket))
     throw new PipelineConfigError('instance.leaseBucket', 'must be a bucket name (letters, digits, _ and -)');
   atLeast('instance.leaseTtlMs', c.instance.leaseTtlMs, 1000);
+  if (c.instance.maxStallMs <= c.instance.leaseTtlMs)
+    throw new PipelineConfigError(
+      'instance.maxStallMs',
+      `must be greater than instance.leaseTtlMs (${c.instance.leaseTtlMs}): a stall shorter than the TTL never costs a lease (got ${c.instance.maxStallMs})`,
+    );
   const et = c.eventTime;
   atLeast('eventTime.outOfOrdernessMs', et.outOfOrdernessMs, 0);
   atLeast('eventTime.allowedLatenessMs', et.allowedLatenessMs, 0);

@@ -31,8 +31,10 @@ export {
   type SubjectLayout,
   streamLayout,
 } from './layout';
+export { DEFAULT_MAX_STALL_MS, LeaseKeeper, type LeaseKeeperOptions } from './lease-keeper';
 export {
   balancedTarget,
+  checkLeaseOptions,
   type HeartbeatValue,
   type LeaseChange,
   type LeaseHandlers,

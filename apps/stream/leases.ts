@@ -28,6 +28,13 @@ export interface LeaseOptions {
    */
   reclaim?: boolean;
   logger: Logger;
+  /**
+   * False while whoever works the partitions is stalled (LeaseKeeper: the main thread's heartbeat is too old):
+   * no renewal, heartbeat or claim then, so the leases lapse and go to live instances.
+   */
+  mayRenew?: () => boolean;
+  /** Each change of a partition's fence: until when holds() is true (ms since epoch), 0 once lost or released. */
+  onValidity?: (partition: number, validUntil: number) => void;
 }
 
 export type ReleaseReason = 'rebalance' | 'lost' | 'stop';
@@ -93,6 +100,19 @@ export function preferenceOrder(instanceId: string, partitions: number): number[
 
 // ---- The KV-backed leases. ----
 
+/** The options' checks, before any I/O (LeaseKeeper runs them before it starts its thread). */
+export function checkLeaseOptions(options: Omit<LeaseOptions, 'nats' | 'logger'>): void {
+  requireName('bucket', options.bucket);
+  requireName('instanceId', options.instanceId);
+  if (typeof options.group !== 'string' || !/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/.test(options.group))
+    throw new StreamIoError(
+      'invalid_options',
+      `group must be dot-separated tokens of [A-Za-z0-9_-] (got ${options.group})`,
+    );
+  requirePositiveInt('partitions', options.partitions);
+  requirePositiveInt('ttlMs', options.ttlMs, 1000);
+}
+
 type LeaseState = 'acquiring' | 'held' | 'releasing';
 
 interface Lease {
@@ -153,6 +173,8 @@ const ASSIGN_DEBOUNCE_MS = 50;
 export class PartitionLeases {
   /** Called on every ownership change (e.g. to update a partitions-owned gauge); must not throw. */
   onChange?: (change: LeaseChange) => void;
+  /** Called when a pass sees another set of live instances. */
+  onLive?: (live: string[]) => void;
 
   private readonly leases = new Map<number, Lease>();
   private readonly preference: number[];
@@ -178,15 +200,7 @@ export class PartitionLeases {
   }
 
   static async open(options: LeaseOptions): Promise<PartitionLeases> {
-    requireName('bucket', options.bucket);
-    requireName('instanceId', options.instanceId);
-    if (typeof options.group !== 'string' || !/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/.test(options.group))
-      throw new StreamIoError(
-        'invalid_options',
-        `group must be dot-separated tokens of [A-Za-z0-9_-] (got ${options.group})`,
-      );
-    requirePositiveInt('partitions', options.partitions);
-    requirePositiveInt('ttlMs', options.ttlMs, 1000);
+    checkLeaseOptions(options);
     let kv: KV;
     try {
       kv = await new Kvm(options.nats.js).create(options.bucket, { ttl: options.ttlMs, history: 1 });
@@ -288,6 +302,15 @@ export class PartitionLeases {
     return `${this.options.group}.i.${this.options.instanceId}`;
   }
 
+  private mayRenew(): boolean {
+    return this.options.mayRenew?.() ?? true;
+  }
+
+  /** Publishes the fence of holds() for a lease that changed (renewed, lost, dropped). */
+  private fence(lease: Lease): void {
+    this.options.onValidity?.(lease.partition, lease.lost ? 0 : lease.renewedAt + this.options.ttlMs);
+  }
+
   private clearTimers(): void {
     if (this.timer) clearInterval(this.timer);
     if (this.debounce) clearTimeout(this.debounce);
@@ -324,7 +347,7 @@ export class PartitionLeases {
   }
 
   private async renew(lease: Lease): Promise<void> {
-    if (lease.renewing || lease.lost) return;
+    if (lease.renewing || lease.lost || !this.mayRenew()) return;
     lease.renewing = true;
     const sentAt = Date.now();
     try {
@@ -335,6 +358,7 @@ export class PartitionLeases {
         this.renewEveryMs,
       );
       lease.renewedAt = sentAt;
+      if (!lease.lost) this.fence(lease);
     } catch (err) {
       if (isWrongRevision(err)) await this.recheck(lease);
       else this.options.logger.debug({ err, partition: lease.partition }, 'lease renewal failed, retrying');
@@ -365,6 +389,7 @@ export class PartitionLeases {
   private markLost(lease: Lease): void {
     if (lease.lost || this.leases.get(lease.partition) !== lease) return;
     lease.lost = true;
+    this.fence(lease);
     // An acquire or a rebalance release in progress finishes the job itself (see claim / releaseExtra).
     if (lease.state !== 'held') return;
     this.leases.delete(lease.partition);
@@ -387,7 +412,7 @@ export class PartitionLeases {
   }
 
   private async heartbeat(): Promise<void> {
-    if (this.heartbeating || this.stopped) return;
+    if (this.heartbeating || this.stopped || !this.mayRenew()) return;
     this.heartbeating = true;
     try {
       const value: HeartbeatValue = {
@@ -432,7 +457,7 @@ export class PartitionLeases {
   }
 
   private scheduleAssign(delayMs = ASSIGN_DEBOUNCE_MS): void {
-    if (this.stopped || !this.handlers) return;
+    if (this.stopped || !this.handlers || !this.mayRenew()) return;
     if (this.assigning) {
       this.assignAgain = true;
       return;
@@ -466,9 +491,13 @@ export class PartitionLeases {
       this.kv.keys(`${group}.i.*`).then(collect),
       this.kv.keys(`${group}.p.*`).then(collect),
     ]);
-    this.live = [
+    const live = [
       ...new Set([...instanceKeys.map((k) => k.slice(`${group}.i.`.length)), this.options.instanceId]),
     ].sort();
+    if (live.join() !== this.live.join()) {
+      this.live = live;
+      this.onLive?.([...live]);
+    }
     const target = balancedTarget(this.options.partitions, this.live, this.options.instanceId);
     const keeping = () => [...this.leases.values()].filter((l) => l.state !== 'releasing' && !l.lost);
 
@@ -512,6 +541,7 @@ export class PartitionLeases {
     this.leases.delete(lease.partition);
     const wasLost = lease.lost;
     lease.lost = true; // no renewal from now on
+    this.fence(lease);
     // Wait for a renewal in flight, or the delete's revision is stale.
     while (lease.renewing) await new Promise((resolve) => setTimeout(resolve, 5));
     if (!wasLost)
@@ -531,6 +561,8 @@ export class PartitionLeases {
   }
 
   private async claim(handlers: LeaseHandlers, partition: number, ownPrevious = false): Promise<void> {
+    // A pass begun before a stall must not take partitions nobody will work.
+    if (!this.mayRenew()) return;
     const value: LeaseValue = { instance: this.options.instanceId, acquiredAt: new Date().toISOString() };
     const text = JSON.stringify(value);
     const sentAt = Date.now();
@@ -560,6 +592,7 @@ export class PartitionLeases {
       lost: false,
     };
     this.leases.set(partition, lease);
+    this.fence(lease);
     this.options.logger.info({ partition, instance: this.options.instanceId }, 'partition lease acquired');
     try {
       await handlers.acquire(partition);

@@ -40,13 +40,13 @@ async function main(): Promise<void> {
   });
   const adminPort = await admin.listen();
   let stopping: Promise<void> | undefined;
-  const shutdown = (why: string) => {
+  const shutdown = (why: string, code = 0) => {
     stopping ??= (async () => {
       logger.info({ why }, 'draining');
       await pipeline?.stop();
       await admin.close();
       logger.info('pipeline stopped');
-      process.exit(0);
+      process.exit(code);
     })();
     return stopping;
   };
@@ -71,6 +71,11 @@ async function main(): Promise<void> {
     metrics,
     logger,
     onEpoch: (pin, epoch) => send({ type: 'epoch', model: pin.model, version: pin.version, epoch }),
+    // Exit non-zero: the supervisor restarts the process (with its crash backoff) and its leases come back.
+    onFatal: (err) => {
+      send({ type: 'failed', error: `lease thread died: ${err.message}` });
+      void shutdown('fatal: lease thread died', 1);
+    },
   });
   await p.start();
   pipeline = p;

@@ -2,7 +2,7 @@
  * One instance of the delivery pipeline: JetStream source → DeliveryDecider → inference with the epoch's
  * pinned model version → predictions, alerts, late side output and dead letters (Msg-Id = decision id) → ack.
  * Events are partitioned by key (`<events>.<partition>.<delivery_id>`); the instance works the partitions it
- * holds a lease on (apps/stream/leases.ts), each a PartitionWorker with its own consumer, state and
+ * holds a lease on (apps/stream/leases.ts, kept on a thread of its own by lease-keeper.ts), each a PartitionWorker with its own consumer, state and
  * checkpoints, and hands them over when instances come and go. What is shared here: the NATS connection, the
  * sink, the inference backend, the epoch (the pinned version, recorded in the epoch log that every instance
  * follows) and the admin view.
@@ -15,7 +15,8 @@ import { connectNats, type NatsHandle } from './connection';
 import { EpochLog, type EpochRecord } from './epochs';
 import type { InferenceBackend, ModelPin } from './inference';
 import { type StreamLayout, streamLayout } from './layout';
-import { PartitionLeases, type ReleaseReason } from './leases';
+import { LeaseKeeper } from './lease-keeper';
+import type { ReleaseReason } from './leases';
 import type { PipelineMetrics } from './metrics';
 import {
   type PartitionContext,
@@ -75,6 +76,11 @@ export interface PipelineDeps {
   clock?: () => number;
   /** Called whenever an epoch starts (at start, at each committed reload, when following another's). */
   onEpoch?: (pin: ModelPin, epoch: number) => void;
+  /**
+   * The pipeline failed while running (its lease thread died: every partition was dropped as lost) and must
+   * be restarted; the process exits non-zero and its supervisor restarts it.
+   */
+  onFatal?: (err: Error) => void;
 }
 
 /** How often an instance reads the epoch log for a transition another instance recorded. */
@@ -89,9 +95,10 @@ export class DeliveryPipeline {
   private readonly logger: Logger;
   private readonly clock: () => number;
   private readonly onEpoch: ((pin: ModelPin, epoch: number) => void) | undefined;
+  private readonly onFatal: ((err: Error) => void) | undefined;
   private nats: NatsHandle | undefined;
   private epochs: EpochLog | undefined;
-  private leases: PartitionLeases | undefined;
+  private leases: LeaseKeeper | undefined;
   private ctx: PartitionContext | undefined;
   private readonly workers = new Map<number, PartitionWorker>();
   /** Partitions being taken or given up (a status or a barrier waits for neither). */
@@ -125,6 +132,7 @@ export class DeliveryPipeline {
     this.logger = deps.logger;
     this.clock = deps.clock ?? Date.now;
     this.onEpoch = deps.onEpoch;
+    this.onFatal = deps.onFatal;
     this.pin = { model: deps.config.model.name, version: deps.config.model.version };
     this.instanceId = deps.config.instance.id || defaultInstanceId();
     this.layout = streamLayout({
@@ -159,20 +167,28 @@ export class DeliveryPipeline {
       },
     });
     this.epochs = new EpochLog(nats.jsm, sink, this.layout, this.clock);
-    const leases = await PartitionLeases.open({
-      nats,
+    const leases = await LeaseKeeper.open({
+      servers: this.config.nats,
       bucket: this.config.instance.leaseBucket,
       group: this.config.consumer.durable,
       instanceId: this.instanceId,
       partitions: this.config.partitions,
       ttlMs: this.config.instance.leaseTtlMs,
+      maxStallMs: this.config.instance.maxStallMs,
       // A configured id (the supervisor passes its own across restarts) is this process's alone.
       reclaim: this.config.instance.id !== '',
       logger: this.logger,
     });
     this.leases = leases;
-    await this.resumeEpoch(await leases.peers());
-    await this.backend.prepare(this.pin);
+    leases.onFatal = (err) => this.fail(err);
+    try {
+      await this.resumeEpoch(await leases.peers());
+      await this.backend.prepare(this.pin);
+    } catch (err) {
+      // The lease thread would keep the process up (and its heartbeat would count this instance live).
+      await leases.stop();
+      throw err;
+    }
     this.ctx = {
       config: this.config,
       layout: this.layout,
@@ -211,6 +227,16 @@ export class DeliveryPipeline {
       },
       'pipeline running',
     );
+  }
+
+  /** The lease thread died: its partitions were already dropped as lost; nothing more can be owned. */
+  private fail(err: Error): void {
+    if (this.state !== 'running' && this.state !== 'starting') return;
+    this.state = 'failed';
+    this.error = `lease thread died: ${err.message}`;
+    this.metrics.up.set(0);
+    this.logger.fatal({ err: err.message, instance: this.instanceId }, 'pipeline failed: lease thread died');
+    this.onFatal?.(err);
   }
 
   /** Lease acquired: restore the partition (checkpoint mode) and work it. */

@@ -10,6 +10,7 @@ import {
   connectNats,
   DeliveryPipeline,
   type InferenceBackend,
+  type LeaseKeeper,
   type ModelPin,
   type NatsHandle,
   PipelineMetrics,
@@ -180,6 +181,35 @@ async function metricValue(
 }
 
 describe('delivery pipeline on JetStream', () => {
+  it('its lease thread dies: the pipeline drops every partition at once and fails loudly', async () => {
+    const names = uniqueNames('spf');
+    created.push(names);
+    const metrics = new PipelineMetrics();
+    const fatal: Error[] = [];
+    const pipeline = new DeliveryPipeline({
+      config: configFor(names),
+      backend: new FunctionBackend(),
+      metrics,
+      logger,
+      onFatal: (err) => fatal.push(err),
+    });
+    await pipeline.start();
+    running.push(pipeline);
+    await waitFor('both partitions owned', () => pipeline.ownedPartitions().length === 2, 15_000);
+    await (pipeline as unknown as { leases: LeaseKeeper }).leases.killThreadForTest();
+    expect(fatal).toHaveLength(1);
+    const status = await pipeline.status();
+    expect(status.state).toBe('failed');
+    expect(status.error).toMatch(/lease thread died/);
+    expect(await metricValue(metrics, 'streaminfer_stream_up')).toBe(0);
+    // Released as lost: stopped without draining, well inside the 6 s TTL.
+    await waitFor('partitions dropped', () => pipeline.ownedPartitions().length === 0, 2000);
+    expect(await metricValue(metrics, 'streaminfer_stream_partition_moves_total', { reason: 'lost' })).toBe(
+      2,
+    );
+    await pipeline.stop();
+  });
+
   it('out of order: B (10:00:15) arrives before A (10:00:05); B is revised to exactly the in-order prediction', async () => {
     const names = uniqueNames('spo');
     created.push(names);

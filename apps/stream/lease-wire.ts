@@ -1,0 +1,73 @@
+/**
+ * What the main thread (LeaseKeeper) and the lease thread share: the shared slots and the messages. Messages
+ * carry lease events only (acquire, release, ownership and live-set changes), never per-event traffic: the
+ * per-message fence reads the slots.
+ */
+
+import { StreamIoError, type StreamIoErrorCode } from './errors';
+import type { LeaseChange, ReleaseReason } from './leases';
+
+/**
+ * BigInt64Array slots (Atomics: a plain Float64 read of shared memory may tear): the main thread's heartbeat
+ * (ms since epoch), then each partition's "valid until" (renewal sent + ttl; 0 when lost or released).
+ */
+export const SLOT_MAIN_BEAT = 0;
+export const SLOT_PARTITIONS = 1;
+
+export function slotBuffer(partitions: number): SharedArrayBuffer {
+  return new SharedArrayBuffer((SLOT_PARTITIONS + partitions) * BigInt64Array.BYTES_PER_ELEMENT);
+}
+
+export interface ThreadInit {
+  servers: string;
+  connectionName: string;
+  bucket: string;
+  group: string;
+  instanceId: string;
+  partitions: number;
+  ttlMs: number;
+  reclaim: boolean;
+  maxStallMs: number;
+  slots: SharedArrayBuffer;
+  logLevel: string;
+  logBindings: Record<string, unknown>;
+}
+
+export interface WireError {
+  name: string;
+  code?: string;
+  message: string;
+}
+
+export type ToThread =
+  | { type: 'start' }
+  | { type: 'peers'; id: number }
+  | { type: 'answer'; id: number; error?: WireError }
+  | { type: 'stop' };
+
+export type FromThread =
+  | { type: 'opened' }
+  | { type: 'failed'; error: WireError }
+  | { type: 'acquire'; id: number; partition: number }
+  | { type: 'release'; id: number; partition: number; reason: ReleaseReason }
+  | { type: 'change'; change: LeaseChange }
+  | { type: 'live'; live: string[] }
+  | { type: 'peers'; id: number; peers?: string[]; error?: WireError }
+  | { type: 'stopped' };
+
+export function toWire(err: unknown): WireError {
+  if (err instanceof Error) {
+    const code = (err as { code?: unknown }).code;
+    return { name: err.name, message: err.message, ...(typeof code === 'string' ? { code } : {}) };
+  }
+  return { name: 'Error', message: String(err) };
+}
+
+/** The same typed error on this side: a StreamIoError keeps its code, so callers branch on it as before. */
+export function fromWire(wire: WireError): Error {
+  if (wire.name === 'StreamIoError' && wire.code)
+    return new StreamIoError(wire.code as StreamIoErrorCode, wire.message);
+  const err = new Error(wire.message);
+  err.name = wire.name;
+  return err;
+}
