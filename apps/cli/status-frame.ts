@@ -150,7 +150,7 @@ export function renderFrame(snapshot: StatusSnapshot, width = FRAME_WIDTH): stri
           String(node.node),
           node.state,
           show(node.pid),
-          node.workers ?? '-',
+          node.workers === undefined ? '-' : `${node.workersReady}/${node.workers}`,
           show(node.inflight),
           show(node.wsConnections),
           show(node.lagP99Ms, formatMs),

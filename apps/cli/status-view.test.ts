@@ -1,6 +1,6 @@
 import { parsePrometheusText } from '../../libs/metrics';
 import { CLEAR_SCREEN, formatDuration, formatMs, formatRate, frameText, renderFrame } from './status-frame';
-import { type HealthAnswer, readHealth, StatusError, summarize } from './status-view';
+import { type HealthAnswer, readHealth, StatusError, snapshotJson, summarize } from './status-view';
 
 const NOW = Date.parse('2026-12-01T00:30:00.000Z');
 
@@ -219,6 +219,23 @@ describe('formatting and frames', () => {
     expect(frameText(['a', 'b'], true)).toBe(`${CLEAR_SCREEN}a\nb\n`);
     expect(CLEAR_SCREEN).toBe('\u001b[H\u001b[2J');
     expect(frameText(['a', 'b'], false)).toBe('a\nb\n\n');
+  });
+
+  it('writes --json with snake_case keys, leaving codes and aliases as they are', () => {
+    const json = snapshotJson(summarize(inputs)) as {
+      default_model: string;
+      shed_by_reason_per_s: Record<string, number>;
+      nodes: Array<Record<string, unknown>>;
+      models: Array<Record<string, unknown>>;
+    };
+    expect(json).toMatchObject({ status: 'ok', default_model: 'echo', epoch: 4, window_s: 2 });
+    expect(json.shed_by_reason_per_s).toEqual({ model_queue_full: 2 });
+    expect(json.nodes[0]).toMatchObject({ workers: 2, workers_ready: 2, lag_p99_ms: 12.3, cpu_percent: 25 });
+    expect(json.models[0]).toMatchObject({
+      name: 'digits',
+      aliases: { stable: '2', candidate: '3', previous_stable: '1' },
+      canary_observed_percent: 100 / 3,
+    });
   });
 
   it('refuses an answer that is not a health report with a typed error', () => {

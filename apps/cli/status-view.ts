@@ -91,7 +91,8 @@ export interface NodeStatus {
   node: number;
   state: string;
   pid?: number;
-  workers?: string;
+  workers?: number;
+  workersReady?: number;
   inflight?: number;
   wsConnections?: number;
   lagP99Ms?: number;
@@ -259,7 +260,10 @@ export function summarize(inputs: StatusInputs): StatusSnapshot {
   const nodes = health.nodes.map((node): NodeStatus => {
     const out: NodeStatus = { node: node.node, state: node.state };
     if (node.pid !== undefined) out.pid = node.pid;
-    if (node.workers !== undefined) out.workers = `${node.workers_ready ?? 0}/${node.workers}`;
+    if (node.workers !== undefined) {
+      out.workers = node.workers;
+      out.workersReady = node.workers_ready ?? 0;
+    }
     if (node.inflight !== undefined) out.inflight = node.inflight;
     if (node.ws_connections !== undefined) out.wsConnections = node.ws_connections;
     const lag = nodeGauge(after, 'streaminfer_node_nodejs_eventloop_lag_p99_seconds', node.node);
@@ -311,4 +315,19 @@ export function summarize(inputs: StatusInputs): StatusSnapshot {
     if (reload.error) snapshot.lastReload.error = reload.error;
   }
   return snapshot;
+}
+
+/** `--json`: the summary with the admin API's snake_case keys (default_model, requests_per_s, ...). */
+export function snapshotJson(snapshot: StatusSnapshot): Record<string, unknown> {
+  const snake = (value: unknown): unknown => {
+    if (Array.isArray(value)) return value.map(snake);
+    if (typeof value !== 'object' || value === null) return value;
+    return Object.fromEntries(
+      Object.entries(value).map(([key, inner]) => [
+        key.replace(/([a-z0-9])([A-Z])/g, '$1_$2').toLowerCase(),
+        snake(inner),
+      ]),
+    );
+  };
+  return snake(snapshot) as Record<string, unknown>;
 }

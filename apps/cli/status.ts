@@ -14,6 +14,7 @@ import {
   readHealth,
   StatusError,
   type StatusSnapshot,
+  snapshotJson,
   summarize,
 } from './status-view';
 
@@ -95,8 +96,8 @@ async function snapshotSince(options: ClientOptions, before: Scrape): Promise<[S
 }
 
 function print(snapshot: StatusSnapshot, json: boolean, watching: boolean): void {
-  if (json) process.stdout.write(`${JSON.stringify(snapshot)}\n`);
-  else if (watching) process.stdout.write(frameText(renderFrame(snapshot), process.stdout.isTTY === true));
+  if (json) process.stdout.write(`${JSON.stringify(snapshotJson(snapshot))}\n`);
+  else if (watching) process.stdout.write(frameText(renderFrame(snapshot), isTerminal()));
   else process.stdout.write(`${renderFrame(snapshot).join('\n')}\n`);
 }
 
@@ -108,6 +109,8 @@ async function watch(options: ClientOptions, interval: number, json: boolean): P
   process.on('SIGTERM', stop);
   let before: Scrape | undefined = await scrape(options);
   await sleep(Math.min(FIRST_WINDOW_S, interval));
+  // Frames keep a fixed period: the time a frame takes to fetch comes out of the wait for the next.
+  let next = performance.now();
   for (;;) {
     try {
       if (!before) {
@@ -120,13 +123,20 @@ async function watch(options: ClientOptions, interval: number, json: boolean): P
     } catch (error) {
       if (error instanceof StatusError && error.code === 'unauthorized') throw error;
       before = undefined;
-      const line = `streaminfer ${options.url}: ${(error as Error).message}; retrying every ${interval} s`;
-      if (json)
-        process.stdout.write(`${JSON.stringify({ url: options.url, error: (error as Error).message })}\n`);
-      else process.stdout.write(frameText([line], process.stdout.isTTY === true));
+      const message = (error as Error).message;
+      if (json) process.stdout.write(`${JSON.stringify({ url: options.url, error: message })}\n`);
+      else
+        process.stdout.write(
+          frameText([`streaminfer ${options.url}: ${message}; retrying every ${interval} s`], isTerminal()),
+        );
     }
-    await sleep(interval);
+    next = Math.max(next + interval * 1000, performance.now());
+    await sleep((next - performance.now()) / 1000);
   }
+}
+
+function isTerminal(): boolean {
+  return process.stdout.isTTY === true;
 }
 
 export function registerStatus(program: Command, kit: StatusCommandKit): void {
