@@ -109,8 +109,6 @@ async function watch(options: ClientOptions, interval: number, json: boolean): P
   process.on('SIGTERM', stop);
   let before: Scrape | undefined = await scrape(options);
   await sleep(Math.min(FIRST_WINDOW_S, interval));
-  // Frames keep a fixed period: the time a frame takes to fetch comes out of the wait for the next.
-  let next = performance.now();
   for (;;) {
     try {
       if (!before) {
@@ -124,14 +122,15 @@ async function watch(options: ClientOptions, interval: number, json: boolean): P
       if (error instanceof StatusError && error.code === 'unauthorized') throw error;
       before = undefined;
       const message = (error as Error).message;
+      const clock = new Date().toISOString().slice(11, 19);
       if (json) process.stdout.write(`${JSON.stringify({ url: options.url, error: message })}\n`);
       else
         process.stdout.write(
-          frameText([`streaminfer ${options.url}: ${message}; retrying every ${interval} s`], isTerminal()),
+          frameText([`streaminfer ${clock} UTC: ${message}; retrying every ${interval} s`], isTerminal()),
         );
     }
-    next = Math.max(next + interval * 1000, performance.now());
-    await sleep((next - performance.now()) / 1000);
+    // The next frame's window is `interval` from this frame's scrape, whatever the answers took.
+    await sleep(before ? Math.max(0, before.at + interval * 1000 - performance.now()) / 1000 : interval);
   }
 }
 
