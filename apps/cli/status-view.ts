@@ -5,6 +5,7 @@
  */
 import {
   findSamples,
+  histogramQuantileEstimate,
   type LabelFilter,
   type MetricSample,
   sampleDeltas,
@@ -184,33 +185,11 @@ function perSecond(totals: Record<string, number>, windowS: number): Record<stri
   return out;
 }
 
-/** Quantile of a histogram's buckets, noting when the rank falls in the +Inf bucket. */
-export function bucketQuantile(
-  samples: readonly MetricSample[],
-  name: string,
-  q: number,
-  filter?: LabelFilter,
-): Quantile | undefined {
-  const byLe = new Map<number, number>();
-  for (const sample of findSamples(samples, `${name}_bucket`, filter)) {
-    const le = sample.labels.le === '+Inf' ? Number.POSITIVE_INFINITY : Number(sample.labels.le);
-    if (!Number.isNaN(le)) byLe.set(le, (byLe.get(le) ?? 0) + sample.value);
-  }
-  const buckets = [...byLe.entries()].sort((a, b) => a[0] - b[0]);
-  const total = buckets.at(-1)?.[1] ?? 0;
-  if (total <= 0) return undefined;
-  const rank = q * total;
-  let lower = 0;
-  let below = 0;
-  for (const [le, count] of buckets) {
-    if (count >= rank && count > below) {
-      if (!Number.isFinite(le)) return { ms: lower * 1000, above: true };
-      return { ms: (lower + ((le - lower) * (rank - below)) / (count - below)) * 1000 };
-    }
-    lower = le;
-    below = count;
-  }
-  return { ms: lower * 1000, above: true };
+/** A latency quantile in ms from `*_seconds` buckets. */
+function latency(samples: readonly MetricSample[], q: number, filter: LabelFilter): Quantile | undefined {
+  const estimate = histogramQuantileEstimate(samples, 'streaminfer_request_duration_seconds', q, filter);
+  if (!estimate) return undefined;
+  return estimate.aboveLastBound ? { ms: estimate.value * 1000, above: true } : { ms: estimate.value * 1000 };
 }
 
 function nodeGauge(samples: readonly MetricSample[], name: string, node: number): number | undefined {
@@ -251,8 +230,8 @@ export function summarize(inputs: StatusInputs): StatusSnapshot {
       if (compared > 0)
         status.shadowAgree = { percent: (100 * (agree.true ?? 0)) / compared, compared, since };
     }
-    const p50 = bucketQuantile(deltas, 'streaminfer_request_duration_seconds', 0.5, filter);
-    const p99 = bucketQuantile(deltas, 'streaminfer_request_duration_seconds', 0.99, filter);
+    const p50 = latency(deltas, 0.5, filter);
+    const p99 = latency(deltas, 0.99, filter);
     if (p50) status.p50 = p50;
     if (p99) status.p99 = p99;
     return status;

@@ -3,6 +3,7 @@ import {
   histogramMean,
   histogramMeanDelta,
   histogramQuantile,
+  histogramQuantileEstimate,
   PrometheusTextError,
   parsePrometheusText,
   sampleDeltas,
@@ -118,6 +119,13 @@ describe('sample helpers', () => {
     );
     expect(histogramQuantile(samples, 'streaminfer_batch_size', 1, { model: 'echo' })).toBe(16);
     expect(histogramQuantile(samples, 'streaminfer_batch_size', 0.5, { model: 'digits' })).toBeUndefined();
+  });
+
+  it('says when a quantile lies past the last finite bucket bound', () => {
+    const h = parsePrometheusText('h_bucket{le="1"} 3\nh_bucket{le="10"} 9\nh_bucket{le="+Inf"} 10\n');
+    expect(histogramQuantileEstimate(h, 'h', 0.5)).toEqual({ value: 1 + 9 * (2 / 6), aboveLastBound: false });
+    expect(histogramQuantileEstimate(h, 'h', 0.95)).toEqual({ value: 10, aboveLastBound: true });
+    expect(histogramQuantile(h, 'h', 0.95)).toBe(10);
   });
 });
 

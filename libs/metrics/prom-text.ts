@@ -192,13 +192,22 @@ export function histogramMeanDelta(
   return count > 0 ? (a.sum - b.sum) / count : undefined;
 }
 
+/**
+ * A quantile estimate. `aboveLastBound`: the rank fell in the `+Inf` bucket, so `value` is the last finite
+ * bound and the quantile lies somewhere above it (Prometheus's histogram_quantile answers that bound too).
+ */
+export interface QuantileEstimate {
+  value: number;
+  aboveLastBound: boolean;
+}
+
 /** Estimated quantile (0..1) of a Prometheus histogram by linear interpolation within buckets. */
-export function histogramQuantile(
+export function histogramQuantileEstimate(
   samples: readonly MetricSample[],
   name: string,
   q: number,
   filter?: LabelFilter,
-): number | undefined {
+): QuantileEstimate | undefined {
   const byLe = new Map<number, number>();
   for (const s of findSamples(samples, `${name}_bucket`, filter)) {
     const leText = s.labels['le'];
@@ -214,14 +223,25 @@ export function histogramQuantile(
   let prevCount = 0;
   for (const [le, count] of buckets) {
     if (count >= rank) {
-      if (!Number.isFinite(le)) return prevLe;
+      if (!Number.isFinite(le)) return { value: prevLe, aboveLastBound: true };
       const inBucket = count - prevCount;
-      return inBucket > 0 ? prevLe + ((le - prevLe) * (rank - prevCount)) / inBucket : le;
+      const value = inBucket > 0 ? prevLe + ((le - prevLe) * (rank - prevCount)) / inBucket : le;
+      return { value, aboveLastBound: false };
     }
     prevLe = le;
     prevCount = count;
   }
-  return prevLe;
+  return { value: prevLe, aboveLastBound: true };
+}
+
+/** The estimate's value alone (see histogramQuantileEstimate). */
+export function histogramQuantile(
+  samples: readonly MetricSample[],
+  name: string,
+  q: number,
+  filter?: LabelFilter,
+): number | undefined {
+  return histogramQuantileEstimate(samples, name, q, filter)?.value;
 }
 
 /** Identity of a series: its name and its labels in name order. */
