@@ -1,218 +1,27 @@
 /**
- * Reading the server's `/metrics` from the bench: a small Prometheus text-format parser
- * (exposition format 0.0.4) and helpers over the parsed samples — sums, label filters, and
- * histogram means from `_sum`/`_count`, optionally as a delta between two scrapes (so a
- * warm-up or an earlier scenario does not leak into the figure).
+ * Reading the server's `/metrics` from the bench: the scrape itself (I/O); the parser and the helpers over
+ * its samples (sums, label filters, histogram means and quantiles, deltas between two scrapes) live in
+ * libs/metrics and are re-exported here for the scenarios.
  */
+import { type MetricSample, parsePrometheusText } from '../libs/metrics';
 import { httpGet } from './server-process';
 
-export interface MetricSample {
-  /** full sample name, e.g. `streaminfer_batch_size_sum` */
-  name: string;
-  labels: Record<string, string>;
-  value: number;
-  timestampMs?: number;
-}
-
-/**
- * A sample value. Special values are case-insensitive, as Go's ParseFloat (what Prometheus uses)
- * reads them: `NaN`, `Nan`, `+Inf`, `-inf`, `Infinity`, … (prom-client writes `Nan` for an empty mean).
- */
-function parseValue(s: string): number {
-  switch (s.toLowerCase()) {
-    case '+inf':
-    case 'inf':
-    case '+infinity':
-    case 'infinity':
-      return Number.POSITIVE_INFINITY;
-    case '-inf':
-    case '-infinity':
-      return Number.NEGATIVE_INFINITY;
-    case 'nan':
-      return Number.NaN;
-    default: {
-      const v = Number(s);
-      if (s.trim() === '' || Number.isNaN(v)) throw new Error(`bad sample value "${s}"`);
-      return v;
-    }
-  }
-}
-
-/** Parse `{a="x",b="y\"z"}` starting at `i` (pointing at `{`); returns labels and the index after `}`. */
-function parseLabels(line: string, i: number): { labels: Record<string, string>; end: number } {
-  const labels: Record<string, string> = {};
-  i++; // past '{'
-  for (;;) {
-    while (line[i] === ' ' || line[i] === ',') i++;
-    if (line[i] === '}') return { labels, end: i + 1 };
-    const eq = line.indexOf('=', i);
-    if (eq < 0) throw new Error('label without "="');
-    const name = line.slice(i, eq).trim();
-    if (!/^[a-zA-Z_][a-zA-Z0-9_]*$/.test(name)) throw new Error(`bad label name "${name}"`);
-    i = eq + 1;
-    while (line[i] === ' ') i++;
-    if (line[i] !== '"') throw new Error(`label ${name}: value not quoted`);
-    i++;
-    let value = '';
-    for (;;) {
-      const ch = line[i];
-      if (ch === undefined) throw new Error(`label ${name}: unterminated value`);
-      if (ch === '\\') {
-        const next = line[i + 1];
-        value += next === 'n' ? '\n' : next === '\\' ? '\\' : next === '"' ? '"' : '\\' + (next ?? '');
-        i += 2;
-        continue;
-      }
-      if (ch === '"') {
-        i++;
-        break;
-      }
-      value += ch;
-      i++;
-    }
-    labels[name] = value;
-  }
-}
-
-/**
- * Parse Prometheus text exposition into samples. Comment/`# HELP`/`# TYPE` lines and
- * blank lines are skipped; a malformed line throws with its line number (a server that
- * emits broken metrics is a finding, not something to paper over).
- */
-export function parsePrometheusText(text: string): MetricSample[] {
-  const out: MetricSample[] = [];
-  const lines = text.split('\n');
-  for (let n = 0; n < lines.length; n++) {
-    const line = lines[n]!.replace(/\r$/, '');
-    const trimmed = line.trim();
-    if (trimmed === '' || trimmed.startsWith('#')) continue;
-    try {
-      const m = /^[a-zA-Z_:][a-zA-Z0-9_:]*/.exec(trimmed);
-      if (!m) throw new Error('no metric name');
-      const name = m[0];
-      let i = name.length;
-      let labels: Record<string, string> = {};
-      if (trimmed[i] === '{') {
-        const parsed = parseLabels(trimmed, i);
-        labels = parsed.labels;
-        i = parsed.end;
-      }
-      const rest = trimmed.slice(i).trim().split(/\s+/);
-      const valueText = rest[0];
-      if (valueText === undefined || valueText === '') throw new Error('no value');
-      const sample: MetricSample = { name, labels, value: parseValue(valueText) };
-      if (rest[1] !== undefined) sample.timestampMs = Number(rest[1]);
-      out.push(sample);
-    } catch (e) {
-      throw new Error(
-        `metrics line ${n + 1}: ${e instanceof Error ? e.message : String(e)}: ${line.slice(0, 200)}`,
-      );
-    }
-  }
-  return out;
-}
+export type { HistogramSums, LabelFilter, MetricSample } from '../libs/metrics';
+export {
+  findSamples,
+  histogramMean,
+  histogramMeanDelta,
+  histogramQuantile,
+  histogramTotals,
+  matches,
+  parsePrometheusText,
+  sampleDeltas,
+  sumSamples,
+} from '../libs/metrics';
 
 /** GET a `/metrics` URL and parse it. */
 export async function scrapeMetrics(url: string, timeoutMs = 5000): Promise<MetricSample[]> {
   const r = await httpGet(url, timeoutMs);
   if (r.status !== 200) throw new Error(`GET ${url}: HTTP ${r.status}`);
   return parsePrometheusText(r.body);
-}
-
-export type LabelFilter = Record<string, string | ((v: string) => boolean)>;
-
-export function matches(labels: Record<string, string>, filter: LabelFilter = {}): boolean {
-  for (const [k, want] of Object.entries(filter)) {
-    const v = labels[k];
-    if (v === undefined) return false;
-    if (typeof want === 'function' ? !want(v) : v !== want) return false;
-  }
-  return true;
-}
-
-export function findSamples(
-  samples: readonly MetricSample[],
-  name: string,
-  filter?: LabelFilter,
-): MetricSample[] {
-  return samples.filter((s) => s.name === name && matches(s.labels, filter));
-}
-
-/** Sum of every sample named `name` whose labels match (0 when none). */
-export function sumSamples(samples: readonly MetricSample[], name: string, filter?: LabelFilter): number {
-  return findSamples(samples, name, filter).reduce((a, s) => a + s.value, 0);
-}
-
-export interface HistogramTotals {
-  sum: number;
-  count: number;
-}
-
-export function histogramTotals(
-  samples: readonly MetricSample[],
-  name: string,
-  filter?: LabelFilter,
-): HistogramTotals {
-  return {
-    sum: sumSamples(samples, `${name}_sum`, filter),
-    count: sumSamples(samples, `${name}_count`, filter),
-  };
-}
-
-/**
- * Mean of a Prometheus histogram (`name` without suffix) over every label set matching
- * `filter`: Σ`name_sum` / Σ`name_count`. `undefined` when nothing was observed.
- */
-export function histogramMean(
-  samples: readonly MetricSample[],
-  name: string,
-  filter?: LabelFilter,
-): number | undefined {
-  const t = histogramTotals(samples, name, filter);
-  return t.count > 0 ? t.sum / t.count : undefined;
-}
-
-/** Histogram mean of what was observed between two scrapes (`after` − `before`). */
-export function histogramMeanDelta(
-  before: readonly MetricSample[],
-  after: readonly MetricSample[],
-  name: string,
-  filter?: LabelFilter,
-): number | undefined {
-  const a = histogramTotals(after, name, filter);
-  const b = histogramTotals(before, name, filter);
-  const count = a.count - b.count;
-  return count > 0 ? (a.sum - b.sum) / count : undefined;
-}
-
-/** Estimated quantile (0..1) of a Prometheus histogram by linear interpolation within buckets. */
-export function histogramQuantile(
-  samples: readonly MetricSample[],
-  name: string,
-  q: number,
-  filter?: LabelFilter,
-): number | undefined {
-  const byLe = new Map<number, number>();
-  for (const s of findSamples(samples, `${name}_bucket`, filter)) {
-    const leText = s.labels['le'];
-    if (leText === undefined) continue;
-    const le = parseValue(leText);
-    byLe.set(le, (byLe.get(le) ?? 0) + s.value);
-  }
-  const buckets = [...byLe.entries()].sort((x, y) => x[0] - y[0]);
-  const total = buckets.at(-1)?.[1] ?? 0;
-  if (total <= 0) return undefined;
-  const rank = q * total;
-  let prevLe = 0;
-  let prevCount = 0;
-  for (const [le, count] of buckets) {
-    if (count >= rank) {
-      if (!Number.isFinite(le)) return prevLe;
-      const inBucket = count - prevCount;
-      return inBucket > 0 ? prevLe + ((le - prevLe) * (rank - prevCount)) / inBucket : le;
-    }
-    prevLe = le;
-    prevCount = count;
-  }
-  return prevLe;
 }

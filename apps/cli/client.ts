@@ -31,7 +31,12 @@ export async function callServer(
     if (body !== undefined) init.body = JSON.stringify(body);
     response = await fetch(new URL(path, options.url), init);
   } catch (error) {
-    throw new ClientError(`cannot reach StreamInfer at ${options.url}: ${(error as Error).message}`);
+    // fetch says only "fetch failed"; the reason (ECONNREFUSED, ENOTFOUND, ...) is in its cause.
+    const cause = (error as Error).cause as (Error & { code?: string }) | undefined;
+    const why = cause?.message || cause?.code;
+    throw new ClientError(
+      `cannot reach StreamInfer at ${options.url}: ${(error as Error).message}${why ? ` (${why})` : ''}`,
+    );
   }
   const text = await response.text();
   let parsed: unknown = text;

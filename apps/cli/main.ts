@@ -10,6 +10,7 @@ import { Supervisor } from '../supervisor/supervisor';
 import { type BenchModelOptions, benchModel, formatBenchModel } from './bench-model';
 import { ClientError, callServer, defaultUrl } from './client';
 import { registerSimulate } from './simulate';
+import { registerStatus } from './status';
 import { registerStream } from './stream';
 
 const program = new Command();
@@ -208,35 +209,7 @@ function printRefusal(what: string, status: number, answer: { code?: string; mes
   console.error(`${what} failed (${status} ${answer.code}): ${answer.message}`);
 }
 
-interface HealthAnswer {
-  status: string;
-  default_model: string;
-  device: string;
-  nodes: Array<Record<string, unknown>>;
-  models: Array<{
-    name: string;
-    default_version: string;
-    versions: Array<{ version: string; execution_provider: string }>;
-  }>;
-}
-
-addClientOptions(program.command('status').description('health of a running server')).action(
-  (flags: ClientFlags) =>
-    runAdmin<HealthAnswer>(flags, 'GET', '/health', undefined, (health) => {
-      console.log(
-        `status: ${health.status}   default model: ${health.default_model}   device: ${health.device}`,
-      );
-      for (const node of health.nodes)
-        console.log(
-          `node ${node.node}: ${node.state}, pid ${node.pid}, workers ${node.workers_ready}/${node.workers}, in flight ${node.inflight}`,
-        );
-      for (const model of health.models) {
-        console.log(
-          `model ${model.name}: default v${model.default_version}; ${model.versions.map((v) => `v${v.version} on ${v.execution_provider}`).join(', ')}`,
-        );
-      }
-    }),
-);
+registerStatus(program, { addClientOptions, clientOptions, fail });
 
 interface ReloadAnswer {
   id?: number;

@@ -2,6 +2,21 @@ export type { MetricJson, NodeGauges, SlotDescription } from './export';
 export { aggregateToText, metricJson, nodeMetricsJson, PROMETHEUS_CONTENT_TYPE } from './export';
 export { lintExposition } from './lint';
 export { labelledProcessJson, registerProcessMetrics } from './process';
+export type { HistogramSums, LabelFilter, MetricSample, QuantileEstimate } from './prom-text';
+export {
+  findSamples,
+  histogramMean,
+  histogramMeanDelta,
+  histogramQuantile,
+  histogramQuantileEstimate,
+  histogramTotals,
+  matches,
+  PrometheusTextError,
+  parsePrometheusText,
+  sampleDeltas,
+  seriesKey,
+  sumSamples,
+} from './prom-text';
 export type { HistogramTotals, ProtocolName, ShedReason, SlotTotals } from './shared-metrics';
 export {
   MAX_SLOTS,

@@ -1,107 +1,48 @@
-import {
-  findSamples,
-  histogramMean,
-  histogramMeanDelta,
-  histogramQuantile,
-  parsePrometheusText,
-  sumSamples,
-} from '../../loadtest/metrics';
+import * as http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import * as lib from '../../libs/metrics';
+import * as bench from '../../loadtest/metrics';
 
-const TEXT = `# HELP streaminfer_requests_total Requests answered.
-# TYPE streaminfer_requests_total counter
-streaminfer_requests_total{model="echo",version="1",protocol="ws",code="ok"} 120
-streaminfer_requests_total{model="echo",version="1",protocol="ws",code="overloaded"} 3
-streaminfer_requests_total{model="digits",version="2",protocol="http",code="ok"} 7
+// The parser and its helpers are tested beside the lib (libs/metrics/prom-text.test.ts); here: the bench
+// reads them from the lib (one copy) and scrapes a real HTTP endpoint with them.
+describe('loadtest/metrics', () => {
+  it('re-exports the lib parser and helpers instead of keeping its own', () => {
+    expect(bench.parsePrometheusText).toBe(lib.parsePrometheusText);
+    expect(bench.sumSamples).toBe(lib.sumSamples);
+    expect(bench.histogramQuantile).toBe(lib.histogramQuantile);
+    expect(bench.histogramMeanDelta).toBe(lib.histogramMeanDelta);
+    expect(bench.sampleDeltas).toBe(lib.sampleDeltas);
+  });
 
-# TYPE streaminfer_batch_size histogram
-streaminfer_batch_size_bucket{le="1",model="echo",version="1"} 2
-streaminfer_batch_size_bucket{le="4",model="echo",version="1"} 6
-streaminfer_batch_size_bucket{le="16",model="echo",version="1"} 10
-streaminfer_batch_size_bucket{le="+Inf",model="echo",version="1"} 10
-streaminfer_batch_size_sum{model="echo",version="1"} 48
-streaminfer_batch_size_count{model="echo",version="1"} 10
-streaminfer_batch_size_sum{model="digits",version="2"} 30
-streaminfer_batch_size_count{model="digits",version="2"} 2
-process_start_time_seconds 1700000000.5
-weird_gauge{path="C:\\\\tmp",quote="say \\"hi\\"",nl="a\\nb",empty=""} -Inf 1700000000000
-nan_gauge NaN
-`;
-
-describe('parsePrometheusText', () => {
-  const samples = parsePrometheusText(TEXT);
-
-  it('skips comments and blank lines and reads every sample', () => {
-    expect(samples).toHaveLength(14);
-    expect(samples[0]).toEqual({
-      name: 'streaminfer_requests_total',
-      labels: { model: 'echo', version: '1', protocol: 'ws', code: 'ok' },
-      value: 120,
+  describe('scrapeMetrics', () => {
+    let server: http.Server;
+    let base: string;
+    beforeAll(async () => {
+      server = http.createServer((req, res) => {
+        if (req.url === '/metrics') {
+          res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4' });
+          res.end('# TYPE a_total counter\na_total{m="x"} 3\na_total{m="y"} 4\n');
+        } else if (req.url === '/broken') {
+          res.writeHead(200);
+          res.end('a_total{m="x" 3\n');
+        } else {
+          res.writeHead(503);
+          res.end('down');
+        }
+      });
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
     });
-  });
+    afterAll(() => new Promise<void>((resolve) => server.close(() => resolve())));
 
-  it('reads unlabelled samples, special values and timestamps', () => {
-    expect(findSamples(samples, 'process_start_time_seconds')[0]?.value).toBe(1700000000.5);
-    const weird = findSamples(samples, 'weird_gauge')[0]!;
-    expect(weird.value).toBe(Number.NEGATIVE_INFINITY);
-    expect(weird.timestampMs).toBe(1700000000000);
-    expect(Number.isNaN(findSamples(samples, 'nan_gauge')[0]!.value)).toBe(true);
-    expect(findSamples(samples, 'streaminfer_batch_size_bucket', { le: '+Inf' })[0]?.value).toBe(10);
-  });
+    it('GETs and parses the text', async () => {
+      const samples = await bench.scrapeMetrics(`${base}/metrics`);
+      expect(bench.sumSamples(samples, 'a_total')).toBe(7);
+    });
 
-  it('unescapes label values', () => {
-    const weird = findSamples(samples, 'weird_gauge')[0]!;
-    expect(weird.labels).toEqual({ path: 'C:\\tmp', quote: 'say "hi"', nl: 'a\nb', empty: '' });
-  });
-
-  it('accepts commas and spaces inside quoted label values and CRLF line ends', () => {
-    const s = parsePrometheusText('m{a="x, y}",b="z"} 1\r\n');
-    expect(s).toEqual([{ name: 'm', labels: { a: 'x, y}', b: 'z' }, value: 1 }]);
-  });
-
-  it('throws on malformed lines with the line number', () => {
-    expect(() => parsePrometheusText('ok 1\nbroken{a="x"\n')).toThrow(/line 2/);
-    expect(() => parsePrometheusText('m notanumber')).toThrow(/bad sample value/);
-    expect(() => parsePrometheusText('m{a=x} 1')).toThrow(/not quoted/);
-    expect(() => parsePrometheusText('m')).toThrow(/no value/);
-  });
-
-  it('returns nothing for empty input', () => {
-    expect(parsePrometheusText('')).toEqual([]);
-    expect(parsePrometheusText('# only a comment\n\n')).toEqual([]);
-  });
-});
-
-describe('sample helpers', () => {
-  const samples = parsePrometheusText(TEXT);
-
-  it('sums with label filters (exact and predicate)', () => {
-    expect(sumSamples(samples, 'streaminfer_requests_total')).toBe(130);
-    expect(sumSamples(samples, 'streaminfer_requests_total', { model: 'echo' })).toBe(123);
-    expect(sumSamples(samples, 'streaminfer_requests_total', { code: (c) => c !== 'ok' })).toBe(3);
-    expect(sumSamples(samples, 'streaminfer_requests_total', { missing_label: 'x' })).toBe(0);
-    expect(sumSamples(samples, 'no_such_metric')).toBe(0);
-  });
-
-  it('computes histogram means from _sum/_count', () => {
-    expect(histogramMean(samples, 'streaminfer_batch_size', { model: 'echo' })).toBeCloseTo(4.8);
-    expect(histogramMean(samples, 'streaminfer_batch_size')).toBeCloseTo(78 / 12);
-    expect(histogramMean(samples, 'streaminfer_batch_size', { model: 'nope' })).toBeUndefined();
-  });
-
-  it('computes the mean of what was observed between two scrapes', () => {
-    const before = parsePrometheusText('h_sum{m="a"} 10\nh_count{m="a"} 5\n');
-    const after = parsePrometheusText('h_sum{m="a"} 50\nh_count{m="a"} 10\n');
-    expect(histogramMeanDelta(before, after, 'h')).toBe(8);
-    expect(histogramMeanDelta(after, after, 'h')).toBeUndefined();
-    expect(histogramMeanDelta([], after, 'h', { m: 'a' })).toBe(5);
-  });
-
-  it('estimates quantiles from buckets', () => {
-    // echo buckets: 2 in (0,1], 4 in (1,4], 4 in (4,16]
-    expect(histogramQuantile(samples, 'streaminfer_batch_size', 0.5, { model: 'echo' })).toBeCloseTo(
-      1 + 3 * (3 / 4),
-    );
-    expect(histogramQuantile(samples, 'streaminfer_batch_size', 1, { model: 'echo' })).toBe(16);
-    expect(histogramQuantile(samples, 'streaminfer_batch_size', 0.5, { model: 'digits' })).toBeUndefined();
+    it('rejects a non-200 answer and malformed text', async () => {
+      await expect(bench.scrapeMetrics(`${base}/down`)).rejects.toThrow(/HTTP 503/);
+      await expect(bench.scrapeMetrics(`${base}/broken`)).rejects.toBeInstanceOf(lib.PrometheusTextError);
+    });
   });
 });
