@@ -125,9 +125,26 @@ describe('systemd notify at a socket path', () => {
     expect(last.fields.get('STATUS')).toContain('last reload failed: prepare failed, nothing changed');
   });
 
-  test('WATCHDOG=1 every WATCHDOG_USEC/2 while every node answers', async () => {
+  test('WATCHDOG=1 every WATCHDOG_USEC/2 while every node answers; STATUS= counts requests/s', async () => {
     const from = Date.now();
-    await sleep(2100);
+    let answered = 0;
+    while (Date.now() - from < 2100) {
+      const response = await postJson(`${server.url}/predict`, {
+        id: answered,
+        model: 'echo',
+        input: [answered],
+      });
+      expect(response.status).toBe(200);
+      answered++;
+    }
+    const rates = fake.received.all
+      .filter((d) => d.at >= from)
+      .map((d) => /requests\/s ([0-9.]+)/.exec(d.fields.get('STATUS') ?? '')?.[1])
+      .filter((rate) => rate !== undefined)
+      .map(Number);
+    expect(Math.max(...rates)).toBeGreaterThan(0);
+    // A rate is never more than what was sent (per second, over at least one 0.5 s heartbeat).
+    expect(Math.max(...rates)).toBeLessThanOrEqual(answered / 0.5);
     // 500 ms apart: 4 in 2.1 s, give or take a tick on a loaded machine.
     expect(fake.received.count('WATCHDOG', from)).toBeGreaterThanOrEqual(3);
     expect(fake.received.count('WATCHDOG', from)).toBeLessThanOrEqual(5);
