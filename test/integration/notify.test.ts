@@ -209,6 +209,41 @@ function datagramSockets(pid: number): number {
     .filter((columns) => columns[4] === '0002' && columns.length === 7 && inodes.has(columns[6]!)).length;
 }
 
+describe('reload --wait', () => {
+  test('waits past the outcome until every node is ready (a node restarting during the reload)', async () => {
+    const server = await startServer({
+      models: ['echo'],
+      args: ['--nodes', '2', '--workers', '1'],
+      // A restarted node takes 2.5 s to load: the reload (node 0 only) is over long before.
+      env: { STREAMINFER_TEST_RESTART_LOAD_DELAY_MS: '2500' },
+    });
+    try {
+      const old = server.nodePids[1]!;
+      process.kill(old, 'SIGKILL');
+      // The replacement process answers health (not ready yet): it is out of the reload's barrier.
+      for (;;) {
+        const health = (await (await fetch(`${server.url}/health`)).json()) as {
+          nodes: Array<{ pid?: number; state: string }>;
+        };
+        if (health.nodes[1]?.pid !== undefined && health.nodes[1].pid !== old) break;
+        await sleep(50);
+      }
+      const reload = await runCliToExit(['reload', '--wait', '--json', '--url', server.url]);
+      expect(reload.code).toBe(0);
+      const answer = JSON.parse(reload.out.trim().split('\n').at(-1)!) as {
+        result: string;
+        duration_ms: number;
+        ready_after_ms: number;
+      };
+      expect(answer.result).toBe('committed');
+      expect(answer.ready_after_ms).toBeGreaterThan(answer.duration_ms + 500);
+      expect((await fetch(`${server.url}/health`)).status).toBe(200);
+    } finally {
+      expect(await server.stop()).toEqual({ code: 0, signal: null });
+    }
+  });
+});
+
 describe('without NOTIFY_SOCKET', () => {
   test('no notify socket is even opened, WATCHDOG_USEC notwithstanding (the socket path case opens one)', async () => {
     const fake = pathSocket();
