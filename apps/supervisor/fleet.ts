@@ -164,6 +164,11 @@ export class Fleet {
             this.onNodeMessage(handle, message);
         }
       });
+      // A message sent as the node dies fails with EPIPE as an 'error' event: unhandled, it would take the
+      // supervisor down with it. The death itself is handled on 'exit'.
+      child.on('error', (error: Error) =>
+        logger.warn({ node: index, err: error.message }, 'node process error (IPC to a dying node)'),
+      );
       child.on('exit', (code, signal) => {
         clearTimeout(timer);
         handle.ready = false;
