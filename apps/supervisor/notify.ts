@@ -10,7 +10,7 @@
  * `systemd-notify` tool instead; its messages come from a child process, so that case needs NotifyAccess=all.
  */
 import { spawn } from 'node:child_process';
-import { DgramSocket } from 'node-unix-socket';
+import type { DgramSocket } from 'node-unix-socket';
 import type { Logger } from 'pino';
 import {
   formatNotify,
@@ -61,7 +61,7 @@ interface Transport {
 
 /** Datagrams to a socket path from this very process: the sender is the main pid. */
 class SocketTransport implements Transport {
-  private readonly socket = new DgramSocket();
+  private readonly socket: DgramSocket;
   private pending = 0;
   private failing = false;
   private drained: (() => void) | undefined;
@@ -70,6 +70,9 @@ class SocketTransport implements Transport {
     private readonly path: string,
     private readonly logger: Logger,
   ) {
+    // Loaded only when NOTIFY_SOCKET names a path: the CLI's other commands never need the native addon.
+    const { DgramSocket: Socket } = require('node-unix-socket') as typeof import('node-unix-socket');
+    this.socket = new Socket();
     this.socket.on('error', (error: Error) => logger.warn({ err: error.message }, 'notify socket error'));
   }
 
@@ -207,24 +210,43 @@ export class SystemdNotifier {
     delete env.NOTIFY_SOCKET;
     delete env.WATCHDOG_USEC;
     delete env.WATCHDOG_PID;
+    let address: NotifyAddress | undefined;
     try {
-      const address = parseNotifySocket(socket);
-      if (!address) return undefined;
-      const watchdog = parseWatchdog(usec, watchdogPid, pid);
-      logger.info(
-        {
-          socket,
-          via: address.kind === 'path' ? 'node-unix-socket' : 'systemd-notify',
-          watchdog_interval_ms: watchdog?.intervalMs ?? null,
-        },
-        'systemd notify enabled',
-      );
-      return new SystemdNotifier(transportFor(address, logger), watchdog, logger);
+      address = parseNotifySocket(socket);
     } catch (error) {
       if (!(error instanceof NotifyError)) throw error;
       logger.error({ code: error.code, err: error.message }, 'systemd notify disabled');
       return undefined;
     }
+    if (!address) return undefined;
+    let watchdog: WatchdogSettings | undefined;
+    try {
+      watchdog = parseWatchdog(usec, watchdogPid, pid);
+    } catch (error) {
+      if (!(error instanceof NotifyError)) throw error;
+      // READY=1 and the rest still matter: without them systemd would fail the start.
+      logger.error({ code: error.code, err: error.message }, 'systemd watchdog disabled');
+    }
+    let transport: Transport;
+    try {
+      transport = transportFor(address, logger);
+    } catch (error) {
+      // The native addon did not load (a platform without a prebuilt binary): serve, but say why systemd hears nothing.
+      logger.error(
+        { code: 'notify_transport_unavailable', err: (error as Error).message },
+        'systemd notify disabled',
+      );
+      return undefined;
+    }
+    logger.info(
+      {
+        socket,
+        via: address.kind === 'path' ? 'node-unix-socket' : 'systemd-notify',
+        watchdog_interval_ms: watchdog?.intervalMs ?? null,
+      },
+      'systemd notify enabled',
+    );
+    return new SystemdNotifier(transport, watchdog, logger);
   }
 
   /** Starts the heartbeat and the start-timeout extensions (the host is loading its models). */

@@ -267,6 +267,29 @@ describe('without NOTIFY_SOCKET', () => {
   });
 });
 
+describe('malformed variables', () => {
+  test('a bad WATCHDOG_USEC turns off the watchdog, not READY; a bad NOTIFY_SOCKET turns off notify; both serve', async () => {
+    const fake = pathSocket();
+    const badWatchdog = await startServer({
+      models: ['echo'],
+      env: { NOTIFY_SOCKET: fake.address, WATCHDOG_USEC: 'soon' },
+    });
+    const badSocket = await startServer({ models: ['echo'], env: { NOTIFY_SOCKET: 'run/notify' } });
+    try {
+      await fake.received.until('READY=1', () => fake.received.events().includes('READY'));
+      await sleep(600);
+      expect(fake.received.count('WATCHDOG')).toBe(0);
+      expect(badWatchdog.logs()).toMatch(/"code":"watchdog_invalid".*systemd watchdog disabled/);
+      expect(badSocket.logs()).toMatch(/"code":"notify_socket_invalid".*systemd notify disabled/);
+      expect((await fetch(`${badSocket.url}/health`)).status).toBe(200);
+    } finally {
+      expect(await badWatchdog.stop()).toEqual({ code: 0, signal: null });
+      expect(await badSocket.stop()).toEqual({ code: 0, signal: null });
+      fake.close();
+    }
+  });
+});
+
 /**
  * An abstract socket has no file: its name is the exact bytes after a NUL. node-unix-socket cannot bind one at
  * its exact length (it passes all of sun_path), so the fake is a Python datagram socket; the server sends
