@@ -6,6 +6,7 @@ import { Command, Option } from 'commander';
 import pino from 'pino';
 import { ConfigError, describeSettings, resolveConfig } from '../../libs/config';
 import { assertNativeUws } from '../../libs/inference/uws-check';
+import { SystemdNotifier } from '../supervisor/notify';
 import { Supervisor } from '../supervisor/supervisor';
 import { type BenchModelOptions, benchModel, formatBenchModel } from './bench-model';
 import { ClientError, callServer, defaultUrl } from './client';
@@ -85,6 +86,8 @@ serve
       fail(error instanceof ConfigError ? error.message : (error as Error).message);
     }
     const logger = pino({ level: config.logLevel, base: { component: 'supervisor', pid: process.pid } });
+    // Read (and removed from the environment the nodes inherit) before anything forks.
+    const notifier = SystemdNotifier.fromEnv(process.env, logger);
     const explicit = (key: string, env: string): boolean =>
       flags[key] !== undefined ||
       Boolean(process.env[env]?.trim()) ||
@@ -96,6 +99,7 @@ serve
         explicitBatchTimeout: explicit('batchTimeoutMs', 'STREAMINFER_BATCH_TIMEOUT_MS'),
         testHooks: process.env.STREAMINFER_TEST_HOOKS === '1',
         cores: os.availableParallelism(),
+        ...(notifier ? { notifier } : {}),
         // Flags and environment given at start keep winning over the file on every configuration reload.
         sources: filePath ? { flags, env: { ...process.env }, filePath } : { flags, env: { ...process.env } },
       },
@@ -227,6 +231,8 @@ interface ReloadAnswer {
   settings_applied?: string[];
   restart_required?: string[];
   nodes?: Array<{ node: number; state: string; error?: string }>;
+  /** `--wait`: when every node answered ready again, counted from the command's start. */
+  ready_after_ms?: number;
 }
 
 function describeReload(answer: ReloadAnswer): string {
@@ -274,6 +280,10 @@ addClientOptions(
     "apply this JSON config file's live settings on every node (as SIGHUP does with the serve --config file); " +
       'the file is read here and sent to the server',
   )
+  .option(
+    '--wait',
+    'after the outcome, wait until every node is ready again (what READY=1 tells systemd); for ExecReload=',
+  )
   .action(
     async (
       flags: ClientFlags & {
@@ -282,9 +292,11 @@ addClientOptions(
         strategy?: string;
         pidFile?: string;
         config?: string;
+        wait?: boolean;
       },
     ) => {
       const options = clientOptions(flags);
+      const started = Date.now();
       let answer: ReloadAnswer;
       let status = 200;
       let body: Record<string, unknown> | undefined;
@@ -332,6 +344,12 @@ addClientOptions(
           if (answer.result === 'failed') status = 500;
         }
       }
+      let notReady: string | undefined;
+      if (flags.wait && status === 200) {
+        notReady = await readyAgain(options, started + 180000);
+        if (notReady) status = 503;
+        else answer.ready_after_ms = Date.now() - started;
+      }
       report(
         flags,
         status,
@@ -340,9 +358,13 @@ addClientOptions(
           if (answer.id !== undefined && answer.result)
             (status === 200 ? console.log : console.error)(describeReload(answer));
           else printRefusal('reload', status, answer);
+          if (answer.ready_after_ms !== undefined)
+            console.log(`  ready again after ${answer.ready_after_ms} ms`);
+          if (notReady) console.error(`  ${notReady}`);
         },
         true,
       );
+      if (notReady && flags.json) console.error(`streaminfer: ${notReady}`);
     },
   );
 
@@ -363,6 +385,33 @@ async function outcomeAfter(
     if (answer && (answer.id ?? 0) > before) return answer;
     if (Date.now() > until) fail(`${what} no reload outcome appeared within 180 s`);
     await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+/**
+ * `reload --wait`: polls /health until the host is ready (every node ready and serving; the moment the
+ * supervisor sends READY=1). Returns why not when `until` passes first.
+ */
+async function readyAgain(
+  options: ReturnType<typeof clientOptions>,
+  until: number,
+): Promise<string | undefined> {
+  let seen = 'no answer yet';
+  for (;;) {
+    const reply = await callServer({ ...options, timeoutMs: 10000 }, 'GET', '/health').catch(
+      (error: unknown) => {
+        if (error instanceof ClientError) return { status: 0, body: error.message };
+        throw error;
+      },
+    );
+    if (reply.status === 200) return undefined;
+    const health = reply.body as Partial<HealthAnswer> | string;
+    seen =
+      typeof health === 'string'
+        ? health
+        : `status ${health.status}; ${(health.nodes ?? []).map((node) => `node ${node.node} ${node.state}`).join(', ')}`;
+    if (Date.now() > until) return `the host was not ready again within 180 s (last seen: ${seen})`;
+    await new Promise((resolve) => setTimeout(resolve, 200));
   }
 }
 

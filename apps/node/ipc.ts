@@ -91,6 +91,10 @@ export type SupervisorMessage =
   | { type: 'sync'; requestId: number; plan: TablePlan; epoch: number }
   /** The node is at the host's table and epoch, and in every reload from now on: take traffic. */
   | { type: 'listen'; port: number }
+  /** Liveness: answered from the node's main event loop, so a blocked loop stops the watchdog (see notify.ts). */
+  | { type: 'ping'; seq: number }
+  /** Test hook: block the main event loop this long (a wedged node). */
+  | { type: 'block'; ms: number }
   | { type: 'shutdown' };
 
 /** node → supervisor */
@@ -103,4 +107,6 @@ export type NodeMessage =
   | { type: 'control-request'; requestId: number; request: ControlRequest }
   | { type: 'collected'; requestId: number; metrics?: MetricJson[]; health?: NodeHealth }
   | { type: 'command-result'; requestId: number; ok: boolean; error?: string; data?: unknown }
-  | { type: 'drained'; nodeIndex: number; answered: number; abandoned: number };
+  | { type: 'drained'; nodeIndex: number; answered: number; abandoned: number }
+  /** The answer to `ping`, with the requests this node has answered so far (for STATUS= requests/s). */
+  | { type: 'pong'; seq: number; answered: number };

@@ -242,6 +242,16 @@ class NodeProcess {
           return { epoch: message.epoch };
         });
         return;
+      case 'ping':
+        send({ type: 'pong', seq: message.seq, answered: this.gateway?.answers.answered ?? 0 });
+        return;
+      case 'block':
+        if (this.options?.testHooks) {
+          this.logger.warn({ ms: message.ms }, 'test hook: blocking the event loop');
+          // Blocks this thread without burning a core (Atomics.wait is allowed on Node's main thread).
+          Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, message.ms);
+        }
+        return;
       case 'shutdown':
         void this.shutdown();
         return;

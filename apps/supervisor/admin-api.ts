@@ -41,6 +41,8 @@ export interface AdminHost {
   /** The default model the host serves, for the health report before any node answers. */
   readonly defaultModel: string;
   readonly lastReload: ReloadOutcome | undefined;
+  /** Test hook: wedge one node's main event loop for `ms`; false when there is no such node. */
+  blockNode(node: number, ms: number): boolean;
   reload(request: ReloadRequest, reason: string): Promise<ReloadOutcome>;
   reloadConfig(
     file: unknown,
@@ -185,15 +187,29 @@ export class AdminApi {
     return respond(async () => outcomeResponse(await this.host.reload(request, 'POST /api/reload')));
   }
 
-  /** Test hooks (STREAMINFER_TEST_HOOKS=1): crash a worker, script reload steps to fail. */
+  /** Test hooks (STREAMINFER_TEST_HOOKS=1): crash a worker, script reload steps to fail, wedge a node. */
   private async debugRoute(
     url: string,
     method: string,
     body: Record<string, unknown>,
   ): Promise<ControlResponse> {
-    const known = url === '/api/debug/crash-worker' || url === '/api/debug/fail-step';
+    const known =
+      url === '/api/debug/crash-worker' || url === '/api/debug/fail-step' || url === '/api/debug/block-node';
     if (!known) return jsonError('not_found', `no admin route for ${method} ${url}`);
     if (!this.host.testHooks) return jsonError('not_found', 'test hooks are disabled');
+    if (url === '/api/debug/block-node') {
+      const ms = body.ms;
+      if (
+        !Number.isInteger(body.node) ||
+        !Number.isInteger(ms) ||
+        (ms as number) < 1 ||
+        (ms as number) > 120000
+      )
+        return jsonError('bad_request', '"node" must be a node index and "ms" an integer from 1 to 120000');
+      return this.host.blockNode(body.node as number, ms as number)
+        ? json(200, { ok: true })
+        : jsonError('bad_request', 'no such node');
+    }
     if (url === '/api/debug/crash-worker') {
       const node = Number(body.node ?? 0);
       if (!this.fleet.nodes[node]) return jsonError('bad_request', 'no such node');

@@ -91,6 +91,8 @@ export class ReloadBusyError extends Error {
 export interface CoordinatorOptions {
   nodes: () => NodeChannel[];
   now: () => number;
+  /** A reload begins (it was not refused): systemd hears RELOADING=1. */
+  onStart?: (reload: { id: number; reason: string; strategy: ReloadStrategy }) => void;
   onOutcome?: (outcome: ReloadOutcome) => void;
 }
 
@@ -135,6 +137,7 @@ export class ReloadCoordinator {
     const id = this.nextId++;
     this.running = { id, reason };
     this.settled = false;
+    this.options.onStart?.({ id, reason, strategy });
     const started = this.options.now();
     const before = this.table;
     const outcome: ReloadOutcome = {

@@ -8,6 +8,7 @@ import { type ChildProcess, fork } from 'node:child_process';
 import { createServer } from 'node:net';
 import * as path from 'node:path';
 import type { Logger } from 'pino';
+import type { RequestCount } from '../../libs/notify';
 import type { TablePlan } from '../../libs/registry';
 import type {
   ControlRequest,
@@ -54,6 +55,11 @@ export interface NodeHandle {
   /** When the node was told to listen (undefined while it starts). */
   readySince: number | undefined;
   lastHealth: NodeHealth | undefined;
+  /** The last liveness ping sent (Fleet.heartbeat) and the last one answered. */
+  pingSent: number | undefined;
+  pongSeen: number;
+  /** Requests this node had answered at its last pong. */
+  answered: number | undefined;
 }
 
 /** The host's table as a (re)starting node must reach it: the reload coordinator. */
@@ -85,6 +91,7 @@ export class Fleet {
     { node: number; answer: (message: NodeMessage | undefined) => void }
   >();
   private nextRequestId = 1;
+  private pingSeq = 0;
   /** Test hooks: reload steps scripted to fail (`node:step` → calls to let through first, then calls to fail). */
   private readonly failSteps = new Map<string, { skip: number; times: number }>();
 
@@ -126,6 +133,9 @@ export class Fleet {
       crashStreak,
       readySince: undefined,
       lastHealth: undefined,
+      pingSent: undefined,
+      pongSeen: 0,
+      answered: undefined,
     };
     this.nodes[index] = handle;
     return new Promise<void>((resolve, reject) => {
@@ -154,6 +164,11 @@ export class Fleet {
             this.onNodeMessage(handle, message);
         }
       });
+      // A message sent as the node dies fails with EPIPE as an 'error' event: unhandled, it would take the
+      // supervisor down with it. The death itself is handled on 'exit'.
+      child.on('error', (error: Error) =>
+        logger.warn({ node: index, err: error.message }, 'node process error (IPC to a dying node)'),
+      );
       child.on('exit', (code, signal) => {
         clearTimeout(timer);
         handle.ready = false;
@@ -244,6 +259,10 @@ export class Fleet {
         waiter?.answer(message);
         return;
       }
+      case 'pong':
+        handle.pongSeen = Math.max(handle.pongSeen, message.seq);
+        handle.answered = message.answered;
+        return;
       case 'drained':
         this.options.logger.info(
           { node: message.nodeIndex, answered: message.answered, abandoned: message.abandoned },
@@ -300,6 +319,37 @@ export class Fleet {
     return Promise.all(
       this.nodes.map((handle) => this.ask(handle, (requestId) => ({ type: 'collect', requestId, what }))),
     );
+  }
+
+  /**
+   * One liveness round: names the nodes whose event loop has not answered the previous ping, then pings the
+   * others again. A process that is gone (restarting) is the restart path's business, not a wedged loop; a
+   * wedged one is not pinged again, so its backlog stays one message.
+   */
+  heartbeat(): { unresponsive: number[]; counts: RequestCount[] } {
+    const seq = ++this.pingSeq;
+    const unresponsive: number[] = [];
+    const counts: RequestCount[] = [];
+    for (const handle of this.nodes) {
+      if (!handle.child.connected) continue;
+      if (handle.pingSent !== undefined && handle.pongSeen < handle.pingSent) {
+        unresponsive.push(handle.index);
+        continue;
+      }
+      if (handle.answered !== undefined && handle.child.pid !== undefined)
+        counts.push({ node: handle.index, pid: handle.child.pid, answered: handle.answered });
+      handle.pingSent = seq;
+      this.sendTo(handle, { type: 'ping', seq });
+    }
+    return { unresponsive, counts };
+  }
+
+  /** Test hook: blocks one node's main event loop for `ms`; false when there is no such node. */
+  blockNode(node: number, ms: number): boolean {
+    const handle = this.nodes[node];
+    if (!handle?.child.connected) return false;
+    this.sendTo(handle, { type: 'block', ms });
+    return true;
   }
 
   /** Test hook: crashes one worker of one node; false when there is no such node or worker. */

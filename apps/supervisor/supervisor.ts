@@ -40,6 +40,7 @@ import { AdminApi, type AdminHost, outcomeResponse, type ReloadRequest, respond 
 import type { ReloadOutcome, ReloadStrategy } from './coordinator';
 import { ReloadBusyError, ReloadCoordinator } from './coordinator';
 import { Fleet } from './fleet';
+import type { NodeHeartbeat, NotifyHost, SystemdNotifier } from './notify';
 
 export interface SupervisorOptions {
   config: ServerConfig;
@@ -49,9 +50,11 @@ export interface SupervisorOptions {
   sources?: { flags: Record<string, unknown>; env: Record<string, string | undefined>; filePath?: string };
   testHooks: boolean;
   cores: number;
+  /** systemd notify and watchdog (NOTIFY_SOCKET set); see notify.ts. */
+  notifier?: SystemdNotifier;
 }
 
-export class Supervisor implements AdminHost {
+export class Supervisor implements AdminHost, NotifyHost {
   private coordinator: ReloadCoordinator | undefined;
   private readonly fleet: Fleet;
   private readonly admin: AdminApi;
@@ -135,6 +138,27 @@ export class Supervisor implements AdminHost {
 
   get lastReload(): ReloadOutcome | undefined {
     return this.coordinator?.last;
+  }
+
+  get epoch(): number {
+    return this.coordinator?.epoch ?? 0;
+  }
+
+  get nodes(): number {
+    return this.options.config.nodes;
+  }
+
+  get nodesReady(): number {
+    return this.fleet.nodes.filter((handle) => handle.ready).length;
+  }
+
+  heartbeat(): NodeHeartbeat {
+    return this.fleet.heartbeat();
+  }
+
+  /** Test hook: wedge one node's event loop for `ms` (the watchdog must notice). */
+  blockNode(node: number, ms: number): boolean {
+    return this.fleet.blockNode(node, ms);
   }
 
   private startOptions(index: number): Omit<NodeStartOptions, 'port' | 'restarts'> {
@@ -249,12 +273,20 @@ export class Supervisor implements AdminHost {
     this.coordinator = new ReloadCoordinator(initial, {
       nodes: () => this.fleet.channels(),
       now: () => Date.now(),
+      onStart: () => this.options.notifier?.reloading(),
       onOutcome: (outcome) => this.recordOutcome(outcome),
     });
     this.rememberDefaults(entries);
     // What the host serves from now on, including a configured default model that won over the saved one.
     this.persist(initial);
-    return this.fleet.start(this.options.config.nodes, this.options.config.port, this.options.config.host);
+    this.options.notifier?.begin(this);
+    const port = await this.fleet.start(
+      this.options.config.nodes,
+      this.options.config.port,
+      this.options.config.host,
+    );
+    this.options.notifier?.started();
+    return port;
   }
 
   private recordOutcome(outcome: ReloadOutcome): void {
@@ -294,6 +326,7 @@ export class Supervisor implements AdminHost {
     if (outcome.result === 'failed') this.logger.error({ ...log, err: outcome.error }, 'reload failed');
     else if (outcome.warnings) this.logger.warn(log, 'reload committed, with warnings');
     else this.logger.info(log, 'reload committed');
+    this.options.notifier?.reloaded(outcome.result === 'failed' ? outcome.error : undefined);
   }
   /**
    * Builds the next table for a reload request and runs it. `model` + `version`: make that version stable
@@ -423,9 +456,11 @@ export class Supervisor implements AdminHost {
   /** SIGTERM: every node stops accepting, answers what it admitted, exits; then the supervisor exits. */
   async shutdown(): Promise<void> {
     if (this.fleet.stopping) return;
+    this.options.notifier?.stopping();
     this.logger.info('shutting down: draining nodes');
     await this.fleet.shutdown(this.options.config.shutdownTimeoutMs + 10000);
     this.logger.info('all nodes stopped');
+    await this.options.notifier?.close();
   }
 }
 
