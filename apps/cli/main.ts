@@ -12,6 +12,7 @@ import { type BenchModelOptions, benchModel, formatBenchModel } from './bench-mo
 import { ClientError, callServer, defaultUrl } from './client';
 import { registerSimulate } from './simulate';
 import { registerStatus } from './status';
+import type { HealthAnswer } from './status-view';
 import { registerStream } from './stream';
 
 const program = new Command();
