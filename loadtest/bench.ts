@@ -32,7 +32,8 @@ const USAGE = `usage: npm run bench -- [options]
       --list             list scenarios and exit
   -h, --help
 
-environment: BENCH_CONNECTIONS, BENCH_REQUESTS (override every scenario's sizes),
+environment: BENCH_STREAM_LOG_DIR (every stream instance's log lines to DIR/<label>.log),
+             BENCH_CONNECTIONS, BENCH_REQUESTS (override every scenario's sizes),
              BENCH_ROUNDS, BENCH_LOADGEN_PROCS, BENCH_QUICK=1`;
 
 class UsageError extends Error {}

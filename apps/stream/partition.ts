@@ -335,8 +335,8 @@ export class PartitionWorker {
     this.state = 'stopping';
     for (const t of this.timers) clearTimeout(t);
     this.timers = [];
-    await (mode === 'drain' ? this.running?.stop() : this.running?.abort())?.catch(() => undefined);
-    if (mode === 'drain' && this.checkpointer) {
+    const drained = await this.stopRunner(mode);
+    if (drained && this.checkpointer) {
       await this.barrierChain;
       await this.checkpointer
         .persist(await this.checkpointer.takeWhilePaused(() => this.checkpointState()))
@@ -347,6 +347,40 @@ export class PartitionWorker {
     this.ctx.metrics.partitionPending.remove({ partition: this.label });
     this.reportBusiest(null);
     this.ctx.logger.info({ partition: this.partition, mode, position: this.position }, 'partition stopped');
+  }
+
+  /**
+   * Stops the consumer loop within a deadline. A drain that does not finish (a message retried in place
+   * because the lease lapsed meanwhile, a broker that stopped answering) turns into an abandon: nothing more
+   * is acked or checkpointed, and the next owner replays from the last checkpoint — as after a crash. The
+   * lease thread waits on this handler: it must never hang. True when drained.
+   */
+  private async stopRunner(mode: 'drain' | 'abandon'): Promise<boolean> {
+    const running = this.running;
+    if (!running) return mode === 'drain';
+    const deadlineMs = Math.max(5_000, this.ctx.config.instance.leaseTtlMs);
+    const within = (p: Promise<void>) =>
+      new Promise<boolean>((resolve) => {
+        const t = setTimeout(() => resolve(false), deadlineMs);
+        p.then(
+          () => resolve(true),
+          () => resolve(true),
+        ).finally(() => clearTimeout(t));
+      });
+    if (mode === 'drain') {
+      if (await within(running.stop())) return true;
+      this.ctx.logger.warn(
+        { partition: this.partition, deadlineMs, inFlight: running.inFlight, position: this.position },
+        'partition drain did not finish in time: abandoned instead (the next owner replays from the last checkpoint)',
+      );
+    }
+    // Sets the loop's abort flag at once (a retry in place gives up) even if the source never closes.
+    if (!(await within(running.abort())))
+      this.ctx.logger.warn(
+        { partition: this.partition, deadlineMs, inFlight: running.inFlight },
+        'partition consumer did not stop in time: left behind (its messages stay unacked)',
+      );
+    return false;
   }
 
   /** The barrier: no new message starts; resolves once every started one is published (and acked or held). */

@@ -68,6 +68,8 @@ export interface RunningPipeline {
   resume(): void;
   /** Messages started and not yet settled. */
   readonly inFlight: number;
+  /** stop() or abort() was called. */
+  readonly stopping: boolean;
   /** Settles when the source ends (after stop()) and nothing is in flight; rejects on a source error. */
   readonly done: Promise<void>;
 }
@@ -177,7 +179,13 @@ export function runPipeline(options: RunnerOptions): RunningPipeline {
     try {
       for await (const message of source.messages()) {
         touched.set(message, Date.now());
-        while (gate) await gate.promise;
+        while (gate && !stopping) await gate.promise;
+        if (stopping) {
+          // Pulled ahead, never started: left unacked (the iterator only ends once its buffer is read). A nak
+          // would not help: the closed consumer's pull requests stay open at the broker until they expire.
+          touched.delete(message);
+          continue;
+        }
         stats.received++;
         // Started here, before any await, so the processor sees messages in arrival order.
         const task = handle(message, effectsOf(message)).finally(() => {
@@ -195,6 +203,7 @@ export function runPipeline(options: RunnerOptions): RunningPipeline {
 
   let gate: { promise: Promise<void>; open: () => void } | undefined;
   let aborted = false;
+  let stopping = false;
   const done = loop();
   return {
     stats,
@@ -202,10 +211,15 @@ export function runPipeline(options: RunnerOptions): RunningPipeline {
     get inFlight() {
       return inFlight.size;
     },
+    get stopping() {
+      return stopping;
+    },
     async stop() {
-      await source.stop();
+      // Before closing the source: its close() resolves only once the loop has read what was pulled ahead,
+      // and a loop held at a barrier's gate would never read it.
+      stopping = true;
       gate?.open();
-      gate = undefined;
+      await source.stop();
       await done;
     },
     async abort() {

@@ -163,11 +163,11 @@ export class JetStreamSource {
     return this.options.durable;
   }
 
-  /** -1: unlimited. At this delivery count the broker gives the message up for good. */
   get ackWaitMs(): number {
     return this.options.ackWaitMs;
   }
 
+  /** -1: unlimited. At this delivery count the broker gives the message up for good. */
   get maxDeliver(): number {
     return this.options.maxDeliver;
   }

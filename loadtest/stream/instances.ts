@@ -59,7 +59,13 @@ export async function startInstance(
     '"caught up after restore"',
     '"checkpoint completed"',
   ];
+  // Every line of the instance (its supervisor and pipeline processes), when asked: the report keeps only
+  // what it measures, and a failed run is diagnosed from the whole log.
+  const logDir = process.env.BENCH_STREAM_LOG_DIR;
+  if (logDir) fs.mkdirSync(logDir, { recursive: true });
+  const log = logDir ? fs.createWriteStream(path.join(logDir, `${label}.log`), { flags: 'a' }) : undefined;
   const onLine = (l: string): void => {
+    log?.write(`${l}\n`);
     if (!l.startsWith('{')) return;
     const atMs = Date.now();
     if (/"level":(4|5|6)\d/.test(l)) inst.events.push({ atMs, line: l.slice(0, 400) });

@@ -432,6 +432,39 @@ describe('pipeline runner', () => {
     await pipeline.stop();
   }, 30_000);
 
+  test('stop() while a barrier holds the gate: returns at once and starts nothing of what was pulled ahead', async () => {
+    const layout = await provisioned();
+    await publishEvents(layout, 20);
+    const source = await JetStreamSource.open(
+      nats.js,
+      nats.jsm,
+      sourceOptions(layout, { ackWaitMs: 30_000, batchSize: 10 }),
+    );
+    let started = 0;
+    const pipeline = runPipeline({
+      source,
+      sink: new JetStreamSink(nats.js),
+      subjects: layout.subjects,
+      process: () => {
+        started++;
+        return [];
+      },
+      concurrency: 4,
+    });
+    await pipeline.pause();
+    // The consumer pulls its batch meanwhile; the loop holds one message at the gate.
+    await waitFor('a pulled batch', async () => (await source.lag()).ackPending > 0);
+    const stoppedIn = await Promise.race([
+      pipeline.stop().then(() => 'stopped'),
+      new Promise((resolve) => setTimeout(() => resolve('still waiting after 5 s'), 5000)),
+    ]);
+    expect(stoppedIn).toBe('stopped');
+    expect(started).toBe(0);
+    expect(pipeline.stats.received).toBe(0);
+    // Left unacked: they come back after ack_wait, to whoever consumes next.
+    expect((await source.lag()).ackPending).toBeGreaterThan(0);
+  }, 30_000);
+
   test('an event whose effect cannot be published is naked and redelivered, never acked', async () => {
     const layout = await provisioned();
     await publishEvents(layout, 1);
