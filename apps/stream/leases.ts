@@ -137,36 +137,6 @@ function isWrongRevision(err: unknown): boolean {
   );
 }
 
-/** How long a key listing may take. */
-const LIST_TIMEOUT_MS = 3000;
-
-/**
- * The keys of a listing. kv.keys() counts the matching keys, then consumes them: when they expire (max_age)
- * in between, nothing comes and it waits for an idle heartbeat (~30 s, seen here). Bounded: a listing that
- * times out fails the pass, and the next one lists again.
- */
-async function collect(iter: AsyncIterable<string> & { stop(): void }): Promise<string[]> {
-  const out: string[] = [];
-  let timer: NodeJS.Timeout | undefined;
-  const timedOut = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
-      iter.stop();
-      reject(new StreamIoError('nats_unreachable', `key listing took over ${LIST_TIMEOUT_MS} ms`));
-    }, LIST_TIMEOUT_MS);
-  });
-  try {
-    await Promise.race([
-      (async () => {
-        for await (const k of iter) out.push(k);
-      })(),
-      timedOut,
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
-  return out;
-}
-
 /** Debounce before an assignment pass, so a burst of watch events (a graceful stop deletes several keys) is one pass. */
 const ASSIGN_DEBOUNCE_MS = 50;
 
@@ -247,7 +217,7 @@ export class PartitionLeases {
   /** The instances heartbeating now, read from the bucket (before start(): who else is already running). */
   async peers(): Promise<string[]> {
     const prefix = `${this.options.group}.i.`;
-    const keys = await this.kv.keys(`${prefix}*`).then(collect);
+    const keys = await this.listKeys(`${prefix}*`);
     return keys.map((k) => k.slice(prefix.length)).sort();
   }
 
@@ -293,6 +263,27 @@ export class PartitionLeases {
   }
 
   // ---- internals ----
+
+  /**
+   * The keys matching `filter` whose last entry is a PUT. Not kv.keys(): on nats-server 2.9 every call leaves
+   * an ephemeral consumer behind (seen here: 20 listings, 20 consumers still there 32 s later; one pass per
+   * renewal made that thousands a day). One stream-info request lists the subjects, then (dropDeleted) a get
+   * per subject drops delete markers (a graceful stop's deletes stay as markers until max_age).
+   */
+  private async listKeys(filter: string, dropDeleted = true): Promise<string[]> {
+    const bucket = this.options.bucket;
+    const subjectPrefix = `$KV.${bucket}.`;
+    const info = await this.options.nats.jsm.streams.info(`KV_${bucket}`, {
+      subjects_filter: `${subjectPrefix}${filter}`,
+    });
+    // No matching subject: the server leaves the map out.
+    const keys = Object.keys(info.state.subjects ?? {}).map((subject) => subject.slice(subjectPrefix.length));
+    if (!dropDeleted) return keys;
+    const live = await Promise.all(
+      keys.map(async (key) => ((await this.kv.get(key))?.operation === 'PUT' ? key : null)),
+    );
+    return live.filter((key): key is string => key !== null);
+  }
 
   private leaseKey(partition: number): string {
     return `${this.options.group}.p.${partition}`;
@@ -488,8 +479,9 @@ export class PartitionLeases {
     if (!handlers || this.stopped) return;
     const group = this.options.group;
     const [instanceKeys, leaseKeys] = await Promise.all([
-      this.kv.keys(`${group}.i.*`).then(collect),
-      this.kv.keys(`${group}.p.*`).then(collect),
+      this.listKeys(`${group}.i.*`),
+      // Delete markers included: only a partition this pass would claim is looked at (see below).
+      this.listKeys(`${group}.p.*`, false),
     ]);
     const live = [
       ...new Set([...instanceKeys.map((k) => k.slice(`${group}.i.`.length)), this.options.instanceId]),
@@ -512,6 +504,7 @@ export class PartitionLeases {
       }
       return;
     }
+    // Listed: a lease, or the delete marker of one given back (a graceful stop) until max_age drops it.
     const taken = new Set(leaseKeys.map((k) => Number(k.slice(`${group}.p.`.length))));
     if (this.options.reclaim && !this.reclaimed) {
       this.reclaimed = true;
@@ -522,7 +515,9 @@ export class PartitionLeases {
     }
     for (const partition of this.preference) {
       if (this.stopped || keeping().length >= target) return;
-      if (this.leases.has(partition) || taken.has(partition)) continue;
+      if (this.leases.has(partition)) continue;
+      if (taken.has(partition) && (await this.kv.get(this.leaseKey(partition)))?.operation === 'PUT')
+        continue;
       await this.claim(handlers, partition);
     }
   }

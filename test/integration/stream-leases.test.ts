@@ -183,6 +183,11 @@ test('two instances split 2/2, a third joins 2/1/1 by graceful handover, a stop 
   expect(changes.length).toBeGreaterThan(0);
   // The hook runs once an acquire handler has returned.
   await waitFor('onChange caught up', () => changes.at(-1)?.owned.join() === a.owned().join());
+  // Each pass lists the bucket (dozens of passes by now): a listing must not leave a consumer behind on the
+  // broker (kv.keys() left one per call). One watch per instance that ran on this connection is all there
+  // should be (a stopped watch's ephemeral consumer lingers while its connection lives: c's).
+  const consumers = (await nats.jsm.streams.info(`KV_${bucket}`)).state.consumer_count;
+  expect(consumers).toBeLessThanOrEqual(3);
   process.stderr.write(
     `leases: join rebalanced in ${rebalanceMs} ms, graceful stop handed over in ${handoverMs} ms\n`,
   );
