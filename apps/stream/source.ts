@@ -177,11 +177,17 @@ export class JetStreamSource {
     if (this.messagesIter)
       throw new StreamIoError('invalid_options', 'a source is consumed by one loop only');
     const consumer = await this.js.consumers.get(this.options.stream, this.options.durable);
+    if (this.stopped) return;
     const iter = (await consumer.consume({
       max_messages: this.options.batchSize,
     })) as unknown as MessageStream;
     this.messagesIter = iter;
-    if (this.stopped) await iter.close();
+    if (this.stopped) {
+      // Stopped while the iterator was being made. Not awaited: close() resolves only once a loop has read
+      // the iterator to its end, and this one never will (awaiting it hung a partition's drain forever).
+      void iter.close().catch(() => undefined);
+      return;
+    }
     for await (const msg of iter) yield this.wrap(msg);
   }
 

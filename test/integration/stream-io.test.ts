@@ -432,6 +432,31 @@ describe('pipeline runner', () => {
     await pipeline.stop();
   }, 30_000);
 
+  test('stop() right after start, before the consumer is open: returns at once', async () => {
+    const layout = await provisioned();
+    await publishEvents(layout, 5);
+    const source = await JetStreamSource.open(nats.js, nats.jsm, sourceOptions(layout));
+    let started = 0;
+    const pipeline = runPipeline({
+      source,
+      sink: new JetStreamSink(nats.js),
+      subjects: layout.subjects,
+      process: () => {
+        started++;
+        return [];
+      },
+      concurrency: 4,
+    });
+    // A partition released the moment it started (a rebalance right after a takeover): the loop is still
+    // opening its consumer.
+    const stoppedIn = await Promise.race([
+      pipeline.stop().then(() => 'stopped'),
+      new Promise((resolve) => setTimeout(() => resolve('still waiting after 5 s'), 5000)),
+    ]);
+    expect(stoppedIn).toBe('stopped');
+    expect(started).toBe(0);
+  }, 30_000);
+
   test('stop() while a barrier holds the gate: returns at once and starts nothing of what was pulled ahead', async () => {
     const layout = await provisioned();
     await publishEvents(layout, 20);
