@@ -3,8 +3,13 @@
  * restore point is a pointer in a KV bucket, written only after the object is complete — so a failed or
  * partial checkpoint never becomes the restore point. The object the pointer named before is kept until the
  * next pointer is written (two generations), older ones are deleted.
+ *
+ * Never ObjectStore.list(): on nats-server 2.9 every call leaves an ephemeral consumer on the bucket's stream
+ * (the full chaos bench found 100 on one bucket, one per checkpoint). Old objects are deleted by name — their
+ * ids lie between the last pruned one and the pointer's — and their metadata tombstones purged, so the one
+ * listing (stream info, once per open: crash orphans of earlier lives) stays small.
  */
-import type { JetStreamClient } from '@nats-io/jetstream';
+import type { JetStreamClient, JetStreamManager } from '@nats-io/jetstream';
 import { type KV, Kvm } from '@nats-io/kv';
 import { type ObjectStore, Objm } from '@nats-io/obj';
 import type { DeciderSnapshot } from '../../libs/stream';
@@ -50,10 +55,21 @@ interface Pointer {
 
 const decoder = new TextDecoder();
 
+/** How the object store names an object's metadata subject (base64url, padded). */
+function metaSubject(bucket: string, name: string): string {
+  const b64 = Buffer.from(name).toString('base64url');
+  return `$O.${bucket}.M.${b64}${'='.repeat((4 - (b64.length % 4)) % 4)}`;
+}
+
 export class CheckpointStore {
+  /** Ids below this are deleted; null until the first save lists what earlier lives left. */
+  private prunedBelow: number | null = null;
+
   private constructor(
     private readonly objects: ObjectStore,
     private readonly pointers: KV,
+    private readonly jsm: JetStreamManager,
+    private readonly bucket: string,
     private readonly key: string,
   ) {}
 
@@ -67,7 +83,13 @@ export class CheckpointStore {
     try {
       const objects = await new Objm(js).create(bucket);
       const pointers = await new Kvm(js).create(`${bucket}_head`, { history: 1 });
-      return new CheckpointStore(objects, pointers, `${pipeline}.${partition}`);
+      return new CheckpointStore(
+        objects,
+        pointers,
+        await js.jetstreamManager(),
+        bucket,
+        `${pipeline}.${partition}`,
+      );
     } catch (err) {
       throw new StreamIoError('stream_provision_failed', `checkpoint buckets ${bucket}: ${String(err)}`, {
         cause: err,
@@ -113,12 +135,32 @@ export class CheckpointStore {
     // checkpoints whose pointer was never written) go.
     if (previous?.operation === 'PUT' && previous.value.length > 0) {
       const before = JSON.parse(decoder.decode(previous.value)) as Pointer;
-      for (const info of await this.objects.list()) {
-        if (!info.name.startsWith(`${this.key}.`)) continue;
-        const id = Number(info.name.slice(this.key.length + 1));
-        if (Number.isInteger(id) && id < before.id)
-          await this.objects.delete(info.name).catch(() => undefined);
-      }
+      await this.prune(before.id).catch(() => undefined);
     }
+  }
+
+  /** Deletes this partition's objects with ids below `keepFrom` (failed checkpoints' orphans included). */
+  private async prune(keepFrom: number): Promise<void> {
+    const ids: number[] = [];
+    if (this.prunedBelow === null) {
+      // Once per open: whatever earlier lives left (a crash between the object and the pointer).
+      const prefix = `$O.${this.bucket}.M.`;
+      const info = await this.jsm.streams.info(`OBJ_${this.bucket}`, { subjects_filter: `${prefix}>` });
+      for (const subject of Object.keys(info.state.subjects ?? {})) {
+        const name = Buffer.from(subject.slice(prefix.length), 'base64url').toString();
+        if (!name.startsWith(`${this.key}.`)) continue;
+        const id = Number(name.slice(this.key.length + 1));
+        if (Number.isInteger(id) && id < keepFrom) ids.push(id);
+      }
+    } else for (let id = this.prunedBelow; id < keepFrom; id++) ids.push(id);
+    for (const id of ids) {
+      const name = `${this.key}.${id}`;
+      await this.objects.delete(name).catch(() => undefined);
+      // The tombstone delete() leaves: without it every checkpoint ever taken would stay a subject.
+      await this.jsm.streams
+        .purge(`OBJ_${this.bucket}`, { filter: metaSubject(this.bucket, name) })
+        .catch(() => undefined);
+    }
+    this.prunedBelow = Math.max(this.prunedBelow ?? 0, keepFrom);
   }
 }

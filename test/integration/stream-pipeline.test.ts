@@ -5,6 +5,7 @@
  * of the feature row (the backends have their own tests, and `streaminfer stream` runs the real model in
  * stream-process.test.ts): these tests are about the stream semantics.
  */
+
 import pino from 'pino';
 import {
   connectNats,
@@ -16,6 +17,7 @@ import {
   PipelineMetrics,
   resolvePipelineConfig,
 } from '../../apps/stream';
+import { CheckpointStore } from '../../apps/stream/checkpoints';
 import { computeFeatures, DeliveryDecider, type DeliveryEvent, type Prediction } from '../../libs/stream';
 import { simulate } from '../../loadtest/simulator';
 import {
@@ -604,5 +606,18 @@ describe('delivery pipeline with checkpoints (in process)', () => {
       for (const d of reference.ingest(r.payload, '0').decisions)
         expected.add(`${d.delivery_id}:${d.event_id}:delay-risk@1:r1:${d.revision}`);
     expect(ids).toEqual(expected);
+    // Dozens of checkpoints (every 300 ms) later, the object store holds two generations per partition, no
+    // tombstone per checkpoint ever taken, and no consumer left behind by a listing.
+    const prefix = `$O.${bucket}.M.`;
+    const info = await nats.jsm.streams.info(`OBJ_${bucket}`, { subjects_filter: `${prefix}>` });
+    const objects = Object.keys(info.state.subjects ?? {}).map((subject) =>
+      Buffer.from(subject.slice(prefix.length), 'base64url').toString(),
+    );
+    const latest = await (
+      await CheckpointStore.open(nats.js, bucket, `${names.tag}_pipeline`, 'p0')
+    ).latest();
+    expect(latest!.id).toBeGreaterThan(5);
+    expect(objects.length).toBeLessThanOrEqual(2 * 2);
+    expect(info.state.consumer_count).toBeLessThanOrEqual(2);
   }, 90_000);
 });
