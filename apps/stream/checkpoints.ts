@@ -4,11 +4,16 @@
  * partial checkpoint never becomes the restore point. The object the pointer named before is kept until the
  * next pointer is written (two generations), older ones are deleted.
  *
+ * Object names carry a token of the store that wrote them (`<pipeline>.<partition>.<id>.<token>`): a stalled
+ * previous owner numbering on from the same checkpoint never overwrites its successor's object (its pointer
+ * write is fenced, its object write cannot be).
+ *
  * Never ObjectStore.list(): on nats-server 2.9 every call leaves an ephemeral consumer on the bucket's stream
- * (the full chaos bench found 100 on one bucket, one per checkpoint). Old objects are deleted by name — their
- * ids lie between the last pruned one and the pointer's — and their metadata tombstones purged, so the one
- * listing (stream info, once per open: crash orphans of earlier lives) stays small.
+ * (the full chaos bench found 100 on one bucket, one per checkpoint). Old objects are found with one
+ * stream-info subject listing (no consumer), deleted, and their metadata tombstones purged, so the listing
+ * stays as small as the live objects.
  */
+import { randomBytes } from 'node:crypto';
 import type { JetStreamClient, JetStreamManager } from '@nats-io/jetstream';
 import { type KV, Kvm } from '@nats-io/kv';
 import { type ObjectStore, Objm } from '@nats-io/obj';
@@ -62,8 +67,8 @@ function metaSubject(bucket: string, name: string): string {
 }
 
 export class CheckpointStore {
-  /** Ids below this are deleted; null until the first save lists what earlier lives left. */
-  private prunedBelow: number | null = null;
+  /** Names this store's objects: unique per store (per owner's life). */
+  private readonly token = randomBytes(4).toString('hex');
 
   private constructor(
     private readonly objects: ObjectStore,
@@ -121,7 +126,7 @@ export class CheckpointStore {
     bytes: Uint8Array,
     fence: () => boolean = () => true,
   ): Promise<void> {
-    const object = `${this.key}.${id}`;
+    const object = `${this.key}.${id}.${this.token}`;
     await this.objects.putBlob({ name: object }, bytes);
     await testDelay();
     // A process that stalled past its lease (another instance may own the partition now) never moves the
@@ -139,28 +144,21 @@ export class CheckpointStore {
     }
   }
 
-  /** Deletes this partition's objects with ids below `keepFrom` (failed checkpoints' orphans included). */
+  /** Deletes this partition's objects with ids below `keepFrom` (any writer's, failed checkpoints' included). */
   private async prune(keepFrom: number): Promise<void> {
-    const ids: number[] = [];
-    if (this.prunedBelow === null) {
-      // Once per open: whatever earlier lives left (a crash between the object and the pointer).
-      const prefix = `$O.${this.bucket}.M.`;
-      const info = await this.jsm.streams.info(`OBJ_${this.bucket}`, { subjects_filter: `${prefix}>` });
-      for (const subject of Object.keys(info.state.subjects ?? {})) {
-        const name = Buffer.from(subject.slice(prefix.length), 'base64url').toString();
-        if (!name.startsWith(`${this.key}.`)) continue;
-        const id = Number(name.slice(this.key.length + 1));
-        if (Number.isInteger(id) && id < keepFrom) ids.push(id);
-      }
-    } else for (let id = this.prunedBelow; id < keepFrom; id++) ids.push(id);
-    for (const id of ids) {
-      const name = `${this.key}.${id}`;
+    const prefix = `$O.${this.bucket}.M.`;
+    const info = await this.jsm.streams.info(`OBJ_${this.bucket}`, { subjects_filter: `${prefix}>` });
+    for (const subject of Object.keys(info.state.subjects ?? {})) {
+      const name = Buffer.from(subject.slice(prefix.length), 'base64url').toString();
+      if (!name.startsWith(`${this.key}.`)) continue;
+      // `<id>.<token>` (or `<id>` from builds before the token)
+      const id = Number(name.slice(this.key.length + 1).split('.')[0]);
+      if (!Number.isInteger(id) || id >= keepFrom) continue;
       await this.objects.delete(name).catch(() => undefined);
       // The tombstone delete() leaves: without it every checkpoint ever taken would stay a subject.
       await this.jsm.streams
         .purge(`OBJ_${this.bucket}`, { filter: metaSubject(this.bucket, name) })
         .catch(() => undefined);
     }
-    this.prunedBelow = Math.max(this.prunedBelow ?? 0, keepFrom);
   }
 }
