@@ -204,8 +204,15 @@ describe('delivery pipeline on JetStream', () => {
     expect(status.state).toBe('failed');
     expect(status.error).toMatch(/lease thread died/);
     expect(await metricValue(metrics, 'streaminfer_stream_up')).toBe(0);
-    // Released as lost: stopped without draining, well inside the 6 s TTL.
+    // Released as lost: no longer worked at once (the workers are dropped before they stop), each stopped
+    // without draining well inside the 6 s TTL (counted once its consumer has stopped).
     await waitFor('partitions dropped', () => pipeline.ownedPartitions().length === 0, 2000);
+    await waitFor(
+      'both counted as lost',
+      async () =>
+        (await metricValue(metrics, 'streaminfer_stream_partition_moves_total', { reason: 'lost' })) === 2,
+      5000,
+    );
     expect(await metricValue(metrics, 'streaminfer_stream_partition_moves_total', { reason: 'lost' })).toBe(
       2,
     );
