@@ -101,6 +101,30 @@ function unpublishablePipeline(source: JetStreamSource, layout: StreamLayout, ta
   return { deliveries, pipeline };
 }
 
+/** A pipeline whose processor only counts the messages it starts. */
+function countingPipeline(source: JetStreamSource, layout: StreamLayout) {
+  let started = 0;
+  const pipeline = runPipeline({
+    source,
+    sink: new JetStreamSink(nats.js),
+    subjects: layout.subjects,
+    process: () => {
+      started++;
+      return [];
+    },
+    concurrency: 4,
+  });
+  return { pipeline, started: () => started };
+}
+
+/** 'stopped', or what a hung stop() looks like after `ms`. */
+function stopWithin(pipeline: { stop(): Promise<void> }, ms: number): Promise<string> {
+  return Promise.race([
+    pipeline.stop().then(() => 'stopped'),
+    new Promise<string>((resolve) => setTimeout(() => resolve(`still waiting after ${ms / 1000} s`), ms)),
+  ]);
+}
+
 function sourceOptions(
   layout: StreamLayout,
   overrides: Partial<Parameters<typeof JetStreamSource.open>[2]> = {},
@@ -436,25 +460,11 @@ describe('pipeline runner', () => {
     const layout = await provisioned();
     await publishEvents(layout, 5);
     const source = await JetStreamSource.open(nats.js, nats.jsm, sourceOptions(layout));
-    let started = 0;
-    const pipeline = runPipeline({
-      source,
-      sink: new JetStreamSink(nats.js),
-      subjects: layout.subjects,
-      process: () => {
-        started++;
-        return [];
-      },
-      concurrency: 4,
-    });
+    const { pipeline, started } = countingPipeline(source, layout);
     // A partition released the moment it started (a rebalance right after a takeover): the loop is still
     // opening its consumer.
-    const stoppedIn = await Promise.race([
-      pipeline.stop().then(() => 'stopped'),
-      new Promise((resolve) => setTimeout(() => resolve('still waiting after 5 s'), 5000)),
-    ]);
-    expect(stoppedIn).toBe('stopped');
-    expect(started).toBe(0);
+    expect(await stopWithin(pipeline, 5000)).toBe('stopped');
+    expect(started()).toBe(0);
   }, 30_000);
 
   test('stop() while a barrier holds the gate: returns at once and starts nothing of what was pulled ahead', async () => {
@@ -465,26 +475,12 @@ describe('pipeline runner', () => {
       nats.jsm,
       sourceOptions(layout, { ackWaitMs: 30_000, batchSize: 10 }),
     );
-    let started = 0;
-    const pipeline = runPipeline({
-      source,
-      sink: new JetStreamSink(nats.js),
-      subjects: layout.subjects,
-      process: () => {
-        started++;
-        return [];
-      },
-      concurrency: 4,
-    });
+    const { pipeline, started } = countingPipeline(source, layout);
     await pipeline.pause();
     // The consumer pulls its batch meanwhile; the loop holds one message at the gate.
     await waitFor('a pulled batch', async () => (await source.lag()).ackPending > 0);
-    const stoppedIn = await Promise.race([
-      pipeline.stop().then(() => 'stopped'),
-      new Promise((resolve) => setTimeout(() => resolve('still waiting after 5 s'), 5000)),
-    ]);
-    expect(stoppedIn).toBe('stopped');
-    expect(started).toBe(0);
+    expect(await stopWithin(pipeline, 5000)).toBe('stopped');
+    expect(started()).toBe(0);
     expect(pipeline.stats.received).toBe(0);
     // Left unacked: they come back after ack_wait, to whoever consumes next.
     expect((await source.lag()).ackPending).toBeGreaterThan(0);

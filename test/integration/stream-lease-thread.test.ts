@@ -12,32 +12,18 @@ import {
   type LeaseKeeperOptions,
   type NatsHandle,
   PartitionLeases,
-  type ReleaseReason,
   StreamIoError,
 } from '../../apps/stream';
+
+import { bucketNames, pollUntil, Timeline } from './lease-kit';
 
 const NATS_URL = process.env['STREAMINFER_TEST_NATS'] ?? 'nats://127.0.0.1:4222';
 const logger = pino({ level: 'silent' });
 const GROUP = 'lease-thread';
 
 let nats: NatsHandle;
-let counter = 0;
-const buckets: string[] = [];
+const names = bucketNames('lthread');
 const running: LeaseKeeper[] = [];
-
-function uniqueBucket(): string {
-  const name = `lthread${process.pid}t${Date.now() % 1_000_000}n${counter++}`;
-  buckets.push(name);
-  return name;
-}
-
-async function waitFor(what: string, check: () => boolean, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}
 
 /** What a checkpoint restore or a big snapshot does to the event loop. */
 function blockMainThread(ms: number): void {
@@ -45,43 +31,6 @@ function blockMainThread(ms: number): void {
   let spins = 0;
   while (Date.now() < until) spins++;
   if (spins < 0) throw new Error('unreachable');
-}
-
-interface Event {
-  at: number;
-  instance: string;
-  partition: number;
-  kind: 'acquire' | 'release';
-  reason?: ReleaseReason;
-}
-
-/** Handler calls, stamped when called, and whether two instances ever worked one partition at once. */
-class Timeline {
-  readonly events: Event[] = [];
-  readonly violations: string[] = [];
-  private readonly holder = new Map<number, string>();
-
-  handlers(instance: string) {
-    return {
-      acquire: async (partition: number) => {
-        const other = this.holder.get(partition);
-        if (other !== undefined && other !== instance)
-          this.violations.push(`${instance} acquired ${partition} while ${other} held it`);
-        this.holder.set(partition, instance);
-        this.events.push({ at: Date.now(), instance, partition, kind: 'acquire' });
-        await new Promise((resolve) => setTimeout(resolve, 30));
-      },
-      release: async (partition: number, reason: ReleaseReason) => {
-        this.events.push({ at: Date.now(), instance, partition, kind: 'release', reason });
-        await new Promise((resolve) => setTimeout(resolve, 30));
-        if (this.holder.get(partition) === instance) this.holder.delete(partition);
-      },
-    };
-  }
-
-  of(instance: string, kind: Event['kind']): Event[] {
-    return this.events.filter((e) => e.instance === instance && e.kind === kind);
-  }
 }
 
 function options(bucket: string, id: string, partitions: number, ttlMs: number): LeaseKeeperOptions {
@@ -118,16 +67,16 @@ afterEach(async () => {
 });
 
 afterAll(async () => {
-  for (const bucket of buckets) await nats.jsm.streams.delete(`KV_${bucket}`).catch(() => undefined);
+  for (const bucket of names.all) await nats.jsm.streams.delete(`KV_${bucket}`).catch(() => undefined);
   await nats.close();
 });
 
 test('main thread blocked for 2.5 × TTL: the lease thread renews, every partition is kept', async () => {
-  const bucket = uniqueBucket();
+  const bucket = names.next();
   const timeline = new Timeline();
   const ttlMs = 1500;
   const a = await keeper(bucket, 'inst-a', timeline, 4, ttlMs);
-  await waitFor('a works all 4', () => timeline.of('inst-a', 'acquire').length === 4);
+  await pollUntil('a works all 4', () => timeline.of('inst-a', 'acquire').length === 4);
   // The competitor's own thread claims any lease that lapses while this thread is blocked.
   const b = await keeper(bucket, 'inst-b', timeline, 4, ttlMs);
   const blockedAt = Date.now();
@@ -137,7 +86,7 @@ test('main thread blocked for 2.5 × TTL: the lease thread renews, every partiti
   expect(range(4).map((p) => a.holds(p))).toEqual([true, true, true, true]);
 
   // b only gets partitions a gives back by rebalance, after the block.
-  await waitFor('2/2', () => a.owned().length === 2 && b.owned().length === 2, 10_000);
+  await pollUntil('2/2', () => a.owned().length === 2 && b.owned().length === 2, 10_000);
   expect(timeline.events.some((e) => e.reason === 'lost')).toBe(false);
   expect(timeline.of('inst-a', 'release').map((e) => e.reason)).toEqual(['rebalance', 'rebalance']);
   expect(timeline.violations).toEqual([]);
@@ -145,14 +94,14 @@ test('main thread blocked for 2.5 × TTL: the lease thread renews, every partiti
 });
 
 test('main thread blocked past maxStallMs: renewals stop, the competitor takes the partitions', async () => {
-  const bucket = uniqueBucket();
+  const bucket = names.next();
   const timeline = new Timeline();
   const ttlMs = 1500;
   const maxStallMs = 2000;
   const a = await keeper(bucket, 'inst-a', timeline, 4, ttlMs, maxStallMs);
   // The competitor keeps the default maxStallMs: its thread goes on renewing and claiming through the block.
   const b = await keeper(bucket, 'inst-b', timeline, 4, ttlMs);
-  await waitFor(
+  await pollUntil(
     '2/2',
     () => a.owned().length === 2 && b.owned().length === 2 && a.owned().every((p) => a.holds(p)),
   );
@@ -183,7 +132,7 @@ test('main thread blocked past maxStallMs: renewals stop, the competitor takes t
     holders.filter((h) => h.instance === 'inst-a' && h.created > stallSeenBy && h.created < unblockedAt),
   ).toEqual([]);
 
-  await waitFor(
+  await pollUntil(
     'a released its 2 as lost',
     () => timeline.of('inst-a', 'release').length === releasesBefore + 2,
   );
@@ -191,7 +140,7 @@ test('main thread blocked past maxStallMs: renewals stop, the competitor takes t
   expect(released.map((e) => e.reason)).toEqual(['lost', 'lost']);
   expect(released.map((e) => e.partition).sort()).toEqual(mine);
   // Responsive again: a heartbeats and claims again, the two split the partitions.
-  await waitFor('2/2 again', () => a.owned().length === 2 && b.owned().length === 2, 10_000);
+  await pollUntil('2/2 again', () => a.owned().length === 2 && b.owned().length === 2, 10_000);
   process.stderr.write(
     `lease thread: main blocked ${unblockedAt - blockedAt} ms (maxStallMs ${maxStallMs}, ttl ${ttlMs}): ` +
       `leases lapsed, competitor claimed during the block\n`,
@@ -199,12 +148,12 @@ test('main thread blocked past maxStallMs: renewals stop, the competitor takes t
 });
 
 test('the lease thread dies: holds() is false at once, every partition is released as lost', async () => {
-  const bucket = uniqueBucket();
+  const bucket = names.next();
   const timeline = new Timeline();
   const a = await keeper(bucket, 'inst-a', timeline, 2, 1500);
   const fatal: Error[] = [];
   a.onFatal = (err) => fatal.push(err);
-  await waitFor('a works both', () => timeline.of('inst-a', 'acquire').length === 2);
+  await pollUntil('a works both', () => timeline.of('inst-a', 'acquire').length === 2);
   expect([a.holds(0), a.holds(1)]).toEqual([true, true]);
   const killedAt = Date.now();
   await a.killThreadForTest();
@@ -244,7 +193,7 @@ test('options and bucket errors arrive with the codes PartitionLeases gives', as
   expect(await codeOf(LeaseKeeper.open({ ...base, maxStallMs: 1500 }))).toBe('invalid_options');
 
   // A bucket error comes from the thread: an existing bucket with another TTL.
-  const bucket = uniqueBucket();
+  const bucket = names.next();
   await new Kvm(nats.js).create(bucket, { ttl: 5000, history: 1 });
   const mismatch = { ...base, bucket };
   expect(await codeOf(PartitionLeases.open({ ...mismatch, nats }))).toBe('stream_mismatch');

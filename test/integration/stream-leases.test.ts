@@ -10,75 +10,18 @@ import {
   type LeaseChange,
   type NatsHandle,
   PartitionLeases,
-  type ReleaseReason,
   StreamIoError,
 } from '../../apps/stream';
+
+import { bucketNames, pollUntil, Timeline } from './lease-kit';
 
 const NATS_URL = process.env['STREAMINFER_TEST_NATS'] ?? 'nats://127.0.0.1:4222';
 const logger = pino({ level: 'silent' });
 const GROUP = 'streaminfer-delivery';
 
 let nats: NatsHandle;
-let counter = 0;
-const buckets: string[] = [];
+const names = bucketNames('lease');
 const running: PartitionLeases[] = [];
-
-function uniqueBucket(): string {
-  const name = `lease${process.pid}t${Date.now() % 1_000_000}n${counter++}`;
-  buckets.push(name);
-  return name;
-}
-
-async function waitFor(what: string, check: () => boolean, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}
-
-interface Event {
-  at: number;
-  instance: string;
-  partition: number;
-  kind: 'acquire' | 'release';
-  reason?: ReleaseReason;
-}
-
-/** Records every handler call and whether two instances' handlers ever worked one partition at once. */
-class Timeline {
-  readonly events: Event[] = [];
-  readonly violations: string[] = [];
-  private readonly holder = new Map<number, string>();
-  /** How long an instance's next acquire handler takes (then 30 ms again). */
-  readonly acquireMs = new Map<string, number>();
-
-  handlers(instance: string) {
-    return {
-      acquire: async (partition: number) => {
-        const other = this.holder.get(partition);
-        if (other !== undefined && other !== instance)
-          this.violations.push(`${instance} acquired ${partition} while ${other} held it`);
-        this.holder.set(partition, instance);
-        this.events.push({ at: Date.now(), instance, partition, kind: 'acquire' });
-        // Like restoring a checkpoint: renewals must go on meanwhile.
-        const ms = this.acquireMs.get(instance) ?? 30;
-        this.acquireMs.delete(instance);
-        await new Promise((resolve) => setTimeout(resolve, ms));
-      },
-      release: async (partition: number, reason: ReleaseReason) => {
-        await new Promise((resolve) => setTimeout(resolve, 30));
-        if (this.holder.get(partition) === instance) this.holder.delete(partition);
-        this.events.push({ at: Date.now(), instance, partition, kind: 'release', reason });
-      },
-    };
-  }
-
-  /** A crash: the process is gone, so its partitions are no longer worked (nothing was called). */
-  crashed(instance: string): void {
-    for (const [p, who] of [...this.holder]) if (who === instance) this.holder.delete(p);
-  }
-}
 
 async function instance(
   bucket: string,
@@ -120,7 +63,7 @@ afterEach(async () => {
 });
 
 afterAll(async () => {
-  for (const bucket of buckets) await nats.jsm.streams.delete(`KV_${bucket}`).catch(() => undefined);
+  for (const bucket of names.all) await nats.jsm.streams.delete(`KV_${bucket}`).catch(() => undefined);
   await nats.close();
 });
 
@@ -142,27 +85,27 @@ test('options are checked before any I/O', async () => {
 });
 
 test('two instances split 2/2, a third joins 2/1/1 by graceful handover, a stop hands over at once', async () => {
-  const bucket = uniqueBucket();
+  const bucket = names.next();
   const timeline = new Timeline();
   const ttlMs = 3000;
   const changes: LeaseChange[] = [];
   const a = await instance(bucket, 'inst-a', timeline, 4, ttlMs);
   a.onChange = (change) => changes.push(change);
   const b = await instance(bucket, 'inst-b', timeline, 4, ttlMs);
-  await waitFor('2/2', () => covered(4, a, b) && counts(a, b).join() === '2,2');
+  await pollUntil('2/2', () => covered(4, a, b) && counts(a, b).join() === '2,2');
   // a's live view is refreshed by each pass: it may have split 2/2 by losing create races before seeing b.
-  await waitFor('a sees b', () => a.liveInstances().join() === 'inst-a,inst-b', ttlMs);
+  await pollUntil('a sees b', () => a.liveInstances().join() === 'inst-a,inst-b', ttlMs);
 
   const joinedAt = Date.now();
   const c = await instance(bucket, 'inst-c', timeline, 4, ttlMs);
-  await waitFor('2/1/1', () => covered(4, a, b, c) && counts(a, b, c).join() === '2,1,1');
+  await pollUntil('2/1/1', () => covered(4, a, b, c) && counts(a, b, c).join() === '2,1,1');
   const rebalanceMs = Date.now() - joinedAt;
   const handedOver = timeline.events.filter((e) => e.reason === 'rebalance');
   expect(handedOver.length).toBeGreaterThanOrEqual(1);
   // c acquired each handed-over partition only after the previous holder's release returned.
   for (const release of handedOver) {
     const next = timeline.events.find(
-      (e) => e.kind === 'acquire' && e.partition === release.partition && e.at >= release.at,
+      (e) => e.kind === 'acquire' && e.partition === release.partition && e.at >= release.doneAt!,
     );
     expect(next).toBeDefined();
   }
@@ -171,7 +114,7 @@ test('two instances split 2/2, a third joins 2/1/1 by graceful handover, a stop 
 
   const stoppedAt = Date.now();
   await c.stop();
-  await waitFor('2/2 after stop', () => covered(4, a, b) && counts(a, b).join() === '2,2');
+  await pollUntil('2/2 after stop', () => covered(4, a, b) && counts(a, b).join() === '2,2');
   const handoverMs = Date.now() - stoppedAt;
   // Graceful: the survivors did not wait for the TTL.
   expect(handoverMs).toBeLessThan(ttlMs / 2);
@@ -182,7 +125,7 @@ test('two instances split 2/2, a third joins 2/1/1 by graceful handover, a stop 
   expect(timeline.violations).toEqual([]);
   expect(changes.length).toBeGreaterThan(0);
   // The hook runs once an acquire handler has returned.
-  await waitFor('onChange caught up', () => changes.at(-1)?.owned.join() === a.owned().join());
+  await pollUntil('onChange caught up', () => changes.at(-1)?.owned.join() === a.owned().join());
   // Each pass lists the bucket (dozens of passes by now): a listing must not leave a consumer behind on the
   // broker (kv.keys() left one per call). One watch per instance that ran on this connection is all there
   // should be (a stopped watch's ephemeral consumer lingers while its connection lives: c's).
@@ -194,12 +137,12 @@ test('two instances split 2/2, a third joins 2/1/1 by graceful handover, a stop 
 });
 
 test('a crashed instance: survivors take its partitions once its leases expire, not before', async () => {
-  const bucket = uniqueBucket();
+  const bucket = names.next();
   const timeline = new Timeline();
   const ttlMs = 2000;
   const a = await instance(bucket, 'inst-a', timeline, 4, ttlMs);
   const b = await instance(bucket, 'inst-b', timeline, 4, ttlMs);
-  await waitFor('2/2', () => covered(4, a, b) && counts(a, b).join() === '2,2');
+  await pollUntil('2/2', () => covered(4, a, b) && counts(a, b).join() === '2,2');
 
   const orphans = b.owned();
   const renewedAt = new Map(orphans.map((p) => [p, b.renewedAt(p) ?? 0]));
@@ -217,7 +160,7 @@ test('a crashed instance: survivors take its partitions once its leases expire, 
     else await new Promise((resolve) => setTimeout(resolve, 10));
   }
 
-  await waitFor('a owns all 4', () => covered(4, a) && a.owned().length === 4, ttlMs * 3);
+  await pollUntil('a owns all 4', () => covered(4, a) && a.owned().length === 4, ttlMs * 3);
   for (const p of orphans) {
     const taken = timeline.events.find(
       (e) => e.instance === 'inst-a' && e.partition === p && e.at > crashedAt,
@@ -237,11 +180,11 @@ test('a crashed instance: survivors take its partitions once its leases expire, 
 });
 
 test('fencing: a lease overwritten from outside is released as lost within one renewal', async () => {
-  const bucket = uniqueBucket();
+  const bucket = names.next();
   const timeline = new Timeline();
   const ttlMs = 1500;
   const a = await instance(bucket, 'inst-a', timeline, 2, ttlMs);
-  await waitFor('a owns both', () => covered(2, a));
+  await pollUntil('a owns both', () => covered(2, a));
   expect(a.holds(1)).toBe(true);
 
   const kv = await new Kvm(nats.js).open(bucket);
@@ -250,7 +193,7 @@ test('fencing: a lease overwritten from outside is released as lost within one r
     `${GROUP}.p.1`,
     JSON.stringify({ instance: 'intruder', acquiredAt: new Date().toISOString() }),
   );
-  await waitFor(
+  await pollUntil(
     'release(1, lost)',
     () => timeline.events.some((e) => e.partition === 1 && e.reason === 'lost'),
     ttlMs,
@@ -266,12 +209,12 @@ test('fencing: a lease overwritten from outside is released as lost within one r
 });
 
 test('a slow acquire handler does not let the leases expire: renewals run on their own timer', async () => {
-  const bucket = uniqueBucket();
+  const bucket = names.next();
   const timeline = new Timeline();
   const ttlMs = 1500;
   timeline.acquireMs.set('inst-a', 2 * ttlMs);
   const a = await instance(bucket, 'inst-a', timeline, 2, ttlMs);
-  await waitFor('first acquire under way', () => a.owned().length === 1);
+  await pollUntil('first acquire under way', () => a.owned().length === 1);
   const [first] = a.owned();
   await new Promise((resolve) => setTimeout(resolve, ttlMs + 500));
   // Still in its acquire handler, past the TTL: renewed meanwhile, so still held.
@@ -285,16 +228,16 @@ test('a slow acquire handler does not let the leases expire: renewals run on the
 });
 
 test('NATS gone: renewals keep failing, and the partitions are released as lost once the TTL has passed', async () => {
-  const bucket = uniqueBucket();
+  const bucket = names.next();
   const timeline = new Timeline();
   const ttlMs = 1500;
   const own = await connectNats({ servers: NATS_URL, name: 'stream-leases-test-cut' });
   const x = await instance(bucket, 'inst-x', timeline, 2, ttlMs, own);
-  await waitFor('x owns both', () => covered(2, x) && timeline.events.length === 2);
+  await pollUntil('x owns both', () => covered(2, x) && timeline.events.length === 2);
   const renewedAt = Math.max(...x.owned().map((p) => x.renewedAt(p) ?? 0));
   const cutAt = Date.now();
   await own.close();
-  await waitFor(
+  await pollUntil(
     'both released as lost',
     () => timeline.events.filter((e) => e.reason === 'lost').length === 2,
     2 * ttlMs,
