@@ -146,6 +146,13 @@ describe('streaminfer stream (embedded, the shipped model)', () => {
     const first = await predictions(names);
     expect(first.every((p) => p.version === '1' && p.epoch === 1 && p.risk >= 0 && p.risk <= 1)).toBe(true);
 
+    // 200 once every partition it owns consumes: d1's partition predicts while the others may still be
+    // starting (each takes its lease, records its first checkpoint and opens its consumer in turn).
+    await waitFor(
+      'every partition consuming',
+      async () => (await get(admin, '/health')).status === 200,
+      15_000,
+    );
     const health = await get(admin, '/health');
     expect(health.status).toBe(200);
     expect(JSON.parse(health.text)).toMatchObject({
