@@ -234,6 +234,21 @@ export async function postJson(
   };
 }
 
+/**
+ * digits v1 stable, v2 its candidate on a 50% canary and mirrored in shadow (the registry's series need all
+ * three). The status of each admin call, in order: reload, candidate, canary, shadow.
+ */
+export async function digitsCanaryAndShadow(url: string): Promise<number[]> {
+  const statuses = [(await postJson(`${url}/api/reload`, { model: 'digits', version: '1' })).status];
+  for (const [action, body] of [
+    ['candidate', { version: '2' }],
+    ['canary', { percent: 50 }],
+    ['shadow', { enabled: true }],
+  ] as const)
+    statuses.push((await postJson(`${url}/api/models/digits/${action}`, body)).status);
+  return statuses;
+}
+
 export function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }

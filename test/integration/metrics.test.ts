@@ -1,7 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import { lintExposition } from '../../libs/metrics';
 import type { Answer, ServerHandle } from './harness';
-import { postJson, sleep, startServer, WsClient } from './harness';
+import { digitsCanaryAndShadow, postJson, sleep, startServer, WsClient } from './harness';
 
 const FEATURES = Array.from({ length: 256 }, (_, i) => (i % 17) / 4);
 const PIXELS = Array.from({ length: 64 }, (_, i) => (i * 5) % 17);
@@ -48,14 +48,8 @@ describe('/metrics on --nodes 2: Prometheus naming rules, and every node visible
       inputs: [{ name: 'text', shape: [1], datatype: 'BYTES', data: ['kserve'] }],
     });
     expect(kserve.status).toBe(200);
-    expect((await postJson(`${server.url}/api/reload`, { model: 'digits', version: '1' })).status).toBe(200);
     // Registry traffic: a candidate on a canary share, compared in shadow.
-    for (const [action, body] of [
-      ['candidate', { version: '2' }],
-      ['canary', { percent: 50 }],
-      ['shadow', { enabled: true }],
-    ] as const)
-      expect((await postJson(`${server.url}/api/models/digits/${action}`, body)).status).toBe(200);
+    expect(await digitsCanaryAndShadow(server.url)).toEqual([200, 200, 200, 200]);
     const registryClient = await WsClient.connect(server.wsUrl);
     // One at a time: this server caps a client at 4 in flight, and a shed request is never mirrored.
     for (let i = 0; i < 20; i++) await registryClient.request({ id: i, model: 'digits', input: PIXELS });

@@ -13,7 +13,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { dashboardQueries } from '../../deploy/grafana/dashboard';
 import type { Answer, ServerHandle } from './harness';
-import { postJson, REPO_ROOT, sleep, startServer, WsClient } from './harness';
+import { digitsCanaryAndShadow, postJson, REPO_ROOT, sleep, startServer, WsClient } from './harness';
 
 const DEPLOY = path.join(REPO_ROOT, 'deploy');
 const FEATURES = Array.from({ length: 256 }, (_, i) => (i % 17) / 4);
@@ -168,14 +168,8 @@ const show = (samples: Sample[]): string =>
 
     const first = await traffic(1);
     expect(first.filter((a) => a.code === 'client_queue_full').length).toBeGreaterThan(0);
-    expect((await postJson(`${server.url}/api/reload`, { model: 'digits', version: '1' })).status).toBe(200);
     // A candidate on a 50% canary, compared in shadow: the registry panels need both.
-    for (const [action, body] of [
-      ['candidate', { version: '2' }],
-      ['canary', { percent: 50 }],
-      ['shadow', { enabled: true }],
-    ] as const)
-      expect((await postJson(`${server.url}/api/models/digits/${action}`, body)).status).toBe(200);
+    expect(await digitsCanaryAndShadow(server.url)).toEqual([200, 200, 200, 200]);
     await sleep(1100);
     await traffic(2);
     await sleep(1100);

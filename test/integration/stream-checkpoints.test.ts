@@ -4,8 +4,8 @@
  */
 import { CheckpointStore } from '../../apps/stream/checkpoints';
 import { connectNats, type NatsHandle } from '../../apps/stream/connection';
+import { NATS_URL } from './stream-kit';
 
-const NATS_URL = process.env['STREAMINFER_TEST_NATS'] ?? 'nats://127.0.0.1:4222';
 const bucket = `ckpt${process.pid}t${Date.now().toString(36)}`;
 let nats: NatsHandle;
 

@@ -16,8 +16,8 @@ import {
 } from '../../apps/stream';
 
 import { bucketNames, pollUntil, Timeline } from './lease-kit';
+import { NATS_URL } from './stream-kit';
 
-const NATS_URL = process.env['STREAMINFER_TEST_NATS'] ?? 'nats://127.0.0.1:4222';
 const logger = pino({ level: 'silent' });
 const GROUP = 'lease-thread';
 
