@@ -47,6 +47,10 @@ const SERVE_FLAGS: Array<[string, string, string]> = [
   ['--ring-bytes <n>', 'ringBytes', 'bytes per request/response ring (power of two)'],
   ['--shutdown-timeout-ms <ms>', 'shutdownTimeoutMs', 'how long SIGTERM waits for admitted requests'],
   ['--log-level <level>', 'logLevel', 'pino log level'],
+  ['--cluster <urls>', 'cluster', 'NATS URL(s): join a fleet of hosts sharing registry and epochs'],
+  ['--fleet <name>', 'fleet', 'the fleet to join (with --cluster)'],
+  ['--host-id <id>', 'hostId', "this host's name in its fleet (default <hostname>-<port>)"],
+  ['--advertise-url <url>', 'advertiseUrl', 'how other hosts and operators reach this host'],
 ];
 
 const serve = program.command('serve').description('start the server: a supervisor and its node processes');

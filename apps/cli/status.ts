@@ -6,7 +6,8 @@
  */
 import type { Command } from 'commander';
 import { type MetricSample, parsePrometheusText } from '../../libs/metrics';
-import { type ClientOptions, callServer } from './client';
+import { ClientError, type ClientOptions, callServer } from './client';
+import { type FleetAnswer, renderFleet } from './fleet-view';
 import { frameText, renderFrame } from './status-frame';
 import {
   type HealthAnswer,
@@ -41,6 +42,7 @@ interface StatusFlags {
   json?: boolean;
   port?: string;
   watch?: boolean | string;
+  fleet?: boolean;
 }
 
 /** An answer other than the one asked for: a typed error with the server's own words. */
@@ -149,6 +151,7 @@ export function registerStatus(program: Command, kit: StatusCommandKit): void {
     )
     .option('--port <n>', 'server on 127.0.0.1 at this port (instead of --url)')
     .option('--watch [seconds]', `redraw every this many seconds until Ctrl-C (default ${DEFAULT_WATCH_S})`)
+    .option('--fleet', "the host's fleet: every host's epoch, readiness, versions and load (GET /api/fleet)")
     .action(async (flags: StatusFlags, command: Command) => {
       let url = flags.url;
       if (flags.port !== undefined) {
@@ -164,6 +167,10 @@ export function registerStatus(program: Command, kit: StatusCommandKit): void {
           kit.fail(`--watch takes a number of seconds, at least ${MIN_WATCH_S}`);
       }
       const options = kit.clientOptions(flags.token === undefined ? { url } : { url, token: flags.token });
+      if (flags.fleet) {
+        await fleetStatus(options, interval, flags.json === true);
+        return;
+      }
       try {
         if (interval !== undefined) await watch(options, interval, flags.json === true);
         // Fail fast on a wrong token or a missing server before waiting out the window.
@@ -176,4 +183,30 @@ export function registerStatus(program: Command, kit: StatusCommandKit): void {
         process.exitCode = 1;
       }
     });
+}
+
+/** `status --fleet [--watch]`: GET /api/fleet, once or every interval. */
+async function fleetStatus(options: ClientOptions, interval: number | undefined, json: boolean): Promise<void> {
+  for (;;) {
+    let text: string;
+    let failed = false;
+    try {
+      const { status, body } = await callServer(options, 'GET', '/api/fleet');
+      if (status !== 200) throw refused('GET /api/fleet', status, body);
+      text = json ? JSON.stringify(body) : renderFleet(body as FleetAnswer);
+    } catch (error) {
+      if (!(error instanceof StatusError || error instanceof ClientError)) throw error;
+      text = json ? JSON.stringify({ url: options.url, error: error.message }) : `streaminfer status: ${error.message}`;
+      failed = true;
+    }
+    if (interval === undefined) {
+      if (failed) {
+        console.error(text);
+        process.exitCode = 1;
+      } else console.log(text);
+      return;
+    }
+    process.stdout.write(json ? `${text}\n` : `\x1b[2J\x1b[H${text}\n`);
+    await sleep(interval);
+  }
 }

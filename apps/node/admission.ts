@@ -63,6 +63,8 @@ export interface RoutingTable {
 export class Admission {
   /** Set when the node drains: every request is refused `unavailable`. */
   draining = false;
+  /** Set while the host is fenced from its fleet (in doubt about a reload): every request is refused `fenced`. */
+  fence: string | undefined;
   readonly counters = { inflightWarnings: 0 };
   /** Reused for every routing decision (no allocation per request). */
   private readonly decision: RouteDecision = { version: '', route: 'stable', shadowVersion: undefined };
@@ -192,6 +194,14 @@ export class Admission {
       this.metrics.recordShed(UNROUTED_SLOT, SHED.shutting_down);
       return new Rejection(
         new ProtocolError('unavailable', 'server is shutting down; retry on another instance'),
+        id,
+        UNROUTED_SLOT,
+      );
+    }
+    if (this.fence !== undefined) {
+      this.metrics.recordShed(UNROUTED_SLOT, SHED.fenced);
+      return new Rejection(
+        new ProtocolError('fenced', `this host is fenced from its fleet (${this.fence}); retry on another host`),
         id,
         UNROUTED_SLOT,
       );

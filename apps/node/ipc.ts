@@ -21,6 +21,8 @@ export interface NodeStartOptions extends NodeSettings {
   epoch: number;
   /** How many times this node index was restarted before (absent or 0: first start). */
   restarts?: number;
+  /** The host is fenced from its fleet (why): the node refuses requests `fenced` until told otherwise. */
+  fence?: string;
 }
 
 export interface ModelVersionStatus {
@@ -55,6 +57,8 @@ export interface NodeHealth {
   inflight: number;
   wsConnections: number;
   epoch: number;
+  /** Why the host is fenced from its fleet, while it is. */
+  fence?: string;
 }
 
 export interface ControlRequest {
@@ -95,6 +99,8 @@ export type SupervisorMessage =
   | { type: 'ping'; seq: number }
   /** Test hook: block the main event loop this long (a wedged node). */
   | { type: 'block'; ms: number }
+  /** The host was fenced from its fleet (reason) or rejoined it (null). */
+  | { type: 'fence'; reason: string | null }
   | { type: 'shutdown' };
 
 /** node → supervisor */

@@ -81,6 +81,7 @@ class NodeProcess {
       },
     });
     this.gateway.startAnswering();
+    this.gateway.admission.fence = options.fence;
     // No listen before every model is loaded: a (re)starting node would answer unknown_model. The supervisor
     // says when to listen, after bringing the node to the host's current table if a reload committed meanwhile.
     const delayMs = Number(process.env.STREAMINFER_TEST_RESTART_LOAD_DELAY_MS ?? 0);
@@ -140,12 +141,14 @@ class NodeProcess {
   }
 
   private health() {
-    return this.gateway!.status.health(
+    const health = this.gateway!.status.health(
       this.options!.nodeIndex,
       this.state,
       this.threads?.size ?? 0,
       this.threads?.workersAlive() ?? 0,
     );
+    const fence = this.gateway!.admission.fence;
+    return fence === undefined ? health : { ...health, fence };
   }
 
   onMessage(message: SupervisorMessage): void {
@@ -251,6 +254,11 @@ class NodeProcess {
           // Blocks this thread without burning a core (Atomics.wait is allowed on Node's main thread).
           Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, message.ms);
         }
+        return;
+      case 'fence':
+        if (this.gateway) this.gateway.admission.fence = message.reason ?? undefined;
+        if (message.reason) this.logger.warn({ reason: message.reason }, 'fenced from the fleet');
+        else this.logger.info('fence lifted');
         return;
       case 'shutdown':
         void this.shutdown();

@@ -20,7 +20,8 @@ import type { ControlRequest, ControlResponse } from '../node/ipc';
 import { authorizeAdmin } from './admin-auth';
 import { Coalescer } from './coalesce';
 import { ReloadBusyError, type ReloadOutcome, type ReloadStrategy } from './coordinator';
-import { FAILABLE_STEPS, type Fleet } from './fleet';
+import { FleetConflictError } from './fleet-member';
+import { FAILABLE_STEPS, type NodeSet } from './node-set';
 
 /** Scrapes of one kind start node fan-outs at least this far apart (concurrent scrapes share them). */
 const SCRAPE_MIN_INTERVAL_MS = 50;
@@ -31,6 +32,8 @@ export interface ReloadRequest {
   model?: string;
   version?: string;
   strategy?: ReloadStrategy;
+  /** In a fleet: refuse (409 conflict) unless the registry record is still at this revision. */
+  ifRevision?: number;
 }
 
 /** What the admin API asks of the host (the supervisor). Reloads throw ProtocolError or ReloadBusyError. */
@@ -44,6 +47,8 @@ export interface AdminHost {
   /** Test hook: wedge one node's main event loop for `ms`; false when there is no such node. */
   blockNode(node: number, ms: number): boolean;
   reload(request: ReloadRequest, reason: string): Promise<ReloadOutcome>;
+  /** GET /api/fleet; ProtocolError not_found when the host is not in a fleet, cluster_unavailable without NATS. */
+  fleetView(): Promise<unknown>;
   reloadConfig(
     file: unknown,
     filePath: string | undefined,
@@ -69,7 +74,7 @@ export class AdminApi {
 
   constructor(
     private readonly host: AdminHost,
-    private readonly fleet: Fleet,
+    private readonly nodeSet: NodeSet,
     /** The supervisor's own metrics, appended to the nodes'. */
     private readonly registry: Registry,
     private readonly fanOutsTotal: Counter<'what'>,
@@ -119,6 +124,10 @@ export class AdminApi {
       }
     }
     if (url === '/api/reload') return this.reloadRoute(method, body);
+    if (url === '/api/fleet') {
+      if (method !== 'GET') return jsonError('method_not_allowed', 'use GET /api/fleet');
+      return respond(async () => json(200, await this.host.fleetView()));
+    }
     const registry = REGISTRY_ROUTE.exec(url);
     if (registry) {
       if (method !== 'POST') return jsonError('method_not_allowed', `use POST ${url}`);
@@ -171,6 +180,11 @@ export class AdminApi {
     if (typeof body.model === 'string') request.model = body.model;
     if (typeof body.version === 'string') request.version = body.version;
     if (typeof body.strategy === 'string') request.strategy = body.strategy as ReloadStrategy;
+    if (body.if_revision !== undefined) {
+      if (!Number.isInteger(body.if_revision) || (body.if_revision as number) < 1)
+        return jsonError('bad_request', '"if_revision" must be the registry revision (a positive integer)');
+      request.ifRevision = body.if_revision as number;
+    }
     if (body.config !== undefined) {
       const config = body.config;
       return respond(async () =>
@@ -212,8 +226,8 @@ export class AdminApi {
     }
     if (url === '/api/debug/crash-worker') {
       const node = Number(body.node ?? 0);
-      if (!this.fleet.nodes[node]) return jsonError('bad_request', 'no such node');
-      return (await this.fleet.crashWorker(node, Number(body.worker ?? 0)))
+      if (!this.nodeSet.nodes[node]) return jsonError('bad_request', 'no such node');
+      return (await this.nodeSet.crashWorker(node, Number(body.worker ?? 0)))
         ? json(200, { ok: true })
         : jsonError('bad_request', 'no such worker');
     }
@@ -222,7 +236,7 @@ export class AdminApi {
         'bad_request',
         `"node" must be a node index and "step" one of ${FAILABLE_STEPS.join(', ')}`,
       );
-    this.fleet.failStep(body.node as number, body.step, {
+    this.nodeSet.failStep(body.node as number, body.step, {
       skip: Number(body.skip ?? 0),
       times: Number(body.times ?? 1),
     });
@@ -236,13 +250,13 @@ export class AdminApi {
 
   private async buildHealthReport(): Promise<HealthReport> {
     this.fanOutsTotal.inc({ what: 'health' });
-    const answers = await this.fleet.collect('health');
+    const answers = await this.nodeSet.collect('health');
     const nodes = answers.map((answer, index) => {
       const health = answer?.type === 'collected' ? answer.health : undefined;
-      if (health) this.fleet.nodes[index]!.lastHealth = health;
+      if (health) this.nodeSet.nodes[index]!.lastHealth = health;
       return health;
     });
-    const stopping = this.fleet.stopping;
+    const stopping = this.nodeSet.stopping;
     const config = this.host.config;
     const ready =
       !stopping &&
@@ -290,23 +304,23 @@ export class AdminApi {
 
   private async buildMetricsText(): Promise<string> {
     this.fanOutsTotal.inc({ what: 'metrics' });
-    const answers = await this.fleet.collect('metrics');
+    const answers = await this.nodeSet.collect('metrics');
     const perProcess: MetricJson[][] = [];
     for (const answer of answers)
       if (answer?.type === 'collected' && answer.metrics) perProcess.push(answer.metrics);
-    perProcess.push((await this.registry.getMetricsAsJSON()) as unknown as MetricJson[], this.fleetMetrics());
+    perProcess.push((await this.registry.getMetricsAsJSON()) as unknown as MetricJson[], this.nodeSetMetrics());
     return aggregateToText(perProcess);
   }
 
   /**
    * What only the supervisor knows about its nodes, read at scrape time: readiness ("up but not ready" is a
    * node down or out of step while /metrics still answers through another) and restarts per node slot (a
-   * crash loop). Ready = at the host's table and epoch and listening, the fleet's view /health also rests on.
+   * crash loop). Ready = at the host's table and epoch and listening, the node set's view /health also rests on.
    */
-  private fleetMetrics(): MetricJson[] {
+  private nodeSetMetrics(): MetricJson[] {
     const expected = this.host.config.nodes;
-    const nodes = Array.from({ length: expected }, (_, index) => this.fleet.nodes[index]);
-    const ready = !this.fleet.stopping && nodes.every((handle) => handle?.ready === true);
+    const nodes = Array.from({ length: expected }, (_, index) => this.nodeSet.nodes[index]);
+    const ready = !this.nodeSet.stopping && nodes.every((handle) => handle?.ready === true);
     return [
       metricJson('streaminfer_ready', 'Whether every node is ready to serve (1) or not (0).', 'gauge', [
         { value: ready ? 1 : 0, labels: {} },
@@ -333,6 +347,19 @@ export async function respond(run: () => Promise<ControlResponse>): Promise<Cont
     return await run();
   } catch (error) {
     if (error instanceof ReloadBusyError) return jsonError('reload_in_progress', error.message);
+    if (error instanceof FleetConflictError) {
+      // The loser of a fleet write sees what won.
+      const current = error.current;
+      return json(httpStatusOf('conflict'), {
+        id: null,
+        type: 'error',
+        code: 'conflict',
+        message: error.message,
+        ...(current
+          ? { current: { revision: current.revision, epoch: current.record.epoch, table: current.record.table } }
+          : {}),
+      });
+    }
     if (error instanceof ProtocolError) return jsonError(error.code, error.message);
     return jsonError('internal', (error as Error).message);
   }
@@ -386,6 +413,7 @@ function outcomeBody(outcome: ReloadOutcome): Record<string, unknown> {
       ? { settings_applied: outcome.config.applied, restart_required: outcome.config.restartRequired }
       : {}),
     nodes: outcome.nodes,
+    ...(outcome.fleet ? { fleet: { reload_id: outcome.fleet.reloadId, hosts: outcome.fleet.hosts } } : {}),
   };
 }
 

@@ -8,6 +8,8 @@
  * previous table at the next epoch, and checks each answer.
  * A node that cannot reach the table the host settled on (a missed commit, a failed roll-back) is restarted
  * onto it; every outcome says, per node, what was done and what was seen.
+ * In a fleet the phases are the fleet's: prepareHeld keeps the reload open until the fleet coordinator's
+ * COMMIT (commitHeld, at the fleet's epoch) or ABORT (abortHeld), and a catch-up reloads to the fleet's epoch.
  *
  * It talks to nodes only through NodeChannel, so every failure point is testable without processes.
  */
@@ -78,6 +80,8 @@ export interface ReloadOutcome {
   nodes: NodeOutcome[];
   /** A configuration reload: the settings it applied, and those that need a restart (set by the supervisor). */
   config?: { applied: string[]; restartRequired: string[] };
+  /** A fleet reload: its id and what each host did (the nodes above are this host's). */
+  fleet?: { reloadId: string; hosts: Array<{ host: string; state: string; error?: string }> };
 }
 
 export class ReloadBusyError extends Error {
@@ -106,6 +110,11 @@ export class ReloadCoordinator {
   private nodeOutcomes: NodeOutcome[] = [];
   /** The running reload has settled the host's table and epoch; only restarts of stragglers are left. */
   private settled = false;
+  private started = 0;
+  /** The nodes the running reload prepared: the ones that commit or abort. */
+  private prepared: NodeChannel[] = [];
+  /** A fleet reload prepared on every node, waiting for the fleet's COMMIT or ABORT. */
+  private held: { plan: TablePlan; outcome: ReloadOutcome } | undefined;
 
   constructor(
     initial: TablePlan,
@@ -131,73 +140,162 @@ export class ReloadCoordinator {
     return this.running;
   }
 
-  /** Moves the host to `plan`. Refuses (ReloadBusyError) while another reload runs: reloads never interleave. */
-  async reload(plan: TablePlan, strategy: ReloadStrategy, reason: string): Promise<ReloadOutcome> {
+  /**
+   * Moves the host to `plan`. Refuses (ReloadBusyError) while another reload runs: reloads never interleave.
+   * `epoch`: the epoch to reach (a fleet decides it; it must be above the host's), else the next one.
+   */
+  async reload(plan: TablePlan, strategy: ReloadStrategy, reason: string, epoch?: number): Promise<ReloadOutcome> {
+    const target = this.targetEpoch(epoch);
+    const outcome = this.begin(plan, strategy, reason);
+    try {
+      const error = strategy === 'atomic' ? await this.atomic(plan, target) : await this.rolling(plan, target);
+      outcome.result = error ? 'failed' : 'committed';
+      if (error) outcome.error = error;
+    } finally {
+      this.finish(outcome);
+    }
+    return outcome;
+  }
+
+  /**
+   * A fleet's PREPARE: every node prepares `plan` and the reload stays open (busy) until commitHeld or
+   * abortHeld settles it. A failed prepare is aborted on every node at once and settles the reload as failed.
+   */
+  async prepareHeld(plan: TablePlan, reason: string): Promise<StepAnswer> {
+    const outcome = this.begin(plan, 'atomic', reason);
+    let error: string | undefined;
+    try {
+      error = await this.prepareAll(plan);
+    } catch (thrown) {
+      error = (thrown as Error).message;
+    }
+    if (error) {
+      outcome.result = 'failed';
+      outcome.error = error;
+      this.finish(outcome);
+      return { ok: false, error };
+    }
+    this.held = { plan, outcome };
+    return { ok: true };
+  }
+
+  /** The held reload, if one is prepared and waiting for the fleet's decision. */
+  get heldReason(): string | undefined {
+    return this.held?.outcome.reason;
+  }
+
+  /** A fleet's COMMIT of the held reload at the fleet's epoch: commit on every node, release, restart stragglers. */
+  async commitHeld(epoch: number): Promise<ReloadOutcome> {
+    const target = this.targetEpoch(epoch);
+    const held = this.takeHeld('commit');
+    try {
+      await this.commitAll(held.plan, target);
+      held.outcome.result = 'committed';
+    } finally {
+      this.finish(held.outcome);
+    }
+    return held.outcome;
+  }
+
+  /** A fleet's ABORT of the held reload: every node drops what it prepared; nothing changed. */
+  async abortHeld(why: string): Promise<ReloadOutcome> {
+    const held = this.takeHeld('abort');
+    try {
+      await this.abortAll();
+      held.outcome.result = 'failed';
+      held.outcome.error = why;
+    } finally {
+      this.finish(held.outcome);
+    }
+    return held.outcome;
+  }
+
+  private takeHeld(step: string): { plan: TablePlan; outcome: ReloadOutcome } {
+    const held = this.held;
+    if (!held) throw new Error(`no prepared reload to ${step}`);
+    this.held = undefined;
+    return held;
+  }
+
+  private targetEpoch(epoch: number | undefined): number {
+    if (epoch === undefined) return this.epoch + 1;
+    if (!Number.isInteger(epoch) || epoch <= this.epoch)
+      throw new Error(`epoch ${epoch} is not above the host's epoch ${this.epoch}`);
+    return epoch;
+  }
+
+  private begin(plan: TablePlan, strategy: ReloadStrategy, reason: string): ReloadOutcome {
     if (this.running) throw new ReloadBusyError(this.running);
     const id = this.nextId++;
     this.running = { id, reason };
     this.settled = false;
     this.options.onStart?.({ id, reason, strategy });
-    const started = this.options.now();
-    const before = this.table;
-    const outcome: ReloadOutcome = {
+    this.started = this.options.now();
+    this.warnings = [];
+    this.nodeOutcomes = [];
+    return {
       id,
       result: 'unchanged',
       strategy,
       reason,
       epochBefore: this.epoch,
       epoch: this.epoch,
-      changes: diffTables(before, plan),
-      defaultModel: { from: before.defaultModel, to: plan.defaultModel },
+      changes: diffTables(this.table, plan),
+      defaultModel: { from: this.table.defaultModel, to: plan.defaultModel },
       startedAt: new Date().toISOString(),
       durationMs: 0,
       nodes: [],
     };
-    this.warnings = [];
-    this.nodeOutcomes = [];
-    try {
-      const error = strategy === 'atomic' ? await this.atomic(plan) : await this.rolling(plan);
-      if (error) {
-        outcome.result = 'failed';
-        outcome.error = error;
-      } else {
-        outcome.result = 'committed';
-      }
-    } finally {
-      // A failed rolling reload moved on to an epoch that serves the previous table; atomic never moves.
-      outcome.epoch = this.epoch;
-      if (this.warnings.length > 0) outcome.warnings = this.warnings;
-      outcome.nodes = this.nodeOutcomes.sort((a, b) => a.node - b.node);
-      outcome.durationMs = this.options.now() - started;
-      this.running = undefined;
-      this.last = outcome;
-      this.options.onOutcome?.(outcome);
-    }
-    return outcome;
+  }
+
+  private finish(outcome: ReloadOutcome): void {
+    // A failed rolling reload moved on to an epoch that serves the previous table; atomic never moves.
+    outcome.epoch = this.epoch;
+    if (this.warnings.length > 0) outcome.warnings = this.warnings;
+    outcome.nodes = this.nodeOutcomes.sort((a, b) => a.node - b.node);
+    outcome.durationMs = this.options.now() - this.started;
+    this.running = undefined;
+    this.last = outcome;
+    this.options.onOutcome?.(outcome);
   }
 
   /** Returns an error text on failure (nothing changed), undefined when committed. */
-  private async atomic(plan: TablePlan): Promise<string | undefined> {
+  private async atomic(plan: TablePlan, epoch: number): Promise<string | undefined> {
+    const error = await this.prepareAll(plan);
+    if (error) return error;
+    await this.commitAll(plan, epoch);
+    return undefined;
+  }
+
+  /** PREPARE on every node; on any failure every node aborts and the error names each failed node. */
+  private async prepareAll(plan: TablePlan): Promise<string | undefined> {
     const nodes = this.options.nodes();
+    this.prepared = nodes;
     const prepared = await Promise.all(nodes.map((node) => node.prepare(plan)));
     const failures = prepared
       .map((answer, i) => (answer.ok ? undefined : `node ${nodes[i]!.index}: ${answer.error}`))
       .filter(Boolean);
-    if (failures.length > 0) {
-      const aborted = await Promise.all(nodes.map((node) => node.abort()));
-      for (const [i, answer] of aborted.entries()) {
-        const node = nodes[i]!.index;
-        // Routing never saw what was prepared; a failed abort only leaves memory held until the next reload.
-        if (!answer.ok) this.warnings.push(`node ${node} did not confirm the abort: ${answer.error}`);
-        this.nodeOutcomes.push(
-          answer.ok
-            ? { node, state: 'unchanged' }
-            : { node, state: 'unchanged', error: `abort: ${answer.error}` },
-        );
-      }
-      return `prepare failed, nothing changed: ${failures.join('; ')}`;
+    if (failures.length === 0) return undefined;
+    await this.abortAll();
+    return `prepare failed, nothing changed: ${failures.join('; ')}`;
+  }
+
+  private async abortAll(): Promise<void> {
+    const nodes = this.prepared;
+    const aborted = await Promise.all(nodes.map((node) => node.abort()));
+    for (const [i, answer] of aborted.entries()) {
+      const node = nodes[i]!.index;
+      // Routing never saw what was prepared; a failed abort only leaves memory held until the next reload.
+      if (!answer.ok) this.warnings.push(`node ${node} did not confirm the abort: ${answer.error}`);
+      this.nodeOutcomes.push(
+        answer.ok ? { node, state: 'unchanged' } : { node, state: 'unchanged', error: `abort: ${answer.error}` },
+      );
     }
-    const epoch = this.epoch + 1;
+  }
+
+  /** COMMIT `epoch` on the nodes that prepared, then RELEASE; a node that missed the commit is restarted onto it. */
+  private async commitAll(plan: TablePlan, epoch: number): Promise<void> {
+    const nodes = this.prepared;
     const committed = await Promise.all(nodes.map((node) => node.commit(plan, epoch)));
     // From here the new table is the host's: a node that missed the commit is restarted onto it.
     this.epoch = epoch;
@@ -212,7 +310,6 @@ export class ReloadCoordinator {
       ...nodes.filter((_, i) => committed[i]!.ok).map((node) => node.release(plan)),
       this.restartAll(missed, 'missed the commit'),
     ]);
-    return undefined;
   }
 
   /** Restarts each node onto the host's current table and epoch, and records what came of it. */
@@ -241,10 +338,9 @@ export class ReloadCoordinator {
     );
   }
 
-  private async rolling(plan: TablePlan): Promise<string | undefined> {
+  private async rolling(plan: TablePlan, epoch: number): Promise<string | undefined> {
     const nodes = this.options.nodes();
     const previous = this.table;
-    const epoch = this.epoch + 1;
     for (const [k, node] of nodes.entries()) {
       const answer = await node.roll(plan, epoch);
       if (answer.ok) continue;

@@ -37,7 +37,7 @@ const EXTEND_BY_USEC = 3 * EXTEND_EVERY_MS * 1000;
 const TOOL_QUEUE_LIMIT = 64;
 const CLOSE_FLUSH_MS = 2000;
 
-/** What one heartbeat saw of the nodes (the fleet pings them; see Fleet.heartbeat). */
+/** What one heartbeat saw of the nodes (the node set pings them; see NodeSet.heartbeat). */
 export interface NodeHeartbeat {
   /** Nodes whose event loop did not answer the previous ping. */
   unresponsive: number[];

@@ -2,7 +2,7 @@
  * The supervisor: control plane of one host. It holds the host's model table (through the reload
  * coordinator), turns reload, registry and configuration requests into the next table (libs/registry's plan)
  * and runs them through the epoch barrier, persists what the host serves, and records every outcome. The node
- * processes are the fleet's (fleet.ts); the HTTP control answers are the admin API's (admin-api.ts).
+ * processes are the node set's (node-set.ts); the HTTP control answers are the admin API's (admin-api.ts).
  */
 import * as path from 'node:path';
 import type { Logger } from 'pino';
@@ -38,8 +38,12 @@ import {
 import type { ControlResponse, NodeStartOptions } from '../node/ipc';
 import { AdminApi, type AdminHost, outcomeResponse, type ReloadRequest, respond } from './admin-api';
 import type { ReloadOutcome, ReloadStrategy } from './coordinator';
-import { ReloadBusyError, ReloadCoordinator } from './coordinator';
-import { Fleet } from './fleet';
+import { diffTables, ReloadBusyError, ReloadCoordinator } from './coordinator';
+import type { FleetTable } from './cluster';
+import { joinFleet } from './fleet-join';
+import type { FleetHost, FleetMember, FleetView } from './fleet-member';
+import type { FleetReloadOutcome } from './fleet-reload';
+import { NodeSet } from './node-set';
 import type { NodeHeartbeat, NotifyHost, SystemdNotifier } from './notify';
 
 export interface SupervisorOptions {
@@ -56,11 +60,16 @@ export interface SupervisorOptions {
 
 export class Supervisor implements AdminHost, NotifyHost {
   private coordinator: ReloadCoordinator | undefined;
-  private readonly fleet: Fleet;
+  /** This host's membership of its fleet (`--cluster`); undefined when it works alone. */
+  private member: FleetMember | undefined;
+  /** The live settings a configuration reload running through the fleet gives this host. */
+  private pendingSettings: NodeSettings | undefined;
+  private readonly nodeSet: NodeSet;
   private readonly admin: AdminApi;
   private readonly reloadsTotal: Counter<'result' | 'strategy'>;
   private readonly reloadDuration: Histogram<'strategy'>;
   private readonly registry = new Registry();
+  private readonly requestRate = new RateSampler();
   private currentDefaultModel: string;
   /** config.json's default version per model at the last scan: a rescan keeps an API-chosen stable unless it moved. */
   private readonly lastDefaults = new Map<string, string>();
@@ -106,7 +115,7 @@ export class Supervisor implements AdminHost, NotifyHost {
       labelNames: ['what'],
       registers: [this.registry],
     });
-    this.fleet = new Fleet({
+    this.nodeSet = new NodeSet({
       logger,
       testHooks: options.testHooks,
       timeouts: () => ({
@@ -117,11 +126,11 @@ export class Supervisor implements AdminHost, NotifyHost {
       startOptions: (index) => this.startOptions(index),
       control: (request) => this.admin.answer(request),
     });
-    this.admin = new AdminApi(this, this.fleet, this.registry, fanOutsTotal);
+    this.admin = new AdminApi(this, this.nodeSet, this.registry, fanOutsTotal);
   }
 
   get listeningPort(): number {
-    return this.fleet.port;
+    return this.nodeSet.port;
   }
 
   get config(): ServerConfig {
@@ -149,16 +158,16 @@ export class Supervisor implements AdminHost, NotifyHost {
   }
 
   get nodesReady(): number {
-    return this.fleet.nodes.filter((handle) => handle.ready).length;
+    return this.nodeSet.nodes.filter((handle) => handle.ready).length;
   }
 
   heartbeat(): NodeHeartbeat {
-    return this.fleet.heartbeat();
+    return this.nodeSet.heartbeat();
   }
 
   /** Test hook: wedge one node's event loop for `ms` (the watchdog must notice). */
   blockNode(node: number, ms: number): boolean {
-    return this.fleet.blockNode(node, ms);
+    return this.nodeSet.blockNode(node, ms);
   }
 
   private startOptions(index: number): Omit<NodeStartOptions, 'port' | 'restarts'> {
@@ -176,6 +185,7 @@ export class Supervisor implements AdminHost, NotifyHost {
       testHooks: this.options.testHooks,
       plan: this.coordinator!.table,
       epoch: this.coordinator!.epoch,
+      ...(this.member?.fenced !== undefined ? { fence: this.member.fenced } : {}),
       // The host's live settings are those of its table (a node restarted after a failed roll-back gets the
       // settings the other nodes went back to).
       ...(this.coordinator!.table.settings ??
@@ -269,22 +279,38 @@ export class Supervisor implements AdminHost, NotifyHost {
         this.options.explicitBatchTimeout,
       ),
     };
-    this.currentDefaultModel = initial.defaultModel;
-    this.coordinator = new ReloadCoordinator(initial, {
-      nodes: () => this.fleet.channels(),
+    let table = initial;
+    let epoch = 0;
+    if (this.options.config.cluster !== undefined) {
+      // The fleet's record wins over the local state: the host starts on the fleet's table at its epoch.
+      const joined = await joinFleet({
+        config: this.options.config,
+        initial: { models: initial.models, defaultModel: initial.defaultModel },
+        host: this.fleetHost(),
+        logger: this.logger,
+      });
+      this.member = joined.member;
+      table = { ...joined.record.table, settings: initial.settings };
+      epoch = joined.record.epoch;
+    }
+    this.currentDefaultModel = table.defaultModel;
+    this.coordinator = new ReloadCoordinator(table, {
+      nodes: () => this.nodeSet.channels(),
       now: () => Date.now(),
       onStart: () => this.options.notifier?.reloading(),
       onOutcome: (outcome) => this.recordOutcome(outcome),
     });
+    this.coordinator.epoch = epoch;
     this.rememberDefaults(entries);
     // What the host serves from now on, including a configured default model that won over the saved one.
-    this.persist(initial);
+    this.persist(table);
     this.options.notifier?.begin(this);
-    const port = await this.fleet.start(
+    const port = await this.nodeSet.start(
       this.options.config.nodes,
       this.options.config.port,
       this.options.config.host,
     );
+    await this.member?.start();
     this.options.notifier?.started();
     return port;
   }
@@ -328,6 +354,47 @@ export class Supervisor implements AdminHost, NotifyHost {
     else this.logger.info(log, 'reload committed');
     this.options.notifier?.reloaded(outcome.result === 'failed' ? outcome.error : undefined);
   }
+  /** The supervisor as its fleet membership sees it. */
+  private fleetHost(): FleetHost {
+    return {
+      coordinator: () => this.coordinator!,
+      hostPlan: (table) => ({
+        ...table,
+        settings: this.pendingSettings ?? this.coordinator!.table.settings,
+      }),
+      fence: (reason) => this.nodeSet.fence(reason),
+      load: () => {
+        // The notifier's heartbeat pings the nodes (their pongs carry the answered counts); without it, this one.
+        if (!this.options.notifier) this.nodeSet.heartbeat();
+        return {
+        nodes: this.options.config.nodes,
+        nodesReady: this.nodesReady,
+        requestsPerSecond: this.requestRate.sample(this.nodeSet.answeredTotal(), Date.now()),
+        };
+      },
+    };
+  }
+
+  /** GET /api/fleet: 404 when this host is not in a fleet. */
+  async fleetView(): Promise<FleetView> {
+    if (!this.member) throw new ProtocolError('not_found', 'this host is not in a fleet (start it with --cluster)');
+    return this.member.view();
+  }
+
+  /**
+   * A change of the fleet's table, coordinated by this host through the fleet's barrier: `next` maps the
+   * committed table to the one asked for. The answer is this host's outcome with the fleet's per host.
+   */
+  private async fleetChange(
+    next: (table: FleetTable) => FleetTable,
+    options: { strategy: ReloadStrategy; reason: string; ifRevision?: number; force?: boolean },
+  ): Promise<ReloadOutcome> {
+    const coordinator = this.coordinator!;
+    const before = coordinator.table;
+    const fleet = await this.member!.change(next, options);
+    return fleetOutcome(fleet, before, coordinator);
+  }
+
   /**
    * Builds the next table for a reload request and runs it. `model` + `version`: make that version stable
    * (loading it if needed). `model` alone: make it the default model. Neither: re-read the repository.
@@ -336,6 +403,7 @@ export class Supervisor implements AdminHost, NotifyHost {
     request: ReloadRequest & { defaultModel?: string; settings?: NodeSettings },
     reason: string,
   ): Promise<ReloadOutcome> {
+    if (this.member) return this.fleetReload(request, reason);
     const coordinator = this.coordinator!;
     const current = coordinator.table;
     const strategy = request.strategy ?? 'atomic';
@@ -355,26 +423,83 @@ export class Supervisor implements AdminHost, NotifyHost {
     return coordinator.reload(withSettings(plan, current, request.settings), strategy, reason);
   }
 
+  /** A reload request in a fleet: the same plans, made from the fleet's committed table. */
+  private async fleetReload(
+    request: ReloadRequest & { defaultModel?: string; settings?: NodeSettings; ifRevision?: number },
+    reason: string,
+  ): Promise<ReloadOutcome> {
+    const strategy = request.strategy ?? 'atomic';
+    let next: (table: FleetTable) => FleetTable;
+    if (request.model !== undefined && request.version !== undefined) {
+      const model = request.model;
+      const version = request.version;
+      // A version pushed to the fleet but not yet here is fetched (and verified) before it is planned.
+      await this.member!.fetchVersion(model, version);
+      const found = this.readEntry(model).versions.map((v) => v.version);
+      next = (table) => fleetTable(settle(versionReloadPlan(table, model, version, found, strategy)));
+    } else if (request.model !== undefined) {
+      const model = request.model;
+      next = (table) => fleetTable(settle(defaultModelPlan(table, model)));
+    } else {
+      const entries = this.scan();
+      next = (table) => {
+        const plan = settle(rescanPlan(entries, request.defaultModel ?? table.defaultModel, table, this.lastDefaults));
+        this.rememberDefaults(entries);
+        return fleetTable(plan);
+      };
+    }
+    this.pendingSettings = request.settings;
+    try {
+      return await this.fleetChange(next, {
+        strategy,
+        reason: `${reason} (fleet)`,
+        // A configuration reload changes this host's settings even when the fleet's table stays as it is.
+        force: request.settings !== undefined,
+        ...(request.ifRevision !== undefined ? { ifRevision: request.ifRevision } : {}),
+      });
+    } finally {
+      this.pendingSettings = undefined;
+    }
+  }
+
   /**
    * A registry action (candidate, canary, shadow, promote, rollback): the next table from registryTransition,
-   * through the epoch barrier (a new candidate is loaded beside the stable one first).
+   * through the epoch barrier (a new candidate is loaded beside the stable one first). In a fleet, through the
+   * fleet's barrier, from the fleet's committed table (`if_revision` in the body: refused 409 when it moved).
    */
   async changeRegistry(
     name: string,
     action: RegistryAction,
     body: Record<string, unknown>,
   ): Promise<{ outcome: ReloadOutcome; model: ModelPlan }> {
-    const current = this.coordinator!.table;
-    const model = settle(findModel(current, name));
     const change = settle(registryChange(action, body));
     let found: string[] = [];
     if (change.action === 'candidate') {
       try {
+        if (this.member) await this.member.fetchVersion(name, change.version);
         found = this.readEntry(name).versions.map((v) => v.version);
       } catch (error) {
+        if (error instanceof ProtocolError) throw error;
         throw new ProtocolError('bad_request', (error as Error).message);
       }
     }
+    if (this.member) {
+      let model: ModelPlan | undefined;
+      const outcome = await this.fleetChange(
+        (table) => {
+          model = settle(registryTransition(settle(findModel(table, name)), change, found));
+          return fleetTable(withModel({ ...table }, model));
+        },
+        {
+          strategy: 'atomic',
+          reason: `${action} ${name}`,
+          ...(body.if_revision !== undefined ? { ifRevision: ifRevisionOf(body.if_revision) } : {}),
+        },
+      );
+      return { outcome, model: model ?? settle(findModel(this.coordinator!.table, name)) };
+    }
+    const current = this.coordinator!.table;
+    const model = settle(findModel(current, name));
     const next = settle(registryTransition(model, change, found));
     const outcome = await this.coordinator!.reload(withModel(current, next), 'atomic', `${action} ${name}`);
     return { outcome, model: next };
@@ -450,18 +575,69 @@ export class Supervisor implements AdminHost, NotifyHost {
   }
 
   nodePids(): number[] {
-    return this.fleet.pids();
+    return this.nodeSet.pids();
   }
 
   /** SIGTERM: every node stops accepting, answers what it admitted, exits; then the supervisor exits. */
   async shutdown(): Promise<void> {
-    if (this.fleet.stopping) return;
+    if (this.nodeSet.stopping) return;
     this.options.notifier?.stopping();
     this.logger.info('shutting down: draining nodes');
-    await this.fleet.shutdown(this.options.config.shutdownTimeoutMs + 10000);
+    await this.nodeSet.shutdown(this.options.config.shutdownTimeoutMs + 10000);
     this.logger.info('all nodes stopped');
     await this.options.notifier?.close();
   }
+}
+
+/** Requests per second between two samples of a growing count (the fleet heartbeat's load figure). */
+class RateSampler {
+  private last: { count: number; at: number } | undefined;
+  private rate = 0;
+
+  sample(count: number, at: number): number {
+    const last = this.last;
+    if (last && at > last.at && count >= last.count) this.rate = ((count - last.count) * 1000) / (at - last.at);
+    this.last = { count, at };
+    return Math.round(this.rate * 10) / 10;
+  }
+}
+
+/** The part of a plan a fleet shares (per-host settings stay with each host). */
+function fleetTable(plan: TablePlan): FleetTable {
+  return { models: plan.models, defaultModel: plan.defaultModel };
+}
+
+function ifRevisionOf(value: unknown): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1)
+    throw new ProtocolError('bad_request', '"if_revision" must be the registry revision (a positive integer)');
+  return value;
+}
+
+/**
+ * A fleet reload as this host answers it: the fleet's result and epochs, the table change, this host's own
+ * nodes (when its part of the reload is the last one it ran), and every host's state.
+ */
+function fleetOutcome(fleet: FleetReloadOutcome, before: TablePlan, coordinator: ReloadCoordinator): ReloadOutcome {
+  const local = coordinator.last;
+  const mine = local !== undefined && local.reason.includes(fleet.id) ? local : undefined;
+  const after = coordinator.table;
+  const outcome: ReloadOutcome = {
+    id: mine?.id ?? 0,
+    result: fleet.result === 'conflict' ? 'failed' : fleet.result,
+    strategy: fleet.strategy,
+    reason: fleet.reason,
+    epochBefore: fleet.epochBefore,
+    epoch: fleet.epoch,
+    changes: diffTables(before, after),
+    defaultModel: { from: before.defaultModel, to: after.defaultModel },
+    startedAt: fleet.startedAt,
+    durationMs: fleet.durationMs,
+    nodes: mine?.nodes ?? [],
+    fleet: { reloadId: fleet.id, hosts: fleet.hosts },
+  };
+  if (fleet.error !== undefined) outcome.error = fleet.error;
+  if (fleet.warnings !== undefined) outcome.warnings = fleet.warnings;
+  return outcome;
 }
 
 /** A plan's rejection becomes the typed error the API answers with. */

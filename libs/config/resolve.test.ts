@@ -39,6 +39,10 @@ const ENV: Record<SettingKey, string> = {
   reloadStepTimeoutMs: 'STREAMINFER_RELOAD_STEP_TIMEOUT_MS',
   logLevel: 'STREAMINFER_LOG_LEVEL',
   stateDir: 'STREAMINFER_STATE_DIR',
+  cluster: 'STREAMINFER_CLUSTER',
+  fleet: 'STREAMINFER_FLEET',
+  hostId: 'STREAMINFER_HOST_ID',
+  advertiseUrl: 'STREAMINFER_ADVERTISE_URL',
 };
 
 describe('defaults', () => {
@@ -130,6 +134,24 @@ const LAYERS: {
   reloadStepTimeoutMs: [100, '2500', 3600000, 100, 2500, 3600000],
   logLevel: ['debug', 'WARN', 'silent', 'debug', 'warn', 'silent'],
   stateDir: ['/var/lib/si', './s2', 's3', '/var/lib/si', './s2', 's3'],
+  cluster: [
+    'nats://10.0.0.1:4222',
+    'nats://a:4222,nats://b:4222',
+    'tls://c:4222',
+    'nats://10.0.0.1:4222',
+    'nats://a:4222,nats://b:4222',
+    'tls://c:4222',
+  ],
+  fleet: ['prod', 'eu-west_1', 'f', 'prod', 'eu-west_1', 'f'],
+  hostId: ['h1', 'host-2', 'H_3', 'h1', 'host-2', 'H_3'],
+  advertiseUrl: [
+    'http://10.0.0.1:8000',
+    'https://a.example:443',
+    'http://b:8000/',
+    'http://10.0.0.1:8000',
+    'https://a.example:443',
+    'http://b:8000/',
+  ],
 };
 
 describe('precedence: flags > env > file > defaults', () => {
@@ -330,6 +352,16 @@ describe('validation', () => {
     ['shutdownTimeoutMs', '3600001'],
     ['logLevel', 'verbose'],
     ['stateDir', ''],
+    ['cluster', 'http://127.0.0.1:4222'],
+    ['cluster', 'nats://a:4222,'],
+    ['cluster', 'nats://a b'],
+    ['fleet', 'has.dot'],
+    ['fleet', 'x'.repeat(33)],
+    ['fleet', 'sp ace'],
+    ['hostId', 'a.b'],
+    ['hostId', 'h*'],
+    ['advertiseUrl', 'ftp://x'],
+    ['advertiseUrl', '10.0.0.1:8000'],
   ];
 
   it.each(INVALID)('rejects %s = %j', (key, value) => {

@@ -51,6 +51,14 @@ export interface ServerConfig {
   reloadStepTimeoutMs: number;
   logLevel: LogLevel;
   stateDir: string;
+  /** NATS URL(s) of the fleet's JetStream; unset: the host works alone (local state dir). */
+  cluster: string | undefined;
+  /** The fleet this host joins (with `cluster`): names its buckets and subjects. */
+  fleet: string;
+  /** This host's name in its fleet; unset: `<hostname>-<port>`. */
+  hostId: string | undefined;
+  /** How other hosts and operators reach this host; unset: http://<host, or the hostname>:<port>. */
+  advertiseUrl: string | undefined;
 }
 
 /** Keys that can be set (everything but derived values). */
@@ -77,6 +85,11 @@ const HOUR_MS = 3_600_000;
 const SAFE_TEXT = /^[^\s\0]+$/;
 const PATH_TEXT = /^[^\0]+$/;
 const MODEL_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
+const NATS_URLS = /^(nats|tls):\/\/[^\s,]+(,(nats|tls):\/\/[^\s,]+)*$/;
+// Fleet names go into bucket names and subjects; host ids into KV keys and subjects.
+const FLEET_NAME = /^[A-Za-z0-9_-]{1,32}$/;
+const HOST_ID = /^[A-Za-z0-9_-]{1,64}$/;
+const HTTP_URL = /^https?:\/\/[^\s]+$/;
 
 const deviceParser: Parser<string> = (raw) => {
   if (typeof raw !== 'string') return undefined;
@@ -278,6 +291,37 @@ export const SETTINGS: { readonly [K in SettingKey]: SettingSpec<ServerConfig[K]
     help: 'directory for persisted registry state (aliases, canary, shadow)',
     expected: 'a directory path',
     parse: text(PATH_TEXT, 4096),
+  },
+  cluster: {
+    env: 'STREAMINFER_CLUSTER',
+    default: undefined,
+    defaultText: 'unset (this host works alone)',
+    help: 'NATS URL(s) of the fleet (nats://host:4222[,nats://…]): registry, epochs and artifacts shared in JetStream',
+    expected: 'nats:// URLs separated by commas',
+    parse: text(NATS_URLS, 4096),
+  },
+  fleet: {
+    env: 'STREAMINFER_FLEET',
+    default: 'default',
+    help: 'the fleet this host joins (with --cluster)',
+    expected: '1-32 letters, digits, _ or -',
+    parse: text(FLEET_NAME, 32),
+  },
+  hostId: {
+    env: 'STREAMINFER_HOST_ID',
+    default: undefined,
+    defaultText: '<hostname>-<port>',
+    help: "this host's name in its fleet",
+    expected: '1-64 letters, digits, _ or -',
+    parse: text(HOST_ID, 64),
+  },
+  advertiseUrl: {
+    env: 'STREAMINFER_ADVERTISE_URL',
+    default: undefined,
+    defaultText: 'http://<host, or the hostname>:<port>',
+    help: 'how other hosts and operators reach this host (the fleet view lists it)',
+    expected: 'an http:// or https:// URL',
+    parse: text(HTTP_URL, 4096),
   },
 };
 

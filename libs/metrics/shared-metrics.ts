@@ -21,6 +21,7 @@ export const SHED_REASONS = [
   'slow_consumer',
   'ring_full',
   'shutting_down',
+  'fenced',
 ] as const;
 export type ShedReason = (typeof SHED_REASONS)[number];
 /** How a request reached its version (registry routing). */

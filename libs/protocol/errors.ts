@@ -21,6 +21,11 @@ export const ERROR_CODES = [
   'client_queue_full',
   'reload_in_progress',
   'reload_failed',
+  // Fleet (issue 15): a registry write lost its compare-and-set, or NATS cannot be reached for it; a host in
+  // doubt about a fleet reload's outcome refuses traffic until it has caught up.
+  'conflict',
+  'cluster_unavailable',
+  'fenced',
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
@@ -44,6 +49,9 @@ const HTTP_STATUS: Record<ErrorCode, number> = {
   client_queue_full: 429,
   reload_in_progress: 409,
   reload_failed: 500,
+  conflict: 409,
+  cluster_unavailable: 503,
+  fenced: 503,
 };
 
 const STATUS_TEXT: Record<number, string> = {

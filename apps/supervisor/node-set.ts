@@ -55,7 +55,7 @@ export interface NodeHandle {
   /** When the node was told to listen (undefined while it starts). */
   readySince: number | undefined;
   lastHealth: NodeHealth | undefined;
-  /** The last liveness ping sent (Fleet.heartbeat) and the last one answered. */
+  /** The last liveness ping sent (NodeSet.heartbeat) and the last one answered. */
   pingSent: number | undefined;
   pongSeen: number;
   /** Requests this node had answered at its last pong. */
@@ -70,19 +70,19 @@ export interface HostTable {
   readonly table: TablePlan;
 }
 
-export interface FleetOptions {
+export interface NodeSetOptions {
   logger: Logger;
   testHooks: boolean;
   /** Read at each use: a configuration reload changes both. */
   timeouts: () => { reloadStepMs: number; shutdownMs: number };
   host: () => HostTable;
-  /** A node's start options but for the port and the restart count, which the fleet adds. */
+  /** A node's start options but for the port and the restart count, which the node set adds. */
   startOptions: (index: number) => Omit<NodeStartOptions, 'port' | 'restarts'>;
   /** Answers a control request a node received (never rejects). */
   control: (request: ControlRequest) => Promise<ControlResponse>;
 }
 
-export class Fleet {
+export class NodeSet {
   readonly nodes: NodeHandle[] = [];
   private portNumber = 0;
   private stoppingNow = false;
@@ -95,7 +95,7 @@ export class Fleet {
   /** Test hooks: reload steps scripted to fail (`node:step` → calls to let through first, then calls to fail). */
   private readonly failSteps = new Map<string, { skip: number; times: number }>();
 
-  constructor(private readonly options: FleetOptions) {}
+  constructor(private readonly options: NodeSetOptions) {}
 
   get port(): number {
     return this.portNumber;
@@ -272,6 +272,18 @@ export class Fleet {
       default:
         return;
     }
+  }
+
+  /** Requests the nodes had answered at their last pong (a node restarted since counts from 0 again). */
+  answeredTotal(): number {
+    let total = 0;
+    for (const handle of this.nodes) total += handle.answered ?? 0;
+    return total;
+  }
+
+  /** The host was fenced from its fleet or rejoined it: every running node hears it (a starting one reads it in its options). */
+  fence(reason: string | null): void {
+    for (const handle of this.nodes) this.sendTo(handle, { type: 'fence', reason });
   }
 
   private sendTo(handle: NodeHandle, message: SupervisorMessage): void {

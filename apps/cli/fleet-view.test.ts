@@ -1,0 +1,61 @@
+import { type FleetAnswer, renderFleet } from './fleet-view';
+
+const beat = (host: string, epoch: number, extra: Partial<FleetAnswer['hosts'][number]> = {}) => ({
+  host,
+  address: `http://10.0.0.${host.slice(-1)}:8000`,
+  epoch,
+  ready: true,
+  fenced: false,
+  models: [{ name: 'digits', stable: '1', candidate: '2', canaryPercent: 10, shadow: false }],
+  nodes: 2,
+  nodesReady: 2,
+  requestsPerSecond: 120.5,
+  beatAt: '2026-12-01T00:00:09.000Z',
+  ...extra,
+});
+
+const answer: FleetAnswer = {
+  fleet: 'prod',
+  host: 'h1',
+  epoch: 4,
+  revision: 9,
+  record: {
+    reason: 'canary digits',
+    committedBy: 'h2',
+    committedAt: '2026-12-01T00:00:00.000Z',
+    table: { defaultModel: 'digits' },
+  },
+  hosts: [
+    beat('h1', 4),
+    beat('h2', 3),
+    beat('h3', 3, { fenced: true, fenceReason: 'in doubt about fleet reload r1', ready: false }),
+  ],
+  coordinator: null,
+};
+
+describe('renderFleet', () => {
+  const text = renderFleet(answer, Date.parse('2026-12-01T00:00:10.000Z'));
+  const lines = text.split('\n');
+
+  it('heads with the fleet epoch, revision, host count and the last change', () => {
+    expect(lines[0]).toBe(
+      'fleet prod: epoch 4 (revision 9), 3 hosts; last change "canary digits" by h2 at 2026-12-01T00:00:00.000Z',
+    );
+    expect(lines[1]).toBe('  no change in progress');
+  });
+
+  it('one line per host: ready, behind the fleet epoch, or fenced with why', () => {
+    expect(lines).toHaveLength(5);
+    expect(lines[2]).toMatch(/^ {2}h1 +http:\/\/10\.0\.0\.1:8000 +epoch 4 +ready +nodes 2\/2 +120\.5 req\/s/);
+    expect(lines[3]).toContain('BEHIND');
+    expect(lines[4]).toContain('FENCED (in doubt about fleet reload r1)');
+    expect(lines[2]).toContain('digits@1 (cand 2, 10%)');
+    expect(lines[2]).toContain('seen 1s ago');
+  });
+
+  it('says when a change is in progress and when no host heartbeats', () => {
+    const busy = renderFleet({ ...answer, hosts: [], coordinator: { host: 'h2', reloadId: 'r9' } });
+    expect(busy).toContain('change in progress: r9 coordinated by h2');
+    expect(busy).toContain('no host is heartbeating');
+  });
+});

@@ -1,0 +1,75 @@
+/** `streaminfer status --fleet`: the fleet view (GET /api/fleet) as one screen. Pure: text from the answer. */
+
+/** GET /api/fleet as the CLI reads it (apps/supervisor/fleet-member.ts FleetView). */
+export interface FleetAnswer {
+  fleet: string;
+  host: string;
+  epoch: number;
+  revision: number;
+  record: { reason: string; committedBy: string; committedAt: string; table: { defaultModel: string } };
+  hosts: Array<{
+    host: string;
+    address: string;
+    epoch: number;
+    ready: boolean;
+    fenced: boolean;
+    fenceReason?: string;
+    models: Array<{ name: string; stable: string; candidate?: string; canaryPercent: number; shadow: boolean }>;
+    nodes: number;
+    nodesReady: number;
+    requestsPerSecond: number;
+    beatAt: string;
+  }>;
+  coordinator: { host: string; reloadId: string } | null;
+}
+
+function modelsText(models: FleetAnswer['hosts'][number]['models']): string {
+  return models
+    .map((model) => {
+      const extras = [
+        model.candidate !== undefined ? `cand ${model.candidate}` : '',
+        model.canaryPercent > 0 ? `${model.canaryPercent}%` : '',
+        model.shadow ? 'shadow' : '',
+      ].filter(Boolean);
+      return `${model.name}@${model.stable}${extras.length > 0 ? ` (${extras.join(', ')})` : ''}`;
+    })
+    .join(' ');
+}
+
+function pad(text: string, width: number): string {
+  return text.length >= width ? text : text + ' '.repeat(width - text.length);
+}
+
+/** One line per host; a host behind the fleet's epoch, fenced or not ready says so. */
+export function renderFleet(answer: FleetAnswer, now: number = Date.now()): string {
+  const lines = [
+    `fleet ${answer.fleet}: epoch ${answer.epoch} (revision ${answer.revision}), ${answer.hosts.length} host${answer.hosts.length === 1 ? '' : 's'}; last change "${answer.record.reason}" by ${answer.record.committedBy} at ${answer.record.committedAt}`,
+    answer.coordinator
+      ? `  change in progress: ${answer.coordinator.reloadId} coordinated by ${answer.coordinator.host}`
+      : '  no change in progress',
+  ];
+  const rows = answer.hosts.map((host) => {
+    const state = host.fenced
+      ? `FENCED (${host.fenceReason ?? 'in doubt'})`
+      : host.epoch < answer.epoch
+        ? 'BEHIND'
+        : host.ready
+          ? 'ready'
+          : 'not ready';
+    const age = Math.max(0, Math.round((now - Date.parse(host.beatAt)) / 100) / 10);
+    return [
+      host.host,
+      host.address,
+      `epoch ${host.epoch}`,
+      state,
+      `nodes ${host.nodesReady}/${host.nodes}`,
+      `${host.requestsPerSecond} req/s`,
+      modelsText(host.models),
+      `seen ${age}s ago`,
+    ];
+  });
+  const widths = rows.length === 0 ? [] : rows[0]!.map((_, i) => Math.max(...rows.map((row) => row[i]!.length)));
+  for (const row of rows) lines.push(`  ${row.map((cell, i) => pad(cell, widths[i]!)).join('  ').trimEnd()}`);
+  if (rows.length === 0) lines.push('  no host is heartbeating');
+  return lines.join('\n');
+}

@@ -1,0 +1,107 @@
+/**
+ * Joining a fleet at start: connect to its NATS (waiting while it is unreachable: the host is not ready until it
+ * knows the fleet's table), read the registry record — or found the fleet with this host's table when there is
+ * none — and fetch the artifacts it names. The nodes then start on the record's table at its epoch.
+ */
+import * as os from 'node:os';
+import * as path from 'node:path';
+import type { Logger } from 'pino';
+import type { ServerConfig } from '../../libs/config';
+import {
+  ClusterError,
+  connectCluster,
+  CoordinatorLease,
+  type FleetRecord,
+  type FleetTable,
+  HostBoard,
+  hostStepClient,
+  ModelArtifacts,
+  RegistryStore,
+} from './cluster';
+import { type FleetHost, FleetMember } from './fleet-member';
+
+const CONNECT_RETRY_MS = 1000;
+
+export interface JoinOptions {
+  config: ServerConfig;
+  /** This host's own table: the fleet's first record when the fleet is new. */
+  initial: FleetTable;
+  host: FleetHost;
+  logger: Logger;
+}
+
+export function hostIdOf(config: ServerConfig): string {
+  return config.hostId ?? `${os.hostname().replace(/[^A-Za-z0-9_-]/g, '-').slice(0, 56)}-${config.port}`;
+}
+
+export function advertisedUrl(config: ServerConfig): string {
+  if (config.advertiseUrl) return config.advertiseUrl;
+  const wildcard = config.host === '0.0.0.0' || config.host === '::';
+  return `http://${wildcard ? os.hostname() : config.host}:${config.port}`;
+}
+
+export async function joinFleet(options: JoinOptions): Promise<{ member: FleetMember; record: FleetRecord }> {
+  const { config, logger } = options;
+  const fleet = config.fleet;
+  const hostId = hostIdOf(config);
+  const connection = await connectWaiting(config.cluster!, fleet, hostId, logger);
+  const store = new RegistryStore(connection, fleet);
+  await store.ensureBuckets();
+  let base = await store.read();
+  if (!base) {
+    const record: FleetRecord = {
+      format: 1,
+      epoch: 0,
+      table: options.initial,
+      reloadId: 'founded',
+      reason: `fleet founded by ${hostId}`,
+      strategy: 'atomic',
+      committedBy: hostId,
+      committedAt: new Date().toISOString(),
+    };
+    try {
+      base = { record, revision: await store.create(record) };
+      logger.info({ fleet, host: hostId }, 'fleet: founded with this host’s table');
+    } catch (error) {
+      // Another host founded it first: its table wins.
+      if (!(error instanceof ClusterError && error.code === 'conflict')) throw error;
+      base = await store.read();
+      if (!base) throw error;
+    }
+  }
+  const modelsDir = path.resolve(config.modelsDir);
+  const artifacts = new ModelArtifacts(connection, fleet);
+  await artifacts.ensure(modelsDir, base.record.table);
+  const member = new FleetMember({
+    fleet,
+    hostId,
+    address: advertisedUrl(config),
+    modelsDir,
+    connection,
+    store,
+    board: new HostBoard(connection, fleet, hostId),
+    lease: new CoordinatorLease(connection, fleet),
+    steps: hostStepClient(connection, fleet, config.reloadStepTimeoutMs),
+    artifacts,
+    host: options.host,
+    logger,
+  });
+  logger.info(
+    { fleet, host: hostId, epoch: base.record.epoch, revision: base.revision },
+    'fleet: joined; starting on the fleet’s table',
+  );
+  return { member, record: base.record };
+}
+
+async function connectWaiting(servers: string, fleet: string, hostId: string, logger: Logger) {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await connectCluster({ servers, fleet, hostId, name: `streaminfer-${fleet}-${hostId}` });
+    } catch (error) {
+      if (!(error instanceof ClusterError && error.code === 'cluster_unavailable')) throw error;
+      if (attempt === 1 || attempt % 30 === 0)
+        logger.warn({ servers, attempt, err: error.message }, 'fleet: NATS unreachable; not ready, retrying');
+      await new Promise((resolve) => setTimeout(resolve, CONNECT_RETRY_MS));
+    }
+  }
+}
