@@ -1,0 +1,405 @@
+/**
+ * Fleet reload coordinator: moves the hosts of a fleet from the committed registry record to a next table, one
+ * fleet reload at a time (per instance here; per fleet through the KV lease its caller holds).
+ *
+ * atomic (the epoch barrier across hosts): PREPARE on every live host (each runs its own node barrier inside) →
+ * any failure or timeout: ABORT everywhere, nothing written → else the commit point, a CAS write of the record
+ * at the next epoch (a conflict or an unreachable KV aborts everywhere) → COMMIT everywhere → RELEASE. Once the
+ * record is written the reload has happened: a host that misses COMMIT fences itself and catches up from it.
+ * rolling: the record is written first (the table every host converges to), then host by host; a failure
+ * writes the previous table at the next epoch and moves every host back to it.
+ *
+ * It talks to hosts only through HostChannel and to NATS only through commitPoint, so every failure point is
+ * testable without processes.
+ */
+import { isDeepStrictEqual } from 'node:util';
+import {
+  diffTables,
+  ReloadBusyError,
+  type ReloadStrategy,
+  type StepAnswer,
+  type VersionChange,
+} from './coordinator';
+import type { FleetRecord, FleetTable } from './fleet-types';
+
+/**
+ * One host as the coordinator sees it (its own host included). Every call resolves { ok: false } on failure,
+ * timeout or an unreachable host — never throws. The plan is the fleet table: each host adds its own settings.
+ */
+export interface HostChannel {
+  host: string;
+  prepare(plan: FleetTable, reloadId: string): Promise<StepAnswer>;
+  commit(plan: FleetTable, epoch: number, reloadId: string): Promise<StepAnswer>;
+  abort(reloadId: string): Promise<StepAnswer>;
+  release(plan: FleetTable, reloadId: string): Promise<StepAnswer>;
+  roll(plan: FleetTable, epoch: number, reloadId: string): Promise<StepAnswer>;
+}
+
+/** The CAS write of the registry record. conflict: the revision was stale (someone else wrote). */
+export type CommitPointResult =
+  | { ok: true; revision: number }
+  | { ok: false; conflict: boolean; error: string };
+
+/**
+ * What happened to one host. committed / rolled: on the new table. rolled_back: on the previous table again at
+ * the epoch after the attempted one. unchanged: never switched. fenced: did not reach the record's table (it
+ * missed COMMIT or a roll-back) and must catch up from the record.
+ */
+export type HostState = 'committed' | 'rolled' | 'rolled_back' | 'unchanged' | 'fenced';
+
+export interface HostOutcome {
+  host: string;
+  state: HostState;
+  /** What went wrong on the way (the failed steps' answers). */
+  error?: string;
+}
+
+export interface FleetReloadOutcome {
+  id: string;
+  result: 'committed' | 'failed' | 'unchanged' | 'conflict';
+  strategy: ReloadStrategy;
+  reason: string;
+  epochBefore: number;
+  /** The record's epoch after the reload. */
+  epoch: number;
+  /** The record's revision after the reload; absent when it wrote nothing. */
+  revision?: number;
+  changes: VersionChange[];
+  startedAt: string;
+  durationMs: number;
+  error?: string;
+  warnings?: string[];
+  /** Per host, sorted by host: checked answers, never assumed. */
+  hosts: HostOutcome[];
+}
+
+export interface FleetReloadRequest {
+  table: FleetTable;
+  strategy: ReloadStrategy;
+  reason: string;
+  /** The record read under the lease, and its KV revision (the CAS base). */
+  base: { record: FleetRecord; revision: number };
+}
+
+export interface FleetCoordinatorOptions {
+  /** This host's id: the records' committedBy. */
+  host: string;
+  /** The live hosts (heartbeat set), read once per reload. */
+  hosts: () => HostChannel[];
+  commitPoint: (record: FleetRecord, expectedRevision: number) => Promise<CommitPointResult>;
+  /** Wall-clock milliseconds: committedAt, startedAt and the duration. */
+  now: () => number;
+  newId: () => string;
+}
+
+/** How one reload ended, before the outcome is assembled. */
+interface Ended {
+  result: FleetReloadOutcome['result'];
+  epoch: number;
+  revision?: number;
+  error?: string;
+}
+
+interface Run {
+  id: string;
+  table: FleetTable;
+  reason: string;
+  base: { record: FleetRecord; revision: number };
+}
+
+export class FleetReloadCoordinator {
+  private running: { id: string; reason: string } | undefined;
+  /** ReloadBusyError names a reload by number: the count of reloads this instance has begun. */
+  private begun = 0;
+  last: FleetReloadOutcome | undefined;
+  private warnings: string[] = [];
+  private hostOutcomes: HostOutcome[] = [];
+
+  constructor(private readonly options: FleetCoordinatorOptions) {}
+
+  get busy(): boolean {
+    return this.running !== undefined;
+  }
+
+  /** The fleet reload in progress, if any. */
+  get current(): { id: string; reason: string } | undefined {
+    return this.running;
+  }
+
+  /** Moves the fleet to `table`. Refuses (ReloadBusyError) while another reload runs: reloads never interleave. */
+  async reload(request: FleetReloadRequest): Promise<FleetReloadOutcome> {
+    if (this.running) throw new ReloadBusyError({ id: this.begun, reason: this.running.reason });
+    const { strategy, reason, base } = request;
+    const id = this.options.newId();
+    this.begun++;
+    this.running = { id, reason };
+    const started = this.options.now();
+    const table = fleetTableOf(request.table);
+    const outcome: FleetReloadOutcome = {
+      id,
+      result: 'unchanged',
+      strategy,
+      reason,
+      epochBefore: base.record.epoch,
+      epoch: base.record.epoch,
+      changes: diffTables(base.record.table, table),
+      startedAt: new Date(started).toISOString(),
+      durationMs: 0,
+      hosts: [],
+    };
+    this.warnings = [];
+    this.hostOutcomes = [];
+    try {
+      if (!sameTable(table, base.record.table)) {
+        const run = { id, table, reason, base };
+        const ended = strategy === 'atomic' ? await this.atomic(run) : await this.rolling(run);
+        outcome.result = ended.result;
+        outcome.epoch = ended.epoch;
+        if (ended.revision !== undefined) outcome.revision = ended.revision;
+        if (ended.error !== undefined) outcome.error = ended.error;
+      }
+    } finally {
+      if (this.warnings.length > 0) outcome.warnings = this.warnings;
+      outcome.hosts = this.hostOutcomes.sort((a, b) => a.host.localeCompare(b.host));
+      outcome.durationMs = this.options.now() - started;
+      this.running = undefined;
+      this.last = outcome;
+    }
+    return outcome;
+  }
+
+  private async atomic(run: Run): Promise<Ended> {
+    const { id, table, base } = run;
+    const hosts = this.options.hosts();
+    const nothingChanged: Ended = { result: 'failed', epoch: base.record.epoch };
+    const prepared = await Promise.all(hosts.map((host) => ask(() => host.prepare(table, id))));
+    const failures = prepared.flatMap((answer, i) =>
+      answer.ok ? [] : [`host ${hosts[i]!.host}: ${answer.error}`],
+    );
+    if (failures.length > 0) {
+      await this.abortAll(hosts, id, prepared);
+      return { ...nothingChanged, error: `prepare failed, nothing changed: ${failures.join('; ')}` };
+    }
+    const epoch = base.record.epoch + 1;
+    const written = await this.write(run, table, epoch, run.reason, base.revision);
+    if (!written.ok) {
+      await this.abortAll(hosts, id);
+      if (written.conflict)
+        return {
+          ...nothingChanged,
+          result: 'conflict',
+          error: `the registry record changed since revision ${base.revision} (${written.error}); nothing changed`,
+        };
+      // A write whose answer was lost may have landed: then the aborted hosts converge to it from the record.
+      this.warnings.push('if the record was written after all, every host converges to it from its watch');
+      return { ...nothingChanged, error: `the commit point failed, every host aborted: ${written.error}` };
+    }
+    const committed = await Promise.all(hosts.map((host) => ask(() => host.commit(table, epoch, id))));
+    const fenced: string[] = [];
+    await Promise.all(
+      hosts.map(async (host, i) => {
+        const answer = committed[i]!;
+        if (!answer.ok) {
+          fenced.push(host.host);
+          this.hostOutcomes.push({ host: host.host, state: 'fenced', error: `commit: ${answer.error}` });
+          return;
+        }
+        this.hostOutcomes.push({ host: host.host, state: 'committed' });
+        const released = await ask(() => host.release(table, id));
+        // The new table serves already; a failed release only leaves memory held until the next reload.
+        if (!released.ok)
+          this.warnings.push(`host ${host.host} did not confirm the release: ${released.error}`);
+      }),
+    );
+    if (fenced.length > 0)
+      this.warnings.push(
+        `${fenced
+          .sort()
+          .map((host) => `host ${host}`)
+          .join(', ')} missed the commit: fenced until caught up from the record at epoch ${epoch}`,
+      );
+    return { result: 'committed', epoch, revision: written.revision };
+  }
+
+  /** ABORT on every host; none has switched. A failed abort leaves the prepared versions held, nothing more. */
+  private async abortAll(hosts: HostChannel[], id: string, prepared?: StepAnswer[]): Promise<void> {
+    const aborted = await Promise.all(hosts.map((host) => ask(() => host.abort(id))));
+    for (const [i, answer] of aborted.entries()) {
+      const host = hosts[i]!.host;
+      const errors: string[] = [];
+      const prepare = prepared?.[i];
+      if (prepare && !prepare.ok) errors.push(`prepare: ${prepare.error}`);
+      if (!answer.ok) {
+        errors.push(`abort: ${answer.error}`);
+        this.warnings.push(`host ${host} did not confirm the abort: ${answer.error}`);
+      }
+      this.hostOutcomes.push(
+        errors.length > 0
+          ? { host, state: 'unchanged', error: errors.join('; ') }
+          : { host, state: 'unchanged' },
+      );
+    }
+  }
+
+  private async rolling(run: Run): Promise<Ended> {
+    const { id, table, base } = run;
+    const hosts = this.options.hosts();
+    const epoch = base.record.epoch + 1;
+    const written = await this.write(run, table, epoch, run.reason, base.revision);
+    if (!written.ok) {
+      for (const host of hosts) this.hostOutcomes.push({ host: host.host, state: 'unchanged' });
+      return written.conflict
+        ? {
+            result: 'conflict',
+            epoch: base.record.epoch,
+            error: `the registry record changed since revision ${base.revision} (${written.error}); nothing changed`,
+          }
+        : {
+            result: 'failed',
+            epoch: base.record.epoch,
+            error: `the commit point failed, nothing changed: ${written.error}`,
+          };
+    }
+    for (const [k, host] of hosts.entries()) {
+      const answer = await ask(() => host.roll(table, epoch, id));
+      if (!answer.ok) return this.rollBack(run, hosts, k, answer.error ?? 'failed', written.revision);
+    }
+    for (const host of hosts) this.hostOutcomes.push({ host: host.host, state: 'rolled' });
+    return { result: 'committed', epoch, revision: written.revision };
+  }
+
+  /**
+   * Host k failed its roll: the previous table goes back into the record at the epoch after the attempted one
+   * (epochs only grow), then every host goes there — the failing one first, then the rolled ones in reverse,
+   * then the untouched ones, which only move epoch.
+   */
+  private async rollBack(
+    run: Run,
+    hosts: HostChannel[],
+    k: number,
+    error: string,
+    revision: number,
+  ): Promise<Ended> {
+    const failing = hosts[k]!.host;
+    const epoch = run.base.record.epoch + 1;
+    const back = epoch + 1;
+    const reason = `${run.reason} (rolled back: host ${failing} failed)`;
+    const rewritten = await this.write(run, run.base.record.table, back, reason, revision);
+    if (!rewritten.ok) {
+      // The record keeps the new table, and it is the truth: the rolled hosts stay on it, the others catch up.
+      for (const [i, host] of hosts.entries())
+        this.hostOutcomes.push(
+          i < k
+            ? { host: host.host, state: 'rolled' }
+            : i === k
+              ? { host: host.host, state: 'fenced', error: `roll: ${error}` }
+              : { host: host.host, state: 'unchanged' },
+        );
+      this.warnings.push(
+        `the record stays at epoch ${epoch} with the new table: the hosts not on it catch up from the record`,
+      );
+      return {
+        result: 'failed',
+        epoch,
+        revision,
+        error: `rolling reload failed on host ${failing}: ${error}; the previous table could not be written back: ${rewritten.error}; ${this.summary()}`,
+      };
+    }
+    const roster = hosts.map((channel, i) => ({
+      channel,
+      state: i <= k ? ('rolled_back' as const) : ('unchanged' as const),
+    }));
+    const order = [roster[k]!, ...roster.slice(0, k).reverse(), ...roster.slice(k + 1)];
+    for (const { channel, state } of order) {
+      const returned = await ask(() => channel.roll(run.base.record.table, back, run.id));
+      const errors = channel.host === failing ? [`roll: ${error}`] : [];
+      if (!returned.ok) {
+        errors.push(`roll back: ${returned.error}`);
+        this.warnings.push(
+          `host ${channel.host} did not return to the previous table (${returned.error}): fenced until caught up from the record at epoch ${back}`,
+        );
+      }
+      const outcome: HostOutcome = { host: channel.host, state: returned.ok ? state : 'fenced' };
+      if (errors.length > 0) outcome.error = errors.join('; ');
+      this.hostOutcomes.push(outcome);
+    }
+    return {
+      result: 'failed',
+      epoch: back,
+      revision: rewritten.revision,
+      error: `rolling reload failed on host ${failing}: ${error}; back to the previous table at epoch ${back}: ${this.summary()}`,
+    };
+  }
+
+  private summary(): string {
+    return this.hostOutcomes
+      .slice()
+      .sort((a, b) => a.host.localeCompare(b.host))
+      .map((outcome) => `host ${outcome.host} ${outcome.state.replace('_', ' ')}`)
+      .join(', ');
+  }
+
+  /** The commit point: the record at `epoch` serving `table`, CAS on `revision`. A throw counts as a failure. */
+  private async write(
+    run: Run,
+    table: FleetTable,
+    epoch: number,
+    reason: string,
+    revision: number,
+  ): Promise<CommitPointResult> {
+    const record: FleetRecord = {
+      format: 1,
+      epoch,
+      table,
+      reloadId: run.id,
+      reason,
+      committedBy: this.options.host,
+      committedAt: new Date(this.options.now()).toISOString(),
+    };
+    try {
+      return await this.options.commitPoint(record, revision);
+    } catch (error) {
+      return { ok: false, conflict: false, error: messageOf(error) };
+    }
+  }
+}
+
+/** What a host does on seeing the registry record (its watch, or its start). */
+export type HostCatchUp = 'none' | 'commit-prepared' | 'converge' | 'fenced-wait';
+
+/**
+ * The member side's decision. own.reloadInDoubt: the fleet reload this host prepared and has seen neither COMMIT
+ * nor ABORT for. A record that took that reload commits what was prepared; any other newer record is converged
+ * to (a prepared reload it did not take is dead); an older or same-epoch record does not decide a prepared
+ * reload, so the host keeps waiting for COMMIT or ABORT (fenced once its commit timeout passes).
+ */
+export function planHostCatchUp(
+  own: { epoch: number; reloadInDoubt?: string },
+  record: { epoch: number; reloadId: string },
+): HostCatchUp {
+  if (record.epoch > own.epoch) return record.reloadId === own.reloadInDoubt ? 'commit-prepared' : 'converge';
+  if (own.reloadInDoubt !== undefined && record.reloadId !== own.reloadInDoubt) return 'fenced-wait';
+  return 'none';
+}
+
+/** Only the models and the default model are shared: a host's plan also carries its own settings. */
+export function fleetTableOf(table: FleetTable): FleetTable {
+  return { models: table.models, defaultModel: table.defaultModel };
+}
+
+/** Compared as JSON, as the record stores it: an absent field and an undefined one are the same. */
+function sameTable(a: FleetTable, b: FleetTable): boolean {
+  return isDeepStrictEqual(JSON.parse(JSON.stringify(a)), JSON.parse(JSON.stringify(b)));
+}
+
+async function ask(step: () => Promise<StepAnswer>): Promise<StepAnswer> {
+  try {
+    return await step();
+  } catch (error) {
+    return { ok: false, error: messageOf(error) };
+  }
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
