@@ -10,6 +10,7 @@ import { SystemdNotifier } from '../supervisor/notify';
 import { Supervisor } from '../supervisor/supervisor';
 import { type BenchModelOptions, benchModel, formatBenchModel } from './bench-model';
 import { ClientError, callServer, defaultUrl } from './client';
+import { registerModelsPush } from './models-push';
 import { registerSimulate } from './simulate';
 import { registerStatus } from './status';
 import type { HealthAnswer } from './status-view';
@@ -514,6 +515,8 @@ addClientOptions(
 addClientOptions(
   models.command('rollback <name>').description('stable goes back to the previous stable, instantly'),
 ).action((name: string, flags: ClientFlags) => registryCommand(flags, name, 'rollback', {}));
+
+registerModelsPush(models, fail);
 
 const bench = program.command('bench').description('measure without a server');
 bench

@@ -47,6 +47,10 @@ export interface AdminHost {
   /** Test hook: wedge one node's main event loop for `ms`; false when there is no such node. */
   blockNode(node: number, ms: number): boolean;
   reload(request: ReloadRequest, reason: string): Promise<ReloadOutcome>;
+  /** Why the host is fenced from its fleet (not ready, refusing traffic), while it is. */
+  readonly fence: string | undefined;
+  /** The fleet and this host's id in it, in a fleet. */
+  readonly fleet: { name: string; host: string } | undefined;
   /** GET /api/fleet; ProtocolError not_found when the host is not in a fleet, cluster_unavailable without NATS. */
   fleetView(): Promise<unknown>;
   reloadConfig(
@@ -258,16 +262,20 @@ export class AdminApi {
     });
     const stopping = this.nodeSet.stopping;
     const config = this.host.config;
+    const fence = this.host.fence;
     const ready =
       !stopping &&
+      fence === undefined &&
       nodes.length === config.nodes &&
       nodes.every(
         (node) => node !== undefined && node.state === 'ready' && node.workersReady === node.workers,
       );
     const first = nodes.find((node) => node !== undefined);
     const body = {
-      status: stopping ? 'draining' : ready ? 'ok' : 'starting',
+      status: stopping ? 'draining' : fence !== undefined ? 'fenced' : ready ? 'ok' : 'starting',
       ready,
+      ...(fence !== undefined ? { fence } : {}),
+      ...(this.host.fleet ? { fleet: this.host.fleet } : {}),
       uptime_s: Math.round((Date.now() - this.startedAt) / 1000),
       default_model: first?.defaultModel ?? this.host.defaultModel,
       device: config.device,

@@ -28,6 +28,7 @@ export interface JoinOptions {
   initial: FleetTable;
   host: FleetHost;
   logger: Logger;
+  testHooks: boolean;
 }
 
 export function hostIdOf(config: ServerConfig): string {
@@ -85,6 +86,9 @@ export async function joinFleet(options: JoinOptions): Promise<{ member: FleetMe
     artifacts,
     host: options.host,
     logger,
+    // A coordinator waits up to a step timeout for the slowest PREPARE, then commits: past that, in doubt.
+    commitTimeoutMs: config.reloadStepTimeoutMs + 2000,
+    testHooks: options.testHooks,
   });
   logger.info(
     { fleet, host: hostId, epoch: base.record.epoch, revision: base.revision },

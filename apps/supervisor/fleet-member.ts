@@ -55,8 +55,13 @@ export interface FleetMemberOptions {
   artifacts: ModelArtifacts;
   host: FleetHost;
   logger: Logger;
-  /** A prepared host that hears neither COMMIT nor ABORT this long is in doubt: it fences itself. */
+  /**
+   * A prepared host that hears neither COMMIT nor ABORT this long is in doubt: it fences itself. It must exceed
+   * the coordinator's step timeout (the longest a coordinator waits for the slowest PREPARE before it decides).
+   */
   commitTimeoutMs?: number;
+  /** STREAMINFER_TEST_FLEET_COMMIT_DELAY_MS: a coordinator holds its commit point that long (tests only). */
+  testHooks?: boolean;
   heartbeatMs?: number;
   now?: () => number;
 }
@@ -101,12 +106,16 @@ export class FleetMember {
       commitPoint: (record, revision) => this.commitPoint(record, revision),
       now: this.now,
       newId: () => randomUUID(),
-      self: options.hostId,
+      host: options.hostId,
     });
   }
 
   get fleet(): string {
     return this.options.fleet;
+  }
+
+  get hostId(): string {
+    return this.options.hostId;
   }
 
   get available(): boolean {
@@ -178,7 +187,7 @@ export class FleetMember {
           base,
         );
       const outcome = await this.reloads.reload({
-        reloadId,
+        id: reloadId,
         table: next(base.record.table),
         strategy: options.strategy,
         reason: options.reason,
@@ -249,6 +258,11 @@ export class FleetMember {
     record: FleetRecord,
     revision: number,
   ): Promise<{ ok: true; revision: number } | { ok: false; conflict: boolean; error: string }> {
+    const holdMs = this.options.testHooks ? Number(process.env.STREAMINFER_TEST_FLEET_COMMIT_DELAY_MS ?? 0) : 0;
+    if (holdMs > 0) {
+      this.options.logger.info({ ms: holdMs }, 'test hook: holding the commit point');
+      await new Promise((resolve) => setTimeout(resolve, holdMs));
+    }
     try {
       const written = await this.options.store.commit(record, revision);
       return { ok: true, revision: written };

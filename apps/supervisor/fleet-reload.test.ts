@@ -25,6 +25,7 @@ const base: FleetReloadRequest['base'] = {
     table: v1,
     reloadId: 'r0',
     reason: 'join',
+    strategy: 'atomic',
     committedBy: 'b',
     committedAt: '2026-01-01T00:00:00.000Z',
   },
@@ -112,6 +113,7 @@ describe('atomic fleet reload (epoch barrier across hosts)', () => {
           table: v2,
           reloadId: 'r1',
           reason: 'promote digits',
+          strategy: 'atomic',
           committedBy: 'a',
           committedAt: new Date(T0 + 20).toISOString(),
         },
@@ -276,6 +278,15 @@ describe('atomic fleet reload (epoch barrier across hosts)', () => {
     expect(log).toEqual([]);
     expect(records).toEqual([]);
   });
+
+  test('force runs the barrier on an equal table (a host-local settings change), under the caller-made id', async () => {
+    const { coordinator, log, records, ids } = fleet([['a'], ['b']]);
+    const outcome = await coordinator.reload(request({ table: v1, force: true, id: 'mine' }));
+    expect(outcome).toMatchObject({ id: 'mine', result: 'committed', epoch: 8, changes: [] });
+    expect(log).toEqual(['a:prepare', 'b:prepare', 'record@8', 'a:commit@8', 'b:commit@8', 'a:release', 'b:release']);
+    expect(records[0]!.record).toMatchObject({ reloadId: 'mine', epoch: 8, table: v1, strategy: 'atomic' });
+    expect([...ids]).toEqual(['mine']);
+  });
 });
 
 describe('rolling fleet reload', () => {
@@ -317,6 +328,7 @@ describe('rolling fleet reload', () => {
         table: v1,
         reloadId: 'r1',
         reason: 'promote digits (rolled back: host b failed)',
+        strategy: 'rolling',
         committedBy: 'a',
         committedAt: expect.any(String),
       },

@@ -79,13 +79,17 @@ export interface FleetReloadRequest {
   reason: string;
   /** The record read under the lease, and its KV revision (the CAS base). */
   base: { record: FleetRecord; revision: number };
+  /** The reload's id, when the caller made it (it names the lease it holds); else newId(). */
+  id?: string;
+  /** Run the barrier even when the table stays as it is (a host's own settings change rides on it). */
+  force?: boolean;
 }
 
 export interface FleetCoordinatorOptions {
   /** This host's id: the records' committedBy. */
   host: string;
   /** The live hosts (heartbeat set), read once per reload. */
-  hosts: () => HostChannel[];
+  hosts: () => HostChannel[] | Promise<HostChannel[]>;
   commitPoint: (record: FleetRecord, expectedRevision: number) => Promise<CommitPointResult>;
   /** Wall-clock milliseconds: committedAt, startedAt and the duration. */
   now: () => number;
@@ -102,6 +106,7 @@ interface Ended {
 
 interface Run {
   id: string;
+  strategy: ReloadStrategy;
   table: FleetTable;
   reason: string;
   base: { record: FleetRecord; revision: number };
@@ -130,7 +135,7 @@ export class FleetReloadCoordinator {
   async reload(request: FleetReloadRequest): Promise<FleetReloadOutcome> {
     if (this.running) throw new ReloadBusyError({ id: this.begun, reason: this.running.reason });
     const { strategy, reason, base } = request;
-    const id = this.options.newId();
+    const id = request.id ?? this.options.newId();
     this.begun++;
     this.running = { id, reason };
     const started = this.options.now();
@@ -150,8 +155,8 @@ export class FleetReloadCoordinator {
     this.warnings = [];
     this.hostOutcomes = [];
     try {
-      if (!sameTable(table, base.record.table)) {
-        const run = { id, table, reason, base };
+      if (request.force === true || !sameTable(table, base.record.table)) {
+        const run = { id, table, reason, base, strategy };
         const ended = strategy === 'atomic' ? await this.atomic(run) : await this.rolling(run);
         outcome.result = ended.result;
         outcome.epoch = ended.epoch;
@@ -170,7 +175,7 @@ export class FleetReloadCoordinator {
 
   private async atomic(run: Run): Promise<Ended> {
     const { id, table, base } = run;
-    const hosts = this.options.hosts();
+    const hosts = await this.options.hosts();
     const nothingChanged: Ended = { result: 'failed', epoch: base.record.epoch };
     const prepared = await Promise.all(hosts.map((host) => ask(() => host.prepare(table, id))));
     const failures = prepared.flatMap((answer, i) =>
@@ -243,7 +248,7 @@ export class FleetReloadCoordinator {
 
   private async rolling(run: Run): Promise<Ended> {
     const { id, table, base } = run;
-    const hosts = this.options.hosts();
+    const hosts = await this.options.hosts();
     const epoch = base.record.epoch + 1;
     const written = await this.write(run, table, epoch, run.reason, base.revision);
     if (!written.ok) {
@@ -353,6 +358,7 @@ export class FleetReloadCoordinator {
       table,
       reloadId: run.id,
       reason,
+      strategy: run.strategy,
       committedBy: this.options.host,
       committedAt: new Date(this.options.now()).toISOString(),
     };

@@ -20,6 +20,8 @@ export interface FleetRecord {
   reloadId: string;
   /** "canary digits 10", "promote digits", "reload digits 2", "join" … */
   reason: string;
+  /** How hosts reach it: atomic (all at COMMIT) or rolling (one by one, from the coordinator). */
+  strategy: 'atomic' | 'rolling';
   /** Host id. */
   committedBy: string;
   /** ISO time. */

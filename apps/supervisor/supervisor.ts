@@ -288,6 +288,7 @@ export class Supervisor implements AdminHost, NotifyHost {
         initial: { models: initial.models, defaultModel: initial.defaultModel },
         host: this.fleetHost(),
         logger: this.logger,
+        testHooks: this.options.testHooks,
       });
       this.member = joined.member;
       table = { ...joined.record.table, settings: initial.settings };
@@ -373,6 +374,14 @@ export class Supervisor implements AdminHost, NotifyHost {
         };
       },
     };
+  }
+
+  get fence(): string | undefined {
+    return this.member?.fenced;
+  }
+
+  get fleet(): { name: string; host: string } | undefined {
+    return this.member ? { name: this.member.fleet, host: this.member.hostId } : undefined;
   }
 
   /** GET /api/fleet: 404 when this host is not in a fleet. */
@@ -582,6 +591,8 @@ export class Supervisor implements AdminHost, NotifyHost {
   async shutdown(): Promise<void> {
     if (this.nodeSet.stopping) return;
     this.options.notifier?.stopping();
+    // Out of the fleet first: no coordinator counts on a host that is going away.
+    await this.member?.close();
     this.logger.info('shutting down: draining nodes');
     await this.nodeSet.shutdown(this.options.config.shutdownTimeoutMs + 10000);
     this.logger.info('all nodes stopped');

@@ -1,0 +1,54 @@
+/**
+ * `streaminfer models push <name> <version>`: uploads a version's model.onnx (and the model's config.json) to the
+ * fleet's model store, where a host that lacks it fetches it — checksum verified — before it prepares a reload
+ * that loads it. Talks to NATS directly: no host needs to be running.
+ */
+import * as os from 'node:os';
+import * as path from 'node:path';
+import type { Command } from 'commander';
+import { ClusterError, connectCluster, ModelArtifacts } from '../supervisor/cluster';
+
+interface PushFlags {
+  cluster?: string;
+  fleet?: string;
+  modelsDir?: string;
+  file?: string;
+  json?: boolean;
+}
+
+export function registerModelsPush(models: Command, fail: (message: string) => never): void {
+  models
+    .command('push <name> <version>')
+    .description("upload a version to the fleet's model store (hosts lacking it fetch it, checksum verified)")
+    .option('--cluster <urls>', 'NATS URL(s) of the fleet (default: STREAMINFER_CLUSTER)')
+    .option('--fleet <name>', 'the fleet (default: STREAMINFER_FLEET, else "default")')
+    .option('--models-dir <dir>', 'model repository holding <name>/config.json and <name>/<version>/model.onnx', './models')
+    .option('--file <model.onnx>', 'the model file (default: <models-dir>/<name>/<version>/model.onnx)')
+    .option('--json', 'machine-readable output')
+    .action(async (name: string, version: string, flags: PushFlags) => {
+      const cluster = flags.cluster ?? process.env.STREAMINFER_CLUSTER;
+      if (!cluster) fail('give the fleet with --cluster nats://… (or STREAMINFER_CLUSTER)');
+      const fleet = flags.fleet ?? process.env.STREAMINFER_FLEET ?? 'default';
+      const modelDir = path.resolve(flags.modelsDir ?? './models', name);
+      const onnx = path.resolve(flags.file ?? path.join(modelDir, version, 'model.onnx'));
+      const config = path.join(modelDir, 'config.json');
+      const hostId = `push-${os.hostname().replace(/[^A-Za-z0-9_-]/g, '-').slice(0, 40)}-${process.pid}`;
+      try {
+        const connection = await connectCluster({ servers: cluster.split(','), fleet, hostId });
+        try {
+          const artifacts = await ModelArtifacts.open(connection);
+          const pushed = await artifacts.push(name, version, onnx, config);
+          if (flags.json) console.log(JSON.stringify({ fleet, model: name, version, ...pushed }));
+          else
+            console.log(`pushed ${name} ${version} to fleet ${fleet}: ${pushed.bytes} bytes, sha256 ${pushed.sha256}`);
+        } finally {
+          await connection.close();
+        }
+      } catch (error) {
+        // A missing file or an unreachable fleet: a runtime failure (1), not a bad option (2).
+        if (!(error instanceof ClusterError) && (error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+        console.error(`streaminfer models push: ${(error as Error).message}`);
+        process.exitCode = 1;
+      }
+    });
+}
