@@ -1,0 +1,39 @@
+/** Typed errors of the fleet's NATS I/O: a stable code, so callers branch on it, never on message text. */
+import type { FleetRecord } from './records';
+
+export type ClusterErrorCode =
+  /** NATS is down or did not answer: the caller keeps serving what it has and retries later. */
+  | 'cluster_unavailable'
+  /** A compare-and-set lost: `current` holds what is there now (registry writes). */
+  | 'conflict'
+  /** The bytes fetched do not hash to the store's digest: nothing was put in place. */
+  | 'checksum_mismatch'
+  | 'artifact_missing'
+  /** A record read back (or about to be written) does not have the shape this build expects. */
+  | 'invalid_record'
+  | 'invalid_options';
+
+/** The registry record as it is now, with the revision a CAS write must name. */
+export interface RegistryEntry {
+  record: FleetRecord;
+  revision: number;
+}
+
+export class ClusterError extends Error {
+  readonly code: ClusterErrorCode;
+  /** conflict on the registry: the record that won (undefined when the key is gone). */
+  readonly current?: RegistryEntry;
+
+  constructor(code: ClusterErrorCode, message: string, options?: ErrorOptions & { current?: RegistryEntry }) {
+    super(message, options);
+    this.name = 'ClusterError';
+    this.code = code;
+    if (options?.current) this.current = options.current;
+  }
+}
+
+export function requirePositiveInt(name: string, value: number, min = 1): number {
+  if (!Number.isInteger(value) || value < min)
+    throw new ClusterError('invalid_options', `${name} must be an integer >= ${min} (got ${value})`);
+  return value;
+}

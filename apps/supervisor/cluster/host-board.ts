@@ -1,0 +1,107 @@
+/**
+ * The fleet's live hosts: each host puts its HostBeat under its host id every TTL/4 in a bucket whose max_age
+ * is the TTL (nats 2.9 has no per-key TTL), so a host that stops drops out after the TTL.
+ */
+import type { KV } from '@nats-io/kv';
+import type { ClusterConnection } from './connection';
+import { requirePositiveInt } from './errors';
+import { listKeys, openBucket } from './kv-bucket';
+import { decodeJson, type HostBeat, parseHostBeat, requireHostId } from './records';
+
+export const DEFAULT_HEARTBEAT_TTL_MS = 10_000;
+
+export interface HostBoardOptions {
+  /** Heartbeat TTL (the bucket's max_age), >= 1000 ms. */
+  ttlMs?: number;
+  /** A failed beat or a malformed heartbeat skipped by list(); never thrown. */
+  onError?: (err: unknown, what: string) => void;
+}
+
+export class HostBoard {
+  readonly ttlMs: number;
+  private timer: NodeJS.Timeout | undefined;
+  private beating = false;
+
+  private constructor(
+    private readonly conn: ClusterConnection,
+    private readonly kv: KV,
+    ttlMs: number,
+    private readonly onError: (err: unknown, what: string) => void,
+  ) {
+    this.ttlMs = ttlMs;
+  }
+
+  static async open(conn: ClusterConnection, options: HostBoardOptions = {}): Promise<HostBoard> {
+    const ttlMs = requirePositiveInt('heartbeat ttlMs', options.ttlMs ?? DEFAULT_HEARTBEAT_TTL_MS, 1000);
+    const kv = await openBucket(conn, conn.names.hostsBucket, { history: 1, ttlMs });
+    return new HostBoard(conn, kv, ttlMs, options.onError ?? (() => undefined));
+  }
+
+  /** Puts one heartbeat under `value.host`. */
+  async beat(value: HostBeat): Promise<void> {
+    const beat = parseHostBeat(value);
+    await this.conn.call('heartbeat', () => this.kv.put(beat.host, JSON.stringify(beat)));
+  }
+
+  /** Beats now and every intervalMs (default TTL/4) until stop(); a failed beat goes to onError. */
+  start(getBeat: () => HostBeat, intervalMs = Math.floor(this.ttlMs / 4)): void {
+    requirePositiveInt('heartbeat intervalMs', intervalMs);
+    this.stop();
+    const tick = async () => {
+      // A beat slower than the interval is not stacked.
+      if (this.beating) return;
+      this.beating = true;
+      try {
+        await this.beat(getBeat());
+      } catch (err) {
+        this.onError(err, 'heartbeat');
+      } finally {
+        this.beating = false;
+      }
+    };
+    this.timer = setInterval(() => void tick(), intervalMs);
+    this.timer.unref();
+    void tick();
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+  }
+
+  /**
+   * The hosts that beat within the TTL, sorted by host id. Age is the entry's server timestamp (the clock
+   * max_age runs on); the server drops expired entries lazily, so a stale one can still be listed briefly.
+   */
+  list(): Promise<HostBeat[]> {
+    return this.conn.call('host list', async () => {
+      const keys = await listKeys(this.conn, this.conn.names.hostsBucket);
+      const now = Date.now();
+      const beats = await Promise.all(
+        keys.map(async (key) => {
+          const entry = await this.kv.get(key);
+          if (entry?.operation !== 'PUT' || now - entry.created.getTime() >= this.ttlMs) return null;
+          try {
+            return parseHostBeat(decodeJson(`heartbeat ${key}`, entry.value));
+          } catch (err) {
+            this.onError(err, `heartbeat ${key}`);
+            return null;
+          }
+        }),
+      );
+      return beats
+        .filter((b): b is HostBeat => b !== null)
+        .sort((a, b) => (a.host < b.host ? -1 : a.host > b.host ? 1 : 0));
+    });
+  }
+
+  /** Graceful stop: stops the loop and deletes the host's heartbeat, so it drops out at once. */
+  async remove(hostId: string = this.conn.hostId): Promise<void> {
+    if (hostId === this.conn.hostId) {
+      this.stop();
+      // A beat in flight would put the key back after the delete.
+      while (this.beating) await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    await this.conn.call('heartbeat remove', () => this.kv.delete(requireHostId(hostId)));
+  }
+}

@@ -1,0 +1,131 @@
+/**
+ * The fleet barrier's steps, host to host: request/reply on `streaminfer.fleet.<F>.host.<hostId>`, JSON both
+ * ways. Like NodeChannel, neither side throws: a malformed request, a failing handler, a timeout, no
+ * responder or NATS down all become `{ ok: false, error }`.
+ */
+import type { StepAnswer } from '../coordinator';
+import type { ClusterConnection } from './connection';
+import { ClusterError } from './errors';
+import { type FleetTable, parseFleetTable } from './records';
+
+export const HOST_STEPS = ['prepare', 'commit', 'abort', 'release', 'roll'] as const;
+export type HostStep = (typeof HOST_STEPS)[number];
+
+/** The table travels without per-host settings: each host applies its own (withSettings) on its side. */
+export type TablePlanLike = FleetTable;
+
+export interface HostStepRequest {
+  step: HostStep;
+  reloadId: string;
+  plan?: TablePlanLike;
+  epoch?: number;
+}
+
+// nats-core's Msg, which transport-node's typings do not let TypeScript's node10 resolution see.
+interface StepMsg {
+  data: Uint8Array;
+  respond(data: Uint8Array): boolean;
+}
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+function errorText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+export function parseHostStepRequest(bytes: Uint8Array): HostStepRequest {
+  let value: Partial<Record<keyof HostStepRequest, unknown>>;
+  try {
+    value = JSON.parse(decoder.decode(bytes));
+  } catch {
+    throw new ClusterError('invalid_record', 'host step: request is not JSON');
+  }
+  if (typeof value !== 'object' || value === null)
+    throw new ClusterError('invalid_record', 'host step: request is not an object');
+  if (!HOST_STEPS.includes(value.step as HostStep))
+    throw new ClusterError('invalid_record', `host step: unknown step ${String(value.step)}`);
+  if (typeof value.reloadId !== 'string' || value.reloadId === '')
+    throw new ClusterError('invalid_record', 'host step: reloadId must be a non-empty string');
+  const request: HostStepRequest = { step: value.step as HostStep, reloadId: value.reloadId };
+  if (value.plan !== undefined) request.plan = parseFleetTable(value.plan, 'host step: plan');
+  if (value.epoch !== undefined) {
+    if (typeof value.epoch !== 'number' || !Number.isSafeInteger(value.epoch) || value.epoch < 0)
+      throw new ClusterError('invalid_record', 'host step: epoch must be an integer >= 0');
+    request.epoch = value.epoch;
+  }
+  return request;
+}
+
+function parseAnswer(bytes: Uint8Array): StepAnswer {
+  try {
+    const value = JSON.parse(decoder.decode(bytes)) as Partial<StepAnswer> | null;
+    if (typeof value?.ok !== 'boolean') return { ok: false, error: 'malformed step answer (no ok)' };
+    const answer: StepAnswer = { ok: value.ok };
+    if (typeof value.error === 'string') answer.error = value.error;
+    if (value.data !== undefined) answer.data = value.data;
+    return answer;
+  } catch {
+    return { ok: false, error: 'malformed step answer (not JSON)' };
+  }
+}
+
+export interface HostStepServer {
+  /** Stops answering (in-flight handlers still reply). */
+  stop(): void;
+}
+
+/** Answers the steps addressed to `hostId` (default: this connection's host) with `handler`. */
+export function serveHostSteps(
+  conn: ClusterConnection,
+  handler: (request: HostStepRequest) => Promise<StepAnswer>,
+  hostId: string = conn.hostId,
+): HostStepServer {
+  const subject = conn.names.hostSubject(hostId);
+  const sub = conn.nc.subscribe(subject, {
+    callback: (err: Error | null, msg: StepMsg) => {
+      if (err) return;
+      void (async () => {
+        let answer: StepAnswer;
+        try {
+          answer = await handler(parseHostStepRequest(msg.data));
+        } catch (handlerErr) {
+          answer = { ok: false, error: errorText(handlerErr) };
+        }
+        try {
+          msg.respond(encoder.encode(JSON.stringify(answer)));
+        } catch {
+          // Connection closed meanwhile: the caller times out.
+        }
+      })();
+    },
+  });
+  return { stop: () => sub.unsubscribe() };
+}
+
+export interface HostStepClient {
+  /** Never throws: timeout, no responder, NATS down → `{ ok: false, error }`. */
+  call(hostId: string, request: HostStepRequest): Promise<StepAnswer>;
+}
+
+export function hostStepClient(conn: ClusterConnection, timeoutMs: number): HostStepClient {
+  return {
+    async call(hostId, request) {
+      try {
+        const subject = conn.names.hostSubject(hostId);
+        const payload = encoder.encode(JSON.stringify(request));
+        const reply = await conn.call(
+          `step ${request.step} on ${hostId}`,
+          () => conn.nc.request(subject, payload, { timeout: timeoutMs }) as Promise<StepMsg>,
+        );
+        return parseAnswer(reply.data);
+      } catch (err) {
+        const cause = err instanceof Error && err.cause instanceof Error ? `: ${err.cause.message}` : '';
+        return {
+          ok: false,
+          error: `host ${hostId} did not answer ${request.step}: ${errorText(err)}${cause}`,
+        };
+      }
+    },
+  };
+}

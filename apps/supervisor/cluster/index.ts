@@ -1,0 +1,27 @@
+/** The fleet's NATS JetStream I/O (issue 15, fleet-design.md): registry, heartbeats, lease, steps, artifacts. */
+export type { ArtifactDigest, LocalVerdict } from './artifacts';
+export { configObject, digestHex, fileSha256, ModelArtifacts, modelObject } from './artifacts';
+export type { ClusterOptions, NatsConnection } from './connection';
+export { ClusterConnection, connectCluster, isTransportError } from './connection';
+export type { CoordinatorLeaseOptions, LeaseAcquire, LeaseHolder } from './coordinator-lease';
+export { CoordinatorLease, DEFAULT_LEASE_TTL_MS } from './coordinator-lease';
+export type { ClusterErrorCode, RegistryEntry } from './errors';
+export { ClusterError } from './errors';
+export type { HostBoardOptions } from './host-board';
+export { DEFAULT_HEARTBEAT_TTL_MS, HostBoard } from './host-board';
+export type { HostStep, HostStepClient, HostStepRequest, HostStepServer, TablePlanLike } from './host-steps';
+export { HOST_STEPS, hostStepClient, parseHostStepRequest, serveHostSteps } from './host-steps';
+export type { FleetNames, FleetRecord, FleetTable, HostBeat, HostModelBeat } from './records';
+export {
+  fleetNames,
+  LEASE_KEY,
+  parseFleetRecord,
+  parseFleetTable,
+  parseHostBeat,
+  RECORD_FORMAT,
+  REGISTRY_KEY,
+  requireFleetName,
+  requireHostId,
+} from './records';
+export type { RegistryWatch } from './registry-store';
+export { RegistryStore } from './registry-store';

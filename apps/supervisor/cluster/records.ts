@@ -1,0 +1,244 @@
+/**
+ * The fleet's shared records (fleet-design.md) and the names of its NATS resources. Everything read back from
+ * NATS goes through parse*: another build or a hand-edited key is a typed error, never a crash further on.
+ */
+import type { ModelPlan, TablePlan } from '../../../libs/registry';
+import { ClusterError } from './errors';
+
+export const RECORD_FORMAT = 1;
+
+/** The shared part of a table: per-host settings (TablePlan.settings) are never written to the fleet. */
+export type FleetTable = Pick<TablePlan, 'models' | 'defaultModel'>;
+
+/** KV `registry`: the fleet's committed table. The fleet epoch only grows. */
+export interface FleetRecord {
+  format: typeof RECORD_FORMAT;
+  /** Every host serves `table` at this epoch. */
+  epoch: number;
+  table: FleetTable;
+  /** The fleet reload that committed it. */
+  reloadId: string;
+  /** "canary digits 10", "promote digits", "join" … */
+  reason: string;
+  /** Host id. */
+  committedBy: string;
+  committedAt: string;
+}
+
+export interface HostModelBeat {
+  name: string;
+  stable: string;
+  candidate?: string;
+  canaryPercent: number;
+  shadow: boolean;
+}
+
+/** KV heartbeat `<hostId>`. */
+export interface HostBeat {
+  host: string;
+  /** The host's data/admin URL, e.g. http://10.77.0.11:8000. */
+  address: string;
+  epoch: number;
+  ready: boolean;
+  fenced: boolean;
+  fenceReason?: string;
+  defaultModel: string;
+  models: HostModelBeat[];
+  nodes: number;
+  nodesReady: number;
+  requestsPerSecond: number;
+  startedAt: string;
+  beatAt: string;
+}
+
+// They go into bucket names, KV keys and subject tokens.
+const FLEET_PATTERN = /^[A-Za-z0-9_-]{1,32}$/;
+const HOST_ID_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
+
+export function requireFleetName(fleet: string): string {
+  if (typeof fleet !== 'string' || !FLEET_PATTERN.test(fleet))
+    throw new ClusterError('invalid_options', `fleet must match ${FLEET_PATTERN.source} (got ${fleet})`);
+  return fleet;
+}
+
+export function requireHostId(hostId: string): string {
+  if (typeof hostId !== 'string' || !HOST_ID_PATTERN.test(hostId))
+    throw new ClusterError('invalid_options', `host id must match ${HOST_ID_PATTERN.source} (got ${hostId})`);
+  return hostId;
+}
+
+export const REGISTRY_KEY = 'registry';
+export const LEASE_KEY = 'coordinator';
+
+export interface FleetNames {
+  /** KV: key `registry` (history 5, CAS writes only). */
+  registryBucket: string;
+  /** KV: key `<hostId>`, max_age = heartbeat TTL. */
+  hostsBucket: string;
+  /** KV: key `coordinator`, max_age = lease TTL. */
+  leaseBucket: string;
+  /** Object Store: `<model>/config.json`, `<model>/<version>/model.onnx`. */
+  modelsBucket: string;
+  /** Request/reply subject of one host's barrier steps. */
+  hostSubject(hostId: string): string;
+}
+
+export function fleetNames(fleet: string): FleetNames {
+  requireFleetName(fleet);
+  return {
+    registryBucket: `streaminfer_fleet_${fleet}`,
+    hostsBucket: `streaminfer_fleet_${fleet}_hosts`,
+    leaseBucket: `streaminfer_fleet_${fleet}_lease`,
+    modelsBucket: `streaminfer_models_${fleet}`,
+    hostSubject: (hostId) => `streaminfer.fleet.${fleet}.host.${requireHostId(hostId)}`,
+  };
+}
+
+// ---- validation ----
+
+type Json = Record<string, unknown>;
+
+function invalid(what: string, detail: string): never {
+  throw new ClusterError('invalid_record', `${what}: ${detail}`);
+}
+
+function object(what: string, value: unknown): Json {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) invalid(what, 'not an object');
+  return value as Json;
+}
+
+function text(what: string, o: Json, key: string, optional = false): string | undefined {
+  const v = o[key];
+  if (v === undefined && optional) return undefined;
+  if (typeof v !== 'string') invalid(what, `${key} must be a string`);
+  return v;
+}
+
+function count(what: string, o: Json, key: string): number {
+  const v = o[key];
+  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0)
+    invalid(what, `${key} must be an integer >= 0`);
+  return v;
+}
+
+function flag(what: string, o: Json, key: string, optional = false): boolean | undefined {
+  const v = o[key];
+  if (v === undefined && optional) return undefined;
+  if (typeof v !== 'boolean') invalid(what, `${key} must be a boolean`);
+  return v;
+}
+
+function percent(what: string, o: Json, key: string, optional = false): number | undefined {
+  const v = o[key];
+  if (v === undefined && optional) return undefined;
+  if (typeof v !== 'number' || !(v >= 0 && v <= 100)) invalid(what, `${key} must be a number in 0..100`);
+  return v;
+}
+
+function time(what: string, o: Json, key: string): string {
+  const v = text(what, o, key) as string;
+  if (Number.isNaN(Date.parse(v))) invalid(what, `${key} must be an ISO time`);
+  return v;
+}
+
+function array(what: string, o: Json, key: string): unknown[] {
+  const v = o[key];
+  if (!Array.isArray(v)) invalid(what, `${key} must be an array`);
+  return v;
+}
+
+function parseModelPlan(value: unknown, index: number, table: string): ModelPlan {
+  const what = `${table}: models[${index}]`;
+  const o = object(what, value);
+  const versions = array(what, o, 'versions');
+  if (!versions.every((v) => typeof v === 'string')) invalid(what, 'versions must be strings');
+  const plan: ModelPlan = {
+    name: text(what, o, 'name') as string,
+    versions: versions as string[],
+    stable: text(what, o, 'stable') as string,
+  };
+  const candidate = text(what, o, 'candidate', true);
+  const previousStable = text(what, o, 'previousStable', true);
+  const canaryPercent = percent(what, o, 'canaryPercent', true);
+  const shadow = flag(what, o, 'shadow', true);
+  if (candidate !== undefined) plan.candidate = candidate;
+  if (previousStable !== undefined) plan.previousStable = previousStable;
+  if (canaryPercent !== undefined) plan.canaryPercent = canaryPercent;
+  if (shadow !== undefined) plan.shadow = shadow;
+  return plan;
+}
+
+/** A checked copy of a table's shared part (models and default model; settings dropped). */
+export function parseFleetTable(value: unknown, what = 'table'): FleetTable {
+  const table = object(what, value);
+  const models = array(what, table, 'models').map((m, i) => parseModelPlan(m, i, what));
+  return { models, defaultModel: text(what, table, 'defaultModel') as string };
+}
+
+/** A fresh, checked copy: unknown fields (e.g. a table's per-host settings) are dropped. */
+export function parseFleetRecord(value: unknown): FleetRecord {
+  const what = 'registry record';
+  const o = object(what, value);
+  if (o.format !== RECORD_FORMAT)
+    invalid(what, `format ${String(o.format)} (this build reads ${RECORD_FORMAT})`);
+  return {
+    format: RECORD_FORMAT,
+    epoch: count(what, o, 'epoch'),
+    table: parseFleetTable(o.table, `${what}: table`),
+    reloadId: text(what, o, 'reloadId') as string,
+    reason: text(what, o, 'reason') as string,
+    committedBy: text(what, o, 'committedBy') as string,
+    committedAt: time(what, o, 'committedAt'),
+  };
+}
+
+export function parseHostBeat(value: unknown): HostBeat {
+  const what = 'host heartbeat';
+  const o = object(what, value);
+  const host = text(what, o, 'host') as string;
+  if (!HOST_ID_PATTERN.test(host)) invalid(what, `host ${host} is not a host id`);
+  const models = array(what, o, 'models').map((m, i): HostModelBeat => {
+    const mw = `${what}: models[${i}]`;
+    const mo = object(mw, m);
+    const model: HostModelBeat = {
+      name: text(mw, mo, 'name') as string,
+      stable: text(mw, mo, 'stable') as string,
+      canaryPercent: percent(mw, mo, 'canaryPercent') as number,
+      shadow: flag(mw, mo, 'shadow') as boolean,
+    };
+    const candidate = text(mw, mo, 'candidate', true);
+    if (candidate !== undefined) model.candidate = candidate;
+    return model;
+  });
+  const rps = o.requestsPerSecond;
+  if (typeof rps !== 'number' || !(rps >= 0) || !Number.isFinite(rps))
+    invalid(what, 'requestsPerSecond must be a finite number >= 0');
+  const beat: HostBeat = {
+    host,
+    address: text(what, o, 'address') as string,
+    epoch: count(what, o, 'epoch'),
+    ready: flag(what, o, 'ready') as boolean,
+    fenced: flag(what, o, 'fenced') as boolean,
+    defaultModel: text(what, o, 'defaultModel') as string,
+    models,
+    nodes: count(what, o, 'nodes'),
+    nodesReady: count(what, o, 'nodesReady'),
+    requestsPerSecond: rps,
+    startedAt: time(what, o, 'startedAt'),
+    beatAt: time(what, o, 'beatAt'),
+  };
+  const fenceReason = text(what, o, 'fenceReason', true);
+  if (fenceReason !== undefined) beat.fenceReason = fenceReason;
+  return beat;
+}
+
+const decoder = new TextDecoder();
+
+/** JSON bytes from NATS → parsed value; bad JSON is the same typed error as a bad shape. */
+export function decodeJson(what: string, bytes: Uint8Array): unknown {
+  try {
+    return JSON.parse(decoder.decode(bytes));
+  } catch (err) {
+    throw new ClusterError('invalid_record', `${what}: not JSON (${String(err)})`, { cause: err });
+  }
+}
