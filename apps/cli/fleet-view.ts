@@ -14,7 +14,13 @@ export interface FleetAnswer {
     ready: boolean;
     fenced: boolean;
     fenceReason?: string;
-    models: Array<{ name: string; stable: string; candidate?: string; canaryPercent: number; shadow: boolean }>;
+    models: Array<{
+      name: string;
+      stable: string;
+      candidate?: string;
+      canaryPercent: number;
+      shadow: boolean;
+    }>;
     nodes: number;
     nodesReady: number;
     requestsPerSecond: number;
@@ -68,8 +74,15 @@ export function renderFleet(answer: FleetAnswer, now: number = Date.now()): stri
       `seen ${age}s ago`,
     ];
   });
-  const widths = rows.length === 0 ? [] : rows[0]!.map((_, i) => Math.max(...rows.map((row) => row[i]!.length)));
-  for (const row of rows) lines.push(`  ${row.map((cell, i) => pad(cell, widths[i]!)).join('  ').trimEnd()}`);
+  const widths =
+    rows.length === 0 ? [] : rows[0]!.map((_, i) => Math.max(...rows.map((row) => row[i]!.length)));
+  for (const row of rows)
+    lines.push(
+      `  ${row
+        .map((cell, i) => pad(cell, widths[i]!))
+        .join('  ')
+        .trimEnd()}`,
+    );
   if (rows.length === 0) lines.push('  no host is heartbeating');
   return lines.join('\n');
 }

@@ -22,7 +22,11 @@ export function registerModelsPush(models: Command, fail: (message: string) => n
     .description("upload a version to the fleet's model store (hosts lacking it fetch it, checksum verified)")
     .option('--cluster <urls>', 'NATS URL(s) of the fleet (default: STREAMINFER_CLUSTER)')
     .option('--fleet <name>', 'the fleet (default: STREAMINFER_FLEET, else "default")')
-    .option('--models-dir <dir>', 'model repository holding <name>/config.json and <name>/<version>/model.onnx', './models')
+    .option(
+      '--models-dir <dir>',
+      'model repository holding <name>/config.json and <name>/<version>/model.onnx',
+      './models',
+    )
     .option('--file <model.onnx>', 'the model file (default: <models-dir>/<name>/<version>/model.onnx)')
     .option('--json', 'machine-readable output')
     .action(async (name: string, version: string, flags: PushFlags) => {
@@ -32,7 +36,10 @@ export function registerModelsPush(models: Command, fail: (message: string) => n
       const modelDir = path.resolve(flags.modelsDir ?? './models', name);
       const onnx = path.resolve(flags.file ?? path.join(modelDir, version, 'model.onnx'));
       const config = path.join(modelDir, 'config.json');
-      const hostId = `push-${os.hostname().replace(/[^A-Za-z0-9_-]/g, '-').slice(0, 40)}-${process.pid}`;
+      const hostId = `push-${os
+        .hostname()
+        .replace(/[^A-Za-z0-9_-]/g, '-')
+        .slice(0, 40)}-${process.pid}`;
       try {
         const connection = await connectCluster({ servers: cluster.split(','), fleet, hostId });
         try {
@@ -40,13 +47,16 @@ export function registerModelsPush(models: Command, fail: (message: string) => n
           const pushed = await artifacts.push(name, version, onnx, config);
           if (flags.json) console.log(JSON.stringify({ fleet, model: name, version, ...pushed }));
           else
-            console.log(`pushed ${name} ${version} to fleet ${fleet}: ${pushed.bytes} bytes, sha256 ${pushed.sha256}`);
+            console.log(
+              `pushed ${name} ${version} to fleet ${fleet}: ${pushed.bytes} bytes, sha256 ${pushed.sha256}`,
+            );
         } finally {
           await connection.close();
         }
       } catch (error) {
         // A missing file or an unreachable fleet: a runtime failure (1), not a bad option (2).
-        if (!(error instanceof ClusterError) && (error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+        if (!(error instanceof ClusterError) && (error as NodeJS.ErrnoException).code !== 'ENOENT')
+          throw error;
         console.error(`streaminfer models push: ${(error as Error).message}`);
         process.exitCode = 1;
       }

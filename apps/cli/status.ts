@@ -186,7 +186,11 @@ export function registerStatus(program: Command, kit: StatusCommandKit): void {
 }
 
 /** `status --fleet [--watch]`: GET /api/fleet, once or every interval. */
-async function fleetStatus(options: ClientOptions, interval: number | undefined, json: boolean): Promise<void> {
+async function fleetStatus(
+  options: ClientOptions,
+  interval: number | undefined,
+  json: boolean,
+): Promise<void> {
   for (;;) {
     let text: string;
     let failed = false;
@@ -196,7 +200,9 @@ async function fleetStatus(options: ClientOptions, interval: number | undefined,
       text = json ? JSON.stringify(body) : renderFleet(body as FleetAnswer);
     } catch (error) {
       if (!(error instanceof StatusError || error instanceof ClientError)) throw error;
-      text = json ? JSON.stringify({ url: options.url, error: error.message }) : `streaminfer status: ${error.message}`;
+      text = json
+        ? JSON.stringify({ url: options.url, error: error.message })
+        : `streaminfer status: ${error.message}`;
       failed = true;
     }
     if (interval === undefined) {

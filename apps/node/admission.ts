@@ -201,7 +201,10 @@ export class Admission {
     if (this.fence !== undefined) {
       this.metrics.recordShed(UNROUTED_SLOT, SHED.fenced);
       return new Rejection(
-        new ProtocolError('fenced', `this host is fenced from its fleet (${this.fence}); retry on another host`),
+        new ProtocolError(
+          'fenced',
+          `this host is fenced from its fleet (${this.fence}); retry on another host`,
+        ),
         id,
         UNROUTED_SLOT,
       );

@@ -316,7 +316,10 @@ export class AdminApi {
     const perProcess: MetricJson[][] = [];
     for (const answer of answers)
       if (answer?.type === 'collected' && answer.metrics) perProcess.push(answer.metrics);
-    perProcess.push((await this.registry.getMetricsAsJSON()) as unknown as MetricJson[], this.nodeSetMetrics());
+    perProcess.push(
+      (await this.registry.getMetricsAsJSON()) as unknown as MetricJson[],
+      this.nodeSetMetrics(),
+    );
     return aggregateToText(perProcess);
   }
 
@@ -364,7 +367,13 @@ export async function respond(run: () => Promise<ControlResponse>): Promise<Cont
         code: 'conflict',
         message: error.message,
         ...(current
-          ? { current: { revision: current.revision, epoch: current.record.epoch, table: current.record.table } }
+          ? {
+              current: {
+                revision: current.revision,
+                epoch: current.record.epoch,
+                table: current.record.table,
+              },
+            }
           : {}),
       });
     }

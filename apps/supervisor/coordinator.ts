@@ -144,11 +144,17 @@ export class ReloadCoordinator {
    * Moves the host to `plan`. Refuses (ReloadBusyError) while another reload runs: reloads never interleave.
    * `epoch`: the epoch to reach (a fleet decides it; it must be above the host's), else the next one.
    */
-  async reload(plan: TablePlan, strategy: ReloadStrategy, reason: string, epoch?: number): Promise<ReloadOutcome> {
+  async reload(
+    plan: TablePlan,
+    strategy: ReloadStrategy,
+    reason: string,
+    epoch?: number,
+  ): Promise<ReloadOutcome> {
     const target = this.targetEpoch(epoch);
     const outcome = this.begin(plan, strategy, reason);
     try {
-      const error = strategy === 'atomic' ? await this.atomic(plan, target) : await this.rolling(plan, target);
+      const error =
+        strategy === 'atomic' ? await this.atomic(plan, target) : await this.rolling(plan, target);
       outcome.result = error ? 'failed' : 'committed';
       if (error) outcome.error = error;
     } finally {
@@ -288,7 +294,9 @@ export class ReloadCoordinator {
       // Routing never saw what was prepared; a failed abort only leaves memory held until the next reload.
       if (!answer.ok) this.warnings.push(`node ${node} did not confirm the abort: ${answer.error}`);
       this.nodeOutcomes.push(
-        answer.ok ? { node, state: 'unchanged' } : { node, state: 'unchanged', error: `abort: ${answer.error}` },
+        answer.ok
+          ? { node, state: 'unchanged' }
+          : { node, state: 'unchanged', error: `abort: ${answer.error}` },
       );
     }
   }

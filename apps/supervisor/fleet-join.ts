@@ -9,8 +9,8 @@ import type { Logger } from 'pino';
 import type { ServerConfig } from '../../libs/config';
 import {
   ClusterError,
-  connectCluster,
   CoordinatorLease,
+  connectCluster,
   type FleetRecord,
   type FleetTable,
   HostBoard,
@@ -18,7 +18,7 @@ import {
   ModelArtifacts,
   RegistryStore,
 } from './cluster';
-import { type FleetHost, FleetMember } from './fleet-member';
+import { ensureArtifacts, type FleetHost, FleetMember } from './fleet-member';
 
 const CONNECT_RETRY_MS = 1000;
 
@@ -32,7 +32,13 @@ export interface JoinOptions {
 }
 
 export function hostIdOf(config: ServerConfig): string {
-  return config.hostId ?? `${os.hostname().replace(/[^A-Za-z0-9_-]/g, '-').slice(0, 56)}-${config.port}`;
+  return (
+    config.hostId ??
+    `${os
+      .hostname()
+      .replace(/[^A-Za-z0-9_-]/g, '-')
+      .slice(0, 56)}-${config.port}`
+  );
 }
 
 export function advertisedUrl(config: ServerConfig): string {
@@ -46,8 +52,7 @@ export async function joinFleet(options: JoinOptions): Promise<{ member: FleetMe
   const fleet = config.fleet;
   const hostId = hostIdOf(config);
   const connection = await connectWaiting(config.cluster!, fleet, hostId, logger);
-  const store = new RegistryStore(connection, fleet);
-  await store.ensureBuckets();
+  const store = await RegistryStore.open(connection);
   let base = await store.read();
   if (!base) {
     const record: FleetRecord = {
@@ -71,8 +76,8 @@ export async function joinFleet(options: JoinOptions): Promise<{ member: FleetMe
     }
   }
   const modelsDir = path.resolve(config.modelsDir);
-  const artifacts = new ModelArtifacts(connection, fleet);
-  await artifacts.ensure(modelsDir, base.record.table);
+  const artifacts = await ModelArtifacts.open(connection);
+  await ensureArtifacts(artifacts, modelsDir, base.record.table, logger);
   const member = new FleetMember({
     fleet,
     hostId,
@@ -80,9 +85,14 @@ export async function joinFleet(options: JoinOptions): Promise<{ member: FleetMe
     modelsDir,
     connection,
     store,
-    board: new HostBoard(connection, fleet, hostId),
-    lease: new CoordinatorLease(connection, fleet),
-    steps: hostStepClient(connection, fleet, config.reloadStepTimeoutMs),
+    board: await HostBoard.open(connection, {
+      onError: (error, what) => logger.warn({ err: (error as Error).message }, `fleet: ${what} failed`),
+    }),
+    lease: await CoordinatorLease.open(connection, {
+      onLost: (holder, why) =>
+        logger.error({ reloadId: holder.reloadId, why }, 'fleet: coordinator lease lost'),
+    }),
+    steps: hostStepClient(connection, config.reloadStepTimeoutMs),
     artifacts,
     host: options.host,
     logger,

@@ -12,8 +12,8 @@ import type { Logger } from 'pino';
 import { ProtocolError } from '../../libs/protocol';
 import type { TablePlan } from '../../libs/registry';
 import {
-  ClusterError,
   type ClusterConnection,
+  ClusterError,
   type CoordinatorLease,
   type FleetRecord,
   type FleetTable,
@@ -88,7 +88,9 @@ export class FleetMember {
   /** Member actions on the host's barrier run one at a time (a step, a catch-up, an in-doubt resolution). */
   private queue: Promise<unknown> = Promise.resolve();
   /** The reload this host prepared and holds, until the fleet commits or aborts it. */
-  private inDoubt: { reloadId: string; epochBefore: number; timer: NodeJS.Timeout; since: number } | undefined;
+  private inDoubt:
+    | { reloadId: string; epochBefore: number; timer: NodeJS.Timeout; since: number }
+    | undefined;
   private fenceReason: string | undefined;
   private latest: { record: FleetRecord; revision: number } | undefined;
   private retryTimer: NodeJS.Timeout | undefined;
@@ -194,7 +196,8 @@ export class FleetMember {
         base,
         force: options.force === true,
       });
-      if (outcome.result === 'conflict') throw new FleetConflictError(outcome.error ?? 'conflict', this.latest);
+      if (outcome.result === 'conflict')
+        throw new FleetConflictError(outcome.error ?? 'conflict', this.latest);
       return outcome;
     } finally {
       await this.options.lease.release().catch(() => undefined);
@@ -258,7 +261,9 @@ export class FleetMember {
     record: FleetRecord,
     revision: number,
   ): Promise<{ ok: true; revision: number } | { ok: false; conflict: boolean; error: string }> {
-    const holdMs = this.options.testHooks ? Number(process.env.STREAMINFER_TEST_FLEET_COMMIT_DELAY_MS ?? 0) : 0;
+    const holdMs = this.options.testHooks
+      ? Number(process.env.STREAMINFER_TEST_FLEET_COMMIT_DELAY_MS ?? 0)
+      : 0;
     if (holdMs > 0) {
       this.options.logger.info({ ms: holdMs }, 'test hook: holding the commit point');
       await new Promise((resolve) => setTimeout(resolve, holdMs));
@@ -324,7 +329,10 @@ export class FleetMember {
     if (coordinator.busy) return { ok: false, error: 'a reload is in progress on this host' };
     // Every version is here and is the one pushed to the fleet before any node loads it.
     await this.ensureArtifacts(table);
-    const answer = await coordinator.prepareHeld(this.options.host.hostPlan(table), `fleet reload ${reloadId}`);
+    const answer = await coordinator.prepareHeld(
+      this.options.host.hostPlan(table),
+      `fleet reload ${reloadId}`,
+    );
     if (!answer.ok) return answer;
     const epochBefore = coordinator.epoch;
     const timer = setTimeout(() => this.enterDoubt(reloadId), this.commitTimeoutMs);
@@ -380,7 +388,9 @@ export class FleetMember {
   /** PREPAREd, then silence: the fleet may have committed without this host. Stop serving until it knows. */
   private enterDoubt(reloadId: string): void {
     if (this.inDoubt?.reloadId !== reloadId) return;
-    this.setFence(`in doubt about fleet reload ${reloadId}: no COMMIT or ABORT within ${this.commitTimeoutMs} ms`);
+    this.setFence(
+      `in doubt about fleet reload ${reloadId}: no COMMIT or ABORT within ${this.commitTimeoutMs} ms`,
+    );
     const poll = (): void => {
       if (this.stopped || this.inDoubt?.reloadId !== reloadId) return;
       void this.serialized(() => this.resolveFromStore()).finally(() => {
@@ -405,7 +415,10 @@ export class FleetMember {
       }
       await this.reconcile();
     } catch (error) {
-      this.options.logger.warn({ err: (error as Error).message }, 'fleet: cannot read the registry record yet');
+      this.options.logger.warn(
+        { err: (error as Error).message },
+        'fleet: cannot read the registry record yet',
+      );
     }
   }
 
@@ -441,7 +454,11 @@ export class FleetMember {
       this.retryLater();
       return;
     }
-    await this.converge(record.table, record.epoch, `caught up to fleet epoch ${record.epoch} (${record.reason})`);
+    await this.converge(
+      record.table,
+      record.epoch,
+      `caught up to fleet epoch ${record.epoch} (${record.reason})`,
+    );
   }
 
   private async converge(table: FleetTable, epoch: number, reason: string): Promise<void> {
@@ -477,7 +494,10 @@ export class FleetMember {
   private unfence(): void {
     if (this.fenceReason === undefined) return;
     this.fenceReason = undefined;
-    this.options.logger.info({ epoch: this.options.host.coordinator().epoch }, 'fleet: caught up, fence lifted');
+    this.options.logger.info(
+      { epoch: this.options.host.coordinator().epoch },
+      'fleet: caught up, fence lifted',
+    );
     this.options.host.fence(null);
   }
 

@@ -1,4 +1,5 @@
 import type { NodeSettings, TablePlan } from '../../libs/registry';
+import type { FleetRecord, FleetTable } from './cluster';
 import { ReloadBusyError, type StepAnswer } from './coordinator';
 import {
   type CommitPointResult,
@@ -7,7 +8,6 @@ import {
   type HostChannel,
   planHostCatchUp,
 } from './fleet-reload';
-import type { FleetRecord, FleetTable } from './fleet-types';
 
 const v1: FleetTable = {
   defaultModel: 'digits',
@@ -283,7 +283,15 @@ describe('atomic fleet reload (epoch barrier across hosts)', () => {
     const { coordinator, log, records, ids } = fleet([['a'], ['b']]);
     const outcome = await coordinator.reload(request({ table: v1, force: true, id: 'mine' }));
     expect(outcome).toMatchObject({ id: 'mine', result: 'committed', epoch: 8, changes: [] });
-    expect(log).toEqual(['a:prepare', 'b:prepare', 'record@8', 'a:commit@8', 'b:commit@8', 'a:release', 'b:release']);
+    expect(log).toEqual([
+      'a:prepare',
+      'b:prepare',
+      'record@8',
+      'a:commit@8',
+      'b:commit@8',
+      'a:release',
+      'b:release',
+    ]);
     expect(records[0]!.record).toMatchObject({ reloadId: 'mine', epoch: 8, table: v1, strategy: 'atomic' });
     expect([...ids]).toEqual(['mine']);
   });

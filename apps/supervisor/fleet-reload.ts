@@ -13,6 +13,7 @@
  * testable without processes.
  */
 import { isDeepStrictEqual } from 'node:util';
+import type { FleetRecord, FleetTable } from './cluster';
 import {
   diffTables,
   ReloadBusyError,
@@ -20,7 +21,6 @@ import {
   type StepAnswer,
   type VersionChange,
 } from './coordinator';
-import type { FleetRecord, FleetTable } from './fleet-types';
 
 /**
  * One host as the coordinator sees it (its own host included). Every call resolves { ok: false } on failure,

@@ -37,9 +37,9 @@ import {
 } from '../../libs/registry';
 import type { ControlResponse, NodeStartOptions } from '../node/ipc';
 import { AdminApi, type AdminHost, outcomeResponse, type ReloadRequest, respond } from './admin-api';
+import type { FleetTable } from './cluster';
 import type { ReloadOutcome, ReloadStrategy } from './coordinator';
 import { diffTables, ReloadBusyError, ReloadCoordinator } from './coordinator';
-import type { FleetTable } from './cluster';
 import { joinFleet } from './fleet-join';
 import type { FleetHost, FleetMember, FleetView } from './fleet-member';
 import type { FleetReloadOutcome } from './fleet-reload';
@@ -368,9 +368,9 @@ export class Supervisor implements AdminHost, NotifyHost {
         // The notifier's heartbeat pings the nodes (their pongs carry the answered counts); without it, this one.
         if (!this.options.notifier) this.nodeSet.heartbeat();
         return {
-        nodes: this.options.config.nodes,
-        nodesReady: this.nodesReady,
-        requestsPerSecond: this.requestRate.sample(this.nodeSet.answeredTotal(), Date.now()),
+          nodes: this.options.config.nodes,
+          nodesReady: this.nodesReady,
+          requestsPerSecond: this.requestRate.sample(this.nodeSet.answeredTotal(), Date.now()),
         };
       },
     };
@@ -386,7 +386,8 @@ export class Supervisor implements AdminHost, NotifyHost {
 
   /** GET /api/fleet: 404 when this host is not in a fleet. */
   async fleetView(): Promise<FleetView> {
-    if (!this.member) throw new ProtocolError('not_found', 'this host is not in a fleet (start it with --cluster)');
+    if (!this.member)
+      throw new ProtocolError('not_found', 'this host is not in a fleet (start it with --cluster)');
     return this.member.view();
   }
 
@@ -452,7 +453,9 @@ export class Supervisor implements AdminHost, NotifyHost {
     } else {
       const entries = this.scan();
       next = (table) => {
-        const plan = settle(rescanPlan(entries, request.defaultModel ?? table.defaultModel, table, this.lastDefaults));
+        const plan = settle(
+          rescanPlan(entries, request.defaultModel ?? table.defaultModel, table, this.lastDefaults),
+        );
         this.rememberDefaults(entries);
         return fleetTable(plan);
       };
@@ -607,7 +610,8 @@ class RateSampler {
 
   sample(count: number, at: number): number {
     const last = this.last;
-    if (last && at > last.at && count >= last.count) this.rate = ((count - last.count) * 1000) / (at - last.at);
+    if (last && at > last.at && count >= last.count)
+      this.rate = ((count - last.count) * 1000) / (at - last.at);
     this.last = { count, at };
     return Math.round(this.rate * 10) / 10;
   }
@@ -620,7 +624,10 @@ function fleetTable(plan: TablePlan): FleetTable {
 
 function ifRevisionOf(value: unknown): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < 1)
-    throw new ProtocolError('bad_request', '"if_revision" must be the registry revision (a positive integer)');
+    throw new ProtocolError(
+      'bad_request',
+      '"if_revision" must be the registry revision (a positive integer)',
+    );
   return value;
 }
 
@@ -628,9 +635,13 @@ function ifRevisionOf(value: unknown): number {
  * A fleet reload as this host answers it: the fleet's result and epochs, the table change, this host's own
  * nodes (when its part of the reload is the last one it ran), and every host's state.
  */
-function fleetOutcome(fleet: FleetReloadOutcome, before: TablePlan, coordinator: ReloadCoordinator): ReloadOutcome {
+function fleetOutcome(
+  fleet: FleetReloadOutcome,
+  before: TablePlan,
+  coordinator: ReloadCoordinator,
+): ReloadOutcome {
   const local = coordinator.last;
-  const mine = local !== undefined && local.reason.includes(fleet.id) ? local : undefined;
+  const mine = local?.reason.includes(fleet.id) ? local : undefined;
   const after = coordinator.table;
   const outcome: ReloadOutcome = {
     id: mine?.id ?? 0,

@@ -75,6 +75,10 @@ describe('defaults', () => {
       reloadStepTimeoutMs: 120000,
       logLevel: 'info',
       stateDir: './.state',
+      cluster: undefined,
+      fleet: 'default',
+      hostId: undefined,
+      advertiseUrl: undefined,
     });
     expect(Object.isFrozen(DEFAULTS)).toBe(true);
     expect(resolveConfig({})).toEqual(DEFAULTS);

@@ -64,6 +64,7 @@ function record(epoch: number, reason: string): FleetRecord {
     table: { models: [{ name: 'digits', versions: ['1'], stable: '1' }], defaultModel: 'digits' },
     reloadId: `r${epoch}`,
     reason,
+    strategy: 'atomic',
     committedBy: 'host-a',
     committedAt: new Date().toISOString(),
   };

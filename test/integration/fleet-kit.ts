@@ -35,7 +35,11 @@ export function pixels(row: number): number[] {
 }
 
 /** Starts host `i` in its namespace; resolves once its /health says ready (a host is ready once it joined). */
-export async function startFleetHost(net: FleetNet, i: number, options: FleetHostOptions): Promise<FleetHost> {
+export async function startFleetHost(
+  net: FleetNet,
+  i: number,
+  options: FleetHostOptions,
+): Promise<FleetHost> {
   const id = `h${i}`;
   const modelsDir = options.modelsDir ?? modelsSubset([], ['digits']);
   const stateDir = mkdtempSync(path.join(os.tmpdir(), 'streaminfer-fleet-state-'));
@@ -98,7 +102,9 @@ export async function startFleetHost(net: FleetNet, i: number, options: FleetHos
   return host;
 }
 
-export async function health(url: string): Promise<{ status: number; body: Record<string, unknown> } | undefined> {
+export async function health(
+  url: string,
+): Promise<{ status: number; body: Record<string, unknown> } | undefined> {
   try {
     const response = await fetch(`${url}/health`, { signal: AbortSignal.timeout(2000) });
     return { status: response.status, body: (await response.json()) as Record<string, unknown> };

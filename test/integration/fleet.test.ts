@@ -17,7 +17,7 @@ const FLEET = `t${randomBytes(3).toString('hex')}`;
 const STEP_ENV = { STREAMINFER_RELOAD_STEP_TIMEOUT_MS: '4000' };
 
 let net: FleetNet;
-let hosts: FleetHost[] = [];
+const hosts: FleetHost[] = [];
 
 async function epochOf(host: FleetHost): Promise<number | undefined> {
   const answer = await health(host.url);
@@ -59,7 +59,8 @@ function load(inFlight = 4) {
             const n = id++;
             try {
               const answer = await client.request({ id: n, model: 'digits', input: pixels(n) }, 30_000);
-              if (answer.type === 'error') failures.push({ host: h, error: `${answer.code}: ${answer.message}` });
+              if (answer.type === 'error')
+                failures.push({ host: h, error: `${answer.code}: ${answer.message}` });
               else answers.push({ host: h, answer });
             } catch (error) {
               failures.push({ host: h, error: (error as Error).message });
@@ -142,7 +143,9 @@ describe('a fleet of three hosts', () => {
 
   test('a fleet promote under load: every host switches, 0 failed, never the old version after the new on a connection', async () => {
     // Candidate 1 on 0% share: only the promote moves traffic to it.
-    expect((await admin(hosts[2]!.url, 'POST', '/api/models/digits/canary', { percent: 0 })).status).toBe(200);
+    expect((await admin(hosts[2]!.url, 'POST', '/api/models/digits/canary', { percent: 0 })).status).toBe(
+      200,
+    );
     const traffic = load();
     await sleep(1500);
     const promote = await admin(hosts[1]!.url, 'POST', '/api/models/digits/promote');
@@ -194,7 +197,8 @@ describe('a fleet of three hosts', () => {
       env: { ...STEP_ENV, STREAMINFER_TEST_HOLD_PREPARE_MS: '20000' },
     });
     await converged(epoch);
-    const reload = admin(hosts[0]!.url, 'POST', '/api/models/digits/promote');
+    // A new candidate: every host's nodes PREPARE it.
+    const reload = admin(hosts[0]!.url, 'POST', '/api/models/digits/candidate', { version: '1' });
     await waitFor(
       () => hosts[2]!.logs().includes('holding PREPARE'),
       15_000,
@@ -226,7 +230,7 @@ describe('a fleet of three hosts', () => {
       env: { ...STEP_ENV, STREAMINFER_TEST_FLEET_COMMIT_DELAY_MS: '3000' },
     });
     await converged(epoch);
-    const reload = admin(hosts[0]!.url, 'POST', '/api/models/digits/canary', { percent: 25 });
+    const reload = admin(hosts[0]!.url, 'POST', '/api/models/digits/candidate', { version: '1' });
     await waitFor(
       () => hosts[0]!.logs().includes('holding the commit point'),
       15_000,
@@ -235,7 +239,9 @@ describe('a fleet of three hosts', () => {
     net.partition(1);
     const answer = await reload;
     expect(answer.status).toBe(200);
-    expect(answer.body.fleet).toMatchObject({ hosts: expect.arrayContaining([{ host: 'h1', state: 'fenced', error: expect.any(String) }]) });
+    expect(answer.body.fleet).toMatchObject({
+      hosts: expect.arrayContaining([{ host: 'h1', state: 'fenced', error: expect.any(String) }]),
+    });
     const next = answer.body.epoch as number;
     expect(next).toBe(epoch + 1);
     // Inside its namespace, h1 refuses traffic while in doubt.
@@ -259,11 +265,14 @@ describe('a fleet of three hosts', () => {
     const refused = await admin(hosts[1]!.url, 'POST', '/api/models/digits/canary', { percent: 30 });
     expect(refused.status).toBe(503);
     expect(refused.body).toMatchObject({ code: 'cluster_unavailable' });
-    expect((await admin(hosts[2]!.url, 'GET', '/api/fleet')).body).toMatchObject({ code: 'cluster_unavailable' });
+    expect((await admin(hosts[2]!.url, 'GET', '/api/fleet')).body).toMatchObject({
+      code: 'cluster_unavailable',
+    });
     await sleep(8500);
     await net.startNats();
     await waitFor(
-      async () => (await admin(hosts[1]!.url, 'POST', '/api/models/digits/canary', { percent: 30 })).status === 200,
+      async () =>
+        (await admin(hosts[1]!.url, 'POST', '/api/models/digits/canary', { percent: 30 })).status === 200,
       30_000,
       () => 'admin writes never worked again after NATS came back',
     );

@@ -13,6 +13,7 @@ const record: FleetRecord = {
   },
   reloadId: 'r-1',
   reason: 'canary digits 10',
+  strategy: 'atomic',
   committedBy: 'host-a',
   committedAt: '2026-01-01T00:00:00.000Z',
 };

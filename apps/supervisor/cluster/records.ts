@@ -20,6 +20,8 @@ export interface FleetRecord {
   reloadId: string;
   /** "canary digits 10", "promote digits", "join" … */
   reason: string;
+  /** How hosts reach it: atomic (all at COMMIT) or rolling (one by one, from the coordinator). */
+  strategy: 'atomic' | 'rolling';
   /** Host id. */
   committedBy: string;
   committedAt: string;
@@ -187,6 +189,7 @@ export function parseFleetRecord(value: unknown): FleetRecord {
     table: parseFleetTable(o.table, `${what}: table`),
     reloadId: text(what, o, 'reloadId') as string,
     reason: text(what, o, 'reason') as string,
+    strategy: o.strategy === 'rolling' ? 'rolling' : 'atomic',
     committedBy: text(what, o, 'committedBy') as string,
     committedAt: time(what, o, 'committedAt'),
   };
