@@ -166,6 +166,75 @@ describe('atomic reload (epoch barrier)', () => {
   });
 });
 
+describe('a fleet reload held between PREPARE and the fleet’s decision', () => {
+  test('prepareHeld prepares every node and holds; commitHeld commits the fleet’s epoch, then releases', async () => {
+    const log: string[] = [];
+    const outcomes: string[] = [];
+    const c = new ReloadCoordinator(v1, {
+      nodes: () => [fakeNode(0, {}, log), fakeNode(1, {}, log)],
+      now: () => 0,
+      onOutcome: (outcome) => outcomes.push(`${outcome.result}@${outcome.epoch}`),
+    });
+    expect(await c.prepareHeld(v2, 'fleet reload r1')).toEqual({ ok: true });
+    expect(log).toEqual(['0:prepare', '1:prepare']);
+    // Held: the host's own reloads wait, nothing is decided yet.
+    expect(c.busy).toBe(true);
+    expect(c.heldReason).toBe('fleet reload r1');
+    await expect(c.reload(v1, 'atomic', 'local')).rejects.toBeInstanceOf(ReloadBusyError);
+    expect(outcomes).toEqual([]);
+    const outcome = await c.commitHeld(5);
+    expect(outcome).toMatchObject({
+      result: 'committed',
+      epochBefore: 0,
+      epoch: 5,
+      reason: 'fleet reload r1',
+    });
+    expect(log.slice(2)).toEqual(['0:commit@5', '1:commit@5', '0:release', '1:release']);
+    expect(c.table).toBe(v2);
+    expect(c.busy).toBe(false);
+    expect(outcomes).toEqual(['committed@5']);
+  });
+
+  test('abortHeld drops what every node prepared; the epoch and table stay', async () => {
+    const log: string[] = [];
+    const c = coordinator([fakeNode(0, {}, log), fakeNode(1, {}, log)]);
+    await c.prepareHeld(v2, 'fleet reload r2');
+    const outcome = await c.abortHeld('the fleet aborted the reload');
+    expect(outcome).toMatchObject({ result: 'failed', epoch: 0, error: 'the fleet aborted the reload' });
+    expect(log).toEqual(['0:prepare', '1:prepare', '0:abort', '1:abort']);
+    expect(c.table).toBe(v1);
+    expect(c.busy).toBe(false);
+    await expect(c.commitHeld(1)).rejects.toThrow('no prepared reload');
+  });
+
+  test('a failed PREPARE settles at once: every node aborts and nothing is held', async () => {
+    const log: string[] = [];
+    const c = coordinator([
+      fakeNode(0, {}, log),
+      fakeNode(1, { prepare: answers({ ok: false, error: 'bad file' }) }, log),
+    ]);
+    expect(await c.prepareHeld(v2, 'fleet reload r3')).toEqual({
+      ok: false,
+      error: 'prepare failed, nothing changed: node 1: bad file',
+    });
+    expect(log).toEqual(['0:prepare', '1:prepare', '0:abort', '1:abort']);
+    expect(c.busy).toBe(false);
+    expect(c.last).toMatchObject({ result: 'failed', epoch: 0 });
+  });
+
+  test('a reload to the fleet’s epoch: the epoch given, never one at or below the host’s', async () => {
+    const log: string[] = [];
+    const c = coordinator([fakeNode(0, {}, log)]);
+    expect((await c.reload(v2, 'atomic', 'caught up', 7)).epoch).toBe(7);
+    expect(log).toEqual(['0:prepare', '0:commit@7', '0:release']);
+    await expect(c.reload(v1, 'atomic', 'behind', 7)).rejects.toThrow('not above');
+    await c.prepareHeld(v1, 'fleet reload r4');
+    await expect(c.commitHeld(6)).rejects.toThrow('not above');
+    // A refused commit leaves the reload held for the right one.
+    expect((await c.commitHeld(8)).epoch).toBe(8);
+  });
+});
+
 describe('rolling reload', () => {
   test('node by node, in order', async () => {
     const log: string[] = [];

@@ -78,6 +78,8 @@ export interface FleetView {
 }
 
 const RESOLVE_POLL_MS = 1000;
+/** The repository's model and version names (libs/registry/repository.ts). */
+const VERSION_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
 
 export class FleetMember {
   private readonly commitTimeoutMs: number;
@@ -206,7 +208,8 @@ export class FleetMember {
 
   /** A version pushed to the fleet but missing here is fetched and verified (before a plan names it). */
   async fetchVersion(model: string, version: string): Promise<void> {
-    if (!this.available) return;
+    // A name that cannot be a version is the plan's to refuse (unknown_version), not the store's.
+    if (!this.available || !VERSION_NAME.test(model) || !VERSION_NAME.test(version)) return;
     const pushed = await this.clusterCall(() => this.options.artifacts.digest(model, version));
     if (pushed !== undefined)
       await this.clusterCall(() => this.options.artifacts.fetchInto(this.options.modelsDir, model, version));
@@ -251,9 +254,11 @@ export class FleetMember {
     try {
       return await call();
     } catch (error) {
-      if (error instanceof ClusterError && error.code === 'cluster_unavailable')
-        throw new ProtocolError('cluster_unavailable', error.message);
-      throw error;
+      if (!(error instanceof ClusterError)) throw error;
+      if (error.code === 'cluster_unavailable') throw new ProtocolError('cluster_unavailable', error.message);
+      // A pushed file that does not match its checksum is the fleet's fault, not the caller's.
+      if (error.code === 'checksum_mismatch') throw new ProtocolError('reload_failed', error.message);
+      throw new ProtocolError('bad_request', error.message);
     }
   }
 

@@ -18,6 +18,7 @@ export interface FleetHost {
   id: string;
   url: string;
   wsUrl: string;
+  modelsDir: string;
   child: ChildProcess;
   logs(): string;
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
@@ -89,6 +90,7 @@ export async function startFleetHost(
     id,
     url: net.url(i),
     wsUrl: `${net.url(i).replace('http', 'ws')}/ws`,
+    modelsDir,
     child,
     logs: () => output,
     exited,
@@ -158,5 +160,29 @@ export async function stopHost(host: FleetHost, signal: NodeJS.Signals = 'SIGTER
   } catch {
     host.child.kill(signal);
   }
-  await Promise.race([host.exited, new Promise((resolve) => setTimeout(resolve, 20_000))]);
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([host.exited, new Promise((resolve) => (timer = setTimeout(resolve, 20_000)))]);
+  clearTimeout(timer);
+}
+
+/**
+ * From inside host i's namespace (a partitioned host is out of the test's reach): its /health status and the
+ * error code of one prediction, printed by a node one-liner.
+ */
+export async function probeFromInside(
+  net: FleetNet,
+  host: FleetHost,
+): Promise<{ health: number; code: string }> {
+  const script = `(async () => {
+    const h = await fetch('${host.url}/health');
+    const p = await fetch('${host.url}/predict', { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ id: 1, model: 'digits', input: new Array(64).fill(0) }) });
+    const body = await p.json();
+    console.log(JSON.stringify({ health: h.status, code: body.code ?? 'ok' }));
+  })().catch((e) => { console.log(JSON.stringify({ health: 0, code: e.message })); });`;
+  const child = net.spawnIn(host.index, process.execPath, ['-e', script]);
+  let out = '';
+  child.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
+  await new Promise((resolve) => child.on('exit', resolve));
+  return JSON.parse(out.trim()) as { health: number; code: string };
 }

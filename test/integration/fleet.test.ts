@@ -5,9 +5,21 @@
  * Without network namespaces (not root, no `ip netns`), the hosts share the loopback on distinct ports and the
  * partition case is skipped, saying so.
  */
-import { randomBytes } from 'node:crypto';
-import { admin, type FleetHost, health, pixels, startFleetHost, stopHost, waitFor } from './fleet-kit';
-import { type Answer, sleep, WsClient } from './harness';
+import { createHash, randomBytes } from 'node:crypto';
+import { cpSync, existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import {
+  admin,
+  type FleetHost,
+  health,
+  pixels,
+  probeFromInside,
+  startFleetHost,
+  stopHost,
+  waitFor,
+} from './fleet-kit';
+import { type Answer, MODELS_DIR, runCliToExit, sleep, WsClient } from './harness';
 import { createFleetNet, type FleetNet } from './netns-kit';
 
 jest.setTimeout(240_000);
@@ -188,6 +200,76 @@ describe('a fleet of three hosts', () => {
     await converged((a.status === 200 ? a : b).body.epoch as number);
   });
 
+  test('hostile admin bodies on a fleet host: typed 4xx, nothing written, the host still serving', async () => {
+    const before = await fleetView(hosts[0]!);
+    const cases: Array<[string, unknown]> = [
+      ['/api/models/digits/canary', { percent: 10, if_revision: 'seven' }],
+      ['/api/models/digits/canary', { percent: 10, if_revision: -1 }],
+      ['/api/models/digits/canary', { percent: 'ten' }],
+      ['/api/models/digits/candidate', { version: '99' }],
+      ['/api/models/nope/promote', {}],
+      ['/api/reload', { model: 'digits', version: '1', if_revision: 1.5 }],
+      ['/api/reload', { model: 'digits', version: '../../etc' }],
+      ['/api/fleet', {}],
+    ];
+    for (const [route, body] of cases) {
+      const answer = await admin(hosts[1]!.url, 'POST', route, body);
+      expect({ route, body, status: answer.status >= 400 && answer.status < 500 }).toEqual({
+        route,
+        body,
+        status: true,
+      });
+      expect(typeof answer.body.code).toBe('string');
+    }
+    const after = await fleetView(hosts[0]!);
+    expect(after.revision).toBe(before.revision);
+    expect((await health(hosts[1]!.url))?.status).toBe(200);
+  });
+
+  test('a version pushed to the fleet is fetched by every host that lacks it, checksum verified, before it loads', async () => {
+    // Version 3 exists nowhere but in an operator's directory: `models push` puts it in the fleet's store.
+    const operator = mkdtempSync(path.join(os.tmpdir(), 'streaminfer-push-'));
+    cpSync(path.join(MODELS_DIR, 'digits'), path.join(operator, 'digits'), { recursive: true });
+    cpSync(path.join(operator, 'digits', '1'), path.join(operator, 'digits', '3'), { recursive: true });
+    const pushed = await runCliToExit([
+      'models',
+      'push',
+      'digits',
+      '3',
+      '--models-dir',
+      operator,
+      '--cluster',
+      net.natsUrl,
+      '--fleet',
+      FLEET,
+      '--json',
+    ]);
+    expect(pushed.code).toBe(0);
+    const sha256 = (JSON.parse(pushed.out.trim().split('\n').pop()!) as { sha256: string }).sha256;
+    const local = createHash('sha256')
+      .update(readFileSync(path.join(operator, 'digits', '3', 'model.onnx')))
+      .digest('hex');
+    expect(sha256).toBe(local);
+    for (const host of hosts) expect(existsSync(path.join(host.modelsDir, 'digits', '3'))).toBe(false);
+    const candidate = await admin(hosts[1]!.url, 'POST', '/api/models/digits/candidate', { version: '3' });
+    expect(candidate.status).toBe(200);
+    await converged(candidate.body.epoch as number);
+    for (const host of hosts) {
+      const file = path.join(host.modelsDir, 'digits', '3', 'model.onnx');
+      expect(createHash('sha256').update(readFileSync(file)).digest('hex')).toBe(sha256);
+    }
+    const client = await WsClient.connect(hosts[2]!.wsUrl);
+    expect((await client.request({ id: 1, model: 'digits', version: '3', input: pixels(1) })).version).toBe(
+      '3',
+    );
+    client.close();
+    // A version pushed nowhere and missing here: refused, nothing written.
+    const before = (await fleetView(hosts[0]!)).revision;
+    const missing = await admin(hosts[0]!.url, 'POST', '/api/models/digits/candidate', { version: '9' });
+    expect(missing.status).toBeGreaterThanOrEqual(400);
+    expect((await fleetView(hosts[0]!)).revision).toBe(before);
+  });
+
   test('a host killed mid-PREPARE aborts the reload everywhere: nothing changes', async () => {
     const epoch = (await fleetView(hosts[0]!)).epoch;
     // h2 holds every PREPARE for 20 s: it is killed inside it.
@@ -250,6 +332,8 @@ describe('a fleet of three hosts', () => {
       20_000,
       () => `h1 was not fenced:\n${hosts[1]!.logs().slice(-2000)}`,
     );
+    // Fenced: not ready, and a request is refused (the typed `fenced`), not served from a table in doubt.
+    expect(await probeFromInside(net, hosts[1]!)).toEqual({ health: 503, code: 'fenced' });
     await net.heal(1);
     await converged(next, 60_000);
     expect((await health(hosts[1]!.url))?.status).toBe(200);

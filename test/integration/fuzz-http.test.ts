@@ -52,6 +52,7 @@ const ROUTES = [
   '/api/models/{n}/shadow',
   '/api/models/{n}/promote',
   '/api/models/{n}/rollback',
+  '/api/fleet',
   '/api/debug/crash-worker',
 ];
 
