@@ -6,6 +6,7 @@
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Logger } from 'pino';
+import type { Registry } from 'prom-client';
 import type { ServerConfig } from '../../libs/config';
 import {
   ClusterError,
@@ -29,6 +30,7 @@ export interface JoinOptions {
   host: FleetHost;
   logger: Logger;
   testHooks: boolean;
+  registry: Registry;
 }
 
 export function hostIdOf(config: ServerConfig): string {
@@ -99,6 +101,7 @@ export async function joinFleet(options: JoinOptions): Promise<{ member: FleetMe
     // A coordinator waits up to a step timeout for the slowest PREPARE, then commits: past that, in doubt.
     commitTimeoutMs: config.reloadStepTimeoutMs + 2000,
     testHooks: options.testHooks,
+    registry: options.registry,
   });
   logger.info(
     { fleet, host: hostId, epoch: base.record.epoch, revision: base.revision },

@@ -9,6 +9,7 @@ import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import * as path from 'node:path';
 import type { Logger } from 'pino';
+import { Counter, Gauge, type Registry } from 'prom-client';
 import { ProtocolError } from '../../libs/protocol';
 import type { TablePlan } from '../../libs/registry';
 import {
@@ -62,6 +63,8 @@ export interface FleetMemberOptions {
   commitTimeoutMs?: number;
   /** STREAMINFER_TEST_FLEET_COMMIT_DELAY_MS: a coordinator holds its commit point that long (tests only). */
   testHooks?: boolean;
+  /** The supervisor's metrics registry: the fleet's series join it. */
+  registry?: Registry;
   heartbeatMs?: number;
   now?: () => number;
 }
@@ -98,6 +101,7 @@ export class FleetMember {
   private retryTimer: NodeJS.Timeout | undefined;
   private stopped = false;
   private server: HostStepServer | undefined;
+  private readonly metrics: FleetMetrics | undefined;
   private watcher: RegistryWatch | undefined;
   private offAvailability: (() => void) | undefined;
 
@@ -105,6 +109,7 @@ export class FleetMember {
     this.commitTimeoutMs = options.commitTimeoutMs ?? 10_000;
     this.heartbeatMs = options.heartbeatMs ?? 2_500;
     this.now = options.now ?? Date.now;
+    if (options.registry) this.metrics = fleetMetrics(options.registry, this);
     this.reloads = new FleetReloadCoordinator({
       hosts: () => this.channels(),
       commitPoint: (record, revision) => this.commitPoint(record, revision),
@@ -128,6 +133,11 @@ export class FleetMember {
 
   get fenced(): string | undefined {
     return this.fenceReason;
+  }
+
+  /** The fleet epoch of the last registry record this host read (watch, catch-up or its own change). */
+  get recordEpoch(): number | undefined {
+    return this.latest?.record.epoch;
   }
 
   /** Starts answering steps, heartbeating and following the record (the host's nodes are up by now). */
@@ -198,6 +208,7 @@ export class FleetMember {
         base,
         force: options.force === true,
       });
+      this.metrics?.reloads.inc({ result: outcome.result, strategy: outcome.strategy });
       if (outcome.result === 'conflict')
         throw new FleetConflictError(outcome.error ?? 'conflict', this.latest);
       return outcome;
@@ -393,6 +404,7 @@ export class FleetMember {
   /** PREPAREd, then silence: the fleet may have committed without this host. Stop serving until it knows. */
   private enterDoubt(reloadId: string): void {
     if (this.inDoubt?.reloadId !== reloadId) return;
+    this.metrics?.inDoubt.inc();
     this.setFence(
       `in doubt about fleet reload ${reloadId}: no COMMIT or ABORT within ${this.commitTimeoutMs} ms`,
     );
@@ -473,8 +485,10 @@ export class FleetMember {
       const outcome = await coordinator.reload(this.options.host.hostPlan(table), 'atomic', reason, epoch);
       if (outcome.result === 'failed') throw new Error(outcome.error ?? 'reload failed');
       this.options.logger.info({ epoch, reason }, 'fleet: caught up');
+      this.metrics?.catchUps.inc({ result: 'caught_up' });
       this.unfence();
     } catch (error) {
+      this.metrics?.catchUps.inc({ result: 'failed' });
       this.setFence(`cannot reach fleet epoch ${epoch}: ${(error as Error).message}`);
       this.retryLater();
     }
@@ -576,4 +590,59 @@ export async function ensureArtifacts(
         );
     }
   }
+}
+
+interface FleetMetrics {
+  reloads: Counter<'result' | 'strategy'>;
+  catchUps: Counter<'result'>;
+  inDoubt: Counter;
+}
+
+/** The fleet's series on this host (no `host` label: Prometheus's `instance` already says which host). */
+function fleetMetrics(registry: Registry, member: FleetMember): FleetMetrics {
+  const registers = [registry];
+  new Gauge({
+    name: 'streaminfer_fleet_cluster_up',
+    help: "1 while this host reaches its fleet's NATS (admin writes need it; serving does not).",
+    registers,
+    collect() {
+      this.set(member.available ? 1 : 0);
+    },
+  });
+  new Gauge({
+    name: 'streaminfer_fleet_fenced',
+    help: '1 while this host is fenced from its fleet (in doubt about a reload, or behind it): it refuses traffic.',
+    registers,
+    collect() {
+      this.set(member.fenced === undefined ? 0 : 1);
+    },
+  });
+  new Gauge({
+    name: 'streaminfer_fleet_record_epoch',
+    help: "The fleet's epoch in the last registry record this host read (the host's own is streaminfer_model_epoch).",
+    registers,
+    collect() {
+      const epoch = member.recordEpoch;
+      if (epoch !== undefined) this.set(epoch);
+    },
+  });
+  return {
+    reloads: new Counter({
+      name: 'streaminfer_fleet_reloads_total',
+      help: 'Fleet reloads this host coordinated, by result (committed, failed, unchanged, conflict) and strategy.',
+      labelNames: ['result', 'strategy'],
+      registers,
+    }),
+    catchUps: new Counter({
+      name: 'streaminfer_fleet_catchups_total',
+      help: "Times this host reloaded itself to the fleet's record (after a partition, a late start, a missed COMMIT).",
+      labelNames: ['result'],
+      registers,
+    }),
+    inDoubt: new Counter({
+      name: 'streaminfer_fleet_in_doubt_total',
+      help: 'Times this host prepared a fleet reload and heard neither COMMIT nor ABORT in time (it fenced itself).',
+      registers,
+    }),
+  };
 }

@@ -289,6 +289,7 @@ export class Supervisor implements AdminHost, NotifyHost {
         host: this.fleetHost(),
         logger: this.logger,
         testHooks: this.options.testHooks,
+        registry: this.registry,
       });
       this.member = joined.member;
       table = { ...joined.record.table, settings: initial.settings };

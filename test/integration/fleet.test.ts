@@ -200,6 +200,35 @@ describe('a fleet of three hosts', () => {
     await converged((a.status === 200 ? a : b).body.epoch as number);
   });
 
+  test('--strategy rolling goes host by host: every host rolled, each at the fleet epoch', async () => {
+    const current = await fleetView(hosts[0]!);
+    const stable = (current as unknown as { record: { table: { models: Array<{ stable: string }> } } }).record
+      .table.models[0]!.stable;
+    const target = stable === '1' ? '2' : '1';
+    const rolled = await admin(hosts[2]!.url, 'POST', '/api/reload', {
+      model: 'digits',
+      version: target,
+      strategy: 'rolling',
+    });
+    expect(rolled.status).toBe(200);
+    expect(rolled.body).toMatchObject({
+      strategy: 'rolling',
+      epoch: current.epoch + 1,
+      fleet: {
+        hosts: [
+          { host: 'h0', state: 'rolled' },
+          { host: 'h1', state: 'rolled' },
+          { host: 'h2', state: 'rolled' },
+        ],
+      },
+    });
+    await converged(current.epoch + 1);
+    for (const host of hosts)
+      expect(
+        ((await health(host.url))?.body.models as Array<{ aliases: { stable: string } }>)[0]!.aliases.stable,
+      ).toBe(target);
+  });
+
   test('hostile admin bodies on a fleet host: typed 4xx, nothing written, the host still serving', async () => {
     const before = await fleetView(hosts[0]!);
     const cases: Array<[string, unknown]> = [
@@ -338,6 +367,11 @@ describe('a fleet of three hosts', () => {
     await converged(next, 60_000);
     expect((await health(hosts[1]!.url))?.status).toBe(200);
     expect(hosts[1]!.logs()).toContain('fence lifted');
+    const metrics = await (await fetch(`${hosts[1]!.url}/metrics`)).text();
+    expect(metrics).toMatch(/^streaminfer_fleet_in_doubt_total 1$/m);
+    expect(metrics).toMatch(/^streaminfer_fleet_fenced 0$/m);
+    expect(metrics).toMatch(new RegExp(`^streaminfer_fleet_record_epoch ${next}$`, 'm'));
+    expect(metrics).toMatch(/^streaminfer_fleet_cluster_up 1$/m);
   });
 
   test('NATS stopped for 10 s under load: 0 failed requests, writes refused cluster_unavailable, converged after', async () => {
@@ -349,6 +383,9 @@ describe('a fleet of three hosts', () => {
     const refused = await admin(hosts[1]!.url, 'POST', '/api/models/digits/canary', { percent: 30 });
     expect(refused.status).toBe(503);
     expect(refused.body).toMatchObject({ code: 'cluster_unavailable' });
+    expect(await (await fetch(`${hosts[1]!.url}/metrics`)).text()).toMatch(
+      /^streaminfer_fleet_cluster_up 0$/m,
+    );
     expect((await admin(hosts[2]!.url, 'GET', '/api/fleet')).body).toMatchObject({
       code: 'cluster_unavailable',
     });
