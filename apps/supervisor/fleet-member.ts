@@ -29,7 +29,12 @@ import {
   serveHostSteps,
 } from './cluster';
 import type { ReloadCoordinator, ReloadStrategy, StepAnswer } from './coordinator';
-import { FleetReloadCoordinator, type FleetReloadOutcome, type HostChannel } from './fleet-reload';
+import {
+  FleetReloadCoordinator,
+  type FleetReloadOutcome,
+  type HostChannel,
+  planHostCatchUp,
+} from './fleet-reload';
 
 /** What the member needs of its host (the supervisor). */
 export interface FleetHost {
@@ -81,6 +86,7 @@ export interface FleetView {
 }
 
 const RESOLVE_POLL_MS = 1000;
+const MAX_RETRY_MS = 30_000;
 /** The repository's model and version names (libs/registry/repository.ts). */
 const VERSION_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
 
@@ -99,6 +105,8 @@ export class FleetMember {
   private fenceReason: string | undefined;
   private latest: { record: FleetRecord; revision: number } | undefined;
   private retryTimer: NodeJS.Timeout | undefined;
+  /** Catch-ups that failed in a row: the next try waits longer. */
+  private failedCatchUps = 0;
   private stopped = false;
   private server: HostStepServer | undefined;
   private readonly metrics: FleetMetrics | undefined;
@@ -446,18 +454,21 @@ export class FleetMember {
     const { record } = latest;
     const coordinator = this.options.host.coordinator();
     const held = this.inDoubt;
-    if (held) {
-      if (record.reloadId === held.reloadId) {
+    const own = held
+      ? { epoch: held.epochBefore, reloadInDoubt: held.reloadId }
+      : { epoch: coordinator.epoch };
+    switch (planHostCatchUp(own, record)) {
+      case 'commit-prepared':
         await this.settleHeld('commit', record.epoch);
         return;
-      }
-      if (record.epoch <= held.epochBefore) return;
-      // Another reload committed after ours: ours was aborted.
-      await this.settleHeld('abort', `superseded by fleet reload ${record.reloadId}`);
-    }
-    if (record.epoch <= coordinator.epoch) {
-      if (!this.inDoubt) this.unfence();
-      return;
+      case 'fenced-wait':
+        return;
+      case 'none':
+        this.unfence();
+        return;
+      case 'converge':
+        // Another reload committed after the one this host holds: that one was aborted.
+        if (held) await this.settleHeld('abort', `superseded by fleet reload ${record.reloadId}`);
     }
     // A rolling fleet reload moves hosts one by one from its coordinator: wait for it while it holds the lease.
     if (record.strategy === 'rolling' && record.committedBy !== this.options.hostId) {
@@ -486,20 +497,23 @@ export class FleetMember {
       if (outcome.result === 'failed') throw new Error(outcome.error ?? 'reload failed');
       this.options.logger.info({ epoch, reason }, 'fleet: caught up');
       this.metrics?.catchUps.inc({ result: 'caught_up' });
+      this.failedCatchUps = 0;
       this.unfence();
     } catch (error) {
       this.metrics?.catchUps.inc({ result: 'failed' });
+      this.failedCatchUps++;
       this.setFence(`cannot reach fleet epoch ${epoch}: ${(error as Error).message}`);
-      this.retryLater();
+      // A table this host cannot load (a version missing everywhere) fails the same way each time: back off.
+      this.retryLater(Math.min(MAX_RETRY_MS, RESOLVE_POLL_MS * 2 ** Math.min(this.failedCatchUps - 1, 5)));
     }
   }
 
-  private retryLater(): void {
+  private retryLater(delayMs = RESOLVE_POLL_MS): void {
     if (this.retryTimer || this.stopped) return;
     this.retryTimer = setTimeout(() => {
       this.retryTimer = undefined;
       void this.serialized(() => this.resolveFromStore());
-    }, RESOLVE_POLL_MS);
+    }, delayMs);
     this.retryTimer.unref();
   }
 
