@@ -1,33 +1,8 @@
 /** `streaminfer status --fleet`: the fleet view (GET /api/fleet) as one screen. Pure: text from the answer. */
+import type { FleetView } from '../supervisor/fleet-member';
 
-/** GET /api/fleet as the CLI reads it (apps/supervisor/fleet-member.ts FleetView). */
-export interface FleetAnswer {
-  fleet: string;
-  host: string;
-  epoch: number;
-  revision: number;
-  record: { reason: string; committedBy: string; committedAt: string; table: { defaultModel: string } };
-  hosts: Array<{
-    host: string;
-    address: string;
-    epoch: number;
-    ready: boolean;
-    fenced: boolean;
-    fenceReason?: string;
-    models: Array<{
-      name: string;
-      stable: string;
-      candidate?: string;
-      canaryPercent: number;
-      shadow: boolean;
-    }>;
-    nodes: number;
-    nodesReady: number;
-    requestsPerSecond: number;
-    beatAt: string;
-  }>;
-  coordinator: { host: string; reloadId: string } | null;
-}
+/** GET /api/fleet as the CLI reads it. */
+export type FleetAnswer = FleetView;
 
 function modelsText(models: FleetAnswer['hosts'][number]['models']): string {
   return models

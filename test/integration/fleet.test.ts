@@ -56,6 +56,13 @@ async function converged(epoch: number, timeoutMs = 30_000): Promise<void> {
   );
 }
 
+/** Host i again, with test hooks in its environment, once every host is back at `epoch`. */
+async function restartHost(i: number, env: Record<string, string>, epoch: number): Promise<void> {
+  await stopHost(hosts[i]!);
+  hosts[i] = await startFleetHost(net, i, { fleet: FLEET, env: { ...STEP_ENV, ...env } });
+  await converged(epoch);
+}
+
 /** Load on every host: one WebSocket connection each, `inFlight` requests at a time, until stopped. */
 function load(inFlight = 4) {
   let running = true;
@@ -302,12 +309,7 @@ describe('a fleet of three hosts', () => {
   test('a host killed mid-PREPARE aborts the reload everywhere: nothing changes', async () => {
     const epoch = (await fleetView(hosts[0]!)).epoch;
     // h2 holds every PREPARE for 20 s: it is killed inside it.
-    await stopHost(hosts[2]!);
-    hosts[2] = await startFleetHost(net, 2, {
-      fleet: FLEET,
-      env: { ...STEP_ENV, STREAMINFER_TEST_HOLD_PREPARE_MS: '20000' },
-    });
-    await converged(epoch);
+    await restartHost(2, { STREAMINFER_TEST_HOLD_PREPARE_MS: '20000' }, epoch);
     // A new candidate: every host's nodes PREPARE it.
     const reload = admin(hosts[0]!.url, 'POST', '/api/models/digits/candidate', { version: '1' });
     await waitFor(
@@ -335,12 +337,7 @@ describe('a fleet of three hosts', () => {
     }
     const epoch = (await fleetView(hosts[0]!)).epoch;
     // h0 coordinates, and holds the commit point 3 s after every host prepared: h1 is cut off meanwhile.
-    await stopHost(hosts[0]!);
-    hosts[0] = await startFleetHost(net, 0, {
-      fleet: FLEET,
-      env: { ...STEP_ENV, STREAMINFER_TEST_FLEET_COMMIT_DELAY_MS: '3000' },
-    });
-    await converged(epoch);
+    await restartHost(0, { STREAMINFER_TEST_FLEET_COMMIT_DELAY_MS: '3000' }, epoch);
     const reload = admin(hosts[0]!.url, 'POST', '/api/models/digits/candidate', { version: '1' });
     await waitFor(
       () => hosts[0]!.logs().includes('holding the commit point'),
