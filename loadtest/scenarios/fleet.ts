@@ -317,13 +317,14 @@ async function withHosts<T>(
   } catch (e) {
     out.error = `${errText(e)}\n${hosts.map((h) => `--- ${h.label} stderr (tail) ---\n${h.stderrTail().slice(-2000)}`).join('\n')}`;
   }
+  // stopped first: what a host says while leaving the fleet counts too
+  const exits: (ExitInfo | undefined)[] = await Promise.all(hosts.map((h) => h.stop()));
   for (const h of hosts) {
     const odd = oddLines(h);
     if (odd.length) out.odd[h.label] = odd;
     const fl = logLines(h).filter((l) => /fleet/i.test(l));
     if (fl.length) out.fleetLines[h.label] = fl.slice(-30);
   }
-  const exits: (ExitInfo | undefined)[] = await Promise.all(hosts.map((h) => h.stop()));
   hosts.forEach((h, i) => out.servers.push(serverRecord(h, exits[i])));
   scratch.cleanup();
   for (const d of stateDirs) fs.rmSync(d, { recursive: true, force: true });
