@@ -4,6 +4,7 @@
  */
 import type { Scenario } from '../types';
 import { batching } from './batching';
+import { fleet } from './fleet';
 import { hotSwap } from './hot-swap';
 import { overload } from './overload';
 import { registry } from './registry';
@@ -22,6 +23,7 @@ export const SCENARIOS: readonly Scenario[] = [
   slowConsumer,
   hotSwap,
   registry,
+  fleet,
   stream,
   streamChaos,
   streamScale,
