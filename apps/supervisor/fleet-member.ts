@@ -470,8 +470,9 @@ export class FleetMember {
         // Another reload committed after the one this host holds: that one was aborted.
         if (held) await this.settleHeld('abort', `superseded by fleet reload ${record.reloadId}`);
     }
-    // A rolling fleet reload moves hosts one by one from its coordinator: wait for it while it holds the lease.
-    if (record.strategy === 'rolling' && record.committedBy !== this.options.hostId) {
+    // A rolling fleet reload moves hosts one by one from its coordinator (this host's turn included, when it is
+    // the coordinator): wait for it while it holds the lease.
+    if (record.strategy === 'rolling') {
       const holder = await this.options.lease.current().catch(() => undefined);
       if (holder && holder.reloadId === record.reloadId) {
         this.retryLater();

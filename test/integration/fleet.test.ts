@@ -230,6 +230,11 @@ describe('a fleet of three hosts', () => {
       },
     });
     await converged(current.epoch + 1);
+    // Every host in its turn, the coordinator (h2, last in the order) included: none caught up on its own.
+    for (const host of hosts) {
+      expect(host.logs()).toContain(`fleet roll to epoch ${current.epoch + 1}`);
+      expect(host.logs()).not.toContain(`caught up to fleet epoch ${current.epoch + 1} (`);
+    }
     for (const host of hosts)
       expect(
         ((await health(host.url))?.body.models as Array<{ aliases: { stable: string } }>)[0]!.aliases.stable,
