@@ -235,10 +235,10 @@ describe('a fleet of three hosts', () => {
       expect(host.logs()).toContain(`fleet roll to epoch ${current.epoch + 1}`);
       expect(host.logs()).not.toContain(`caught up to fleet epoch ${current.epoch + 1} (`);
     }
-    for (const host of hosts)
-      expect(
-        ((await health(host.url))?.body.models as Array<{ aliases: { stable: string } }>)[0]!.aliases.stable,
-      ).toBe(target);
+    for (const host of hosts) {
+      const models = (await health(host.url))!.body.models as Array<{ aliases: { stable: string } }>;
+      expect(models[0]!.aliases.stable).toBe(target);
+    }
   });
 
   test('hostile admin bodies on a fleet host: typed 4xx, nothing written, the host still serving', async () => {
