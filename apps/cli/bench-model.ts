@@ -16,6 +16,8 @@ export interface BenchModelOptions {
   model: string;
   version?: string;
   maxBatch: number;
+  /** Batch sizes to measure; default 1, 2, 4, … up to maxBatch. */
+  batchSizes?: readonly number[];
   minMs: number;
   device: string;
   intraOpThreads?: number;
@@ -93,6 +95,12 @@ function makeTensor(spec: TensorSpec, batch: number, seed: number): ort.Tensor {
   }
 }
 
+function powersOfTwo(max: number): number[] {
+  const sizes: number[] = [];
+  for (let batch = 1; batch <= max; batch *= 2) sizes.push(batch);
+  return sizes;
+}
+
 export async function benchModel(options: BenchModelOptions): Promise<BenchModelResult> {
   const entry = readModel(path.join(path.resolve(options.modelsDir), options.model), options.model);
   const version = options.version ?? entry.defaultVersion;
@@ -101,12 +109,13 @@ export async function benchModel(options: BenchModelOptions): Promise<BenchModel
   const intraOpThreads =
     options.intraOpThreads ?? defaultIntraOpThreads(os.availableParallelism(), options.workers);
   const device = parseDeviceEntry(options.device);
-  if (!device) throw new Error(`invalid --device "${options.device}": expected cpu, auto, cuda or cuda:N`);
+  if (!device)
+    throw new Error(`invalid --device "${options.device}": expected cpu, auto, cuda[:N] or webgpu[:N]`);
   const loaded = await loadSession(file, { device, intraOpThreads });
   const session = loaded.session;
   const results: BatchSpeed[] = [];
   try {
-    for (let batch = 1; batch <= options.maxBatch; batch *= 2) {
+    for (const batch of options.batchSizes ?? powersOfTwo(options.maxBatch)) {
       const feeds: Record<string, ort.Tensor> = {};
       entry.signature.inputs.forEach((spec, index) => {
         feeds[spec.name] = makeTensor(spec, batch, 1 + index + batch);

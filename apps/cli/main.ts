@@ -28,7 +28,7 @@ const SERVE_FLAGS: Array<[string, string, string]> = [
   ['--host <addr>', 'host', 'address to listen on'],
   ['--nodes <n>', 'nodes', 'gateway processes sharing the port'],
   ['--workers <n>', 'workers', 'inference worker threads per node'],
-  ['--device <spec>', 'device', 'cpu | auto | cuda | cuda:N, or one per node: cuda:0,cuda:1'],
+  ['--device <spec>', 'device', 'cpu | auto | cuda[:N] | webgpu[:N], or one per node: cuda:0,cuda:1'],
   ['--models-dir <dir>', 'modelsDir', 'model repository'],
   ['--model <name>', 'defaultModel', 'model for requests that name none'],
   ['--batch-size <n>', 'batchSize', 'max items per model run (1 = no batching)'],
@@ -528,7 +528,11 @@ bench
   .option('--version <v>', 'model version (default: the default version)')
   .option('--max-batch <n>', 'largest batch size', '256')
   .option('--min-ms <ms>', 'time spent per batch size', '1000')
-  .option('--device <spec>', 'cpu | auto | cuda[:N]', process.env.STREAMINFER_DEVICE?.trim() || 'cpu')
+  .option(
+    '--device <spec>',
+    'cpu | auto | cuda[:N] | webgpu[:N]',
+    process.env.STREAMINFER_DEVICE?.trim() || 'cpu',
+  )
   .option(
     '--workers <n>',
     'workers per node the threads are sized for',

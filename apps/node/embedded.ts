@@ -47,7 +47,7 @@ export interface EmbeddedNodeOptions {
   modelsDir: string;
   /** Worker threads, each with its own ONNX Runtime session per loaded version. Default 1. */
   workers?: number;
-  /** `cpu` (default), `auto` or `cuda:N`. */
+  /** `cpu` (default), `auto`, `cuda:N` or `webgpu:N`. */
   device?: string;
   /** ONNX Runtime intra-op threads per session. Default: the server's rule ((cores − 1) / workers, at least 1). */
   intraOpThreads?: number;
@@ -408,7 +408,7 @@ function resolveOptions(options: EmbeddedNodeOptions): NodeStartOptions {
   let device: DeviceTarget = { kind: 'cpu' };
   if (options.device !== undefined) {
     const parsed = typeof options.device === 'string' ? parseDeviceEntry(options.device) : undefined;
-    if (!parsed) bad(`device must be cpu, auto or cuda:N (got ${String(options.device)})`);
+    if (!parsed) bad(`device must be cpu, auto, cuda:N or webgpu:N (got ${String(options.device)})`);
     device = parsed!;
   }
   const intraOpThreads = integer(

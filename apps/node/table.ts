@@ -128,8 +128,13 @@ export class ModelTable {
     if (result.fallbackReason) {
       slot.fallbackReason = result.fallbackReason;
       this.logger.warn(
-        { model: slot.model.name, version, reason: result.fallbackReason },
-        'GPU unavailable: running on CPU (--device auto)',
+        {
+          model: slot.model.name,
+          version,
+          provider: result.executionProvider,
+          reason: result.fallbackReason,
+        },
+        `--device auto fell back to ${result.executionProvider}`,
       );
     }
     this.logger.info(

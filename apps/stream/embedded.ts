@@ -27,7 +27,7 @@ export interface EmbeddedBackendOptions {
   modelsDir: string;
   /** Worker threads of the pool. Default 1. */
   workers?: number;
-  /** `cpu` (default), `auto` or `cuda:N`. */
+  /** `cpu` (default), `auto`, `cuda:N` or `webgpu:N`. */
   device?: string;
   /** ONNX Runtime intra-op threads per session. Default: (cores − 1) / workers, at least 1. */
   intraOpThreads?: number;

@@ -16,6 +16,10 @@ describe('device parsing', () => {
     ['cuda:3', { kind: 'cuda', deviceId: 3 }],
     [' CUDA:12 ', { kind: 'cuda', deviceId: 12 }],
     ['Cpu', { kind: 'cpu' }],
+    ['webgpu', { kind: 'webgpu', deviceId: 0 }],
+    ['webgpu:0', { kind: 'webgpu', deviceId: 0 }],
+    [' WebGPU:2 ', { kind: 'webgpu', deviceId: 2 }],
+    ['webgpu:255', { kind: 'webgpu', deviceId: 255 }],
   ])('parses %j', (text, expected) => {
     expect(parseDeviceEntry(text)).toEqual(expected);
   });
@@ -32,6 +36,14 @@ describe('device parsing', () => {
     'cuda 1',
     'cpu:0',
     'auto:1',
+    'webgpu:',
+    'webgpu:-1',
+    'webgpu:256',
+    'webgpu:x',
+    'web-gpu',
+    'wgpu',
+    'webgpu0',
+    'webgpu:0:1',
   ])('rejects %j', (text) => {
     expect(parseDeviceEntry(text)).toBeUndefined();
   });
@@ -42,6 +54,12 @@ describe('device parsing', () => {
       { kind: 'cuda', deviceId: 1 },
     ]);
     expect(parseDeviceList('cpu,cuda')).toEqual([{ kind: 'cpu' }, { kind: 'cuda', deviceId: 0 }]);
+    expect(parseDeviceList('webgpu:0,cpu')).toEqual([{ kind: 'webgpu', deviceId: 0 }, { kind: 'cpu' }]);
+    expect(parseDeviceList('cuda:0,webgpu')).toEqual([
+      { kind: 'cuda', deviceId: 0 },
+      { kind: 'webgpu', deviceId: 0 },
+    ]);
+    expect(parseDeviceList('webgpu:0,gpu')).toBeUndefined();
     expect(parseDeviceList('cuda:0,')).toBeUndefined();
     expect(parseDeviceList('cuda:0,,cuda:1')).toBeUndefined();
   });
@@ -50,6 +68,8 @@ describe('device parsing', () => {
     expect(formatDeviceTarget({ kind: 'cuda', deviceId: 2 })).toBe('cuda:2');
     expect(formatDeviceTarget({ kind: 'auto', deviceId: 0 })).toBe('auto');
     expect(formatDeviceList(parseDeviceList(' CUDA , cpu ')!)).toBe('cuda:0,cpu');
+    expect(formatDeviceTarget({ kind: 'webgpu', deviceId: 1 })).toBe('webgpu:1');
+    expect(formatDeviceList(parseDeviceList('WEBGPU,cpu')!)).toBe('webgpu:0,cpu');
   });
 
   it('assigns devices to nodes', () => {
@@ -72,6 +92,18 @@ describe('the device setting at start (the one parser: config validates, the sup
       { kind: 'cuda', deviceId: 0 },
       { kind: 'cuda', deviceId: 1 },
     ]);
+  });
+
+  it('--nodes 2 --device webgpu:0,cpu: node 0 on the WebGPU adapter, node 1 on cpu', () => {
+    const config = resolveConfig({ flags: { nodes: 2, device: 'WebGPU,cpu' } });
+    expect(config.device).toBe('webgpu:0,cpu');
+    expect(config.devices).toEqual([{ kind: 'webgpu', deviceId: 0 }, { kind: 'cpu' }]);
+  });
+
+  it('a malformed webgpu entry names the setting, its source and what it accepts', () => {
+    expect(() => resolveConfig({ flags: { device: 'webgpu:256' } })).toThrow(
+      /invalid value "webgpu:256" for --device \(command-line flag\): expected .*webgpu\[:N\]/,
+    );
   });
 
   it('--nodes 2 --device cpu,cpu resolves to one cpu per node', () => {

@@ -19,7 +19,7 @@ export interface ServerConfig {
   host: string;
   nodes: number;
   workers: number;
-  /** Canonical device text, e.g. 'cpu', 'auto', 'cuda:0' or 'cuda:0,cuda:1'. */
+  /** Canonical device text, e.g. 'cpu', 'auto', 'cuda:0', 'webgpu:0' or 'cuda:0,cuda:1'. */
   device: string;
   /** The device setting parsed: one entry per node (length = nodes). Derived, not a setting of its own. */
   devices: readonly DeviceTarget[];
@@ -137,8 +137,8 @@ export const SETTINGS: { readonly [K in SettingKey]: SettingSpec<ServerConfig[K]
   device: {
     env: 'STREAMINFER_DEVICE',
     default: 'cpu',
-    help: 'cpu | auto | cuda | cuda:N, or one per node as a comma list (cuda:0,cuda:1)',
-    expected: 'cpu, auto, cuda, cuda:N, or a comma list of those with one entry per node',
+    help: 'cpu | auto | cuda[:N] | webgpu[:N], or one per node as a comma list (cuda:0,cuda:1)',
+    expected: 'cpu, auto, cuda[:N], webgpu[:N], or a comma list, one entry per node',
     parse: deviceParser,
   },
   modelsDir: {

@@ -1,6 +1,8 @@
 import { DeviceError, defaultIntraOpThreads, planProviders } from './device';
 
-describe('planProviders (the CUDA/CPU selection)', () => {
+const BUNDLED = ['cpu', 'webgpu', 'cuda', 'tensorrt']; // what onnxruntime-node 1.30 lists
+
+describe('planProviders (the CUDA/WebGPU/CPU selection)', () => {
   test('cpu never tries CUDA', () => {
     expect(planProviders({ kind: 'cpu' }, ['cpu', 'cuda'])).toEqual({
       attempts: [{ provider: 'cpu', deviceId: 0 }],
@@ -14,21 +16,54 @@ describe('planProviders (the CUDA/CPU selection)', () => {
       strict: true,
     });
   });
-  test('auto tries CUDA then falls back to CPU', () => {
+  test('auto tries CUDA, then WebGPU, then falls back to CPU', () => {
+    expect(planProviders({ kind: 'auto', deviceId: 0 }, BUNDLED)).toEqual({
+      attempts: [
+        { provider: 'cuda', deviceId: 0 },
+        { provider: 'webgpu', deviceId: 0 },
+        { provider: 'cpu', deviceId: 0 },
+      ],
+      strict: false,
+    });
+  });
+  test('auto skips a backend the binding lacks, and says why', () => {
     expect(planProviders({ kind: 'auto', deviceId: 0 }, ['cpu', 'cuda'])).toEqual({
       attempts: [
         { provider: 'cuda', deviceId: 0 },
         { provider: 'cpu', deviceId: 0 },
       ],
       strict: false,
+      fallbackReason: 'webgpu:0: this onnxruntime-node build has no WebGPU backend',
     });
+    expect(planProviders({ kind: 'auto', deviceId: 0 }, ['cpu', 'webgpu']).attempts).toEqual([
+      { provider: 'webgpu', deviceId: 0 },
+      { provider: 'cpu', deviceId: 0 },
+    ]);
   });
-  test('auto without a CUDA backend runs on CPU and says why', () => {
+  test('auto without any GPU backend runs on CPU and says why for each', () => {
     expect(planProviders({ kind: 'auto', deviceId: 0 }, ['cpu'])).toEqual({
       attempts: [{ provider: 'cpu', deviceId: 0 }],
       strict: false,
-      fallbackReason: 'cuda:0: this onnxruntime-node build has no CUDA backend',
+      fallbackReason:
+        'cuda:0: this onnxruntime-node build has no CUDA backend; ' +
+        'webgpu:0: this onnxruntime-node build has no WebGPU backend',
     });
+  });
+  test('webgpu is strict, like cuda', () => {
+    expect(planProviders({ kind: 'webgpu', deviceId: 0 }, BUNDLED)).toEqual({
+      attempts: [{ provider: 'webgpu', deviceId: 0 }],
+      strict: true,
+    });
+    expect(() => planProviders({ kind: 'webgpu', deviceId: 0 }, ['cpu', 'cuda'])).toThrow(
+      new DeviceError('--device webgpu:0: this onnxruntime-node build has no WebGPU backend'),
+    );
+  });
+  test('webgpu:N past the default adapter fails naming the device: the binding cannot pick an adapter', () => {
+    const attempt = (): unknown => planProviders({ kind: 'webgpu', deviceId: 1 }, BUNDLED);
+    expect(attempt).toThrow(DeviceError);
+    expect(attempt).toThrow(
+      '--device webgpu:1: this onnxruntime-node build opens only the default WebGPU adapter (webgpu:0)',
+    );
   });
   test('cuda:N without a CUDA backend names the device it was asked for', () => {
     expect(() => planProviders({ kind: 'cuda', deviceId: 3 }, ['cpu'])).toThrow(

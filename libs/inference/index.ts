@@ -1,8 +1,9 @@
-export type { ExecutionProviderName, ProviderAttempt, ProviderPlan } from './device';
+export type { ExecutionProviderName, GpuProviderName, ProviderAttempt, ProviderPlan } from './device';
 export {
   DeviceError,
   defaultIntraOpThreads,
   planProviders,
+  providerLabel,
 } from './device';
 export type { LoadedSession, SessionOptions } from './session';
-export { availableBackends, compareSignature, loadSession, ort } from './session';
+export { availableBackends, compareSignature, loadSession, ort, ortMessage } from './session';

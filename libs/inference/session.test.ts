@@ -1,6 +1,14 @@
 import * as path from 'node:path';
 import { parseSignature } from '../protocol';
-import { availableBackends, compareSignature, DeviceError, type LoadedSession, loadSession } from './index';
+import {
+  availableBackends,
+  compareSignature,
+  DeviceError,
+  type GpuProviderName,
+  type LoadedSession,
+  loadSession,
+  ortMessage,
+} from './index';
 import { usesNativeUws } from './uws-check';
 
 const MODELS = path.resolve(__dirname, '../../../models');
@@ -17,38 +25,68 @@ describe('loadSession on this host', () => {
     await loaded.session.release();
   });
 
-  // What a strict cuda:0 load does on this host decides what auto must do: the same assertions hold on a
-  // CPU-only host (CUDA fails, auto runs on CPU and says why) and on a GPU host (both run on CUDA).
-  const strictCuda = async (): Promise<LoadedSession | DeviceError> => {
+  // What a strict cuda:0 / webgpu:0 load does on this host decides what auto must do: the same assertions hold on
+  // a CPU-only host (both fail, auto runs on CPU and says why) and on a GPU host (auto takes the first that works).
+  const strict = async (provider: GpuProviderName): Promise<LoadedSession | DeviceError> => {
     try {
-      return await loadSession(UPPER, { device: { kind: 'cuda', deviceId: 0 }, intraOpThreads: 1 });
+      return await loadSession(UPPER, { device: { kind: provider, deviceId: 0 }, intraOpThreads: 1 });
     } catch (error) {
       return error as DeviceError;
     }
   };
+  const LABEL = { cuda: 'CUDA', webgpu: 'WebGPU' } as const;
 
-  test('cuda is strict: it runs on CUDA or fails with a DeviceError, never silently on CPU', async () => {
-    const outcome = await strictCuda();
-    if (outcome instanceof Error) {
-      expect(outcome).toBeInstanceOf(DeviceError);
-      expect(outcome.message).toMatch(/CUDA/);
-    } else {
-      expect(availableBackends()).toContain('cuda');
-      expect(outcome.executionProvider).toBe('cuda');
-      expect(outcome.fallbackReason).toBeUndefined();
-      await outcome.session.release();
+  test.each(['cuda', 'webgpu'] as const)(
+    '%s is strict: it runs there or fails with a DeviceError naming the device, never silently on CPU',
+    async (provider) => {
+      const outcome = await strict(provider);
+      if (outcome instanceof Error) {
+        expect(outcome).toBeInstanceOf(DeviceError);
+        expect(outcome.message).toMatch(
+          new RegExp(`^${LABEL[provider]} session failed \\(${provider}:0: \\S`),
+        );
+        // The operator reads what happened, not ONNX Runtime's source location.
+        expect(outcome.message).not.toMatch(/onnxruntime_src/);
+      } else {
+        expect(availableBackends()).toContain(provider);
+        expect(outcome.executionProvider).toBe(provider);
+        expect(outcome.fallbackReason).toBeUndefined();
+        await outcome.session.release();
+      }
+    },
+  );
+
+  test('auto runs on the first of CUDA, WebGPU that a strict load runs on, and says why when it runs on CPU', async () => {
+    const works: GpuProviderName[] = [];
+    for (const provider of ['cuda', 'webgpu'] as const) {
+      const outcome = await strict(provider);
+      if (!(outcome instanceof Error)) {
+        works.push(provider);
+        await outcome.session.release();
+      }
     }
+    const loaded = await loadSession(UPPER, { device: { kind: 'auto', deviceId: 0 }, intraOpThreads: 1 });
+    expect(loaded.executionProvider).toBe(works[0] ?? 'cpu');
+    if (works[0] === 'cuda') expect(loaded.fallbackReason).toBeUndefined();
+    else expect(loaded.fallbackReason).toMatch(/^cuda:0: /);
+    if (works.length === 0) expect(loaded.fallbackReason).toMatch(/; webgpu:0: \S/);
+    await loaded.session.release();
   });
 
-  test('auto runs on CUDA exactly when a strict CUDA load works, and says why when it runs on CPU', async () => {
-    const strict = await strictCuda();
-    const cudaWorks = !(strict instanceof Error);
-    if (!(strict instanceof Error)) await strict.session.release();
-    const loaded = await loadSession(UPPER, { device: { kind: 'auto', deviceId: 0 }, intraOpThreads: 1 });
-    expect(loaded.executionProvider).toBe(cudaWorks ? 'cuda' : 'cpu');
-    if (cudaWorks) expect(loaded.fallbackReason).toBeUndefined();
-    else expect(loaded.fallbackReason).toMatch(/^cuda:0: /);
-    await loaded.session.release();
+  test('ortMessage keeps what happened and drops the source location of a failed check', () => {
+    const failed = new Error(
+      '/onnxruntime_src/onnxruntime/core/providers/webgpu/webgpu_context.cc:136 onnxruntime::webgpu::' +
+        'WebGpuContext::Initialize(const onnxruntime::webgpu::WebGpuContextConfig&)::<lambda()> ' +
+        'adapter_result.status == wgpu::RequestAdapterStatus::Success was false. ' +
+        'Failed to get a WebGPU adapter: No supported adapters\n',
+    );
+    expect(ortMessage(failed)).toBe('Failed to get a WebGPU adapter: No supported adapters');
+    expect(ortMessage(new Error('Failed to load shared library'))).toBe('Failed to load shared library');
+    expect(ortMessage('plain')).toBe('plain');
+    // The binding's errors can come from another realm: not instanceof Error, still a message.
+    expect(ortMessage({ message: failed.message })).toBe(
+      'Failed to get a WebGPU adapter: No supported adapters',
+    );
   });
 
   test('compareSignature catches a config that does not match the file', async () => {

@@ -2,7 +2,7 @@ import * as ort from 'onnxruntime-node';
 import type { DeviceTarget } from '../config';
 import type { DType, ModelSignature, TensorSpec } from '../protocol';
 import type { ExecutionProviderName, ProviderAttempt } from './device';
-import { DeviceError, planProviders } from './device';
+import { DeviceError, planProviders, providerLabel } from './device';
 
 export interface SessionOptions {
   device: DeviceTarget;
@@ -13,7 +13,7 @@ export interface LoadedSession {
   session: ort.InferenceSession;
   executionProvider: ExecutionProviderName;
   deviceId: number;
-  /** Set when the session runs somewhere other than asked (auto → CPU). */
+  /** Set when the session runs somewhere other than asked (auto → WebGPU or CPU). */
   fallbackReason?: string;
 }
 
@@ -29,10 +29,11 @@ function sessionOptions(
   attempt: ProviderAttempt,
   intraOpThreads: number,
 ): ort.InferenceSession.SessionOptions {
+  // The WebGPU provider takes no device option (it opens the default adapter; planProviders refuses others).
   const providers: ort.InferenceSession.ExecutionProviderConfig[] =
     attempt.provider === 'cuda'
       ? [{ name: 'cuda', deviceId: attempt.deviceId } as ort.InferenceSession.ExecutionProviderConfig]
-      : ['cpu'];
+      : [attempt.provider];
   return {
     executionProviders: providers,
     intraOpNumThreads: intraOpThreads,
@@ -43,6 +44,18 @@ function sessionOptions(
     // Idle intra-op threads must sleep, not spin: the gateway and other workers share these cores.
     extra: { session: { intra_op: { allow_spinning: '0' }, inter_op: { allow_spinning: '0' } } },
   };
+}
+
+/**
+ * ONNX Runtime's message without its source location: a failed check reads `/onnxruntime_src/…/file.cc:136
+ * <function> <condition> was false. <what happened>`; the operator needs only what happened.
+ */
+export function ortMessage(error: unknown): string {
+  // Duck-typed: errors thrown by the native binding may come from another realm (instanceof Error fails there).
+  const text = (error as { message?: unknown } | null)?.message;
+  const message = (typeof text === 'string' ? text : String(error)).trim();
+  const checked = /^\/onnxruntime_src\/\S+ .* was false\. ([\s\S]+)$/.exec(message);
+  return checked ? checked[1]!.trim() : message;
 }
 
 /** Creates a session on the planned provider, falling back to CPU only when the device request allows it. */
@@ -63,9 +76,10 @@ export async function loadSession(modelPath: string, options: SessionOptions): P
       if (failures.length > 0) loaded.fallbackReason = failures.join('; ');
       return loaded;
     } catch (error) {
-      const reason = `${attempt.provider}:${attempt.deviceId}: ${(error as Error).message}`;
+      const reason = `${attempt.provider}:${attempt.deviceId}: ${ortMessage(error)}`;
       if (attempt.provider === 'cpu' || plan.strict) {
-        if (attempt.provider === 'cuda') throw new DeviceError(`CUDA session failed (${reason})`);
+        if (attempt.provider !== 'cpu')
+          throw new DeviceError(`${providerLabel(attempt.provider)} session failed (${reason})`);
         throw error;
       }
       failures.push(reason);

@@ -1,11 +1,29 @@
+import { loadSession } from '../../libs/inference';
 import type { ServerHandle } from './harness';
-import { postJson, runCliToExit, startServer, WsClient } from './harness';
+import { MODELS_DIR, modelsSubset, postJson, runCliToExit, startServer, WsClient } from './harness';
 
 interface Health {
   ready: boolean;
   device: string;
   nodes: Array<{ node: number; state: string; ws_connections: number }>;
-  models: Array<{ name: string; versions: Array<{ version: string; execution_provider: string }> }>;
+  models: Array<{
+    name: string;
+    versions: Array<{ version: string; execution_provider: string; fallback_reason?: string }>;
+  }>;
+}
+
+/** Whether a strict WebGPU session loads on this host (it does not without a GPU and a Vulkan driver). */
+async function webgpuWorksHere(): Promise<boolean> {
+  try {
+    const loaded = await loadSession(`${MODELS_DIR}/echo/1/model.onnx`, {
+      device: { kind: 'webgpu', deviceId: 0 },
+      intraOpThreads: 1,
+    });
+    await loaded.session.release();
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 async function health(server: ServerHandle): Promise<Health> {
@@ -75,5 +93,86 @@ describe('a device list that does not match --nodes fails at start, naming the s
     );
     expect(result.out).not.toContain('streaminfer ready');
     expect(Date.now() - started).toBeLessThan(10000);
+  });
+});
+
+describe('--device webgpu on this host: strict fails the start naming the device, auto falls back visibly', () => {
+  let webgpuWorks = false;
+  beforeAll(async () => {
+    webgpuWorks = await webgpuWorksHere();
+  });
+
+  test('--device webgpu stops the start with the WebGPU error, or runs on webgpu where a GPU is', async () => {
+    if (webgpuWorks) {
+      const server = await startServer({ models: ['echo'], args: ['--device', 'webgpu'] });
+      const body = await health(server);
+      expect(body.device).toBe('webgpu:0');
+      expect(body.models[0]!.versions[0]!.execution_provider).toBe('webgpu');
+      expect(await server.stop()).toEqual({ code: 0, signal: null });
+      return;
+    }
+    const started = Date.now();
+    const result = await runCliToExit([
+      'serve',
+      '--port',
+      '0',
+      '--models-dir',
+      modelsSubset(['echo']),
+      '--device',
+      'webgpu',
+    ]);
+    expect(result.code).toBe(1);
+    expect(result.out).toMatch(/"start failed"/);
+    expect(result.out).toMatch(
+      /node 0 failed to start: model echo version 1: WebGPU session failed \(webgpu:0: \S/,
+    );
+    expect(result.out).not.toMatch(/"err":"[^"]*onnxruntime_src/);
+    expect(result.out).not.toContain('streaminfer ready');
+    expect(Date.now() - started).toBeLessThan(15000);
+  });
+
+  test('--nodes 2 --device cpu,webgpu:1 stops the start naming webgpu:1 (the binding opens only adapter 0)', async () => {
+    const result = await runCliToExit([
+      'serve',
+      '--port',
+      '0',
+      '--models-dir',
+      modelsSubset(['echo']),
+      '--nodes',
+      '2',
+      '--device',
+      'cpu,webgpu:1',
+    ]);
+    expect(result.code).toBe(1);
+    expect(result.out).toContain(
+      'node 1 failed to start: model echo version 1: --device webgpu:1: this onnxruntime-node build opens only the default WebGPU adapter (webgpu:0)',
+    );
+    expect(result.out).not.toContain('streaminfer ready');
+  });
+
+  test('--device auto serves, on cpu here with the reasons in /health and the log', async () => {
+    const server = await startServer({ models: ['echo'], args: ['--device', 'auto'] });
+    try {
+      const body = await health(server);
+      expect(body.ready).toBe(true);
+      expect(body.device).toBe('auto');
+      const version = body.models.find((model) => model.name === 'echo')!.versions[0]!;
+      const response = await postJson(`${server.url}/predict`, { id: 1, model: 'echo', input: [1, 2] });
+      expect(response.body).toMatchObject({ id: 1, result: [1, 2] });
+      const metrics = await (await fetch(`${server.url}/metrics`)).text();
+      expect(metrics).toMatch(
+        new RegExp(
+          `streaminfer_model_info\\{[^}]*model="echo"[^}]*execution_provider="${version.execution_provider}"`,
+        ),
+      );
+      if (webgpuWorks) return; // a GPU host: the CUDA/WebGPU outcome is the session tests' business
+      expect(version.execution_provider).toBe('cpu');
+      expect(version.fallback_reason).toMatch(/^cuda:0: .+; webgpu:0: \S/);
+      expect(version.fallback_reason).not.toMatch(/onnxruntime_src/);
+      expect(server.logs()).toMatch(/--device auto fell back to cpu/);
+      console.log(`device auto on this host: cpu, fallback_reason: ${version.fallback_reason}`);
+    } finally {
+      expect(await server.stop()).toEqual({ code: 0, signal: null });
+    }
   });
 });
