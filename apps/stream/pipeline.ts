@@ -97,6 +97,7 @@ export class DeliveryPipeline {
   private readonly onEpoch: ((pin: ModelPin, epoch: number) => void) | undefined;
   private readonly onFatal: ((err: Error) => void) | undefined;
   private nats: NatsHandle | undefined;
+  private checkpointNats: NatsHandle | undefined;
   private epochs: EpochLog | undefined;
   private leases: LeaseKeeper | undefined;
   private ctx: PartitionContext | undefined;
@@ -159,6 +160,11 @@ export class DeliveryPipeline {
       name: `streaminfer-stream-${this.instanceId}`,
     });
     this.nats = nats;
+    if (this.config.checkpoint.enabled)
+      this.checkpointNats = await connectNats({
+        servers: this.config.nats,
+        name: `streaminfer-stream-${this.instanceId}-checkpoints`,
+      });
     await provisionStreams(nats.jsm, [this.layout.events, this.layout.predictions, this.layout.side]);
     const sink = new JetStreamSink(nats.js, {
       onPublishFailure: (effect, attempt, err) => {
@@ -193,6 +199,7 @@ export class DeliveryPipeline {
       config: this.config,
       layout: this.layout,
       nats,
+      checkpointNats: this.checkpointNats ?? nats,
       sink,
       backend: this.backend,
       metrics: this.metrics,
@@ -325,6 +332,7 @@ export class DeliveryPipeline {
     }
     await this.backend.close().catch(() => undefined);
     await this.nats?.close().catch(() => undefined);
+    await this.checkpointNats?.close().catch(() => undefined);
     this.metrics.up.set(0);
     this.state = 'stopped';
   }
