@@ -68,6 +68,8 @@ export class Checkpointer {
     private readonly clock: () => number,
     /** Still the partition's owner (its lease): checked before the pointer moves. */
     private readonly fence: () => boolean,
+    /** The sink's highest PubAck sequence per output stream (undefined: none yet). */
+    private readonly lastAcked: (stream: string) => number | undefined,
   ) {}
 
   static async open(
@@ -80,9 +82,10 @@ export class Checkpointer {
     logger: Logger,
     clock: () => number,
     fence: () => boolean = () => true,
+    lastAcked: (stream: string) => number | undefined = () => undefined,
   ): Promise<Checkpointer> {
     const store = await CheckpointStore.open(nats.js, bucket, pipeline, partition);
-    return new Checkpointer(store, nats, layout, metrics, logger, clock, fence);
+    return new Checkpointer(store, nats, layout, metrics, logger, clock, fence, lastAcked);
   }
 
   /** The stream sequence the restored partition replays up to (what the previous owner had been handed). */
@@ -129,9 +132,12 @@ export class Checkpointer {
   /** Must run while the runner's barrier is closed (nothing in flight): the snapshot and what it covers. */
   async takeWhilePaused(read: () => CheckpointState): Promise<Taken> {
     const startedAt = this.clock();
+    // Every effect of this partition so far is acknowledged (the barrier is closed), and the PubAcks say where
+    // they landed: a later effect can only land above the highest of them. What lies between it and the
+    // stream's end belongs to other partitions and is read back harmlessly after a restore.
     const [predictions, side] = await Promise.all([
-      this.nats.jsm.streams.info(this.layout.predictions.name),
-      this.nats.jsm.streams.info(this.layout.side.name),
+      this.outputPosition(this.layout.predictions.name),
+      this.outputPosition(this.layout.side.name),
     ]);
     const s = read();
     const replaying = this.restoredOutputs !== undefined && s.position < this.replayUntil;
@@ -140,9 +146,7 @@ export class Checkpointer {
       id: this.nextId++,
       createdAt: new Date(this.clock()).toISOString(),
       position: s.position,
-      outputs: replaying
-        ? this.restoredOutputs!
-        : { predictions: predictions.state.last_seq, side: side.state.last_seq },
+      outputs: replaying ? this.restoredOutputs! : { predictions, side },
       pin: s.pin,
       epoch: s.epoch,
       state: s.state,
@@ -152,6 +156,13 @@ export class Checkpointer {
     const held = this.held;
     this.held = [];
     return { id: checkpoint.id, position: s.position, bytes, held, startedAt };
+  }
+
+  /** Where a stream's effects published after now will land above; the broker is asked only before any PubAck. */
+  private async outputPosition(stream: string): Promise<number> {
+    const acked = this.lastAcked(stream);
+    if (acked !== undefined) return acked;
+    return (await this.nats.jsm.streams.info(stream)).state.last_seq;
   }
 
   /** Writes a taken checkpoint; on success acks what it covers, on failure keeps holding it for the next. */

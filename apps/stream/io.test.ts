@@ -133,4 +133,20 @@ describe('sink retries', () => {
     expect(sink.stats).toMatchObject({ publishFailures: 2, exhausted: 1 });
     await expect(sink.publish({ subject: 's', data: 'x', msgId: '' })).rejects.toThrow(/no msgId/);
   });
+
+  test('lastAcked is the highest PubAck sequence per stream, whatever order the acks come back in', async () => {
+    const acks: PubAck[] = [
+      { stream: 'P', seq: 7, duplicate: false } as PubAck,
+      { stream: 'P', seq: 5, duplicate: false } as PubAck,
+      { stream: 'S', seq: 2, duplicate: false } as PubAck,
+      // A duplicate answers with the first copy's (lower) sequence: it never moves the position back.
+      { stream: 'P', seq: 3, duplicate: true } as PubAck,
+    ];
+    const client = { publish: async () => acks.shift()! } as unknown as JetStreamClient;
+    const sink = new JetStreamSink(client);
+    expect(sink.lastAcked('P')).toBeUndefined();
+    for (const id of ['a', 'b', 'c', 'd']) await sink.publish({ subject: 's', data: 'x', msgId: id });
+    expect(sink.lastAcked('P')).toBe(7);
+    expect(sink.lastAcked('S')).toBe(2);
+  });
 });

@@ -225,6 +225,7 @@ export class PartitionWorker {
       ctx.logger,
       ctx.clock,
       () => ctx.holds(this.partition),
+      (stream) => ctx.sink.lastAcked(stream),
     );
     this.checkpointer = checkpointer;
     const checkpoint = await checkpointer.restore();

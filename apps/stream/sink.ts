@@ -50,6 +50,8 @@ export class JetStreamSink {
   private readonly backoffBaseMs: number;
   private readonly backoffMaxMs: number;
   private readonly sleep: (ms: number) => Promise<void>;
+  /** Per output stream, the highest sequence a PubAck returned (see lastAcked). */
+  private readonly acked = new Map<string, number>();
 
   constructor(
     private readonly js: JetStreamClient,
@@ -77,6 +79,7 @@ export class JetStreamSink {
         });
         this.stats.published++;
         if (ack.duplicate) this.stats.duplicates++;
+        if (ack.seq > (this.acked.get(ack.stream) ?? 0)) this.acked.set(ack.stream, ack.seq);
         return { stream: ack.stream, seq: ack.seq, duplicate: ack.duplicate };
       } catch (err) {
         lastError = err;
@@ -93,6 +96,15 @@ export class JetStreamSink {
       `publish to ${effect.subject} (Msg-Id ${effect.msgId}) failed ${this.maxAttempts} times: ${String(lastError)}`,
       { cause: lastError },
     );
+  }
+
+  /**
+   * The highest sequence of `stream` a PubAck returned to this sink, or undefined before the first. Anything
+   * published after every publish so far was acknowledged lands above it: what a checkpoint taken at a closed
+   * barrier needs, without asking the broker (a stream info under load took up to 2.6 s at the barrier).
+   */
+  lastAcked(stream: string): number | undefined {
+    return this.acked.get(stream);
   }
 
   /** All effects at once; rejects if any one was not acknowledged by the broker. */
