@@ -18,7 +18,7 @@ export interface BatchPolicyOptions {
   /** Greedy only; default 1. */
   minBatchSize?: number;
   /** Adaptive only: objective for the oldest item's total latency (queue + compute). Default 2 × maxQueueDelayMs. */
-  latencySloMs?: number;
+  sloP99Ms?: number;
   /** Adaptive only: cost model prior before any batch was observed. Default 1 ms + 0.1 ms/item. */
   costPrior?: CostPrior;
 }
@@ -57,7 +57,7 @@ export interface BatchPolicyState {
   /** Adaptive: estimated arrival rate (items per ms). */
   arrivalRatePerMs?: number;
   /** Adaptive: latency objective in force (ms). */
-  latencySloMs?: number;
+  sloP99Ms?: number;
 }
 
 export interface BatchPolicy {
