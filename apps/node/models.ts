@@ -59,7 +59,7 @@ export function batchOptionsFor(entry: ModelEntry, batch: NodeStartOptions['batc
     const sizes = fromModel.preferredBatchSizes.filter((size) => size <= maxBatchSize);
     if (sizes.length > 0) options.preferredBatchSizes = sizes;
   }
-  if (fromModel.latencySloMs !== undefined) options.latencySloMs = fromModel.latencySloMs;
+  if (fromModel.sloP99Ms !== undefined) options.sloP99Ms = fromModel.sloP99Ms;
   return options;
 }
 

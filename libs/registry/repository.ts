@@ -9,7 +9,7 @@ export interface ModelBatchingConfig {
   maxBatchSize?: number;
   maxQueueDelayMs?: number;
   preferredBatchSizes?: number[];
-  latencySloMs?: number;
+  sloP99Ms?: number;
 }
 
 export interface ModelVersionEntry {
@@ -130,7 +130,7 @@ function readBatching(raw: unknown, configPath: string): ModelBatchingConfig {
     if (typeof slo !== 'number' || !Number.isFinite(slo) || slo <= 0) {
       throw new RepositoryError(`${configPath}: batching.latency_slo_ms must be a positive number`);
     }
-    result.latencySloMs = slo;
+    result.sloP99Ms = slo;
   }
   if (batching.preferred_batch_sizes !== undefined) {
     const sizes = batching.preferred_batch_sizes;
