@@ -46,6 +46,8 @@ interface Lane {
   rings: RingBuffer[];
   doorbell: Doorbell;
   policy: BatchPolicy;
+  /** The options `policy` was made from (JSON), to tell a rebatch that changes nothing. */
+  batching: string;
   /**
    * Items ever written to the rings since the lane began, exact: each ring's write sequence (mod 2^32) is
    * accumulated here so the adaptive policy counts arrivals once, at enqueue, even across held dispatches.
@@ -127,7 +129,10 @@ class LaneHost {
       }
       case 'rebatch': {
         const lane = this.lanes.get(command.slot);
-        if (lane) {
+        // Unchanged options (a reload that changed other settings) keep what the policy learned.
+        const batching = JSON.stringify(command.batching);
+        if (lane && batching !== lane.batching) {
+          lane.batching = batching;
           lane.policy = createBatchPolicy(command.batching);
           lane.loggedFit = [Number.NaN, Number.NaN];
           this.recordPolicy(lane);
@@ -182,6 +187,7 @@ class LaneHost {
         rings,
         doorbell: Doorbell.from(command.doorbell),
         policy: createBatchPolicy(command.batching),
+        batching: JSON.stringify(command.batching),
         enqueuedTotal: 0,
         seenWrites: rings.map((ring) => ring.writeSequence()),
         loggedFit: [Number.NaN, Number.NaN],

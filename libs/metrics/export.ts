@@ -22,32 +22,40 @@ export interface NodeGauges {
 
 type Labels = Record<string, string | number>;
 
-/** Batch policy gauges: the mean over a version's lanes, and over the nodes by the supervisor ('average'). */
-const POLICY_GAUGES: ReadonlyArray<{ field: PolicyField; name: string; help: string }> = [
+/**
+ * Batch policy gauges, in base units (the lanes write ms): the mean over a version's lanes, and over the nodes
+ * by the supervisor ('average').
+ */
+const POLICY_GAUGES: ReadonlyArray<{ field: PolicyField; scale: number; name: string; help: string }> = [
   {
     field: 'costInterceptMs',
-    name: 'streaminfer_batch_cost_intercept_ms',
-    help: 'Adaptive batching: learned fixed cost a of one model run (ms), in cost(n) = a + b·n.',
+    scale: 1e-3,
+    name: 'streaminfer_batch_cost_intercept_seconds',
+    help: 'Adaptive batching: learned fixed cost a of one model run, in cost(n) = a + b·n.',
   },
   {
     field: 'costPerItemMs',
-    name: 'streaminfer_batch_cost_per_item_ms',
-    help: 'Adaptive batching: learned marginal cost b of one item (ms), in cost(n) = a + b·n.',
+    scale: 1e-3,
+    name: 'streaminfer_batch_cost_per_item_seconds',
+    help: 'Adaptive batching: learned marginal cost b of one item, in cost(n) = a + b·n.',
   },
   {
     field: 'arrivalRatePerSecond',
+    scale: 1,
     name: 'streaminfer_batch_arrival_rate',
     help: 'Adaptive batching: estimated arrival rate (items per second).',
   },
   {
     field: 'targetBatchSize',
+    scale: 1,
     name: 'streaminfer_batch_target_size',
     help: 'Batch size the batch policy is aiming for.',
   },
   {
     field: 'waitMs',
-    name: 'streaminfer_batch_wait_ms',
-    help: 'Wait (ms) the batch policy planned at its latest decision (0 after a dispatch or when idle).',
+    scale: 1e-3,
+    name: 'streaminfer_batch_wait_seconds',
+    help: 'Wait the batch policy planned at its latest decision (0 after a dispatch or when idle).',
   },
 ];
 
@@ -97,7 +105,7 @@ export function nodeMetricsJson(
       const state = readPolicyState(buffer, slot.slot);
       POLICY_GAUGES.forEach((gauge, index) => {
         const value = state?.[gauge.field];
-        if (value !== undefined) policy[index]!.push({ value, labels: base });
+        if (value !== undefined) policy[index]!.push({ value: value * gauge.scale, labels: base });
       });
     }
   }

@@ -1,4 +1,4 @@
-import { aggregateToText, MetricsShard, metricsBufferFor, nodeMetricsJson } from './index';
+import { aggregateToText, lintExposition, MetricsShard, metricsBufferFor, nodeMetricsJson } from './index';
 import { readSlotTotals } from './shared-metrics';
 
 describe('shared metrics shards', () => {
@@ -85,15 +85,19 @@ describe('shared metrics shards', () => {
       nodeMetricsJson(nodeA, slots, { wsConnections: 0, epoch: 0 }),
       nodeMetricsJson(nodeB, slots.slice(0, 1), { wsConnections: 0, epoch: 0 }),
     ]);
-    // node A: mean of its two lanes (5, 0.5, 300, 12, 1); node B: one lane; the host: the nodes' average
-    expect(text).toContain('streaminfer_batch_cost_intercept_ms{model="m1",version="1"} 6');
-    expect(text).toContain('streaminfer_batch_cost_per_item_ms{model="m1",version="1"} 1');
+    // node A: mean of its two lanes (5, 0.5, 300, 12, 1); node B: one lane; the host: the nodes' average;
+    // times in seconds
+    expect(text).toContain('streaminfer_batch_cost_intercept_seconds{model="m1",version="1"} 0.006');
+    expect(text).toContain('streaminfer_batch_cost_per_item_seconds{model="m1",version="1"} 0.001');
     expect(text).toContain('streaminfer_batch_arrival_rate{model="m1",version="1"} 400');
     expect(text).toContain('streaminfer_batch_target_size{model="m1",version="1"} 8');
-    expect(text).toContain('streaminfer_batch_wait_ms{model="m1",version="1"} 1');
+    expect(text).toContain('streaminfer_batch_wait_seconds{model="m1",version="1"} 0.001');
     expect(text).toContain('streaminfer_batch_target_size{model="m3",version="1"} 16');
-    expect(text).not.toContain('streaminfer_batch_cost_intercept_ms{model="m3"');
-    expect(text).not.toMatch(/streaminfer_batch_(cost_\w+|arrival_rate|target_size|wait_ms)\{model="m2"/);
+    expect(text).not.toContain('streaminfer_batch_cost_intercept_seconds{model="m3"');
+    expect(text).not.toMatch(
+      /streaminfer_batch_(cost_\w+|arrival_rate|target_size|wait_seconds)\{model="m2"/,
+    );
+    expect(lintExposition(text)).toEqual([]);
     expect(text).not.toContain('NaN');
   });
 });
