@@ -16,6 +16,7 @@ import {
   errorResponseBytes,
   outputSectionHeaderBytes,
   RESPONSE_HEADER_BYTES,
+  readDeadlineAt,
   readEnqueuedAt,
   utf8Length,
   writeErrorResponse,
@@ -245,10 +246,13 @@ class LaneHost {
   private async runLane(lane: Lane): Promise<void> {
     const rings = lane.rings;
     let oldest = 0;
+    let earliestDeadline = 0;
     let peeked: RingBuffer = rings[0]!;
     const readOldest = (offset: number): boolean => {
       const enqueuedAt = readEnqueuedAt(peeked.view, offset);
       if (enqueuedAt < oldest) oldest = enqueuedAt;
+      const deadlineAt = readDeadlineAt(peeked.view, offset);
+      if (deadlineAt < earliestDeadline) earliestDeadline = deadlineAt;
       return false;
     };
     while (!lane.stopped) {
@@ -271,6 +275,7 @@ class LaneHost {
         continue;
       }
       oldest = Number.POSITIVE_INFINITY;
+      earliestDeadline = Number.POSITIVE_INFINITY;
       for (const ring of rings) {
         peeked = ring;
         ring.peek(readOldest, 1);
@@ -288,6 +293,7 @@ class LaneHost {
           oldestEnqueuedAt: oldest,
           inFlightBatches: lane.inFlight,
           enqueuedTotal: lane.enqueuedTotal,
+          earliestDeadlineAt: earliestDeadline,
         },
         now,
       );

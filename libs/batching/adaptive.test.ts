@@ -254,4 +254,17 @@ describe('adaptive policy', () => {
       expect(decision.untilMs + a + b * grown).toBeLessThanOrEqual(oldest + sloP99Ms + 1e-9);
     }
   });
+
+  it('never plans a wait that would finish the earliest known request past its deadline', () => {
+    // Without a deadline: waits 4 ms for the target (see above). Cost of 2 items: 5.2 ms.
+    const at = (deadlineIn: number) =>
+      warmed({ sloP99Ms: 1000 }).decide({ ...snap(2, 1), earliestDeadlineAt: T + deadlineIn }, T);
+    expect(at(1000)).toEqual({ kind: 'wait', untilMs: T + 4 });
+    const tight = at(7.4); // (7.4 − 5.2) / (1 + 0.1·1) = 2 ms
+    expect(tight.kind === 'wait' && tight.untilMs - T).toBeCloseTo(2, 6);
+    expect(at(5)).toEqual({ kind: 'dispatch', size: 2 });
+    // also while a batch runs (the busy-worker hold)
+    const busy = warmed({ sloP99Ms: 1000 }).decide({ ...snap(9, 1, 1), earliestDeadlineAt: T + 16.9 }, T);
+    expect(busy.kind === 'wait' && busy.untilMs - T).toBeCloseTo(11 / 1.1, 6);
+  });
 });

@@ -26,8 +26,9 @@ const ERROR_ALLOWANCE = 2;
  * 2. Safe wait. If we wait Δ, the batch grows to about n + λΔ and the oldest item finishes after
  *       age + Δ + a + b·(n + λΔ) + 2·err     (err = the model's typical prediction error)
  *    which must stay within 0.95·L, so  Δ_slo = (0.95·L − age − a − b·n − 2·err) / (1 + b·λ).
- *    The queue-delay cap gives Δ_cap = oldestEnqueuedAt + maxQueueDelayMs − now.
- *    Δ_max = min(Δ_slo, Δ_cap) <= 0 → dispatch now: waiting longer would break the objective (or the cap,
+ *    The queue-delay cap gives Δ_cap = oldestEnqueuedAt + maxQueueDelayMs − now, and a known earliest request
+ *    deadline D the same bound as the objective with D in place of oldestEnqueuedAt + 0.95·L (no headroom).
+ *    Δ_max = min(Δ_slo, Δ_cap, Δ_deadline) <= 0 → dispatch now: waiting longer would break the objective (or the cap,
  *    exactly at the deadline included). When even an immediate dispatch cannot meet L, it dispatches at once too.
  * 3. Busy worker (inFlightBatches >= 1): the device is running a batch, so a batch sent now would only queue
  *    behind it; waiting until Δ_max costs no latency and lets the batch grow. The worker asks again when the
@@ -108,7 +109,10 @@ export class AdaptivePolicy implements BatchPolicy {
     const expectedCost = a + b * available + ERROR_ALLOWANCE * this.cost.errorScale;
     const sloWait = (SLO_HEADROOM * this.sloP99Ms - age - expectedCost) / (1 + b * rate);
     const capWait = queue.oldestEnqueuedAt + this.maxQueueDelayMs - now;
-    const maxWait = Math.min(sloWait, capWait);
+    let maxWait = Math.min(sloWait, capWait);
+    if (queue.earliestDeadlineAt !== undefined) {
+      maxWait = Math.min(maxWait, (queue.earliestDeadlineAt - now - expectedCost) / (1 + b * rate));
+    }
     const dispatchNow = dispatch(pickSize(available, this.preferred));
     if (!(now + maxWait > now)) return dispatchNow;
     if (queue.inFlightBatches >= 1) return waitUntil(now + maxWait);

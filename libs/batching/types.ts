@@ -35,6 +35,11 @@ export interface QueueSnapshot {
    * When given, the adaptive policy measures arrivals exactly instead of inferring them from length changes.
    */
   enqueuedTotal?: number;
+  /**
+   * Optional earliest deadline (same clock) among the queued items the caller looked at (the worker: each
+   * ring's oldest). The adaptive policy never plans a wait after which that item would finish past it.
+   */
+  earliestDeadlineAt?: number;
 }
 
 export type BatchDecision =
