@@ -34,6 +34,7 @@ const SERVE_FLAGS: Array<[string, string, string]> = [
   ['--batch-size <n>', 'batchSize', 'max items per model run (1 = no batching)'],
   ['--batch-timeout-ms <ms>', 'batchTimeoutMs', 'max wait for a batch to fill'],
   ['--batch-policy <name>', 'batchPolicy', 'fixed | greedy | adaptive'],
+  ['--slo-p99-ms <ms>', 'sloP99Ms', "p99 latency objective for every model (overrides each model's)"],
   ['--max-inflight-per-client <n>', 'maxInflightPerClient', 'per-client in-flight cap'],
   [
     '--max-queue-size <n>',
@@ -103,6 +104,7 @@ serve
         config,
         explicitBatchSize: explicit('batchSize', 'STREAMINFER_BATCH_SIZE'),
         explicitBatchTimeout: explicit('batchTimeoutMs', 'STREAMINFER_BATCH_TIMEOUT_MS'),
+        explicitBatchPolicy: explicit('batchPolicy', 'STREAMINFER_BATCH_POLICY'),
         testHooks: process.env.STREAMINFER_TEST_HOOKS === '1',
         cores: os.availableParallelism(),
         ...(notifier ? { notifier } : {}),

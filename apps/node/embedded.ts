@@ -449,6 +449,7 @@ function resolveOptions(options: EmbeddedNodeOptions): NodeStartOptions {
       maxQueueDelayMs: DEFAULTS.batchTimeoutMs,
       explicitSize: false,
       explicitTimeout: false,
+      explicitPolicy: false,
     },
     maxPayloadBytes: DEFAULTS.maxPayloadBytes,
     requestTimeoutMs,

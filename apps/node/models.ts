@@ -42,14 +42,22 @@ export interface ServedModel {
   shadow: boolean;
 }
 
-/** Operator settings win when given explicitly; otherwise the model's config.json; otherwise server defaults. */
+/**
+ * Operator settings win when given explicitly; otherwise the model's config.json; otherwise server defaults.
+ * The policy: the operator's explicit one, else the model's, else adaptive when an objective applies (the
+ * operator's or the model's), else the server default. The objective: the operator's, else the model's.
+ */
 export function batchOptionsFor(entry: ModelEntry, batch: NodeStartOptions['batch']): BatchPolicyOptions {
   const fromModel = entry.batching;
   const maxBatchSize = batch.explicitSize
     ? batch.maxBatchSize
     : (fromModel.maxBatchSize ?? batch.maxBatchSize);
+  const objective = batch.sloP99Ms ?? fromModel.sloP99Ms;
+  const policy = batch.explicitPolicy
+    ? batch.policy
+    : (fromModel.policy ?? (objective !== undefined ? 'adaptive' : batch.policy));
   const options: BatchPolicyOptions = {
-    policy: fromModel.policy ?? batch.policy,
+    policy,
     maxBatchSize,
     maxQueueDelayMs: batch.explicitTimeout
       ? batch.maxQueueDelayMs
@@ -59,7 +67,8 @@ export function batchOptionsFor(entry: ModelEntry, batch: NodeStartOptions['batc
     const sizes = fromModel.preferredBatchSizes.filter((size) => size <= maxBatchSize);
     if (sizes.length > 0) options.preferredBatchSizes = sizes;
   }
-  if (fromModel.latencySloMs !== undefined) options.latencySloMs = fromModel.latencySloMs;
+  // Only adaptive plans with an objective; the others bound waits by the queue delay alone.
+  if (policy === 'adaptive' && objective !== undefined) options.sloP99Ms = objective;
   return options;
 }
 

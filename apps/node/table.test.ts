@@ -37,6 +37,7 @@ function newTable(): { table: ModelTable; lanes: Set<number> } {
       maxQueueDelayMs: 2,
       explicitSize: false,
       explicitTimeout: false,
+      explicitPolicy: false,
     },
   } as unknown as NodeStartOptions;
   const table = new ModelTable(options, pool, metricsBufferFor(2), pino({ level: 'silent' }));

@@ -50,12 +50,20 @@ export interface SupervisorOptions {
   config: ServerConfig;
   explicitBatchSize: boolean;
   explicitBatchTimeout: boolean;
+  explicitBatchPolicy: boolean;
   /** What the configuration was resolved from at start: a configuration reload resolves again with them. */
   sources?: { flags: Record<string, unknown>; env: Record<string, string | undefined>; filePath?: string };
   testHooks: boolean;
   cores: number;
   /** systemd notify and watchdog (NOTIFY_SOCKET set); see notify.ts. */
   notifier?: SystemdNotifier;
+}
+
+/** Batch settings the operator gave explicitly: they override every model's config.json. */
+interface ExplicitBatch {
+  size: boolean;
+  timeout: boolean;
+  policy: boolean;
 }
 
 export class Supervisor implements AdminHost, NotifyHost {
@@ -79,8 +87,7 @@ export class Supervisor implements AdminHost, NotifyHost {
   private pendingConfig:
     | {
         config: ServerConfig;
-        explicitSize: boolean;
-        explicitTimeout: boolean;
+        explicit: ExplicitBatch;
         applied: string[];
         restartRequired: string[];
       }
@@ -188,24 +195,22 @@ export class Supervisor implements AdminHost, NotifyHost {
       ...(this.member?.fenced !== undefined ? { fence: this.member.fenced } : {}),
       // The host's live settings are those of its table (a node restarted after a failed roll-back gets the
       // settings the other nodes went back to).
-      ...(this.coordinator!.table.settings ??
-        this.nodeSettingsFor(config, this.options.explicitBatchSize, this.options.explicitBatchTimeout)),
+      ...(this.coordinator!.table.settings ?? this.nodeSettingsFor(config, this.explicitBatch())),
     };
   }
 
   /** The node settings a configuration asks for (see NodeSettings: what a configuration reload changes). */
-  private nodeSettingsFor(
-    config: ServerConfig,
-    explicitSize: boolean,
-    explicitTimeout: boolean,
-  ): NodeSettings {
+  private nodeSettingsFor(config: ServerConfig, explicit: ExplicitBatch): NodeSettings {
     return {
       batch: {
         policy: config.batchPolicy,
         maxBatchSize: config.batchSize,
         maxQueueDelayMs: config.batchTimeoutMs,
-        explicitSize,
-        explicitTimeout,
+        explicitSize: explicit.size,
+        explicitTimeout: explicit.timeout,
+        explicitPolicy: explicit.policy,
+        // unset by default: set at all is explicit
+        ...(config.sloP99Ms !== undefined ? { sloP99Ms: config.sloP99Ms } : {}),
       },
       maxPayloadBytes: config.maxPayloadBytes,
       requestTimeoutMs: config.requestTimeoutMs,
@@ -231,6 +236,14 @@ export class Supervisor implements AdminHost, NotifyHost {
     const saved = withSavedState(plan, loaded.state, this.options.config.defaultModel);
     for (const notice of saved.notices) this.logger[notice.level](notice.details, notice.message);
     return saved.plan;
+  }
+
+  private explicitBatch(): ExplicitBatch {
+    return {
+      size: this.options.explicitBatchSize,
+      timeout: this.options.explicitBatchTimeout,
+      policy: this.options.explicitBatchPolicy,
+    };
   }
 
   private persist(plan: TablePlan): void {
@@ -273,11 +286,7 @@ export class Supervisor implements AdminHost, NotifyHost {
     }
     const initial: TablePlan = {
       ...this.savedPlan(repositoryPlan(entries, this.currentDefaultModel)),
-      settings: this.nodeSettingsFor(
-        this.options.config,
-        this.options.explicitBatchSize,
-        this.options.explicitBatchTimeout,
-      ),
+      settings: this.nodeSettingsFor(this.options.config, this.explicitBatch()),
     };
     let table = initial;
     let epoch = 0;
@@ -327,8 +336,9 @@ export class Supervisor implements AdminHost, NotifyHost {
       if (outcome.result !== 'failed') {
         // Supervisor-side settings (admin token, log level, step timeout) and what restarted nodes get.
         this.options.config = pending.config;
-        this.options.explicitBatchSize = pending.explicitSize;
-        this.options.explicitBatchTimeout = pending.explicitTimeout;
+        this.options.explicitBatchSize = pending.explicit.size;
+        this.options.explicitBatchTimeout = pending.explicit.timeout;
+        this.options.explicitBatchPolicy = pending.explicit.policy;
         this.logger.level = pending.config.logLevel;
       }
     }
@@ -549,8 +559,11 @@ export class Supervisor implements AdminHost, NotifyHost {
     }
     for (const warning of resolved.warnings) this.logger.warn({ reason }, warning);
     const change = planConfigChange(this.options.config, resolved.config, this.startedConfig);
-    const explicitSize = resolved.origins.batchSize !== 'default';
-    const explicitTimeout = resolved.origins.batchTimeoutMs !== 'default';
+    const explicit: ExplicitBatch = {
+      size: resolved.origins.batchSize !== 'default',
+      timeout: resolved.origins.batchTimeoutMs !== 'default',
+      policy: resolved.origins.batchPolicy !== 'default',
+    };
     if (change.restartRequired.length > 0)
       this.logger.warn(
         { reason, restart_required: change.restartRequired },
@@ -558,14 +571,13 @@ export class Supervisor implements AdminHost, NotifyHost {
       );
     this.pendingConfig = {
       config: change.next,
-      explicitSize,
-      explicitTimeout,
+      explicit,
       applied: change.applied,
       restartRequired: change.restartRequired,
     };
     try {
       const request: { defaultModel?: string; settings: NodeSettings; strategy?: ReloadStrategy } = {
-        settings: this.nodeSettingsFor(change.next, explicitSize, explicitTimeout),
+        settings: this.nodeSettingsFor(change.next, explicit),
       };
       // The configured default model applies when the configuration changed it; otherwise the one being
       // served stays (it may come from `reload --model`).

@@ -16,6 +16,7 @@ import {
   errorResponseBytes,
   outputSectionHeaderBytes,
   RESPONSE_HEADER_BYTES,
+  readDeadlineAt,
   readEnqueuedAt,
   utf8Length,
   writeErrorResponse,
@@ -28,6 +29,10 @@ import { InflightTable, MAX_BATCH_ITEMS, MAX_BATCHES_IN_FLIGHT } from './infligh
 import type { LoadCommand, WorkerCommand, WorkerEvent, WorkerInit } from './messages';
 
 const IDLE_WAIT_MS = 250;
+/** A cost model fit is logged when a or b moved by more than this share since the last logged fit. */
+const FIT_LOG_CHANGE = 0.25;
+/** …and by more than a quarter of this many ms (a fit near 0 ms would otherwise log on every wobble). */
+const FIT_LOG_FLOOR_MS = 0.2;
 const DEADLINE_SHED = SHED_REASONS.indexOf('deadline');
 const utf8 = new TextEncoder();
 
@@ -42,6 +47,17 @@ interface Lane {
   rings: RingBuffer[];
   doorbell: Doorbell;
   policy: BatchPolicy;
+  /** The options `policy` was made from (JSON), to tell a rebatch that changes nothing. */
+  batching: string;
+  /**
+   * Items ever written to the rings since the lane began, exact: each ring's write sequence (mod 2^32) is
+   * accumulated here so the adaptive policy counts arrivals once, at enqueue, even across held dispatches.
+   */
+  enqueuedTotal: number;
+  /** Each ring's write sequence when last accumulated into enqueuedTotal. */
+  seenWrites: number[];
+  /** The cost model fit last logged (a, b in ms); NaN before the first. */
+  loggedFit: [number, number];
   loaded: LoadedSession;
   maxBatch: number;
   spare: BatchBuffers[];
@@ -106,6 +122,7 @@ class LaneHost {
           lane.wake?.();
           await lane.done;
           this.lanes.delete(command.slot);
+          this.metrics.clearPolicy(command.slot);
           await lane.loaded.session.release().catch(() => undefined);
         }
         this.post({ type: 'unloaded', slot: command.slot, workerIndex: this.init.workerIndex });
@@ -113,8 +130,13 @@ class LaneHost {
       }
       case 'rebatch': {
         const lane = this.lanes.get(command.slot);
-        if (lane) {
+        // Unchanged options (a reload that changed other settings) keep what the policy learned.
+        const batching = JSON.stringify(command.batching);
+        if (lane && batching !== lane.batching) {
+          lane.batching = batching;
           lane.policy = createBatchPolicy(command.batching);
+          lane.loggedFit = [Number.NaN, Number.NaN];
+          this.recordPolicy(lane);
           lane.maxBatch = Math.min(command.batching.maxBatchSize, MAX_BATCH_ITEMS);
           // Idle buffers are resized now; those of running batches when they come back (spareBuffers).
           lane.spare = lane.spare.map((buffers) => this.sized(lane, buffers));
@@ -166,6 +188,10 @@ class LaneHost {
         rings,
         doorbell: Doorbell.from(command.doorbell),
         policy: createBatchPolicy(command.batching),
+        batching: JSON.stringify(command.batching),
+        enqueuedTotal: 0,
+        seenWrites: rings.map((ring) => ring.writeSequence()),
+        loggedFit: [Number.NaN, Number.NaN],
         loaded,
         maxBatch,
         spare: Array.from(
@@ -178,6 +204,7 @@ class LaneHost {
         done: Promise.resolve(),
       };
       this.lanes.set(command.slot, lane);
+      this.recordPolicy(lane);
       lane.done = this.runLane(lane).catch((error: Error) => {
         this.log('error', 'lane loop failed', {
           model: lane.model,
@@ -219,10 +246,13 @@ class LaneHost {
   private async runLane(lane: Lane): Promise<void> {
     const rings = lane.rings;
     let oldest = 0;
+    let earliestDeadline = 0;
     let peeked: RingBuffer = rings[0]!;
     const readOldest = (offset: number): boolean => {
       const enqueuedAt = readEnqueuedAt(peeked.view, offset);
       if (enqueuedAt < oldest) oldest = enqueuedAt;
+      const deadlineAt = readDeadlineAt(peeked.view, offset);
+      if (deadlineAt < earliestDeadline) earliestDeadline = deadlineAt;
       return false;
     };
     while (!lane.stopped) {
@@ -245,16 +275,29 @@ class LaneHost {
         continue;
       }
       oldest = Number.POSITIVE_INFINITY;
+      earliestDeadline = Number.POSITIVE_INFINITY;
       for (const ring of rings) {
         peeked = ring;
         ring.peek(readOldest, 1);
       }
       if (oldest === Number.POSITIVE_INFINITY) continue;
+      for (let i = 0; i < rings.length; i++) {
+        const written = rings[i]!.writeSequence();
+        lane.enqueuedTotal += (written - lane.seenWrites[i]!) >>> 0;
+        lane.seenWrites[i] = written;
+      }
       const now = clock();
       const decision = lane.policy.decide(
-        { length: pending, oldestEnqueuedAt: oldest, inFlightBatches: lane.inFlight },
+        {
+          length: pending,
+          oldestEnqueuedAt: oldest,
+          inFlightBatches: lane.inFlight,
+          enqueuedTotal: lane.enqueuedTotal,
+          earliestDeadlineAt: earliestDeadline,
+        },
         now,
       );
+      this.recordPolicy(lane);
       // A second batch is only prepared once it is full: on a device that runs one batch at a time, starting a
       // partial one early would just queue it behind the running one instead of letting it grow.
       const holdForRunning = lane.inFlight > 0 && pending < lane.maxBatch;
@@ -303,6 +346,43 @@ class LaneHost {
     if (this.regionWaiters.size > 0)
       for (const waiter of this.regionWaiters) if (waiter !== lane) waiter.wake?.();
     lane.wake?.();
+  }
+
+  /** The lane's policy state into this worker's metrics shard (gauges; see libs/metrics). */
+  private recordPolicy(lane: Lane): void {
+    const state = lane.policy.state();
+    const rate = state.arrivalRatePerMs;
+    this.metrics.recordPolicy(
+      lane.slot,
+      state.costIntercept ?? Number.NaN,
+      state.costPerItem ?? Number.NaN,
+      rate === undefined ? Number.NaN : rate * 1000,
+      state.targetBatchSize,
+      state.waitMs,
+    );
+  }
+
+  /** One log line when the learned cost model moved materially (rare: not per batch). */
+  private logFitChange(lane: Lane): void {
+    const state = lane.policy.state();
+    const a = state.costIntercept;
+    const b = state.costPerItem;
+    if (a === undefined || b === undefined) return;
+    const [loggedA, loggedB] = lane.loggedFit;
+    // b is compared through a full batch's cost: a tiny b (a cheap model) jitters by large shares of itself.
+    const moved = (now: number, then: number, scale: number): boolean =>
+      !(Math.abs(now - then) * scale <= FIT_LOG_CHANGE * Math.max(Math.abs(then) * scale, FIT_LOG_FLOOR_MS));
+    if (!moved(a, loggedA, 1) && !moved(b, loggedB, lane.maxBatch)) return;
+    lane.loggedFit = [a, b];
+    this.log('info', 'batch cost model fit changed', {
+      model: lane.model,
+      version: lane.version,
+      cost_intercept_ms: round(a),
+      cost_per_item_ms: round(b),
+      arrival_rate: round((state.arrivalRatePerMs ?? 0) * 1000),
+      target_batch_size: state.targetBatchSize,
+      slo_p99_ms: state.sloP99Ms,
+    });
   }
 
   /** `buffers`, or new ones when the lane's max batch changed since they were made. */
@@ -379,6 +459,8 @@ class LaneHost {
     const computeMs = clock() - started;
     this.metrics.recordBatch(lane.slot, count);
     lane.policy.observe(count, computeMs, clock());
+    this.recordPolicy(lane);
+    this.logFitChange(lane);
     await this.writeOutputs(lane, buffers, fetches, outputs, started, computeMs);
   }
 
@@ -560,6 +642,10 @@ class LaneHost {
     );
     this.responses.commit();
   }
+}
+
+function round(value: number): number {
+  return Math.round(value * 1000) / 1000;
 }
 
 function itemByteLength(tensor: ort.Tensor, item: number, elements: number): number {

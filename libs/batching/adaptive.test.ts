@@ -13,7 +13,7 @@ function warmed(overrides: Partial<BatchPolicyOptions> = {}, ratePerMs = 1): Bat
     policy: 'adaptive',
     maxBatchSize: 32,
     maxQueueDelayMs: 50,
-    latencySloMs: 100,
+    sloP99Ms: 100,
     costPrior: { interceptMs: 5, perItemMs: 0.1 },
     ...overrides,
   });
@@ -41,7 +41,7 @@ describe('adaptive policy', () => {
     expect(state.costIntercept).toBe(5);
     expect(state.costPerItem).toBe(0.1);
     expect(state.arrivalRatePerMs).toBeCloseTo(1, 10);
-    expect(state.latencySloMs).toBe(100);
+    expect(state.sloP99Ms).toBe(100);
   });
 
   it('dispatches a full batch at once, even with one in flight', () => {
@@ -80,29 +80,29 @@ describe('adaptive policy', () => {
   });
 
   it('never waits past maxQueueDelayMs (exactly at the deadline dispatches)', () => {
-    const policy = warmed({ latencySloMs: 1000 });
+    const policy = warmed({ sloP99Ms: 1000 });
     const decision = policy.decide(snap(2, 48), T);
     expect(decision).toEqual({ kind: 'wait', untilMs: T + 2 });
-    expect(warmed({ latencySloMs: 1000 }).decide(snap(2, 50), T)).toEqual({ kind: 'dispatch', size: 2 });
-    expect(warmed({ latencySloMs: 1000 }).decide(snap(2, 70), T)).toEqual({ kind: 'dispatch', size: 2 });
+    expect(warmed({ sloP99Ms: 1000 }).decide(snap(2, 50), T)).toEqual({ kind: 'dispatch', size: 2 });
+    expect(warmed({ sloP99Ms: 1000 }).decide(snap(2, 70), T)).toEqual({ kind: 'dispatch', size: 2 });
   });
 
   it('never waits past the point where the oldest item would miss the objective', () => {
     // L = 20: (0.95·20 − age − (5 + 0.1·2)) / (1 + 0.1·1); age 10 → 3.4545 ms (less than the 4 ms target wait)
-    const decision = warmed({ latencySloMs: 20 }).decide(snap(2, 10), T);
+    const decision = warmed({ sloP99Ms: 20 }).decide(snap(2, 10), T);
     expect(decision.kind === 'wait' && decision.untilMs - T).toBeCloseTo(3.8 / 1.1, 6);
     // age 14 → no slack left → dispatch
-    expect(warmed({ latencySloMs: 20 }).decide(snap(2, 14), T)).toEqual({ kind: 'dispatch', size: 2 });
+    expect(warmed({ sloP99Ms: 20 }).decide(snap(2, 14), T)).toEqual({ kind: 'dispatch', size: 2 });
   });
 
   it('dispatches at once when even that cannot meet the objective', () => {
-    expect(warmed({ latencySloMs: 4 }).decide(snap(2, 0), T)).toEqual({ kind: 'dispatch', size: 2 });
+    expect(warmed({ sloP99Ms: 4 }).decide(snap(2, 0), T)).toEqual({ kind: 'dispatch', size: 2 });
   });
 
   it('with a batch in flight, holds a partial batch as long as it is safe', () => {
-    const policy = warmed({ latencySloMs: 1000 });
+    const policy = warmed({ sloP99Ms: 1000 });
     expect(policy.decide(snap(9, 1, 1), T)).toEqual({ kind: 'wait', untilMs: T + 49 });
-    const tight = warmed({ latencySloMs: 20 }).decide(snap(9, 1, 1), T);
+    const tight = warmed({ sloP99Ms: 20 }).decide(snap(9, 1, 1), T);
     // (19 − 1 − 5.9) / 1.1
     expect(tight.kind === 'wait' && tight.untilMs - T).toBeCloseTo(12.1 / 1.1, 6);
     expect(warmed().decide(snap(9, 50, 1), T)).toEqual({ kind: 'dispatch', size: 9 });
@@ -163,7 +163,7 @@ describe('adaptive policy', () => {
 
   it('defaults its objective to 2 × maxQueueDelayMs', () => {
     const policy = createBatchPolicy({ policy: 'adaptive', maxBatchSize: 8, maxQueueDelayMs: 12 });
-    expect(policy.state().latencySloMs).toBe(24);
+    expect(policy.state().sloP99Ms).toBe(24);
   });
 
   it('never returns a wait that does not move the clock', () => {
@@ -173,7 +173,7 @@ describe('adaptive policy', () => {
       policy: 'adaptive',
       maxBatchSize: 32,
       maxQueueDelayMs: 50,
-      latencySloMs: 100,
+      sloP99Ms: 100,
       costPrior: { interceptMs: 5, perItemMs: 0 },
     });
     policy.decide({ length: 0, oldestEnqueuedAt: 0, inFlightBatches: 0, enqueuedTotal: 0 }, now - 100);
@@ -190,5 +190,81 @@ describe('adaptive policy', () => {
     const policy = warmed({ maxQueueDelayMs: 0 });
     expect(policy.decide(snap(2, 0), T)).toEqual({ kind: 'dispatch', size: 2 });
     expect(policy.decide(snap(2, 0, 1), T)).toEqual({ kind: 'dispatch', size: 2 });
+  });
+
+  it('counts arrivals exactly from enqueuedTotal, whatever the queue length does', () => {
+    const policy = createBatchPolicy({ policy: 'adaptive', maxBatchSize: 64, maxQueueDelayMs: 50 });
+    let total = 0;
+    for (let t = 0; t <= 2000; t++) {
+      total += 3; // 3 arrivals per ms; other consumers keep the queue short and its length says nothing
+      policy.decide({ length: t % 2, oldestEnqueuedAt: t, inFlightBatches: 0, enqueuedTotal: total }, t);
+    }
+    expect(policy.state().arrivalRatePerMs).toBeCloseTo(3, 6);
+  });
+
+  it('does not count a dispatch the caller held back as new arrivals', () => {
+    // 1 item/ms for 2 s; every decision says dispatch, but the worker holds it (a batch is running) and the
+    // same items are still queued at the next snapshot. Only enqueuedTotal may move the rate.
+    const run = (exact: boolean): number => {
+      const policy = createBatchPolicy({
+        policy: 'adaptive',
+        maxBatchSize: 64,
+        maxQueueDelayMs: 0,
+        costPrior: { interceptMs: 5, perItemMs: 0.1 },
+      });
+      let length = 0;
+      for (let t = 0; t <= 2000; t++) {
+        length++;
+        const queue = { length, oldestEnqueuedAt: t, inFlightBatches: 1 };
+        const decision = policy.decide(exact ? { ...queue, enqueuedTotal: t + 1 } : queue, t);
+        expect(decision.kind).toBe('dispatch'); // maxQueueDelayMs 0: never waits
+        if (t % 10 === 9) length = 0; // held nine times, then claimed
+      }
+      return policy.state().arrivalRatePerMs!;
+    };
+    expect(run(true)).toBeCloseTo(1, 6);
+    // Without it, every held batch is counted again (this is what the worker used to feed).
+    expect(run(false)).toBeGreaterThan(3);
+  });
+
+  it('never plans a wait past the oldest item budget (objective and queue-delay cap)', () => {
+    let seed = 7;
+    const random = (): number => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31;
+      return seed / 2 ** 31;
+    };
+    for (let i = 0; i < 2000; i++) {
+      const sloP99Ms = 5 + random() * 100;
+      const maxQueueDelayMs = random() * 80;
+      const a = random() * 10;
+      const b = random() * 0.5;
+      const policy = warmed(
+        { sloP99Ms, maxQueueDelayMs, costPrior: { interceptMs: a, perItemMs: b } },
+        random() * 4,
+      );
+      const length = 1 + Math.floor(random() * 31);
+      const age = random() * 60;
+      const decision = policy.decide(snap(length, age, random() < 0.5 ? 1 : 0), T);
+      if (decision.kind !== 'wait') continue;
+      const oldest = T - age;
+      expect(decision.untilMs).toBeLessThanOrEqual(oldest + maxQueueDelayMs + 1e-9);
+      // at the wait's end the batch (grown at the rate) still finishes within the objective
+      const rate = policy.state().arrivalRatePerMs!;
+      const grown = Math.min(32, length + rate * (decision.untilMs - T));
+      expect(decision.untilMs + a + b * grown).toBeLessThanOrEqual(oldest + sloP99Ms + 1e-9);
+    }
+  });
+
+  it('never plans a wait that would finish the earliest known request past its deadline', () => {
+    // Without a deadline: waits 4 ms for the target (see above). Cost of 2 items: 5.2 ms.
+    const at = (deadlineIn: number) =>
+      warmed({ sloP99Ms: 1000 }).decide({ ...snap(2, 1), earliestDeadlineAt: T + deadlineIn }, T);
+    expect(at(1000)).toEqual({ kind: 'wait', untilMs: T + 4 });
+    const tight = at(7.4); // (7.4 − 5.2) / (1 + 0.1·1) = 2 ms
+    expect(tight.kind === 'wait' && tight.untilMs - T).toBeCloseTo(2, 6);
+    expect(at(5)).toEqual({ kind: 'dispatch', size: 2 });
+    // also while a batch runs (the busy-worker hold)
+    const busy = warmed({ sloP99Ms: 1000 }).decide({ ...snap(9, 1, 1), earliestDeadlineAt: T + 16.9 }, T);
+    expect(busy.kind === 'wait' && busy.untilMs - T).toBeCloseTo(11 / 1.1, 6);
   });
 });

@@ -20,14 +20,15 @@ const ERROR_ALLOWANCE = 2;
  *
  * Inputs: the learned cost model cost(n) = a + b·n (see CostModel), the arrival rate λ (items/ms, see
  * ArrivalRateEstimator, fed from successive snapshots), n = min(length, maxBatchSize), the oldest item's age,
- * the latency objective L (latencySloMs) and the hard cap maxQueueDelayMs.
+ * the latency objective L (sloP99Ms) and the hard cap maxQueueDelayMs.
  *
  * 1. Empty queue → idle. A full batch (n = maxBatchSize) → dispatch it: waiting cannot grow it.
  * 2. Safe wait. If we wait Δ, the batch grows to about n + λΔ and the oldest item finishes after
  *       age + Δ + a + b·(n + λΔ) + 2·err     (err = the model's typical prediction error)
  *    which must stay within 0.95·L, so  Δ_slo = (0.95·L − age − a − b·n − 2·err) / (1 + b·λ).
- *    The queue-delay cap gives Δ_cap = oldestEnqueuedAt + maxQueueDelayMs − now.
- *    Δ_max = min(Δ_slo, Δ_cap) <= 0 → dispatch now: waiting longer would break the objective (or the cap,
+ *    The queue-delay cap gives Δ_cap = oldestEnqueuedAt + maxQueueDelayMs − now, and a known earliest request
+ *    deadline D the same bound as the objective with D in place of oldestEnqueuedAt + 0.95·L (no headroom).
+ *    Δ_max = min(Δ_slo, Δ_cap, Δ_deadline) <= 0 → dispatch now: waiting longer would break the objective (or the cap,
  *    exactly at the deadline included). When even an immediate dispatch cannot meet L, it dispatches at once too.
  * 3. Busy worker (inFlightBatches >= 1): the device is running a batch, so a batch sent now would only queue
  *    behind it; waiting until Δ_max costs no latency and lets the batch grow. The worker asks again when the
@@ -49,7 +50,7 @@ export class AdaptivePolicy implements BatchPolicy {
   readonly name = 'adaptive' as const;
   private readonly maxBatchSize: number;
   private readonly maxQueueDelayMs: number;
-  private readonly latencySloMs: number;
+  private readonly sloP99Ms: number;
   private readonly preferred: readonly number[] | undefined;
   private readonly cost: CostModel;
   private readonly arrivals = new ArrivalRateEstimator();
@@ -62,7 +63,7 @@ export class AdaptivePolicy implements BatchPolicy {
   constructor(options: BatchPolicyOptions) {
     this.maxBatchSize = options.maxBatchSize;
     this.maxQueueDelayMs = options.maxQueueDelayMs;
-    this.latencySloMs = options.latencySloMs ?? DEFAULT_SLO_FACTOR * options.maxQueueDelayMs;
+    this.sloP99Ms = options.sloP99Ms ?? DEFAULT_SLO_FACTOR * options.maxQueueDelayMs;
     this.preferred = options.preferredBatchSizes;
     const prior = options.costPrior ?? DEFAULT_COST_PRIOR;
     this.cost = new CostModel({
@@ -91,7 +92,7 @@ export class AdaptivePolicy implements BatchPolicy {
       costIntercept: this.cost.intercept,
       costPerItem: this.cost.perItem,
       arrivalRatePerMs: this.arrivals.ratePerMs(),
-      latencySloMs: this.latencySloMs,
+      sloP99Ms: this.sloP99Ms,
     };
   }
 
@@ -106,9 +107,12 @@ export class AdaptivePolicy implements BatchPolicy {
 
     const age = Math.max(0, now - queue.oldestEnqueuedAt);
     const expectedCost = a + b * available + ERROR_ALLOWANCE * this.cost.errorScale;
-    const sloWait = (SLO_HEADROOM * this.latencySloMs - age - expectedCost) / (1 + b * rate);
+    const sloWait = (SLO_HEADROOM * this.sloP99Ms - age - expectedCost) / (1 + b * rate);
     const capWait = queue.oldestEnqueuedAt + this.maxQueueDelayMs - now;
-    const maxWait = Math.min(sloWait, capWait);
+    let maxWait = Math.min(sloWait, capWait);
+    if (queue.earliestDeadlineAt !== undefined) {
+      maxWait = Math.min(maxWait, (queue.earliestDeadlineAt - now - expectedCost) / (1 + b * rate));
+    }
     const dispatchNow = dispatch(pickSize(available, this.preferred));
     if (!(now + maxWait > now)) return dispatchNow;
     if (queue.inFlightBatches >= 1) return waitUntil(now + maxWait);
@@ -132,7 +136,9 @@ export class AdaptivePolicy implements BatchPolicy {
   /**
    * Arrivals since the previous snapshot: exact from `enqueuedTotal` when the caller provides it, otherwise
    * inferred as the growth of the queue after the items we told the worker to claim (never negative; items
-   * removed by others, e.g. expired deadlines, make it err low).
+   * removed by others, e.g. expired deadlines, make it err low). The inference assumes every dispatch was
+   * claimed: a caller that may hold one back (the worker does, behind a running batch) must pass
+   * `enqueuedTotal`, or the held items count again as arrivals.
    */
   private trackArrivals(queue: QueueSnapshot, now: number): void {
     let count = 0;

@@ -36,16 +36,16 @@ describe('validateBatchPolicyOptions', () => {
       policy: 'adaptive',
       maxBatchSize: 8,
       maxQueueDelayMs: 7,
-      latencySloMs: 14,
+      sloP99Ms: 14,
     });
     const explicit = validateBatchPolicyOptions({
       policy: 'adaptive',
       maxBatchSize: 8,
       maxQueueDelayMs: 7,
-      latencySloMs: 30,
+      sloP99Ms: 30,
       costPrior: { interceptMs: 2, perItemMs: 0.5 },
     });
-    expect(explicit.latencySloMs).toBe(30);
+    expect(explicit.sloP99Ms).toBe(30);
     expect(explicit.costPrior).toEqual({ interceptMs: 2, perItemMs: 0.5 });
   });
 
@@ -67,7 +67,7 @@ describe('validateBatchPolicyOptions', () => {
         maxBatchSize: 4,
         maxQueueDelayMs: 1,
         minBatchSize: undefined,
-        latencySloMs: undefined,
+        sloP99Ms: undefined,
         preferredBatchSizes: undefined,
         costPrior: undefined,
       }),
@@ -120,8 +120,8 @@ describe('validateBatchPolicyOptions', () => {
       'minBatchSize',
       /only to policy "greedy"/,
     ],
-    ['latencySloMs on greedy', { ...base, latencySloMs: 10 }, 'latencySloMs', /only to policy "adaptive"/],
-    ['zero latencySloMs', { ...adaptive, latencySloMs: 0 }, 'latencySloMs', /finite number > 0, got 0/],
+    ['sloP99Ms on greedy', { ...base, sloP99Ms: 10 }, 'sloP99Ms', /only to policy "adaptive"/],
+    ['zero sloP99Ms', { ...adaptive, sloP99Ms: 0 }, 'sloP99Ms', /finite number > 0, got 0/],
     [
       'costPrior on fixed',
       { ...base, policy: 'fixed', costPrior: {} },

@@ -3,7 +3,7 @@ import type { BatchPolicyName, BatchPolicyOptions, CostPrior } from './types';
 
 export const BATCH_POLICY_NAMES: readonly BatchPolicyName[] = Object.freeze(['fixed', 'greedy', 'adaptive']);
 
-/** Adaptive default objective when latencySloMs is not given: this factor × maxQueueDelayMs. */
+/** Adaptive default objective when sloP99Ms is not given: this factor × maxQueueDelayMs. */
 export const DEFAULT_SLO_FACTOR = 2;
 
 export const DEFAULT_COST_PRIOR: Readonly<CostPrior> = Object.freeze({ interceptMs: 1, perItemMs: 0.1 });
@@ -14,7 +14,7 @@ const KNOWN_OPTIONS = new Set([
   'maxQueueDelayMs',
   'preferredBatchSizes',
   'minBatchSize',
-  'latencySloMs',
+  'sloP99Ms',
   'costPrior',
 ]);
 
@@ -97,7 +97,7 @@ function validateCostPrior(value: unknown): CostPrior {
 /**
  * Checks untrusted options (e.g. from a model's config.json) and returns a normalized, frozen copy:
  * preferred sizes sorted and deduplicated (an empty list means none), policy-specific defaults filled in
- * (greedy: minBatchSize 1; adaptive: latencySloMs = 2 × maxQueueDelayMs). Unknown options and options that do
+ * (greedy: minBatchSize 1; adaptive: sloP99Ms = 2 × maxQueueDelayMs). Unknown options and options that do
  * not apply to the chosen policy are rejected, so a typo never silently changes behaviour.
  * Throws BatchingError whose `option` names the bad option.
  */
@@ -127,11 +127,11 @@ export function validateBatchPolicyOptions(options: unknown): BatchPolicyOptions
     result.minBatchSize = 1;
   }
 
-  if (options.latencySloMs !== undefined) {
-    onlyFor('latencySloMs', name, 'adaptive');
-    result.latencySloMs = requireNumber('latencySloMs', options.latencySloMs, 0, true);
+  if (options.sloP99Ms !== undefined) {
+    onlyFor('sloP99Ms', name, 'adaptive');
+    result.sloP99Ms = requireNumber('sloP99Ms', options.sloP99Ms, 0, true);
   } else if (name === 'adaptive') {
-    result.latencySloMs = DEFAULT_SLO_FACTOR * maxQueueDelayMs;
+    result.sloP99Ms = DEFAULT_SLO_FACTOR * maxQueueDelayMs;
   }
 
   if (options.costPrior !== undefined) {

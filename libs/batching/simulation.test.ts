@@ -17,7 +17,7 @@ function run(policy: BatchPolicyName, maxBatchSize: number, arrivals: number[], 
 describe('adaptive policy in a simulated queue', () => {
   it('meets a feasible objective for every item at moderate load and learns the cost model', () => {
     const arrivals = poissonArrivals(2, 3000, 11); // 2 items/ms, about half the device capacity
-    const { instance, result } = run('adaptive', 32, arrivals, { latencySloMs: 25 });
+    const { instance, result } = run('adaptive', 32, arrivals, { sloP99Ms: 25 });
     expect(result.completed).toBe(arrivals.length);
     expect(max(result.latencies)).toBeLessThanOrEqual(25);
     expect(mean(result.batchSizes)).toBeGreaterThan(3);
@@ -32,14 +32,14 @@ describe('adaptive policy in a simulated queue', () => {
     const random = seededRandom(5);
     const noisy = (n: number) => cost(n) * (0.9 + 0.2 * random());
     const arrivals = poissonArrivals(1.5, 3000, 12);
-    const { result } = run('adaptive', 32, arrivals, { latencySloMs: 30 }, noisy);
+    const { result } = run('adaptive', 32, arrivals, { sloP99Ms: 30 }, noisy);
     expect(result.completed).toBe(arrivals.length);
     expect(max(result.latencies)).toBeLessThanOrEqual(30);
   });
 
   it('does not wait needlessly under light load', () => {
     const arrivals = poissonArrivals(0.02, 5000, 13); // one item every 50 ms
-    const { result } = run('adaptive', 32, arrivals, { latencySloMs: 40 });
+    const { result } = run('adaptive', 32, arrivals, { sloP99Ms: 40 });
     expect(result.completed).toBe(arrivals.length);
     // cost(1) = 2.2 ms; an idle worker sends each item at once
     expect(mean(result.latencies)).toBeLessThan(2.5);
@@ -92,7 +92,7 @@ describe('every policy keeps its contract in a simulated queue', () => {
     ['greedy', { minBatchSize: 4 }],
     ['greedy', { preferredBatchSizes: [4, 8] }],
     ['adaptive', {}],
-    ['adaptive', { preferredBatchSizes: [4, 8], latencySloMs: 15 }],
+    ['adaptive', { preferredBatchSizes: [4, 8], sloP99Ms: 15 }],
   ] as const)('%s %j serves every item, never waits past the flush timeout for long', (name, extra) => {
     const { result } = run(name, 16, arrivals, extra);
     expect(result.completed).toBe(arrivals.length);

@@ -18,7 +18,7 @@ export interface BatchPolicyOptions {
   /** Greedy only; default 1. */
   minBatchSize?: number;
   /** Adaptive only: objective for the oldest item's total latency (queue + compute). Default 2 × maxQueueDelayMs. */
-  latencySloMs?: number;
+  sloP99Ms?: number;
   /** Adaptive only: cost model prior before any batch was observed. Default 1 ms + 0.1 ms/item. */
   costPrior?: CostPrior;
 }
@@ -35,6 +35,11 @@ export interface QueueSnapshot {
    * When given, the adaptive policy measures arrivals exactly instead of inferring them from length changes.
    */
   enqueuedTotal?: number;
+  /**
+   * Optional earliest deadline (same clock) among the queued items the caller looked at (the worker: each
+   * ring's oldest). The adaptive policy never plans a wait after which that item would finish past it.
+   */
+  earliestDeadlineAt?: number;
 }
 
 export type BatchDecision =
@@ -57,7 +62,7 @@ export interface BatchPolicyState {
   /** Adaptive: estimated arrival rate (items per ms). */
   arrivalRatePerMs?: number;
   /** Adaptive: latency objective in force (ms). */
-  latencySloMs?: number;
+  sloP99Ms?: number;
 }
 
 export interface BatchPolicy {

@@ -15,6 +15,7 @@ describe('configuration reload: live settings and settings that need a restart',
         batchSize: 4,
         batchTimeoutMs: 7,
         batchPolicy: 'fixed',
+        sloP99Ms: 80,
         maxInflightPerClient: 3,
         maxModelQueue: 99,
         requestTimeoutMs: 1234,
@@ -34,6 +35,7 @@ describe('configuration reload: live settings and settings that need a restart',
         'batchSize',
         'batchTimeoutMs',
         'batchPolicy',
+        'sloP99Ms',
         'maxInflightPerClient',
         'rateLimitRps',
         'rateLimitBurst', // follows the rate while unset
@@ -52,6 +54,7 @@ describe('configuration reload: live settings and settings that need a restart',
       rateLimitBurst: 5,
       maxPayloadBytes: 4096,
       logLevel: 'debug',
+      sloP99Ms: 80,
     });
   });
 

@@ -11,6 +11,7 @@ export const LIVE_SETTINGS: ReadonlySet<SettingKey> = new Set<SettingKey>([
   'batchSize',
   'batchTimeoutMs',
   'batchPolicy',
+  'sloP99Ms',
   'maxInflightPerClient',
   'rateLimitRps',
   'rateLimitBurst',

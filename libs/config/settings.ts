@@ -28,6 +28,8 @@ export interface ServerConfig {
   batchSize: number;
   batchTimeoutMs: number;
   batchPolicy: BatchPolicyName;
+  /** Unset: each model's own objective (`slo_p99_ms` in its config.json); set: every model's. */
+  sloP99Ms: number | undefined;
   maxInflightPerClient: number;
   /** Per-client token rate; 0 disables rate limiting. */
   rateLimitRps: number;
@@ -175,6 +177,14 @@ export const SETTINGS: { readonly [K in SettingKey]: SettingSpec<ServerConfig[K]
     help: 'default batch policy: fixed | greedy | adaptive',
     expected: `one of ${BATCH_POLICY_NAMES.join(', ')}`,
     parse: oneOf(BATCH_POLICY_NAMES),
+  },
+  sloP99Ms: {
+    env: 'STREAMINFER_SLO_P99_MS',
+    default: undefined,
+    defaultText: "unset (each model's slo_p99_ms)",
+    help: 'p99 latency objective (ms) for every model, overriding their own; a model with one batches adaptively',
+    expected: 'a number greater than 0 and at most 3600000',
+    parse: decimal(0, HOUR_MS, { exclusiveMin: true }),
   },
   maxInflightPerClient: {
     env: 'STREAMINFER_MAX_QUEUE_SIZE',

@@ -1,7 +1,7 @@
 import type { MetricObjectWithValues, MetricValue, MetricValueWithName } from 'prom-client';
 import { AggregatorRegistry, Registry } from 'prom-client';
-import type { HistogramTotals } from './shared-metrics';
-import { readSlotTotals } from './shared-metrics';
+import type { HistogramTotals, PolicyField } from './shared-metrics';
+import { readPolicyState, readSlotTotals } from './shared-metrics';
 
 export type MetricJson = MetricObjectWithValues<MetricValue<string> | MetricValueWithName<string>>;
 
@@ -23,6 +23,43 @@ export interface NodeGauges {
 type Labels = Record<string, string | number>;
 
 /**
+ * Batch policy gauges, in base units (the lanes write ms): the mean over a version's lanes, and over the nodes
+ * by the supervisor ('average').
+ */
+const POLICY_GAUGES: ReadonlyArray<{ field: PolicyField; scale: number; name: string; help: string }> = [
+  {
+    field: 'costInterceptMs',
+    scale: 1e-3,
+    name: 'streaminfer_batch_cost_intercept_seconds',
+    help: 'Adaptive batching: learned fixed cost a of one model run, in cost(n) = a + b·n.',
+  },
+  {
+    field: 'costPerItemMs',
+    scale: 1e-3,
+    name: 'streaminfer_batch_cost_per_item_seconds',
+    help: 'Adaptive batching: learned marginal cost b of one item, in cost(n) = a + b·n.',
+  },
+  {
+    field: 'arrivalRatePerSecond',
+    scale: 1,
+    name: 'streaminfer_batch_arrival_rate',
+    help: 'Adaptive batching: estimated arrival rate (items per second).',
+  },
+  {
+    field: 'targetBatchSize',
+    scale: 1,
+    name: 'streaminfer_batch_target_size',
+    help: 'Batch size the batch policy is aiming for.',
+  },
+  {
+    field: 'waitMs',
+    scale: 1e-3,
+    name: 'streaminfer_batch_wait_seconds',
+    help: 'Wait the batch policy planned at its latest decision (0 after a dispatch or when idle).',
+  },
+];
+
+/**
  * Converts one node's shared counters into prom-client's JSON form (what `getMetricsAsJSON()` returns) so the
  * supervisor can merge every node with AggregatorRegistry.aggregate(): counters and histograms sum, gauges sum.
  */
@@ -42,6 +79,7 @@ export function nodeMetricsJson(
   const modelInfo: MetricValue<string>[] = [];
   const batches: MetricValue<string>[] = [];
   const routed: MetricValue<string>[] = [];
+  const policy = POLICY_GAUGES.map(() => [] as MetricValue<string>[]);
   for (const slot of slots) {
     const totals = readSlotTotals(buffer, slot.slot);
     const base = { model: slot.model, version: slot.version };
@@ -63,6 +101,11 @@ export function nodeMetricsJson(
       modelInfo.push({
         value: 1,
         labels: { ...base, alias: slot.alias, execution_provider: slot.executionProvider },
+      });
+      const state = readPolicyState(buffer, slot.slot);
+      POLICY_GAUGES.forEach((gauge, index) => {
+        const value = state?.[gauge.field];
+        if (value !== undefined) policy[index]!.push({ value: value * gauge.scale, labels: base });
       });
     }
   }
@@ -124,6 +167,9 @@ export function nodeMetricsJson(
       [{ value: gauges.epoch, labels: {} }],
       'max',
     ),
+    ...POLICY_GAUGES.map((gauge, index) =>
+      metricJson(gauge.name, gauge.help, 'gauge', policy[index]!, 'average'),
+    ),
   ];
 }
 
@@ -132,7 +178,7 @@ export function metricJson(
   help: string,
   type: 'counter' | 'gauge' | 'histogram',
   values: Array<MetricValue<string> | MetricValueWithName<string>>,
-  aggregator: 'sum' | 'max' = 'sum',
+  aggregator: 'sum' | 'max' | 'average' = 'sum',
 ): MetricJson {
   return { name, help, type: type as unknown as MetricJson['type'], values, aggregator } as MetricJson;
 }

@@ -17,11 +17,12 @@ export {
   seriesKey,
   sumSamples,
 } from './prom-text';
-export type { HistogramTotals, ProtocolName, ShedReason, SlotTotals } from './shared-metrics';
+export type { HistogramTotals, PolicyField, ProtocolName, ShedReason, SlotTotals } from './shared-metrics';
 export {
   MAX_SLOTS,
   MetricsShard,
   metricsBufferFor,
+  readPolicyState,
   readSlotTotals,
   resetSlot,
   SHED_REASONS,

@@ -1,4 +1,4 @@
-import { aggregateToText, MetricsShard, metricsBufferFor, nodeMetricsJson } from './index';
+import { aggregateToText, lintExposition, MetricsShard, metricsBufferFor, nodeMetricsJson } from './index';
 import { readSlotTotals } from './shared-metrics';
 
 describe('shared metrics shards', () => {
@@ -60,5 +60,44 @@ describe('shared metrics shards', () => {
     expect(text).toContain(
       'streaminfer_model_info{model="echo",version="1",alias="stable",execution_provider="cpu"} 1',
     );
+  });
+
+  test('batch policy gauges: the mean over the lanes that wrote, averaged over nodes', async () => {
+    const nodeA = metricsBufferFor(4);
+    const nodeB = metricsBufferFor(2);
+    new MetricsShard(nodeA, 1).recordPolicy(1, 4, 0.25, 200, 8, 2);
+    new MetricsShard(nodeA, 2).recordPolicy(1, 6, 0.75, 400, 16, 0);
+    const gone = new MetricsShard(nodeA, 3);
+    gone.recordPolicy(1, 100, 100, 100, 100, 100);
+    gone.clearPolicy(1); // an unloaded lane no longer counts
+    new MetricsShard(nodeB, 1).recordPolicy(1, 7, 1.5, 500, 4, 1);
+    // greedy has no cost model: those fields are NaN and absent; no lane wrote for slot 2
+    new MetricsShard(nodeA, 1).recordPolicy(3, Number.NaN, Number.NaN, Number.NaN, 16, 0);
+    const slots = [1, 2, 3].map((slot) => ({
+      slot,
+      model: `m${slot}`,
+      version: '1',
+      queueDepth: 0,
+      executionProvider: 'cpu',
+      alias: 'stable',
+    }));
+    const text = await aggregateToText([
+      nodeMetricsJson(nodeA, slots, { wsConnections: 0, epoch: 0 }),
+      nodeMetricsJson(nodeB, slots.slice(0, 1), { wsConnections: 0, epoch: 0 }),
+    ]);
+    // node A: mean of its two lanes (5, 0.5, 300, 12, 1); node B: one lane; the host: the nodes' average;
+    // times in seconds
+    expect(text).toContain('streaminfer_batch_cost_intercept_seconds{model="m1",version="1"} 0.006');
+    expect(text).toContain('streaminfer_batch_cost_per_item_seconds{model="m1",version="1"} 0.001');
+    expect(text).toContain('streaminfer_batch_arrival_rate{model="m1",version="1"} 400');
+    expect(text).toContain('streaminfer_batch_target_size{model="m1",version="1"} 8');
+    expect(text).toContain('streaminfer_batch_wait_seconds{model="m1",version="1"} 0.001');
+    expect(text).toContain('streaminfer_batch_target_size{model="m3",version="1"} 16');
+    expect(text).not.toContain('streaminfer_batch_cost_intercept_seconds{model="m3"');
+    expect(text).not.toMatch(
+      /streaminfer_batch_(cost_\w+|arrival_rate|target_size|wait_seconds)\{model="m2"/,
+    );
+    expect(lintExposition(text)).toEqual([]);
+    expect(text).not.toContain('NaN');
   });
 });

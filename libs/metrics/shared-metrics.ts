@@ -41,7 +41,16 @@ const INFLIGHT = BATCH_SIZE + BATCH_HISTOGRAM_WIDTH;
 const SHED = INFLIGHT + 1;
 const BATCHES = SHED + SHED_REASONS.length;
 const ROUTES = BATCHES + 1;
-const SLOT_WIDTH = ROUTES + ROUTE_NAMES.length;
+/** Batch policy state (gauges, written by each worker's lane): a flag that the lane wrote, then the values. */
+const POLICY = ROUTES + ROUTE_NAMES.length;
+const POLICY_FIELDS = [
+  'costInterceptMs',
+  'costPerItemMs',
+  'arrivalRatePerSecond',
+  'targetBatchSize',
+  'waitMs',
+] as const;
+const SLOT_WIDTH = POLICY + 1 + POLICY_FIELDS.length;
 const SHARD_WIDTH = MAX_SLOTS * SLOT_WIDTH;
 
 export class MetricsShard {
@@ -85,6 +94,64 @@ export class MetricsShard {
   recordShed(slot: number, reason: number): void {
     this.cells[slot * SLOT_WIDTH + SHED + reason]!++;
   }
+
+  /** The lane's batch policy state now; `a` and `b` NaN when the policy has no cost model. */
+  recordPolicy(
+    slot: number,
+    costInterceptMs: number,
+    costPerItemMs: number,
+    arrivalRatePerSecond: number,
+    targetBatchSize: number,
+    waitMs: number,
+  ): void {
+    const at = slot * SLOT_WIDTH + POLICY;
+    const cells = this.cells;
+    cells[at] = 1;
+    cells[at + 1] = costInterceptMs;
+    cells[at + 2] = costPerItemMs;
+    cells[at + 3] = arrivalRatePerSecond;
+    cells[at + 4] = targetBatchSize;
+    cells[at + 5] = waitMs;
+  }
+
+  /** The lane is gone (unloaded): its state no longer counts in the mean. */
+  clearPolicy(slot: number): void {
+    const at = slot * SLOT_WIDTH + POLICY;
+    this.cells.fill(0, at, at + 1 + POLICY_FIELDS.length);
+  }
+}
+
+export type PolicyField = (typeof POLICY_FIELDS)[number];
+
+/**
+ * The batch policy state of one slot: each field's mean over the worker shards that wrote one (lanes of one
+ * version see the same arrivals and cores, so they agree closely); a field no lane has (NaN, e.g. greedy's cost
+ * model) is absent; undefined when no lane wrote yet.
+ */
+export function readPolicyState(
+  buffer: SharedArrayBuffer,
+  slot: number,
+): Partial<Record<PolicyField, number>> | undefined {
+  const cells = new Float64Array(buffer);
+  const shards = cells.length / SHARD_WIDTH;
+  const result: Partial<Record<PolicyField, number>> = {};
+  let lanes = 0;
+  POLICY_FIELDS.forEach((field, index) => {
+    let total = 0;
+    let count = 0;
+    for (let shard = 0; shard < shards; shard++) {
+      const at = shard * SHARD_WIDTH + slot * SLOT_WIDTH + POLICY;
+      if (cells[at] !== 1) continue;
+      if (index === 0) lanes++;
+      const value = cells[at + 1 + index]!;
+      if (Number.isFinite(value)) {
+        total += value;
+        count++;
+      }
+    }
+    if (count > 0) result[field] = total / count;
+  });
+  return lanes > 0 ? result : undefined;
 }
 
 function observe(cells: Float64Array, at: number, bounds: readonly number[], value: number): void {

@@ -39,9 +39,12 @@ export interface NodeSettings {
     policy: 'fixed' | 'greedy' | 'adaptive';
     maxBatchSize: number;
     maxQueueDelayMs: number;
-    /** When the operator set the batch size or timeout explicitly, it overrides every model's config.json. */
+    /** When the operator set the batch size, timeout or policy explicitly, it overrides every model's config.json. */
     explicitSize: boolean;
     explicitTimeout: boolean;
+    explicitPolicy: boolean;
+    /** The operator's objective (ms): set, it overrides every model's `slo_p99_ms`. */
+    sloP99Ms?: number;
   };
   maxPayloadBytes: number;
   requestTimeoutMs: number;

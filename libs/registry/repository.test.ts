@@ -48,10 +48,27 @@ test.each([
   ['name mismatch', { ...good, name: 'other' }, /directory/],
   ['bad batching', { ...good, batching: { max_batch_size: 0 } }, /max_batch_size/],
   ['bad policy', { ...good, batching: { policy: 'fast' } }, /policy/],
+  ['zero objective', { ...good, batching: { slo_p99_ms: 0 } }, /batching\.slo_p99_ms must be/],
+  ['string objective', { ...good, batching: { slo_p99_ms: '50' } }, /batching\.slo_p99_ms must be/],
+  ['huge objective', { ...good, batching: { slo_p99_ms: 3_600_001 } }, /slo_p99_ms/],
+  [
+    'bad objective, older name',
+    { ...good, batching: { latency_slo_ms: -1 } },
+    /batching\.latency_slo_ms must be/,
+  ],
+  ['both objective names', { ...good, batching: { slo_p99_ms: 50, latency_slo_ms: 50 } }, /give one/],
   ['missing default version', { ...good, default_version: '7' }, /default_version/],
 ])('%s is refused with the file named', (_name, config, pattern) => {
   expect(() => scanRepository(repo({ m: { config, versions: ['1'] } }))).toThrow(pattern);
   expect(() => scanRepository(repo({ m: { config, versions: ['1'] } }))).toThrow(RepositoryError);
+});
+
+test('the objective: slo_p99_ms, or latency_slo_ms by its older name', () => {
+  const read = (batching: object) =>
+    scanRepository(repo({ m: { config: { ...good, batching }, versions: ['1'] } }))[0]!.batching;
+  expect(read({ slo_p99_ms: 120 })).toEqual({ sloP99Ms: 120 });
+  expect(read({ latency_slo_ms: 40.5, policy: 'adaptive' })).toEqual({ sloP99Ms: 40.5, policy: 'adaptive' });
+  expect(read({ max_batch_size: 8 }).sloP99Ms).toBeUndefined();
 });
 
 test('a model without versions, or an empty repository, is refused', () => {

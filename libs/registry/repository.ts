@@ -9,7 +9,8 @@ export interface ModelBatchingConfig {
   maxBatchSize?: number;
   maxQueueDelayMs?: number;
   preferredBatchSizes?: number[];
-  latencySloMs?: number;
+  /** The p99 latency objective (ms): `slo_p99_ms` (or its older name `latency_slo_ms`). */
+  sloP99Ms?: number;
 }
 
 export interface ModelVersionEntry {
@@ -97,6 +98,24 @@ export function readModel(modelDir: string, name: string): ModelEntry {
   };
 }
 
+/** `slo_p99_ms`, or `latency_slo_ms`: its older name (one of the two). */
+function readObjective(batching: Record<string, unknown>, configPath: string): number | undefined {
+  if (batching.slo_p99_ms !== undefined && batching.latency_slo_ms !== undefined) {
+    throw new RepositoryError(
+      `${configPath}: batching.latency_slo_ms is the older name of batching.slo_p99_ms: give one`,
+    );
+  }
+  const key = batching.slo_p99_ms !== undefined ? 'slo_p99_ms' : 'latency_slo_ms';
+  const slo = batching[key];
+  if (slo === undefined) return undefined;
+  if (typeof slo !== 'number' || !Number.isFinite(slo) || slo <= 0 || slo > 3_600_000) {
+    throw new RepositoryError(
+      `${configPath}: batching.${key} must be a number of ms above 0, at most 3600000`,
+    );
+  }
+  return slo;
+}
+
 function readBatching(raw: unknown, configPath: string): ModelBatchingConfig {
   if (raw === undefined || raw === null) return {};
   if (typeof raw !== 'object') throw new RepositoryError(`${configPath}: "batching" must be an object`);
@@ -125,13 +144,8 @@ function readBatching(raw: unknown, configPath: string): ModelBatchingConfig {
     }
     result.maxQueueDelayMs = delay;
   }
-  const slo = batching.latency_slo_ms;
-  if (slo !== undefined) {
-    if (typeof slo !== 'number' || !Number.isFinite(slo) || slo <= 0) {
-      throw new RepositoryError(`${configPath}: batching.latency_slo_ms must be a positive number`);
-    }
-    result.latencySloMs = slo;
-  }
+  const slo = readObjective(batching, configPath);
+  if (slo !== undefined) result.sloP99Ms = slo;
   if (batching.preferred_batch_sizes !== undefined) {
     const sizes = batching.preferred_batch_sizes;
     if (!Array.isArray(sizes) || !sizes.every((size) => Number.isInteger(size) && size >= 1)) {

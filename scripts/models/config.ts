@@ -16,9 +16,12 @@ export interface TensorSpec {
 }
 
 export interface BatchingSpec {
-  policy: string;
-  max_batch_size: number;
-  max_queue_delay_ms: number;
+  /** Absent: adaptive when an objective applies, else the server's default policy. */
+  policy?: string;
+  max_batch_size?: number;
+  max_queue_delay_ms?: number;
+  /** The p99 latency objective (ms). */
+  slo_p99_ms?: number;
 }
 
 export interface ModelConfig {
@@ -41,7 +44,7 @@ const TOP_KEYS = [
   'default_version',
 ] as const;
 const TENSOR_KEYS = ['name', 'dtype', 'shape', 'optional', 'from'] as const;
-const BATCHING_KEYS = ['policy', 'max_batch_size', 'max_queue_delay_ms'] as const;
+const BATCHING_KEYS = ['policy', 'max_batch_size', 'max_queue_delay_ms', 'slo_p99_ms'] as const;
 
 function pick<T extends object>(obj: T, keys: readonly string[]): Record<string, unknown> {
   const extra = Object.keys(obj).filter((k) => !keys.includes(k));

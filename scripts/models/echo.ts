@@ -15,6 +15,8 @@ export function buildEcho(): BuiltModel {
       { name: 'output', dtype: 'float32', shape: [-1], from: 'input' },
       { name: 'text_out', dtype: 'string', shape: [], from: 'text' },
     ],
+    // No objective: stays greedy even when the operator sets one for every model.
+    batching: { policy: 'greedy' },
     default_version: '1',
   };
   const [input, text] = config.inputs as [ModelConfig['inputs'][0], ModelConfig['inputs'][0]];

@@ -9,6 +9,8 @@ export function buildUpper(): BuiltModel {
     description: 'Uppercases ASCII letters of a string (ONNX StringNormalizer, locale C)',
     inputs: [{ name: 'text', dtype: 'string', shape: [] }],
     outputs: [{ name: 'text_out', dtype: 'string', shape: [] }],
+    // No objective: stays greedy even when the operator sets one for every model.
+    batching: { policy: 'greedy' },
     default_version: '1',
   };
   const bytes = encodeModel(
