@@ -275,6 +275,8 @@ export class FleetMember {
     } catch (error) {
       if (!(error instanceof ClusterError)) throw error;
       if (error.code === 'cluster_unavailable') throw new ProtocolError('cluster_unavailable', error.message);
+      // This host coordinates another change already (its lease is held here): the same answer as elsewhere.
+      if (error.code === 'conflict') throw new FleetConflictError(error.message, this.latest);
       // A pushed file that does not match its checksum is the fleet's fault, not the caller's.
       if (error.code === 'checksum_mismatch') throw new ProtocolError('reload_failed', error.message);
       throw new ProtocolError('bad_request', error.message);

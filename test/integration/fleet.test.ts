@@ -204,7 +204,14 @@ describe('a fleet of three hosts', () => {
     });
     expect(stale.status).toBe(409);
     expect(stale.body).toMatchObject({ code: 'conflict', current: { revision: before.revision + 1 } });
-    await converged((a.status === 200 ? a : b).body.epoch as number);
+    // Two at once on the same host: the same rule.
+    const [c, d] = await Promise.all([
+      admin(hosts[1]!.url, 'POST', '/api/models/digits/candidate', { version: '1' }),
+      admin(hosts[1]!.url, 'POST', '/api/models/digits/candidate', { version: '2' }),
+    ]);
+    expect([c.status, d.status].sort()).toEqual([200, 409]);
+    expect((c.status === 409 ? c : d).body).toMatchObject({ code: 'conflict' });
+    await converged((c.status === 200 ? c : d).body.epoch as number);
   });
 
   test('--strategy rolling goes host by host: every host rolled, each at the fleet epoch', async () => {
