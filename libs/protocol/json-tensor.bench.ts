@@ -1,15 +1,23 @@
 /**
  * Micro-benchmark of the gateway's per-request work for the bench model's request (256 float32): decode,
  * bind to the signature, encode the ring record. JSON through the general path (JSON.parse), JSON through
- * the scanner, and a binary frame. `node dist/libs/protocol/json-tensor.bench.js [ms per case]`
+ * the scanner, and a binary frame; then the answer (256 float32) as JSON text and as a binary frame, for
+ * scale. `node dist/libs/protocol/json-tensor.bench.js [ms per case]`
  */
-
 import * as v8 from 'node:v8';
-import { bindBinaryRequest, decodeBinaryRequest, encodeBinaryRequest } from './binary';
+import { bindBinaryRequest, decodeBinaryRequest, encodeBinaryAnswer, encodeBinaryRequest } from './binary';
 import type { InferenceRequest } from './request';
 import { bindRequest, decodeJsonRequest, decodeRequest } from './request';
+import { encodeResultHead, encodeResultWithHead } from './responses';
 import { parseSignature } from './signature';
-import { requestRecordBytes, writeRequestRecord } from './wire';
+import {
+  decodeResult,
+  RESPONSE_HEADER_BYTES,
+  requestRecordBytes,
+  writeOutputSectionHeader,
+  writeRequestRecord,
+  writeResponseHeader,
+} from './wire';
 
 const signature = parseSignature(
   {
@@ -48,6 +56,21 @@ function record(request: InferenceRequest, bound: ReturnType<typeof bindRequest>
   writeRequestRecord(view, ring, 0, header, bound);
 }
 
+// One response record of 256 float32 scores, as a worker writes it.
+const answerRing = new Uint8Array(4096);
+const answerView = new DataView(answerRing.buffer);
+writeResponseHeader(
+  answerView,
+  0,
+  { requestId: 1, slot: 1, queueMs: 1, computeMs: 1, batchSize: 1, workerIndex: 0 },
+  0,
+  1,
+);
+const scoresAt = writeOutputSectionHeader(answerView, RESPONSE_HEADER_BYTES, 0, [256], 1024);
+for (let i = 0; i < 256; i++) answerView.setFloat32(scoresAt + 4 * i, rand() * 2 - 1, true);
+const head = encodeResultHead('bench', '1', 1);
+const fields = { id: 1, model: 'bench', version: '1', epoch: 1, latency_ms: 12.345 };
+
 const cases: Array<[string, (i: number) => void]> = [
   [
     'json, general path (JSON.parse)',
@@ -77,6 +100,20 @@ const cases: Array<[string, (i: number) => void]> = [
       record(request, bindBinaryRequest(request, signature, limits));
     },
   ],
+  [
+    'answer, json (decodeResult + text)',
+    (i) => {
+      const result = decodeResult(answerRing, answerView, 0, signature);
+      if (encodeResultWithHead(i, head, result, 12.345).length < 256) throw new Error('bench');
+    },
+  ],
+  [
+    'answer, binary frame',
+    () => {
+      if (encodeBinaryAnswer(answerRing, answerView, 0, signature, fields).length < 1024)
+        throw new Error('bench');
+    },
+  ],
 ];
 
 /** Bytes allocated per op: new-space growth over short stretches without a scavenge (median). */
@@ -99,15 +136,18 @@ function newSpaceUsed(): number {
 const budgetMs = Number(process.argv[2] ?? 1000);
 for (const [name, run] of cases) {
   for (let i = 0; i < 20_000; i++) run(i);
+  // CPU time, not wall time: on a shared host it is what the gateway thread pays
   let ops = 0;
   const started = performance.now();
+  const cpu = process.cpuUsage();
   while (performance.now() - started < budgetMs) {
     for (let i = 0; i < 500; i++) run(ops++);
   }
-  const perSecond = ops / ((performance.now() - started) / 1000);
+  const used = process.cpuUsage(cpu);
+  const perSecond = ops / ((used.user + used.system) / 1e6);
   const bytes = allocationPerOp(run);
   console.log(
-    `${name.padEnd(38)} ${Math.round(perSecond).toLocaleString('en').padStart(10)} ops/s  ` +
+    `${name.padEnd(38)} ${Math.round(perSecond).toLocaleString('en').padStart(10)} ops/s of CPU  ` +
       `${(1e6 / perSecond).toFixed(2).padStart(6)} µs/op  ~${Math.round(bytes)} B allocated/op`,
   );
 }

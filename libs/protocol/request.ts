@@ -13,7 +13,7 @@ export interface InferenceRequest {
   id: RequestId;
   model: string | undefined;
   version: string | undefined;
-  /** Value for the model's single (or first required) input. */
+  /** Value for the model's single (or first required) input; a ScannedTensor from decodeJsonRequest. */
   input: unknown;
   /** Values by input name, for multi-input models. */
   inputs: Record<string, unknown> | undefined;
