@@ -151,6 +151,14 @@ describe('json-tensor scanner', () => {
     expect(scanJsonInput(text)).toBeUndefined();
   });
 
+  test('reads texts longer than its scratch bytes, and gives non-ASCII texts to the general path', () => {
+    const long = Array.from({ length: 3000 }, (_, i) => (i * 0.37 - 500).toFixed(3));
+    const scanned = scanJsonInput(`{"input":[${long.join(',')}]}`);
+    expect(Array.from(scannedNumbers(scanned!) ?? [])).toEqual(long.map(Number));
+    expect(scanJsonInput('{"id":"\u00e9","input":[1]}')).toBeUndefined();
+    expect(decodeJsonRequest('{"id":"\u00e9","input":[1]}').input).toEqual([1]);
+  });
+
   test('a scan is readable only until the next one', () => {
     const first = scanJsonInput('{"input":[1,2]}')!;
     scanJsonInput('{"input":[3,4]}');
@@ -279,6 +287,11 @@ const TEMPLATES = [
   (v: string) => `{"id":12,"input":${v}.5}`,
   (v: string) => `{"id":13,"input":${v},"model":""}`,
   (v: string) => `{"id":14,"input":${v},"extra":[1,{"a":"\\\\"}],"flag":true,"n":null}`,
+  (v: string) => `{"id":"\u00e9t\u00e9","input":${v}}`,
+  (v: string) => `{"input":${v},"k":"\u{1f600}"}`,
+  (v: string) => `{"id":"a\u0000b","input":${v}}`,
+  (v: string) => `{"input":${v},"id":"abc\\`,
+  (v: string) => `{"input":${v},"id":"abc\\"`,
 ];
 
 type Outcome =

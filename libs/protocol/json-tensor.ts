@@ -41,6 +41,13 @@ const MAX_EXACT_DIGITS = 15;
 /** Nesting the scanner follows (a tensor of MAX_RANK - 1 per-item dims); deeper goes the general path. */
 const MAX_DEPTH = MAX_RANK - 1;
 
+/**
+ * The request text as bytes: reading a typed array costs a third of charCodeAt per character. ASCII only, so
+ * byte offsets are string indexes; a 0 byte after the text stops every loop (no JSON token contains one).
+ */
+let bytes = new Uint8Array(4096);
+const asciiEncoder = new TextEncoder();
+
 /** Numbers of the last scan, as JSON.parse would give them; reused by every scan. */
 let values = new Float64Array(1024);
 let count = 0;
@@ -72,61 +79,66 @@ export class ScannedTensor {
  * Undefined when the request is not such a request, or the scanner is not sure of it.
  */
 export function scanJsonInput(text: string): ScannedTensor | undefined {
-  let i = skipSpace(text, 0);
-  if (text.charCodeAt(i) !== OPEN_OBJECT) return undefined;
-  i = skipSpace(text, i + 1);
-  if (text.charCodeAt(i) === CLOSE_OBJECT) return undefined;
+  if (text.length >= bytes.length) bytes = new Uint8Array(Math.max(text.length + 1, bytes.length * 2));
+  // Non-ASCII text (its byte offsets are no string indexes) goes the general path.
+  const encoded = asciiEncoder.encodeInto(text, bytes);
+  if (encoded.read !== text.length || encoded.written !== text.length) return undefined;
+  bytes[text.length] = 0;
+  let i = skipSpace(0);
+  if (bytes[i]! !== OPEN_OBJECT) return undefined;
+  i = skipSpace(i + 1);
+  if (bytes[i]! === CLOSE_OBJECT) return undefined;
   let found: ScannedTensor | undefined;
   let inputKeys = 0;
   for (;;) {
-    if (text.charCodeAt(i) !== QUOTE) return undefined;
+    if (bytes[i]! !== QUOTE) return undefined;
     const keyStart = i + 1;
     i = keyStart;
-    for (let c = text.charCodeAt(i); c !== QUOTE; c = text.charCodeAt(++i)) {
+    for (let c = bytes[i]!; c !== QUOTE; c = bytes[++i]!) {
       // An escaped key could spell "input": JSON.parse decides those.
-      if (c === BACKSLASH || Number.isNaN(c)) return undefined;
+      if (c === BACKSLASH || c === 0) return undefined;
     }
     const isInput = i - keyStart === 5 && text.startsWith('input', keyStart);
-    i = skipSpace(text, i + 1);
-    if (text.charCodeAt(i) !== COLON) return undefined;
-    i = skipSpace(text, i + 1);
+    i = skipSpace(i + 1);
+    if (bytes[i]! !== COLON) return undefined;
+    i = skipSpace(i + 1);
     if (isInput) {
-      if (++inputKeys > 1 || text.charCodeAt(i) !== OPEN_ARRAY) return undefined;
+      if (++inputKeys > 1 || bytes[i]! !== OPEN_ARRAY) return undefined;
       const end = scanArray(text, i);
       if (end < 0) return undefined;
       found = new ScannedTensor(text, i, end, Array.from(dimsOfScan.subarray(0, scanRank)), count);
       i = end;
     } else {
-      i = skipValue(text, i);
+      i = skipValue(i);
       if (i < 0) return undefined;
     }
-    i = skipSpace(text, i);
-    const c = text.charCodeAt(i);
+    i = skipSpace(i);
+    const c = bytes[i]!;
     if (c === CLOSE_OBJECT) return found;
     if (c !== COMMA) return undefined;
-    i = skipSpace(text, i + 1);
+    i = skipSpace(i + 1);
   }
 }
 
-function skipSpace(text: string, i: number): number {
+function skipSpace(i: number): number {
   for (;;) {
-    const c = text.charCodeAt(i);
+    const c = bytes[i]!;
     if (c !== SPACE && c !== LF && c !== CR && c !== TAB) return i;
     i++;
   }
 }
 
 /** Past one value of another field (not validated: JSON.parse of the rest does that), or -1. */
-function skipValue(text: string, i: number): number {
+function skipValue(i: number): number {
   let depth = 0;
   for (;;) {
-    const c = text.charCodeAt(i);
-    if (Number.isNaN(c)) return -1;
+    const c = bytes[i]!;
+    if (c === 0) return -1;
     if (c === QUOTE) {
       i++;
-      for (let s = text.charCodeAt(i); s !== QUOTE; s = text.charCodeAt(++i)) {
-        if (Number.isNaN(s)) return -1;
-        if (s === BACKSLASH) i++;
+      for (let s = bytes[i]!; s !== QUOTE; s = bytes[++i]!) {
+        if (s === 0) return -1;
+        if (s === BACKSLASH && bytes[++i] === 0) return -1;
       }
       i++;
       if (depth === 0) return i;
@@ -153,8 +165,8 @@ function scanArray(text: string, i: number): number {
   dimsOfScan.fill(-1);
   i++;
   for (;;) {
-    i = skipSpace(text, i);
-    const c = text.charCodeAt(i);
+    i = skipSpace(i);
+    const c = bytes[i]!;
     if (c === OPEN_ARRAY) {
       if (depth === MAX_DEPTH || (leafDepth !== -1 && depth >= leafDepth)) return -1;
       rowLength[depth++] = 0;
@@ -169,8 +181,8 @@ function scanArray(text: string, i: number): number {
     // Close every row this value ends.
     for (;;) {
       rowLength[depth - 1]!++;
-      i = skipSpace(text, i);
-      const next = text.charCodeAt(i);
+      i = skipSpace(i);
+      const next = bytes[i]!;
       if (next === COMMA) {
         i++;
         break;
@@ -192,24 +204,24 @@ function scanArray(text: string, i: number): number {
 /** One JSON number at `i` appended to `values`; its end, or -1 when the text there is no JSON number. */
 function scanNumber(text: string, i: number): number {
   const start = i;
-  let c = text.charCodeAt(i);
+  let c = bytes[i]!;
   const negative = c === MINUS;
-  if (negative) c = text.charCodeAt(++i);
+  if (negative) c = bytes[++i]!;
   let mantissa = 0;
   let digits = 0;
   let exponent = 0;
   if (c === ZERO) {
-    c = text.charCodeAt(++i);
+    c = bytes[++i]!;
     if (c >= ZERO && c <= NINE) return -1;
   } else if (c > ZERO && c <= NINE) {
     do {
       mantissa = mantissa * 10 + (c - ZERO);
       digits++;
-      c = text.charCodeAt(++i);
+      c = bytes[++i]!;
     } while (c >= ZERO && c <= NINE);
   } else return -1;
   if (c === DOT) {
-    c = text.charCodeAt(++i);
+    c = bytes[++i]!;
     if (!(c >= ZERO && c <= NINE)) return -1;
     do {
       // Leading zeros of a fraction are not significant digits.
@@ -218,21 +230,21 @@ function scanNumber(text: string, i: number): number {
         digits++;
       }
       exponent--;
-      c = text.charCodeAt(++i);
+      c = bytes[++i]!;
     } while (c >= ZERO && c <= NINE);
   }
   if (c === LOWER_E || c === UPPER_E) {
-    c = text.charCodeAt(++i);
+    c = bytes[++i]!;
     let sign = 1;
     if (c === MINUS || c === PLUS) {
       if (c === MINUS) sign = -1;
-      c = text.charCodeAt(++i);
+      c = bytes[++i]!;
     }
     if (!(c >= ZERO && c <= NINE)) return -1;
     let power = 0;
     do {
       if (power < 100_000) power = power * 10 + (c - ZERO);
-      c = text.charCodeAt(++i);
+      c = bytes[++i]!;
     } while (c >= ZERO && c <= NINE);
     exponent += sign * power;
   }
