@@ -12,7 +12,7 @@ import {
   bindBinaryRequest,
   bindRequest,
   decodeBinaryRequest,
-  decodeRequest,
+  decodeJsonRequest,
   decodeV2Request,
   encodeWarning,
   PRIORITY_CODE,
@@ -139,7 +139,7 @@ export class Admission {
   ): PendingRequest | Rejection {
     let request: InferenceRequest;
     try {
-      request = decodeRequest(text, { model: this.table.defaultModel });
+      request = decodeJsonRequest(text, { model: this.table.defaultModel });
     } catch (error) {
       return decodeRejection(error);
     }

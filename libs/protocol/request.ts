@@ -1,4 +1,5 @@
 import { ProtocolError } from './errors';
+import { bindScanned, ScannedTensor, scanJsonInput } from './json-tensor';
 import type { DType, ModelSignature, TensorSpec } from './signature';
 import { bytesPerElement, MAX_RANK } from './signature';
 
@@ -12,7 +13,7 @@ export interface InferenceRequest {
   id: RequestId;
   model: string | undefined;
   version: string | undefined;
-  /** Value for the model's single (or first required) input. */
+  /** Value for the model's single (or first required) input; a ScannedTensor from decodeJsonRequest. */
   input: unknown;
   /** Values by input name, for multi-input models. */
   inputs: Record<string, unknown> | undefined;
@@ -75,7 +76,33 @@ export function readEnvelope(body: Record<string, unknown>, defaults: { model?: 
 
 /** Parses one JSON request (WS text frame or HTTP body). Every failure is a RequestError carrying the id if one was readable. */
 export function decodeRequest(text: string, defaults: { model?: string } = {}): InferenceRequest {
-  const body = parseJsonObject(text);
+  return decodeBody(parseJsonObject(text), defaults);
+}
+
+/** The scanned array's stand-in while JSON.parse reads the rest of the request. */
+const PLACEHOLDER = '0';
+
+/**
+ * decodeRequest for the gateway: a top-level numeric `"input"` is scanned into a scratch buffer (json-tensor)
+ * and JSON.parse reads only the rest; `input` is then a ScannedTensor, valid until the next decode. Accepts
+ * and refuses exactly what decodeRequest does: whatever the scanner is unsure of goes through decodeRequest.
+ */
+export function decodeJsonRequest(text: string, defaults: { model?: string } = {}): InferenceRequest {
+  const scanned = scanJsonInput(text);
+  if (scanned === undefined) return decodeRequest(text, defaults);
+  let body: unknown;
+  try {
+    body = JSON.parse(text.slice(0, scanned.start) + PLACEHOLDER + text.slice(scanned.end));
+  } catch {
+    return decodeRequest(text, defaults);
+  }
+  const record = body as Record<string, unknown>;
+  if (typeof body !== 'object' || body === null || record.input !== 0) return decodeRequest(text, defaults);
+  record.input = scanned;
+  return decodeBody(record, defaults);
+}
+
+function decodeBody(body: Record<string, unknown>, defaults: { model?: string }): InferenceRequest {
   const envelope = readEnvelope(body, defaults);
   try {
     const { input, inputs, text } = readValues(body);
@@ -236,10 +263,21 @@ export function bindRequest(
   let total = 0;
   for (let index = 0; index < specs.length; index++) {
     const spec = specs[index]!;
-    const value = values[index];
+    let value = values[index];
     if (value === undefined) {
       if (!spec.optional) throw new ProtocolError('bad_request', `missing input "${spec.name}"`);
       continue;
+    }
+    if (value instanceof ScannedTensor) {
+      const fast = bindScanned(value, spec, index, limits);
+      if (fast !== undefined) {
+        bound.push(fast);
+        mask |= 1 << index;
+        total += inputHeaderBytes(fast.dims.length) + fast.byteLength;
+        continue;
+      }
+      // Out of the fast path's reach: the general path answers it, as for any JSON request.
+      value = value.materialize();
     }
     const dims = measureDims(value, spec);
     const elements = dims.reduce((product, dim) => product * dim, 1);
