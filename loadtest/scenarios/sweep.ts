@@ -11,7 +11,7 @@
  */
 import * as fs from 'node:fs';
 import * as os from 'node:os';
-import { findSamples, scrapeMetrics } from '../metrics';
+import { findSamples, histogramMeanDelta, type MetricSample, scrapeMetrics } from '../metrics';
 import { type PhaseResult, type PoissonPhase, runPoisson } from '../poisson';
 import { fmt, markdownTable } from '../report';
 import { errText, modelsDirWith, type Verdict, verdictNote, verdictTable } from '../scenario-kit';
@@ -36,6 +36,8 @@ interface Point {
   /** offered load as a fraction of C */
   level: number;
   result?: PhaseResult;
+  /** mean batch size from /metrics over the measured phase (and the drain after it) */
+  meanBatch?: number;
   error?: string;
 }
 
@@ -130,13 +132,23 @@ async function measureSweep(
         { label: 'warm', rate, durationMs: setup.warmMs, measured: false },
         { label: `${Math.round(level * 100)}%`, rate, durationMs: setup.pointMs },
       ];
+      const metricsUrl = `${servers.get(policy)!.baseUrl}/metrics`;
+      let before: Promise<MetricSample[] | undefined> = Promise.resolve(undefined);
+      const atMeasured = (): void => {
+        setTimeout(() => {
+          before = scrapeMetrics(metricsUrl).catch(() => undefined);
+        }, setup.warmMs);
+      };
       try {
-        const r = await runPoisson(poissonAt(setup, servers.get(policy)!, phases, 1000 + k));
+        const r = await runPoisson(poissonAt(setup, servers.get(policy)!, phases, 1000 + k), atMeasured);
         const p = r.phases[0]!;
-        points.push({ policy, level, result: p });
+        const [b, a] = await Promise.all([before, scrapeMetrics(metricsUrl).catch(() => undefined)]);
+        const meanBatch =
+          b && a ? histogramMeanDelta(b, a, 'streaminfer_batch_size', { model: MODEL }) : undefined;
+        points.push({ policy, level, result: p, meanBatch });
         ctx.log(
           `${policy} @ ${Math.round(level * 100)}% (${Math.round(rate)}/s): ${Math.round(p.achievedRps)}/s, ` +
-            `p50 ${fmt(p.p50)} ms, p99 ${fmt(p.p99)} ms, errors ${JSON.stringify(p.errors)}`,
+            `p50 ${fmt(p.p50)} ms, p99 ${fmt(p.p99)} ms, mean batch ${fmt(meanBatch, 3)}, errors ${JSON.stringify(p.errors)}`,
         );
       } catch (e) {
         points.push({ policy, level, error: errText(e) });
@@ -355,7 +367,7 @@ function sweepTable(points: readonly Point[], capacity: number): string {
       const p = points.find((x) => x.policy === policy && x.level === level);
       const r = p?.result;
       if (!r) {
-        cells.push(p?.error ? 'failed' : '–', '–', '–', '–');
+        cells.push(p?.error ? 'failed' : '–', '–', '–', '–', '–');
         continue;
       }
       const errs = Object.entries(r.errors)
@@ -365,13 +377,14 @@ function sweepTable(points: readonly Point[], capacity: number): string {
         fmt(Math.round(r.achievedRps)),
         fmt(r.p50, 3),
         `${fmt(r.p99, 3)}${r.p99 < SLO_MS ? '' : ' ✗'}`,
+        fmt(p.meanBatch, 3),
         errs || '0',
       );
     }
     return cells;
   });
   const headers = ['offered', 'req/s'];
-  for (const p of POLICIES) headers.push(`${p} ok/s`, `${p} p50`, `${p} p99`, `${p} errors`);
+  for (const p of POLICIES) headers.push(`${p} ok/s`, `${p} p50`, `${p} p99`, `${p} batch`, `${p} errors`);
   return markdownTable(headers, rows);
 }
 
