@@ -144,8 +144,12 @@ function benchOnlyModelsDir(repoRoot: string): string {
   return dir;
 }
 
-/** Run `node dist/apps/cli/main.js <args>` and parse its JSON; never concurrently with a load run. */
-function runInProcessBench(repoRoot: string, args: string[], timeoutMs: number): Promise<InProcessResult> {
+/** Run `node dist/apps/cli/main.js <args>` and parse its JSON; never concurrently with a load run (also used by `sweep`). */
+export function runInProcessBench(
+  repoRoot: string,
+  args: string[],
+  timeoutMs: number,
+): Promise<InProcessResult> {
   const main = path.join(repoRoot, 'dist', 'apps', 'cli', 'main.js');
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [main, ...args], {

@@ -13,6 +13,7 @@ import { slowConsumer } from './slow-consumer';
 import { stream } from './stream';
 import { streamChaos } from './stream-chaos';
 import { streamScale } from './stream-scale';
+import { sweep } from './sweep';
 import { wsEcho } from './ws-echo';
 
 export const SCENARIOS: readonly Scenario[] = [
@@ -27,6 +28,7 @@ export const SCENARIOS: readonly Scenario[] = [
   stream,
   streamChaos,
   streamScale,
+  sweep,
 ];
 
 export function findScenario(name: string): Scenario | undefined {
