@@ -12,6 +12,7 @@ import { fork } from 'node:child_process';
 import * as path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import WebSocket from 'ws';
+import { Rng } from '../scripts/models/rng';
 import { type BodyOptions, binaryBodyFactory, readBinaryAnswerHeader } from './bodies';
 
 export interface PoissonPhase {
@@ -69,16 +70,10 @@ export function quantile(sorted: readonly number[], q: number): number {
   return sorted[i]!;
 }
 
-/** mulberry32: reproducible arrivals for a given seed. */
+/** Reproducible arrivals for a given seed (the repository's one mulberry32). */
 function uniform(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  const rng = new Rng(seed);
+  return () => rng.next();
 }
 
 /** Scheduled send times (ms from start) and their phase, for the whole plan. */
