@@ -80,7 +80,7 @@ export function decodeRequest(text: string, defaults: { model?: string } = {}): 
 }
 
 /** The scanned array's stand-in while JSON.parse reads the rest of the request. */
-const PLACEHOLDER = '0';
+const INPUT_STAND_IN = '0';
 
 /**
  * decodeRequest for the gateway: a top-level numeric `"input"` is scanned into a scratch buffer (json-tensor)
@@ -92,7 +92,7 @@ export function decodeJsonRequest(text: string, defaults: { model?: string } = {
   if (scanned === undefined) return decodeRequest(text, defaults);
   let body: unknown;
   try {
-    body = JSON.parse(text.slice(0, scanned.start) + PLACEHOLDER + text.slice(scanned.end));
+    body = JSON.parse(text.slice(0, scanned.start) + INPUT_STAND_IN + text.slice(scanned.end));
   } catch {
     return decodeRequest(text, defaults);
   }
