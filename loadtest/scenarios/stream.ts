@@ -22,7 +22,7 @@ import {
   runNames,
   writeRunConfig,
 } from '../stream/broker';
-import { FRESHNESS_TARGET_MS, measureRun, type Pipe, type RunMeasure } from '../stream/measure';
+import { FRESHNESS_TARGET_MS, measureRun, type Pipe, type RunMeasure, waitDrained } from '../stream/measure';
 import {
   brokerPid,
   getHealth,
@@ -463,6 +463,14 @@ export const stream: Scenario = {
           if (i === rates.length - 1 && extra.length) rates.push(...extra.splice(0));
         }
         if (sustained !== undefined) {
+          // A failed step can leave a backlog its own drain wait did not clear: the fractions start from an
+          // empty consumer, or say they did not (their figures would measure the old backlog, not their rate).
+          const drainMs = await waitDrained(pipe, 5 * 60_000);
+          ctx.log(
+            drainMs === undefined
+              ? 'fractions: the backlog of the last step did not drain within 5 min; they start behind it'
+              : `fractions: the last step's backlog drained in ${Math.round(drainMs / 1000)} s`,
+          );
           for (const fraction of [0.5, 0.8]) {
             const rate = roundRate(sustained * fraction);
             ctx.log(`at ${fraction * 100} %: ${rate} ev/s for ${plan.fractionS} s`);

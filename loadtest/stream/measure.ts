@@ -98,7 +98,7 @@ const diff = (a: number | undefined, b: number | undefined): number | undefined 
   a === undefined || b === undefined ? undefined : b - a;
 
 /** Wait until the consumer shows nothing pending or unacked on two reads ≥ 1 s apart (its lag refreshes each second). */
-async function waitDrained(pipe: Pipe, timeoutMs: number): Promise<number | undefined> {
+export async function waitDrained(pipe: Pipe, timeoutMs: number): Promise<number | undefined> {
   const t0 = Date.now();
   let zeroSince: number | undefined;
   while (Date.now() - t0 < timeoutMs) {
