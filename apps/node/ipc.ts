@@ -57,8 +57,6 @@ export interface NodeHealth {
   inflight: number;
   wsConnections: number;
   epoch: number;
-  /** Why the host is fenced from its fleet, while it is. */
-  fence?: string;
 }
 
 export interface ControlRequest {

@@ -141,14 +141,12 @@ class NodeProcess {
   }
 
   private health() {
-    const health = this.gateway!.status.health(
+    return this.gateway!.status.health(
       this.options!.nodeIndex,
       this.state,
       this.threads?.size ?? 0,
       this.threads?.workersAlive() ?? 0,
     );
-    const fence = this.gateway!.admission.fence;
-    return fence === undefined ? health : { ...health, fence };
   }
 
   onMessage(message: SupervisorMessage): void {

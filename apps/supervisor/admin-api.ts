@@ -59,10 +59,12 @@ export interface AdminHost {
     reason: string,
     strategy?: ReloadStrategy,
   ): Promise<ReloadOutcome>;
+  /** `ifRevision`: in a fleet, refused 409 conflict unless the registry record is still at it. */
   changeRegistry(
     name: string,
     action: RegistryAction,
     body: Record<string, unknown>,
+    ifRevision?: number,
   ): Promise<{ outcome: ReloadOutcome; model: ModelPlan }>;
 }
 
@@ -138,11 +140,14 @@ export class AdminApi {
       const model = decodePathSegment(registry[1]);
       if (model === undefined)
         return jsonError('bad_request', 'malformed percent-escape in the model name of the path');
+      const ifRevision = ifRevisionOf(body);
+      if (ifRevision === null) return jsonError('bad_request', IF_REVISION_RULE);
       return respond(async () => {
         const { outcome, model: next } = await this.host.changeRegistry(
           model,
           registry[2] as RegistryAction,
           body,
+          ifRevision,
         );
         return outcomeResponse(outcome, { model: modelView(next) });
       });
@@ -184,11 +189,9 @@ export class AdminApi {
     if (typeof body.model === 'string') request.model = body.model;
     if (typeof body.version === 'string') request.version = body.version;
     if (typeof body.strategy === 'string') request.strategy = body.strategy as ReloadStrategy;
-    if (body.if_revision !== undefined) {
-      if (!Number.isInteger(body.if_revision) || (body.if_revision as number) < 1)
-        return jsonError('bad_request', '"if_revision" must be the registry revision (a positive integer)');
-      request.ifRevision = body.if_revision as number;
-    }
+    const ifRevision = ifRevisionOf(body);
+    if (ifRevision === null) return jsonError('bad_request', IF_REVISION_RULE);
+    if (ifRevision !== undefined) request.ifRevision = ifRevision;
     if (body.config !== undefined) {
       const config = body.config;
       return respond(async () =>
@@ -350,6 +353,15 @@ export class AdminApi {
       ),
     ];
   }
+}
+
+const IF_REVISION_RULE = '"if_revision" must be the registry revision (a positive integer)';
+
+/** A write's `if_revision`: absent (undefined), valid, or null when it is not a registry revision. */
+function ifRevisionOf(body: Record<string, unknown>): number | undefined | null {
+  const value = body.if_revision;
+  if (value === undefined) return undefined;
+  return Number.isInteger(value) && (value as number) >= 1 ? (value as number) : null;
 }
 
 /** Runs a reload and turns its outcome, or its refusal, into the API's answer. */

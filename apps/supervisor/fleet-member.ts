@@ -11,7 +11,7 @@ import * as path from 'node:path';
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { ProtocolError } from '../../libs/protocol';
-import type { TablePlan } from '../../libs/registry';
+import { isRepositoryName, type TablePlan } from '../../libs/registry';
 import {
   type ClusterConnection,
   ClusterError,
@@ -87,8 +87,6 @@ export interface FleetView {
 
 const RESOLVE_POLL_MS = 1000;
 const MAX_RETRY_MS = 30_000;
-/** The repository's model and version names (libs/registry/repository.ts). */
-const VERSION_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
 
 export class FleetMember {
   private readonly commitTimeoutMs: number;
@@ -99,9 +97,7 @@ export class FleetMember {
   /** Member actions on the host's barrier run one at a time (a step, a catch-up, an in-doubt resolution). */
   private queue: Promise<unknown> = Promise.resolve();
   /** The reload this host prepared and holds, until the fleet commits or aborts it. */
-  private inDoubt:
-    | { reloadId: string; epochBefore: number; timer: NodeJS.Timeout; since: number }
-    | undefined;
+  private inDoubt: { reloadId: string; epochBefore: number; timer: NodeJS.Timeout } | undefined;
   private fenceReason: string | undefined;
   private latest: { record: FleetRecord; revision: number } | undefined;
   private retryTimer: NodeJS.Timeout | undefined;
@@ -228,18 +224,8 @@ export class FleetMember {
   /** A version pushed to the fleet but missing here is fetched and verified (before a plan names it). */
   async fetchVersion(model: string, version: string): Promise<void> {
     // A name that cannot be a version is the plan's to refuse (unknown_version), not the store's.
-    if (!this.available || !VERSION_NAME.test(model) || !VERSION_NAME.test(version)) return;
-    const pushed = await this.clusterCall(() => this.options.artifacts.digest(model, version));
-    if (pushed !== undefined)
-      await this.clusterCall(() => this.options.artifacts.fetchInto(this.options.modelsDir, model, version));
-  }
-
-  /**
-   * Every version `table` loads is here and, when it was pushed to the fleet, is the pushed file (checksum
-   * verified; a different local file is replaced by the pushed one). A version neither here nor pushed fails.
-   */
-  private async ensureArtifacts(table: FleetTable): Promise<void> {
-    await ensureArtifacts(this.options.artifacts, this.options.modelsDir, table, this.options.logger);
+    if (!this.available || !isRepositoryName(model) || !isRepositoryName(version)) return;
+    await this.clusterCall(() => fetchPushed(this.options.artifacts, this.options.modelsDir, model, version));
   }
 
   /** GET /api/fleet. */
@@ -354,7 +340,7 @@ export class FleetMember {
     const coordinator = this.options.host.coordinator();
     if (coordinator.busy) return { ok: false, error: 'a reload is in progress on this host' };
     // Every version is here and is the one pushed to the fleet before any node loads it.
-    await this.ensureArtifacts(table);
+    await ensureArtifacts(this.options.artifacts, this.options.modelsDir, table, this.options.logger);
     const answer = await coordinator.prepareHeld(
       this.options.host.hostPlan(table),
       `fleet reload ${reloadId}`,
@@ -363,7 +349,7 @@ export class FleetMember {
     const epochBefore = coordinator.epoch;
     const timer = setTimeout(() => this.enterDoubt(reloadId), this.commitTimeoutMs);
     timer.unref();
-    this.inDoubt = { reloadId, epochBefore, timer, since: this.now() };
+    this.inDoubt = { reloadId, epochBefore, timer };
     return { ok: true, data: { host: this.options.hostId, epoch: epochBefore } };
   }
 
@@ -387,7 +373,7 @@ export class FleetMember {
   private async roll(table: FleetTable, epoch: number): Promise<StepAnswer> {
     const coordinator = this.options.host.coordinator();
     if (coordinator.epoch >= epoch) return { ok: true, data: { epoch: coordinator.epoch } };
-    await this.ensureArtifacts(table);
+    await ensureArtifacts(this.options.artifacts, this.options.modelsDir, table, this.options.logger);
     const outcome = await coordinator.reload(
       this.options.host.hostPlan(table),
       'atomic',
@@ -418,17 +404,22 @@ export class FleetMember {
     this.setFence(
       `in doubt about fleet reload ${reloadId}: no COMMIT or ABORT within ${this.commitTimeoutMs} ms`,
     );
-    const poll = (): void => {
-      if (this.stopped || this.inDoubt?.reloadId !== reloadId) return;
-      void this.serialized(() => this.resolveFromStore()).finally(() => {
-        if (this.inDoubt?.reloadId === reloadId) setTimeout(poll, RESOLVE_POLL_MS).unref();
-      });
-    };
-    poll();
+    void this.serialized(() => this.resolveFromStore());
   }
 
-  /** Reads the record (and the lease) to settle a held reload or catch up; NATS still down: try later. */
+  /**
+   * Reads the record (and the lease) to settle a held reload or catch up. A host fenced in doubt asks again
+   * every RESOLVE_POLL_MS until it knows (NATS down included).
+   */
   private async resolveFromStore(): Promise<void> {
+    try {
+      await this.resolveOnce();
+    } finally {
+      if (this.inDoubt !== undefined && this.fenceReason !== undefined) this.retryLater();
+    }
+  }
+
+  private async resolveOnce(): Promise<void> {
     if (!this.available) return;
     try {
       const base = await this.options.store.read();
@@ -495,7 +486,7 @@ export class FleetMember {
   private async converge(table: FleetTable, epoch: number, reason: string): Promise<void> {
     const coordinator = this.options.host.coordinator();
     try {
-      await this.ensureArtifacts(table);
+      await ensureArtifacts(this.options.artifacts, this.options.modelsDir, table, this.options.logger);
       const outcome = await coordinator.reload(this.options.host.hostPlan(table), 'atomic', reason, epoch);
       if (outcome.result === 'failed') throw new Error(outcome.error ?? 'reload failed');
       this.options.logger.info({ epoch, reason }, 'fleet: caught up');
@@ -591,15 +582,14 @@ export async function ensureArtifacts(
 ): Promise<void> {
   for (const model of table.models) {
     for (const version of model.versions) {
-      const pushed = await artifacts.digest(model.name, version);
-      if (pushed === undefined) {
+      const got = await fetchPushed(artifacts, modelsDir, model.name, version);
+      if (got === undefined) {
         if (!existsSync(path.join(modelsDir, model.name, version, 'model.onnx')))
           throw new Error(
             `version ${version} of model ${model.name} is neither in ${modelsDir} nor pushed to the fleet (streaminfer models push)`,
           );
         continue;
       }
-      const got = await artifacts.fetchInto(modelsDir, model.name, version);
       if (got.fetched)
         logger.info(
           { model: model.name, version, sha256: got.sha256, bytes: got.bytes },
@@ -662,4 +652,19 @@ function fleetMetrics(registry: Registry, member: FleetMember): FleetMetrics {
       registers,
     }),
   };
+}
+
+/** fetchInto, one store lookup: undefined when the version was never pushed (the local file, if any, stands). */
+async function fetchPushed(
+  artifacts: ModelArtifacts,
+  modelsDir: string,
+  model: string,
+  version: string,
+): Promise<Awaited<ReturnType<ModelArtifacts['fetchInto']>> | undefined> {
+  try {
+    return await artifacts.fetchInto(modelsDir, model, version);
+  } catch (error) {
+    if (error instanceof ClusterError && error.code === 'artifact_missing') return undefined;
+    throw error;
+  }
 }

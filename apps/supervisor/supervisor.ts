@@ -424,65 +424,52 @@ export class Supervisor implements AdminHost, NotifyHost {
     request: ReloadRequest & { defaultModel?: string; settings?: NodeSettings },
     reason: string,
   ): Promise<ReloadOutcome> {
-    if (this.member) return this.fleetReload(request, reason);
+    const strategy = request.strategy ?? 'atomic';
+    const next = await this.reloadPlan(request, strategy);
+    if (this.member) {
+      this.pendingSettings = request.settings;
+      try {
+        return await this.fleetChange(next, {
+          strategy,
+          reason: `${reason} (fleet)`,
+          // A configuration reload changes this host's settings even when the fleet's table stays as it is.
+          force: request.settings !== undefined,
+          ...(request.ifRevision !== undefined ? { ifRevision: request.ifRevision } : {}),
+        });
+      } finally {
+        this.pendingSettings = undefined;
+      }
+    }
     const coordinator = this.coordinator!;
     const current = coordinator.table;
-    const strategy = request.strategy ?? 'atomic';
-    let plan: TablePlan;
-    if (request.model !== undefined && request.version !== undefined) {
-      const entry = this.readEntry(request.model);
-      const found = entry.versions.map((v) => v.version);
-      plan = settle(versionReloadPlan(current, entry.name, request.version, found, strategy));
-    } else if (request.model !== undefined) {
-      plan = settle(defaultModelPlan(current, request.model));
-    } else {
-      const entries = this.scan();
-      const defaultModel = request.defaultModel ?? current.defaultModel;
-      plan = settle(rescanPlan(entries, defaultModel, current, this.lastDefaults));
-      this.rememberDefaults(entries);
-    }
-    return coordinator.reload(withSettings(plan, current, request.settings), strategy, reason);
+    return coordinator.reload(withSettings(next(current), current, request.settings), strategy, reason);
   }
 
-  /** A reload request in a fleet: the same plans, made from the fleet's committed table. */
-  private async fleetReload(
-    request: ReloadRequest & { defaultModel?: string; settings?: NodeSettings; ifRevision?: number },
-    reason: string,
-  ): Promise<ReloadOutcome> {
-    const strategy = request.strategy ?? 'atomic';
-    let next: (table: FleetTable) => FleetTable;
-    if (request.model !== undefined && request.version !== undefined) {
-      const model = request.model;
-      const version = request.version;
+  /**
+   * The next table a reload request asks for, from a current one (the host's, or in a fleet the fleet's
+   * committed one): the same plans either way.
+   */
+  private async reloadPlan(
+    request: ReloadRequest & { defaultModel?: string },
+    strategy: ReloadStrategy,
+  ): Promise<(table: TablePlan) => TablePlan> {
+    const { model, version } = request;
+    if (model !== undefined && version !== undefined) {
       // A version pushed to the fleet but not yet here is fetched (and verified) before it is planned.
-      await this.member!.fetchVersion(model, version);
-      const found = this.readEntry(model).versions.map((v) => v.version);
-      next = (table) => fleetTable(settle(versionReloadPlan(table, model, version, found, strategy)));
-    } else if (request.model !== undefined) {
-      const model = request.model;
-      next = (table) => fleetTable(settle(defaultModelPlan(table, model)));
-    } else {
-      const entries = this.scan();
-      next = (table) => {
-        const plan = settle(
-          rescanPlan(entries, request.defaultModel ?? table.defaultModel, table, this.lastDefaults),
-        );
-        this.rememberDefaults(entries);
-        return fleetTable(plan);
-      };
+      await this.member?.fetchVersion(model, version);
+      const entry = this.readEntry(model);
+      const found = entry.versions.map((v) => v.version);
+      return (table) => settle(versionReloadPlan(table, entry.name, version, found, strategy));
     }
-    this.pendingSettings = request.settings;
-    try {
-      return await this.fleetChange(next, {
-        strategy,
-        reason: `${reason} (fleet)`,
-        // A configuration reload changes this host's settings even when the fleet's table stays as it is.
-        force: request.settings !== undefined,
-        ...(request.ifRevision !== undefined ? { ifRevision: request.ifRevision } : {}),
-      });
-    } finally {
-      this.pendingSettings = undefined;
-    }
+    if (model !== undefined) return (table) => settle(defaultModelPlan(table, model));
+    const entries = this.scan();
+    return (table) => {
+      const plan = settle(
+        rescanPlan(entries, request.defaultModel ?? table.defaultModel, table, this.lastDefaults),
+      );
+      this.rememberDefaults(entries);
+      return plan;
+    };
   }
 
   /**
@@ -494,6 +481,7 @@ export class Supervisor implements AdminHost, NotifyHost {
     name: string,
     action: RegistryAction,
     body: Record<string, unknown>,
+    ifRevision?: number,
   ): Promise<{ outcome: ReloadOutcome; model: ModelPlan }> {
     const change = settle(registryChange(action, body));
     let found: string[] = [];
@@ -506,26 +494,20 @@ export class Supervisor implements AdminHost, NotifyHost {
         throw new ProtocolError('bad_request', (error as Error).message);
       }
     }
-    if (this.member) {
-      let model: ModelPlan | undefined;
-      const outcome = await this.fleetChange(
-        (table) => {
-          model = settle(registryTransition(settle(findModel(table, name)), change, found));
-          return fleetTable(withModel({ ...table }, model));
-        },
-        {
+    let model: ModelPlan | undefined;
+    const next = (table: TablePlan): TablePlan => {
+      model = settle(registryTransition(settle(findModel(table, name)), change, found));
+      return withModel(table, model);
+    };
+    const reason = `${action} ${name}`;
+    const outcome = this.member
+      ? await this.fleetChange(next, {
           strategy: 'atomic',
-          reason: `${action} ${name}`,
-          ...(body.if_revision !== undefined ? { ifRevision: ifRevisionOf(body.if_revision) } : {}),
-        },
-      );
-      return { outcome, model: model ?? settle(findModel(this.coordinator!.table, name)) };
-    }
-    const current = this.coordinator!.table;
-    const model = settle(findModel(current, name));
-    const next = settle(registryTransition(model, change, found));
-    const outcome = await this.coordinator!.reload(withModel(current, next), 'atomic', `${action} ${name}`);
-    return { outcome, model: next };
+          reason,
+          ...(ifRevision !== undefined ? { ifRevision } : {}),
+        })
+      : await this.coordinator!.reload(next(this.coordinator!.table), 'atomic', reason);
+    return { outcome, model: model ?? settle(findModel(this.coordinator!.table, name)) };
   }
 
   /**
@@ -628,20 +610,6 @@ class RateSampler {
     this.last = { count, at };
     return Math.round(this.rate * 10) / 10;
   }
-}
-
-/** The part of a plan a fleet shares (per-host settings stay with each host). */
-function fleetTable(plan: TablePlan): FleetTable {
-  return { models: plan.models, defaultModel: plan.defaultModel };
-}
-
-function ifRevisionOf(value: unknown): number {
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1)
-    throw new ProtocolError(
-      'bad_request',
-      '"if_revision" must be the registry revision (a positive integer)',
-    );
-  return value;
 }
 
 /**

@@ -25,7 +25,7 @@ export {
   withSettings,
 } from './plan';
 export type { ModelBatchingConfig, ModelEntry, ModelVersionEntry } from './repository';
-export { RepositoryError, readModel, scanRepository } from './repository';
+export { isRepositoryName, RepositoryError, readModel, scanRepository } from './repository';
 export type { ModelRoutes, RouteDecision, RouteKind } from './routing';
 export { RoutingError, route, routingKeyDraw } from './routing';
 export type { ModelState, RegistryState, StateFs } from './state';

@@ -38,6 +38,11 @@ export class RepositoryError extends Error {
 
 const NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
 
+/** Whether `name` can be a model or version directory of a repository. */
+export function isRepositoryName(name: string): boolean {
+  return NAME_PATTERN.test(name);
+}
+
 /** Reads every `<dir>/<model>/config.json` and its `<version>/model.onnx` files. Any malformed model stops the scan with a message naming the file. */
 export function scanRepository(dir: string): ModelEntry[] {
   const root = path.resolve(dir);
