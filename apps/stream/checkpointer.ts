@@ -7,9 +7,11 @@
  * (their Msg-Ids), and replayed effects already there are not published again: exactly once even when the
  * replay reaches beyond the broker's duplicate window.
  */
+
+import { setImmediate as yieldToIo } from 'node:timers/promises';
 import { DeliverPolicy } from '@nats-io/jetstream';
 import type { Logger } from 'pino';
-import type { DeciderSnapshot } from '../../libs/stream';
+import type { SnapshotJob } from '../../libs/stream';
 import { CHECKPOINT_VERSION, type Checkpoint, CheckpointStore } from './checkpoints';
 import type { NatsHandle } from './connection';
 import type { ModelPin } from './inference';
@@ -18,9 +20,9 @@ import type { PipelineMetrics } from './metrics';
 import type { Effect } from './sink';
 import type { SourceMessage } from './source';
 
-/** What a checkpoint reads of the pipeline, at the barrier. */
+/** What a checkpoint reads of the pipeline, at the barrier: the decider's state as a snapshot job begun there. */
 export interface CheckpointState {
-  state: DeciderSnapshot;
+  state: SnapshotJob;
   position: number;
   pin: ModelPin;
   epoch: number;
@@ -37,12 +39,20 @@ export interface CompletedCheckpoint {
 interface Taken {
   id: number;
   position: number;
-  bytes: Uint8Array;
+  /** The checkpoint's JSON up to its state, which the job completes. */
+  prefix: string;
+  job: SnapshotJob;
   held: SourceMessage[];
   startedAt: number;
+  /** Barrier alignment and the snapshot's head, ms. */
+  pausedMs: number;
 }
 
 const encoder = new TextEncoder();
+/** Keys captured between checks of the slice's time budget. */
+const KEYS_PER_CHECK = 32;
+/** How long one slice of an incremental snapshot may hold the event loop before yielding to I/O. */
+const SLICE_MS = 4;
 
 export class Checkpointer {
   private held: SourceMessage[] = [];
@@ -129,9 +139,13 @@ export class Checkpointer {
     return out;
   }
 
-  /** Must run while the runner's barrier is closed (nothing in flight): the snapshot and what it covers. */
-  async takeWhilePaused(read: () => CheckpointState): Promise<Taken> {
-    const startedAt = this.clock();
+  /**
+   * Must run while the runner's barrier is closed (nothing in flight): what the checkpoint covers and the
+   * snapshot job begun at that point. The state itself is captured by persist(), or by serialize() after
+   * the barrier has opened again (the job keeps it as of now).
+   */
+  async takeWhilePaused(read: () => CheckpointState, pausedSince?: number): Promise<Taken> {
+    const startedAt = pausedSince ?? this.clock();
     // Every effect of this partition so far is acknowledged (the barrier is closed), and the PubAcks say where
     // they landed: a later effect can only land above the highest of them. What lies between it and the
     // stream's end belongs to other partitions and is read back harmlessly after a restore.
@@ -141,7 +155,7 @@ export class Checkpointer {
     ]);
     const s = read();
     const replaying = this.restoredOutputs !== undefined && s.position < this.replayUntil;
-    const checkpoint: Checkpoint = {
+    const header: Omit<Checkpoint, 'state'> = {
       version: CHECKPOINT_VERSION,
       id: this.nextId++,
       createdAt: new Date(this.clock()).toISOString(),
@@ -149,13 +163,39 @@ export class Checkpointer {
       outputs: replaying ? this.restoredOutputs! : { predictions, side },
       pin: s.pin,
       epoch: s.epoch,
-      state: s.state,
     };
-    // Serialised here, at the barrier: the state changes as soon as the runner goes on.
-    const bytes = encoder.encode(JSON.stringify(checkpoint));
+    const prefix = `${JSON.stringify(header).slice(0, -1)},"state":`;
     const held = this.held;
     this.held = [];
-    return { id: checkpoint.id, position: s.position, bytes, held, startedAt };
+    return {
+      id: header.id,
+      position: s.position,
+      prefix,
+      job: s.state,
+      held,
+      startedAt,
+      pausedMs: this.clock() - startedAt,
+    };
+  }
+
+  /**
+   * Captures the snapshot's keys in slices of a few ms, yielding to I/O between them: the partitions go on
+   * processing, and each key is captured before it changes (the job's copy-on-write), so the state written
+   * is the barrier's. The cost of a large state is spread instead of stalling the process.
+   */
+  async serialize(taken: Taken): Promise<void> {
+    try {
+      for (;;) {
+        const until = performance.now() + SLICE_MS;
+        let done = taken.job.step(KEYS_PER_CHECK);
+        while (!done && performance.now() < until) done = taken.job.step(KEYS_PER_CHECK);
+        if (done) return;
+        await yieldToIo();
+      }
+    } catch (err) {
+      taken.job.cancel();
+      throw err;
+    }
   }
 
   /** Where a stream's effects published after now will land above; the broker is asked only before any PubAck. */
@@ -167,8 +207,10 @@ export class Checkpointer {
 
   /** Writes a taken checkpoint; on success acks what it covers, on failure keeps holding it for the next. */
   async persist(taken: Taken): Promise<boolean> {
+    let bytes: Uint8Array;
     try {
-      await this.store.save(taken.id, taken.position, taken.bytes, this.fence);
+      bytes = encoder.encode(`${taken.prefix}${taken.job.finish()}}`);
+      await this.store.save(taken.id, taken.position, bytes, this.fence);
     } catch (err) {
       this.held = taken.held.concat(this.held);
       this.metrics.checkpointFailures.inc();
@@ -188,18 +230,20 @@ export class Checkpointer {
       id: taken.id,
       position: taken.position,
       at: now,
-      bytes: taken.bytes.length,
+      bytes: bytes.length,
       durationMs,
     };
     this.metrics.checkpointDuration.observe(durationMs / 1000);
-    this.metrics.checkpointBytes.set(taken.bytes.length);
+    this.metrics.checkpointPause.observe(taken.pausedMs / 1000);
+    this.metrics.checkpointBytes.set(bytes.length);
     this.metrics.checkpointPosition.set(taken.position);
     this.logger.info(
       {
         checkpoint: taken.id,
         position: taken.position,
-        bytes: taken.bytes.length,
+        bytes: bytes.length,
         ms: durationMs,
+        pausedMs: taken.pausedMs,
         acked: taken.held.length,
       },
       'checkpoint completed',
@@ -211,13 +255,15 @@ export class Checkpointer {
   run(barrier: { pause(): Promise<void>; resume(): void }, read: () => CheckpointState): Promise<void> {
     if (this.inProgress) return this.inProgress;
     const run = (async () => {
+      const pausedSince = this.clock();
       await barrier.pause();
       let taken: Taken;
       try {
-        taken = await this.takeWhilePaused(read);
+        taken = await this.takeWhilePaused(read, pausedSince);
       } finally {
         barrier.resume();
       }
+      await this.serialize(taken);
       await this.persist(taken);
     })().catch((err: unknown) => {
       this.metrics.checkpointFailures.inc();

@@ -152,6 +152,12 @@ export class PipelineMetrics {
     buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
     registers: [this.registry],
   });
+  readonly checkpointPause = new Histogram({
+    name: 'streaminfer_stream_checkpoint_pause_seconds',
+    help: "The part of a checkpoint the partition's input waits for: barrier alignment and the snapshot's head",
+    buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+    registers: [this.registry],
+  });
   readonly checkpointBytes = new Gauge({
     name: 'streaminfer_stream_checkpoint_bytes',
     help: 'Size of the last completed checkpoint',

@@ -454,7 +454,7 @@ export class PartitionWorker {
 
   private checkpointState(): CheckpointState {
     return {
-      state: this.decider.snapshot(),
+      state: this.decider.beginSnapshot(),
       position: this.position,
       pin: { ...this.pin },
       epoch: this.epoch,

@@ -20,7 +20,7 @@ import type {
   StreamEffect,
   StreamEvent,
 } from './types';
-import { NO_WATERMARK, PartitionWatermarks } from './watermark';
+import { NO_WATERMARK, type PartitionState, PartitionWatermarks } from './watermark';
 import { lastEndOf, windowStartsFor } from './windows';
 
 /** The watermark after flush(): every window has fired and closed, every later event is late. */
@@ -69,6 +69,25 @@ export interface EventTimeEngine<P = unknown, R = unknown> {
   stats(): EngineStats;
   /** Plain JSON-able copy of all state (keyed state, watermarks, dedupe ids, counters). */
   snapshot(): EngineSnapshot<P>;
+  /**
+   * An incremental snapshot's first half, now: everything but the keys, and the keys to capture. Each key
+   * is then captured with snapshotKey before it next changes (see the onKeyChange option) or at leisure;
+   * together they equal snapshot() at this moment.
+   */
+  snapshotHead(): EngineSnapshotHead;
+  /** One key as snapshot() would write it (undefined: no such key), against a head's partition index. */
+  snapshotKey(key: string, head: EngineSnapshotHead): KeySnapshot<P> | undefined;
+}
+
+/** snapshot() without its keys, and the keys (sorted) that it would hold. */
+export interface EngineSnapshotHead {
+  readonly version: typeof SNAPSHOT_VERSION;
+  readonly watermark: number | null;
+  readonly partitions: PartitionState[];
+  readonly dedupe: [number, string][];
+  readonly counters: EngineCounters;
+  readonly keys: readonly string[];
+  readonly partitionIndex: ReadonlyMap<string, number>;
 }
 
 function checkEvent(event: StreamEvent<unknown>): void {
@@ -98,6 +117,8 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
   /** Forget time (a multiple of DEDUPE_BUCKET_MS) → the ids forgotten then. */
   private readonly forgetBuckets = new Map<number, string[]>();
   private readonly timers = new TimerHeap();
+  /** Dedupe buckets as last packed, with the bucket's length then: unchanged buckets are not packed again. */
+  private readonly packedBuckets = new Map<number, { length: number; packed: string }>();
   private wm = NO_WATERMARK;
   private bytes = 0;
   private openWindows = 0;
@@ -189,28 +210,56 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
   }
 
   snapshot(): EngineSnapshot<P> {
+    const head = this.snapshotHead();
+    return {
+      version: head.version,
+      watermark: head.watermark,
+      partitions: head.partitions,
+      keys: head.keys.map((key) => this.snapshotKey(key, head)!),
+      dedupe: head.dedupe,
+      counters: head.counters,
+    };
+  }
+
+  snapshotHead(): EngineSnapshotHead {
     const partitions = this.partitions.snapshot();
-    const partitionIndex = new Map(partitions.map((p, i) => [p.partition, i]));
-    const keys: KeySnapshot<P>[] = [...this.keys.values()]
-      .sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0))
-      .map((ks) => this.snapshotKey(ks, partitionIndex));
-    const dedupe: [number, string][] = [...this.forgetBuckets.entries()]
-      .sort((a, b) => a[0] - b[0])
-      // Sorted in place: the order within a bucket means nothing, sorted ids front-code well, and the next
-      // snapshot's sort finds them (nearly) sorted.
-      .map(([at, ids]) => [at, packStrings(ids.sort())]);
     return {
       version: SNAPSHOT_VERSION,
       watermark: this.watermark(),
       partitions,
-      keys,
-      dedupe,
+      dedupe: this.packDedupe(),
       counters: { ...this.counters },
+      keys: [...this.keys.keys()].sort(),
+      partitionIndex: new Map(partitions.map((p, i) => [p.partition, i])),
     };
   }
 
+  snapshotKey(key: string, head: EngineSnapshotHead): KeySnapshot<P> | undefined {
+    const ks = this.keys.get(key);
+    return ks === undefined ? undefined : this.packKey(ks, head.partitionIndex);
+  }
+
+  /**
+   * The dedupe buckets by forget time. Ids only join the newest buckets, so a bucket whose length has not
+   * changed is the one packed last time. Sorted in place: the order within a bucket means nothing, sorted ids
+   * front-code well, and the next sort finds them (nearly) sorted.
+   */
+  private packDedupe(): [number, string][] {
+    const out: [number, string][] = [];
+    for (const at of [...this.forgetBuckets.keys()].sort((a, b) => a - b)) {
+      const ids = this.forgetBuckets.get(at)!;
+      let cached = this.packedBuckets.get(at);
+      if (cached === undefined || cached.length !== ids.length) {
+        cached = { length: ids.length, packed: packStrings(ids.sort()) };
+        this.packedBuckets.set(at, cached);
+      }
+      out.push([at, cached.packed]);
+    }
+    return out;
+  }
+
   /** One key: its events once each (a GPS point sits in several windows and is the latest position). */
-  private snapshotKey(ks: KeyState<P>, partitionIndex: ReadonlyMap<string, number>): KeySnapshot<P> {
+  private packKey(ks: KeyState<P>, partitionIndex: ReadonlyMap<string, number>): KeySnapshot<P> {
     const index = new Map<StreamEvent<P>, number>();
     const events: StreamEvent<P>[] = [];
     const add = (e: StreamEvent<P>) => {
@@ -261,6 +310,7 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
 
   private apply(event: StreamEvent<P>, effects: StreamEffect<P, R>[]): void {
     const { allowedLatenessMs } = this.options;
+    this.options.onKeyChange?.(event.key);
     let ks = this.keys.get(event.key);
     if (ks === undefined) {
       ks = {
@@ -373,6 +423,7 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
       }
       const ks = this.keys.get(top.key);
       if (ks === undefined) continue;
+      this.options.onKeyChange?.(top.key);
       if (top.kind === TimerKind.Expire) {
         this.expire(ks, top.at, effects);
         continue;
@@ -448,6 +499,7 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
     const bucket = this.forgetBuckets.get(at);
     if (bucket === undefined) return;
     this.forgetBuckets.delete(at);
+    this.packedBuckets.delete(at);
     for (const eventId of bucket) {
       if (this.seen.delete(eventId)) this.bytes -= DEDUPE_OVERHEAD_BYTES + 2 * eventId.length;
     }

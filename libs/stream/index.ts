@@ -1,6 +1,11 @@
 // The reference workload (delivery events: schema, validation, contract shapes, features).
 export * from './delivery';
-export { createEventTimeEngine, END_OF_INPUT, type EventTimeEngine } from './engine';
+export {
+  createEventTimeEngine,
+  END_OF_INPUT,
+  type EngineSnapshotHead,
+  type EventTimeEngine,
+} from './engine';
 export { StreamEventError, StreamOptionError, StreamSnapshotError } from './errors';
 export { MinHeap } from './heap';
 export { MAX_WINDOWS_PER_EVENT, validateEngineOptions } from './options';

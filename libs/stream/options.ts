@@ -13,6 +13,7 @@ const KNOWN_OPTIONS = new Set([
   'dedupeTtlMs',
   'windows',
   'latest',
+  'onKeyChange',
 ]);
 const KNOWN_WINDOW = new Set(['name', 'sizeMs', 'stepMs', 'accepts', 'result']);
 const KNOWN_LATEST = new Set(['name', 'accepts']);
@@ -78,6 +79,7 @@ export function validateEngineOptions<P, R>(
   const idleTimeoutMs = integer('idleTimeoutMs', raw.idleTimeoutMs, 1);
   const stateTtlMs = integer('stateTtlMs', raw.stateTtlMs, 1);
   const dedupeTtlMs = integer('dedupeTtlMs', raw.dedupeTtlMs, 0);
+  optionalFunction('onKeyChange', raw.onKeyChange);
 
   if (!Array.isArray(raw.windows)) fail('windows', 'an array', raw.windows);
   const names = new Set<string>();
@@ -132,5 +134,6 @@ export function validateEngineOptions<P, R>(
     dedupeTtlMs,
     windows: Object.freeze(windows),
     latest: Object.freeze(latest),
+    ...(raw.onKeyChange === undefined ? {} : { onKeyChange: raw.onKeyChange as (key: string) => void }),
   });
 }

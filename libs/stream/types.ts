@@ -55,6 +55,11 @@ export interface EventTimeEngineOptions<P = unknown, R = unknown> {
   readonly dedupeTtlMs: number;
   readonly windows: readonly WindowSpec<P, R>[];
   readonly latest?: readonly LatestSpec<P>[];
+  /**
+   * Called before a key's state changes or the key is removed (an event applied, a window fired or closed,
+   * the key expired): lets a caller capture the key's state as it was first (incremental snapshots).
+   */
+  readonly onKeyChange?: (key: string) => void;
 }
 
 /** Options after validation: steps filled in, everything frozen. */

@@ -19,7 +19,7 @@
  * in-order prediction. Decisions stay revisable while an event before them could still be accepted (the
  * watermark has not passed their time + the longest window + allowed lateness).
  */
-import { createEventTimeEngine, type EventTimeEngine } from '../engine';
+import { createEventTimeEngine, type EngineSnapshotHead, type EventTimeEngine } from '../engine';
 import { StreamSnapshotError } from '../errors';
 import { arr, bad, int, isRecord, str } from '../pack';
 import type { EngineSnapshot } from '../snapshot';
@@ -41,6 +41,7 @@ import {
 import { haversineKm } from './geo';
 import { type HistoryColumns, packHistory, unpackHistory } from './history-codec';
 import { type DeliveryEvent, type GpsEvent, parseEvent, type StatusEvent } from './schema';
+import { type KeyText, SnapshotJob } from './snapshot-job';
 
 /** Engine windows of a delivery (results are counted; the features read the history). */
 export const DELIVERY_WINDOWS = { speed: 'speed5m', activity: 'activity5m' } as const;
@@ -163,6 +164,11 @@ export interface DeciderStats {
 type Engine = EventTimeEngine<EnginePoint, number>;
 type Effect = StreamEffect<EnginePoint, number>;
 
+/** Pruning runs on this grid of watermark (pruneAt). */
+const PRUNE_STEP_MS = SPEED_STEP_MS / 6;
+/** More grid steps than this at once (an hour of watermark) are taken as one. */
+const MAX_PRUNE_STEPS = 360;
+
 /** Rough bytes per history event (object, strings, numbers), for the state-size gauge. */
 const HISTORY_EVENT_BYTES = 320;
 
@@ -178,6 +184,10 @@ export class DeliveryDecider {
   private historyEvents = 0;
   private revisable = 0;
   private undecidedCount = 0;
+  /** The incremental snapshot being taken (beginSnapshot), capturing each key before it changes. */
+  private job: SnapshotJob | undefined;
+  /** Each key's JSON as last captured, while the key has not changed since: a later job takes it as is. */
+  private readonly captured = new Map<string, KeyText>();
 
   /** `snapshot`: what snapshot() returned (same options): the decider continues exactly where it was. */
   constructor(options: DeliveryDeciderOptions, snapshot?: DeciderSnapshot | unknown) {
@@ -200,6 +210,7 @@ export class DeliveryDecider {
       idleTimeoutMs: options.idleTimeoutMs,
       stateTtlMs: options.stateTtlMs,
       dedupeTtlMs: options.dedupeTtlMs,
+      onKeyChange: (key) => this.keyChanging(key),
       windows: [
         {
           name: DELIVERY_WINDOWS.speed,
@@ -240,51 +251,98 @@ export class DeliveryDecider {
    * from them) and each delivery's history, fold, revisable decisions and alert state. A checkpoint.
    */
   snapshot(): DeciderSnapshot {
+    const engine = this.engine.snapshot();
     const deliveries: DeliverySnapshot[] = [];
-    for (const [key, state] of this.deliveries) {
-      // By id: a decision's event is in the history (checked below); one map beats a search per decision.
-      const at = new Map<string, number>();
-      for (let i = 0; i < state.events.length; i++) at.set(state.events[i]!.event_id, i);
-      const indexOf = (t: number, id: string): number => {
-        const i = at.get(id);
-        return i !== undefined && state.events[i]!.eventTimeMs === t ? i : -1;
-      };
-      const decided: DecisionRef[] = [];
-      const revisions: number[] = [];
-      const rows = new Float32Array(state.decided.size * N_FEATURES);
-      let n = 0;
-      for (const d of state.decided.values()) {
-        const i = indexOf(d.t, d.event_id);
-        decided.push(
-          i >= 0 && state.events[i]!.event_time === d.event_time ? i : [d.event_id, d.event_time, d.t],
-        );
-        revisions.push(d.revision);
-        rows.set(d.row, n * N_FEATURES);
-        n++;
-      }
-      const undecided: (number | [string, number])[] = [];
-      for (const [id, t] of state.undecided) {
-        const i = indexOf(t, id);
-        undecided.push(i >= 0 ? i : [id, t]);
-      }
-      const { statuses, stops, lastGps } = state.folded;
-      deliveries.push({
-        key,
-        events: packHistory(key, state.events),
-        folded: packHistory(key, lastGps === undefined ? statuses : [...statuses, lastGps]),
-        foldedStops: stops,
-        decided,
-        revisions,
-        rows: encodeRows(rows),
-        undecided,
-        alerting: state.alerting,
-      });
-    }
+    // In key order, like the engine's: equal state, equal snapshot (and the same as an incremental one).
+    for (const key of [...this.deliveries.keys()].sort()) deliveries.push(this.packDelivery(key));
     return {
       version: DECIDER_SNAPSHOT_VERSION,
-      engine: this.engine.snapshot(),
+      engine,
       deliveries,
       prunedBefore: Number.isFinite(this.prunedBefore) ? this.prunedBefore : null,
+    };
+  }
+
+  /**
+   * snapshot(), taken incrementally: the job holds everything but the keys now, each key is captured just
+   * before it next changes or when the job's step() reaches it, and finish() returns the JSON text of
+   * snapshot() as of this call. The caller goes on ingesting between steps; the pause is the head's cost,
+   * not the state's. One job at a time; pruning waits while one is open.
+   */
+  beginSnapshot(): SnapshotJob {
+    if (this.job) throw new Error('a snapshot is already being taken');
+    const head = this.engine.snapshotHead();
+    const keys = new Set(head.keys);
+    for (const key of this.deliveries.keys()) keys.add(key);
+    const job = new SnapshotJob(
+      DECIDER_SNAPSHOT_VERSION,
+      head,
+      Number.isFinite(this.prunedBefore) ? this.prunedBefore : null,
+      [...keys].sort(),
+      (key) => this.captureKey(key, head),
+      () => {
+        if (this.job !== job) return;
+        this.job = undefined;
+        this.prune();
+      },
+    );
+    this.job = job;
+    return job;
+  }
+
+  /** A key's JSON parts now: from the last capture if it has not changed since. */
+  private captureKey(key: string, head: EngineSnapshotHead): KeyText {
+    let text = this.captured.get(key);
+    if (text === undefined) {
+      const engine = this.engine.snapshotKey(key, head);
+      text = {
+        engine: engine === undefined ? undefined : JSON.stringify(engine),
+        delivery: this.deliveries.has(key) ? JSON.stringify(this.packDelivery(key)) : undefined,
+      };
+      this.captured.set(key, text);
+    }
+    return text;
+  }
+
+  /** Before any change to a key: an open job captures it as it was; a cached capture is no longer it. */
+  private keyChanging(key: string): void {
+    this.job?.capture(key);
+    this.captured.delete(key);
+  }
+
+  private packDelivery(key: string): DeliverySnapshot {
+    const state = this.deliveries.get(key)!;
+    // A decision's event is in the history (checked below), found by its (time, id): the history's order.
+    const indexOf = (t: number, id: string): number => historyIndex(state.events, t, id);
+    const decided: DecisionRef[] = [];
+    const revisions: number[] = [];
+    const rows = new Float32Array(state.decided.size * N_FEATURES);
+    let n = 0;
+    for (const d of state.decided.values()) {
+      const i = indexOf(d.t, d.event_id);
+      decided.push(
+        i >= 0 && state.events[i]!.event_time === d.event_time ? i : [d.event_id, d.event_time, d.t],
+      );
+      revisions.push(d.revision);
+      rows.set(d.row, n * N_FEATURES);
+      n++;
+    }
+    const undecided: (number | [string, number])[] = [];
+    for (const [id, t] of state.undecided) {
+      const i = indexOf(t, id);
+      undecided.push(i >= 0 ? i : [id, t]);
+    }
+    const { statuses, stops, lastGps } = state.folded;
+    return {
+      key,
+      events: packHistory(key, state.events),
+      folded: packHistory(key, lastGps === undefined ? statuses : [...statuses, lastGps]),
+      foldedStops: stops,
+      decided,
+      revisions,
+      rows: encodeRows(rows),
+      undecided,
+      alerting: state.alerting,
     };
   }
 
@@ -434,10 +492,14 @@ export class DeliveryDecider {
     if (!state) return risk > this.threshold;
     if (risk > this.threshold) {
       if (state.alerting) return false;
+      this.keyChanging(deliveryId);
       state.alerting = true;
       return true;
     }
-    if (risk < ALERT_REARM_BELOW) state.alerting = false;
+    if (risk < ALERT_REARM_BELOW && state.alerting) {
+      this.keyChanging(deliveryId);
+      state.alerting = false;
+    }
     return false;
   }
 
@@ -573,13 +635,27 @@ export class DeliveryDecider {
    */
   private prune(): void {
     const wm = this.engine.watermark();
-    if (wm === null) return;
-    const before = wm - this.horizonMs;
-    // At most once per 10 s of watermark: pruning walks every delivery.
-    if (before - this.prunedBefore < SPEED_STEP_MS / 6) return;
+    // Pruning changes every delivery at once: it waits for an open snapshot job (nothing pruned is needed
+    // any more, so keeping it a little longer changes no decision) and catches up when the job ends.
+    if (wm === null || this.job) return;
+    // On a grid of watermark, one step at a time (pruning walks every delivery): the state is then the same
+    // whenever the steps run — late after a job, or as the watermark crossed them.
+    const target = Math.floor((wm - this.horizonMs) / PRUNE_STEP_MS) * PRUNE_STEP_MS;
+    if (!(target > this.prunedBefore)) return;
+    let next = Math.floor(this.prunedBefore / PRUNE_STEP_MS) * PRUNE_STEP_MS + PRUNE_STEP_MS;
+    // A jump of the watermark (idleness released, end of input) prunes at once.
+    if (!Number.isFinite(next) || (target - next) / PRUNE_STEP_MS >= MAX_PRUNE_STEPS) next = target;
+    for (; next <= target; next += PRUNE_STEP_MS) this.pruneAt(next);
+  }
+
+  /** Drops decisions before `before` and folds the history before the fold line that goes with it. */
+  private pruneAt(before: number): void {
     this.prunedBefore = before;
-    const finalBefore = wm - SPEED_WINDOW_MS - this.allowedLatenessMs;
-    for (const state of this.deliveries.values()) {
+    // wm − speed window − lateness, for the watermark at which `before` = wm − horizon
+    const finalBefore = before + this.horizonMs - SPEED_WINDOW_MS - this.allowedLatenessMs;
+    for (const [key, state] of this.deliveries) {
+      const revisable = this.revisable;
+      const undecided = this.undecidedCount;
       for (const [id, d] of state.decided) {
         if (d.t < before) {
           state.decided.delete(id);
@@ -592,11 +668,14 @@ export class DeliveryDecider {
           this.undecidedCount--;
         }
       }
+      let changed = revisable !== this.revisable || undecided !== this.undecidedCount;
       if (state.events.length > 0 && state.events[0]!.eventTimeMs < finalBefore - SPEED_WINDOW_MS) {
         const kept = foldHistory(state.events, state.folded, finalBefore);
         this.historyEvents -= state.events.length - kept.length;
         state.events = kept;
+        changed = true;
       }
+      if (changed) this.captured.delete(key);
     }
   }
 }
@@ -636,6 +715,20 @@ function decodeRows(path: string, value: unknown, count: number): Float32Array[]
 /** Orders a decided event (t, id) against an event: < 0 when the decided one comes first. */
 function byTimeKey(t: number, id: string, e: DeliveryEvent): number {
   return t - e.eventTimeMs || (id < e.event_id ? -1 : id > e.event_id ? 1 : 0);
+}
+
+/** Index of the event (t, id) in a sorted history, or -1. */
+function historyIndex(events: readonly DeliveryEvent[], t: number, id: string): number {
+  let lo = 0;
+  let hi = events.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    const e = events[mid]!;
+    if (e.eventTimeMs < t || (e.eventTimeMs === t && e.event_id < id)) lo = mid + 1;
+    else hi = mid;
+  }
+  const e = events[lo];
+  return e !== undefined && e.eventTimeMs === t && e.event_id === id ? lo : -1;
 }
 
 /** Index of the first event with event time > t. */

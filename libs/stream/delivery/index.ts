@@ -4,3 +4,4 @@ export * from './decider';
 export * from './features';
 export * from './geo';
 export * from './schema';
+export { type KeyText, SnapshotJob } from './snapshot-job';

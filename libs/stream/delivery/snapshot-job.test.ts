@@ -1,0 +1,159 @@
+import { simulate } from '../../../loadtest/simulator';
+import { rng } from '../engine.test-util';
+import { DeliveryDecider, type DeliveryDeciderOptions } from './decider';
+
+function options(clock: () => number): DeliveryDeciderOptions {
+  return {
+    clock,
+    outOfOrdernessMs: 15_000,
+    allowedLatenessMs: 60_000,
+    idleTimeoutMs: 10_000,
+    stateTtlMs: 12 * 60_000,
+    dedupeTtlMs: 12 * 60_000,
+  };
+}
+
+type Step = { kind: 'ingest'; payload: string; partition: string; at: number } | { kind: 'tick'; at: number };
+
+/** Many deliveries on two partitions with disorder, duplicates, too-late events and idle stretches. */
+function steps(seed: number, deliveries: number, minutes: number): Step[] {
+  const { records } = simulate({
+    seed,
+    deliveries,
+    durationMs: minutes * 60_000,
+    gpsIntervalMs: 5_000,
+    disorderMs: 20_000,
+    duplicateFraction: 0.03,
+    tooLateFraction: 0.02,
+    invalidFraction: 0.01,
+    subSecondTimes: true,
+  });
+  const random = rng(seed);
+  const out: Step[] = [];
+  let at = 0;
+  records.forEach((r, i) => {
+    at += 5 + Math.floor(random() * 10);
+    const partition = i % 900 < 800 && random() < 0.5 ? 'p1' : 'p0';
+    out.push({ kind: 'ingest', payload: r.payload, partition, at });
+    if (random() < 0.01) {
+      at += 11_000;
+      out.push({ kind: 'tick', at });
+    }
+  });
+  return out;
+}
+
+/** Everything observable about one step (alerts included: they change a delivery's state). */
+function play(decider: DeliveryDecider, step: Step): string {
+  if (step.kind === 'tick') return JSON.stringify(['tick', decider.tick()]);
+  const r = decider.ingest(step.payload, step.partition);
+  return JSON.stringify([
+    r.disposition,
+    r.reason,
+    r.behindWatermark,
+    r.notReady,
+    r.decisions.map((d) => [d.delivery_id, d.event_id, d.eventTimeMs, d.revision, [...d.row]]),
+    r.windowResults,
+    r.watermark,
+    r.decisions.map((d) => decider.alertFor(d.delivery_id, d.row[4]! / 30)),
+  ]);
+}
+
+describe('SnapshotJob: an incremental snapshot taken while events go on', () => {
+  test.each([
+    [11, 1],
+    [13, 9],
+  ])(
+    'seed %i, %i keys per step: the text is snapshot() at the start, and a restore from it decides as the run did',
+    (seed, perStep) => {
+      const run = steps(seed, 12, 24);
+      let now = 0;
+      const live = new DeliveryDecider(options(() => now));
+      const random = rng(seed * 7);
+      const cuts = [
+        Math.floor(run.length * 0.3),
+        Math.floor(run.length * 0.6),
+        Math.floor(run.length * 0.85),
+      ];
+      const outputs: string[] = [];
+      const checks: { cut: number; text: string; expected: string }[] = [];
+      let i = 0;
+      for (const cut of cuts) {
+        for (; i < cut; i++) {
+          now = run[i]!.at;
+          outputs.push(play(live, run[i]!));
+        }
+        const expected = JSON.stringify(live.snapshot());
+        const job = live.beginSnapshot();
+        expect(job.remaining).toBeGreaterThan(10);
+        // Events (with their window firings, expiries, alerts) between steps, as the pipeline does.
+        while (!job.step(perStep)) {
+          const n = 1 + Math.floor(random() * 20);
+          for (let k = 0; k < n && i < run.length; k++, i++) {
+            now = run[i]!.at;
+            outputs.push(play(live, run[i]!));
+          }
+        }
+        checks.push({ cut: i, text: job.finish(), expected });
+      }
+      for (; i < run.length; i++) {
+        now = run[i]!.at;
+        outputs.push(play(live, run[i]!));
+      }
+      // The uninterrupted run: no jobs, pruning when it falls due.
+      let t = 0;
+      const plain = new DeliveryDecider(options(() => t));
+      const reference = run.map((s) => {
+        t = s.at;
+        return play(plain, s);
+      });
+      expect(outputs).toEqual(reference);
+      // Pruning deferred by the jobs caught up step by step: the same state as the run that pruned on time.
+      expect(JSON.stringify(live.snapshot())).toBe(JSON.stringify(plain.snapshot()));
+      for (const check of checks) {
+        expect(JSON.parse(check.text)).toEqual(JSON.parse(check.expected));
+      }
+      // A restore from the job's text, fed what came after the job started, decides as the run did.
+      const first = cuts[0]!;
+      let r = run[first - 1]!.at;
+      const restored = new DeliveryDecider(
+        options(() => r),
+        JSON.parse(checks[0]!.text),
+      );
+      const replay = run.slice(first).map((s) => {
+        r = s.at;
+        return play(restored, s);
+      });
+      expect(replay).toEqual(reference.slice(first));
+    },
+  );
+
+  test('keys unchanged since the last job are taken from its text; a changed key is captured again', () => {
+    let now = 0;
+    const decider = new DeliveryDecider(options(() => now));
+    const run = steps(21, 8, 6);
+    for (const s of run) {
+      now = s.at;
+      play(decider, s);
+    }
+    const first = decider.beginSnapshot().finish();
+    // Nothing happened: the same text.
+    expect(decider.beginSnapshot().finish()).toBe(first);
+    expect(first).toBe(JSON.stringify(decider.snapshot()));
+    // One more event for one delivery: the next text is the new snapshot().
+    const { records } = simulate({ seed: 22, deliveries: 1, durationMs: 60_000, gpsIntervalMs: 5_000 });
+    now += 1000;
+    decider.ingest(records[0]!.payload, 'p0');
+    const next = decider.beginSnapshot().finish();
+    expect(next).not.toBe(first);
+    expect(next).toBe(JSON.stringify(decider.snapshot()));
+  });
+
+  test('one job at a time; cancel ends it and a new one can start', () => {
+    const decider = new DeliveryDecider(options(() => 0));
+    const job = decider.beginSnapshot();
+    expect(() => decider.beginSnapshot()).toThrow('already');
+    job.cancel();
+    expect(decider.beginSnapshot().finish()).toBe(JSON.stringify(decider.snapshot()));
+  });
+});
