@@ -32,15 +32,18 @@ import {
   type FoldedHistory,
   featureVector,
   foldHistory,
+  indexHistory,
   N_FEATURES,
   type NotReady,
+  type SettledStops,
   SPEED_STEP_MS,
   SPEED_WINDOW_MS,
+  settleStops,
   TRAFFIC_WINDOW_MS,
 } from './features';
 import { haversineKm } from './geo';
 import { type HistoryColumns, packHistory, unpackHistory } from './history-codec';
-import { type DeliveryEvent, type GpsEvent, parseEvent, type StatusEvent } from './schema';
+import { type DeliveryEvent, type GpsEvent, parseEvent, type StatusEvent, type TrafficEvent } from './schema';
 import { type KeyText, SnapshotJob } from './snapshot-job';
 
 /** Engine windows of a delivery (results are counted; the features read the history). */
@@ -113,6 +116,10 @@ interface DeliveryState {
   /** Accepted events whose features were not ready at their time (no first status or GPS yet): event_id → t. */
   undecided: Map<string, number>;
   alerting: boolean;
+  /** The stop scan settled a little behind the latest decision (derived, not snapshotted; see SettledStops). */
+  settled: SettledStops | undefined;
+  /** The history's statuses and traffic alerts (derived, rebuilt after a fold; see HistoryIndex). */
+  index: { statuses: StatusEvent[]; traffic: TrafficEvent[] } | undefined;
 }
 
 /** 2: histories in columns, decisions as indices into them with their rows in base64, a compact engine. */
@@ -163,6 +170,10 @@ export interface DeciderStats {
 
 type Engine = EventTimeEngine<EnginePoint, number>;
 type Effect = StreamEffect<EnginePoint, number>;
+
+/** How far behind a decision its delivery's stop scan is settled, and how often (event time) it advances. */
+const SETTLE_MS = 2 * 60_000;
+const SETTLE_STEP_MS = 30_000;
 
 /** Pruning runs on this grid of watermark (pruneAt). */
 const PRUNE_STEP_MS = SPEED_STEP_MS / 6;
@@ -414,6 +425,8 @@ export class DeliveryDecider {
         decided,
         undecided,
         alerting: raw.alerting,
+        settled: undefined,
+        index: undefined,
       });
       this.historyEvents += events.length;
       this.revisable += decided.size;
@@ -525,11 +538,24 @@ export class DeliveryDecider {
   private accept(event: DeliveryEvent, result: DecideResult): void {
     let state = this.deliveries.get(event.delivery_id);
     if (!state) {
-      state = { events: [], folded: emptyFold(), decided: new Map(), undecided: new Map(), alerting: false };
+      state = {
+        events: [],
+        folded: emptyFold(),
+        decided: new Map(),
+        undecided: new Map(),
+        alerting: false,
+        settled: undefined,
+        index: undefined,
+      };
       this.deliveries.set(event.delivery_id, state);
     }
     const at = insertionIndex(state.events, event);
     state.events.splice(at, 0, event);
+    if (state.settled !== undefined && event.eventTimeMs < state.settled.before) state.settled = undefined;
+    if (state.index !== undefined && event.type !== 'gps') {
+      if (event.type === 'status') insertInOrder(state.index.statuses, event);
+      else insertInOrder(state.index.traffic, event);
+    }
     this.historyEvents++;
     const own = this.decide(state, event.event_id, event.eventTimeMs);
     if (own.ok) {
@@ -606,7 +632,13 @@ export class DeliveryDecider {
       state.events[count - 1]!.event_id > eventId
     )
       count--;
-    const features = computeFeaturesSorted(state.events, count, t, state.folded);
+    // The stop scan settled up to SETTLE_MS behind t, advanced every SETTLE_STEP_MS of event time: each
+    // decision scans the last minutes instead of the whole history.
+    const settleAt = t - SETTLE_MS;
+    if (state.settled === undefined || state.settled.before < settleAt - SETTLE_STEP_MS)
+      state.settled = settleStops(state.events, settleAt, state.settled);
+    state.index ??= indexHistory(state.events);
+    const features = computeFeaturesSorted(state.events, count, t, state.folded, state.settled, state.index);
     if (!features.ok) return features;
     return { ok: true, row: featureVector(features.features, new Float32Array(N_FEATURES)) };
   }
@@ -673,6 +705,8 @@ export class DeliveryDecider {
         const kept = foldHistory(state.events, state.folded, finalBefore);
         this.historyEvents -= state.events.length - kept.length;
         state.events = kept;
+        state.settled = undefined;
+        state.index = undefined;
         changed = true;
       }
       if (changed) this.captured.delete(key);
@@ -741,6 +775,13 @@ function upperBound(events: readonly DeliveryEvent[], t: number): number {
     else hi = mid;
   }
   return lo;
+}
+
+/** Inserts an event into a sorted list of events (of one type), from the end. */
+function insertInOrder<E extends DeliveryEvent>(list: E[], e: E): void {
+  let i = list.length;
+  while (i > 0 && byTime(list[i - 1]!, e) > 0) i--;
+  list.splice(i, 0, e);
 }
 
 /** Where an event goes in a sorted history; most arrive in order, so search from the end. */

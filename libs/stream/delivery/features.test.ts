@@ -1,15 +1,21 @@
+import { simulate } from '../../../loadtest/simulator';
 import {
+  byTime,
   computeFeatures,
+  computeFeaturesSorted,
   countStops,
   type DeliveryFeatures,
   eventsUpTo,
   FEATURE_NAMES,
   featureVector,
+  indexHistory,
   pathSpeedKmh,
+  type SettledStops,
+  settleStops,
   slideTimes,
 } from './features';
 import { EARTH_RADIUS_KM, haversineKm } from './geo';
-import type { DeliveryEvent, GpsEvent, StatusEvent, TrafficEvent } from './schema';
+import { type DeliveryEvent, type GpsEvent, parseEvent, type StatusEvent, type TrafficEvent } from './schema';
 
 const T0 = Date.UTC(2026, 10, 8, 10, 0, 0);
 const S = 1000;
@@ -252,5 +258,47 @@ describe('order independence', () => {
     const b = { ...gps(T0, 12.1), event_id: 'a-first' };
     const c = gps(T0 - S, 12.2);
     expect(eventsUpTo([a, b, c, a], T0).map((e) => e.event_id)).toEqual([c.event_id, 'a-first', a.event_id]);
+  });
+});
+
+describe('settled stop scans and the history index (the pipeline’s shortcuts)', () => {
+  test('computeFeaturesSorted with a resumed settled scan and an index equals it without them, at every prefix', () => {
+    const { records } = simulate({
+      seed: 11,
+      deliveries: 12,
+      durationMs: 24 * 60_000,
+      gpsIntervalMs: 5_000,
+      subSecondTimes: true,
+    });
+    const byDelivery = new Map<string, Map<string, DeliveryEvent>>();
+    for (const r of records) {
+      const parsed = parseEvent(r.payload);
+      if (!parsed.ok) continue;
+      const e = parsed.event;
+      if (!byDelivery.has(e.delivery_id)) byDelivery.set(e.delivery_id, new Map());
+      byDelivery.get(e.delivery_id)!.set(e.event_id, e);
+    }
+    let compared = 0;
+    let withStops = 0;
+    for (const events of byDelivery.values()) {
+      const sorted = [...events.values()].sort(byTime);
+      const index = indexHistory(sorted);
+      let settled: SettledStops | undefined;
+      for (let count = 1; count <= sorted.length; count++) {
+        const t = sorted[count - 1]!.eventTimeMs;
+        // As the decider does: settled two minutes back, resumed every 30 s of event time (first from a
+        // prefix with no point yet).
+        if (settled === undefined || settled.before < t - 150_000)
+          settled = settleStops(sorted, t - 120_000, settled);
+        // Indexed lists must only hold the prefix's events for the comparison to be about the prefix.
+        const plain = computeFeaturesSorted(sorted, count, t);
+        const fast = computeFeaturesSorted(sorted, count, t, undefined, settled, index);
+        expect(fast).toEqual(plain);
+        compared++;
+        if (plain.ok && plain.features.stops > 0) withStops++;
+      }
+    }
+    expect(compared).toBeGreaterThan(1000);
+    expect(withStops).toBeGreaterThan(100);
   });
 });

@@ -17,7 +17,7 @@
  *   minutes_to_promised    (promised_time − t) in minutes; negative once overdue
  */
 import { haversineKm } from './geo';
-import type { DeliveryEvent, GpsEvent, StatusEvent } from './schema';
+import type { DeliveryEvent, GpsEvent, StatusEvent, TrafficEvent } from './schema';
 
 export const FEATURE_NAMES = [
   'speed_5m_kmh',
@@ -88,14 +88,18 @@ function scanStops(
   events: readonly DeliveryEvent[],
   count: number,
   settledBefore = Number.POSITIVE_INFINITY,
+  from?: SettledStops,
 ): { stops: number; next: number } {
   const nextGps = (from: number): number => {
     let k = from;
     while (k < count && events[k]!.type !== 'gps') k++;
     return k;
   };
-  let stops = 0;
-  let i = nextGps(0);
+  // Resuming a settled scan: its anchors' outcomes rest on points before its time only, so the scan from
+  // where it stopped, with its count, is the scan from the start. (Where it stopped may be its count's end,
+  // not a point: the next point is looked for with this count.)
+  let stops = from?.stops ?? 0;
+  let i = nextGps(from?.next ?? 0);
   while (i < count && events[i]!.eventTimeMs < settledBefore) {
     const anchor = events[i] as GpsEvent;
     let lastIn = i;
@@ -118,6 +122,56 @@ function scanStops(
     }
   }
   return { stops, next: i };
+}
+
+/**
+ * A stop scan settled up to `before` over a sorted history (settleStops): the stops it counted, the anchor it
+ * stopped at (`next`) and `end`, the index of the first event at or after `before`. Valid while the events
+ * before `before` are unchanged (no event inserted before it, nothing folded); then any scan whose count
+ * reaches `end` can resume from it instead of from the first point — the pipeline's features at every event
+ * would otherwise rescan the whole history.
+ */
+export interface SettledStops {
+  readonly before: number;
+  readonly stops: number;
+  readonly next: number;
+  readonly end: number;
+}
+
+/** The stop scan of `sorted` settled up to `before`, resumed from `from` (settled earlier, still valid). */
+export function settleStops(
+  sorted: readonly DeliveryEvent[],
+  before: number,
+  from?: SettledStops,
+): SettledStops {
+  let end = from && from.before <= before ? from.end : 0;
+  while (end < sorted.length && sorted[end]!.eventTimeMs < before) end++;
+  const resume = from && from.before <= before ? from : undefined;
+  const { stops, next } = scanStops(sorted, end, before, resume);
+  return { before, stops, next, end };
+}
+
+/**
+ * A sorted history's status and traffic events, in its order. Given to computeFeaturesSorted, it spares the
+ * scans of the whole history that only look for them: those reads of old, cold event objects were most of the
+ * pipeline's time per event once histories held minutes of GPS points.
+ */
+export interface HistoryIndex {
+  readonly statuses: readonly StatusEvent[];
+  readonly traffic: readonly TrafficEvent[];
+}
+
+export function indexHistory(sorted: readonly DeliveryEvent[]): {
+  statuses: StatusEvent[];
+  traffic: TrafficEvent[];
+} {
+  const statuses: StatusEvent[] = [];
+  const traffic: TrafficEvent[] = [];
+  for (const e of sorted) {
+    if (e.type === 'status') statuses.push(e);
+    else if (e.type === 'traffic') traffic.push(e);
+  }
+  return { statuses, traffic };
 }
 
 /** The features at time t, or what is still missing. */
@@ -152,6 +206,8 @@ export function computeFeaturesSorted(
   count: number,
   t: number,
   folded?: FoldedHistory,
+  settled?: SettledStops,
+  index?: HistoryIndex,
 ): FeatureResult {
   // One pass each way over the prefix, no allocation: this runs for every event the pipeline decides on.
   // The earliest status carrying each field wins: the first status defines the delivery.
@@ -164,9 +220,21 @@ export function computeFeaturesSorted(
     if (route === undefined && s.route_id !== undefined) route = s.route_id;
   };
   if (folded) for (const s of folded.statuses) takeStatus(s);
-  for (let i = 0; i < count; i++) {
-    const e = sorted[i]!;
-    if (e.type === 'status') takeStatus(e);
+  // The last event of the prefix: an indexed event is in it when it does not come after this one.
+  const edge = count > 0 ? sorted[count - 1]! : undefined;
+  const inPrefix = (e: DeliveryEvent): boolean =>
+    edge !== undefined &&
+    (e.eventTimeMs < edge.eventTimeMs || (e.eventTimeMs === edge.eventTimeMs && e.event_id <= edge.event_id));
+  if (index) {
+    for (const s of index.statuses) {
+      if (!inPrefix(s)) break;
+      takeStatus(s);
+    }
+  } else {
+    for (let i = 0; i < count; i++) {
+      const e = sorted[i]!;
+      if (e.type === 'status') takeStatus(e);
+    }
   }
   if (promised === undefined) return { ok: false, missing: 'no_promised_time' };
   const d = dest as StatusEvent | undefined;
@@ -175,15 +243,24 @@ export function computeFeaturesSorted(
   let lastAt = -1;
   let firstRecentAt = -1;
   let alerts = 0;
+  // With the index, the alerts come from its list and the walk back ends with the speed window.
+  const walkUntil = index ? t - SPEED_WINDOW_MS : t - TRAFFIC_WINDOW_MS;
   for (let i = count - 1; i >= 0; i--) {
     const e = sorted[i]!;
     if (e.type === 'gps') {
       if (lastAt < 0) lastAt = i;
       if (e.eventTimeMs > t - SPEED_WINDOW_MS) firstRecentAt = i;
-    } else if (e.type === 'traffic') {
+    } else if (e.type === 'traffic' && !index) {
       if (e.eventTimeMs > t - TRAFFIC_WINDOW_MS && (route === undefined || e.route_id === route)) alerts++;
     }
-    if (e.eventTimeMs <= t - TRAFFIC_WINDOW_MS && lastAt >= 0) break;
+    if (e.eventTimeMs <= walkUntil && lastAt >= 0) break;
+  }
+  if (index) {
+    for (let k = index.traffic.length - 1; k >= 0; k--) {
+      const e = index.traffic[k]!;
+      if (e.eventTimeMs <= t - TRAFFIC_WINDOW_MS) break;
+      if (inPrefix(e) && (route === undefined || e.route_id === route)) alerts++;
+    }
   }
   const last = lastAt >= 0 ? (sorted[lastAt] as GpsEvent) : folded?.lastGps;
   if (!last) return { ok: false, missing: 'no_gps' };
@@ -206,7 +283,14 @@ export function computeFeaturesSorted(
     features: {
       speed_5m_kmh: speed,
       distance_remaining_km: haversineKm(last.driver_lat, last.driver_lon, d.dest_lat, d.dest_lon),
-      stops: (folded?.stops ?? 0) + scanStops(sorted, count).stops,
+      stops:
+        (folded?.stops ?? 0) +
+        scanStops(
+          sorted,
+          count,
+          Number.POSITIVE_INFINITY,
+          settled && count >= settled.end ? settled : undefined,
+        ).stops,
       traffic_alerts_10m: alerts,
       minutes_to_promised: (promised - t) / 60_000,
     },
