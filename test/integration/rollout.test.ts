@@ -8,7 +8,7 @@ import { mkdtempSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { ServerHandle } from './harness';
-import { postJson, sleep, startServer } from './harness';
+import { postJson, runCliToExit, sleep, startServer } from './harness';
 import { Load, rollout, type View, waitFor } from './rollout-kit';
 
 describe('progressive delivery: automatic canary analysis', () => {
@@ -131,6 +131,11 @@ describe('progressive delivery: automatic canary analysis', () => {
     const pause = await postJson(`${server.url}/api/models/digits/rollout/pause`, {});
     expect(pause.status).toBe(409);
     expect((await rollout(server.url)).view.state).toBe('rolled_back');
+    // the CLI shows it; `--wait` on a finished rollout exits 1 unless it was promoted
+    const status = await runCliToExit(['models', 'rollout-status', 'digits', '--wait', '--url', server.url]);
+    expect(status.code).toBe(1);
+    expect(status.out).toContain('digits: 2 over 1 — rolled_back, step 1/1, candidate share 0%');
+    expect(status.out).toContain('step_0 → rolled_back (failed_disagreement)');
     const metrics = await (await fetch(`${server.url}/metrics`)).text();
     expect(metrics).toMatch(/streaminfer_rollout_state\{model="digits",state="rolled_back"\} 1/);
     expect(metrics).toMatch(/streaminfer_rollout_check_verdict\{model="digits",check="disagreement"\} -1/);
