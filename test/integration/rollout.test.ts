@@ -4,9 +4,11 @@
  * and promotes; one with a tiny disagreement threshold rolls back by itself, the candidate gets no traffic
  * one interval later, the reason is recorded and the candidate stays loaded.
  */
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { lintExposition } from '../../libs/metrics';
 import type { ServerHandle } from './harness';
 import { postJson, runCliToExit, sleep, startServer } from './harness';
 import { Load, rollout, type View, waitFor } from './rollout-kit';
@@ -137,6 +139,9 @@ describe('progressive delivery: automatic canary analysis', () => {
     expect(status.out).toContain('digits: 2 over 1 — rolled_back, step 1/1, candidate share 0%');
     expect(status.out).toContain('step_0 → rolled_back (failed_disagreement)');
     const metrics = await (await fetch(`${server.url}/metrics`)).text();
+    expect(lintExposition(metrics)).toEqual([]);
+    if (spawnSync('promtool', ['--version'], { stdio: 'ignore' }).status === 0)
+      expect(spawnSync('promtool', ['check', 'metrics'], { input: metrics, encoding: 'utf8' }).stdout).toBe('');
     expect(metrics).toMatch(/streaminfer_rollout_state\{model="digits",state="rolled_back"\} 1/);
     expect(metrics).toMatch(/streaminfer_rollout_check_verdict\{model="digits",check="disagreement"\} -1/);
   });
