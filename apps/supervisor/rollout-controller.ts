@@ -21,6 +21,7 @@ import {
   evaluateRollout,
   isActive,
   pauseRollout,
+  ROLLOUT_STATES,
   RolloutError,
   type RolloutRecord,
   resumeRollout,
@@ -32,7 +33,7 @@ import {
   type VersionCounters,
   validatePlan,
 } from '../../libs/rollout';
-import type { RolloutStore } from './rollout-store';
+import { RolloutConflictError, type RolloutStore } from './rollout-store';
 
 /**
  * Error codes that are the client's fault, left out of the error-rate check entirely (neither a request nor
@@ -72,19 +73,31 @@ export interface RolloutHost {
 }
 
 export interface RolloutControllerOptions {
-  host: RolloutHost;
+  readonly host: RolloutHost;
   store: RolloutStore;
   registry: Registry;
   logger: Logger;
+  /** This host's name as a rollout's driver (the fleet host id; any name on a single host). */
+  hostId: string;
   now?: () => number;
+  /** A fleet: how often a host reads the others' rollouts (to follow them, and take over a silent driver). */
+  scanMs?: number;
 }
 
 export type RolloutAction = 'start' | 'get' | 'pause' | 'resume' | 'abort';
 
+/** A fleet host takes a rollout over when its driver has not written it for 3 intervals + this. */
+const TAKEOVER_GRACE_MS = 5000;
+
 export class RolloutController {
   private readonly records = new Map<string, RolloutRecord>();
+  /** The store revision each record was read or written at (the next write's compare-and-set). */
+  private readonly revisions = new Map<string, number>();
+  /** Models whose rollout this host drives (all of them on a single host). */
+  private readonly owned = new Set<string>();
   private readonly windows = new Map<string, SampleWindow>();
   private readonly timers = new Map<string, NodeJS.Timeout>();
+  private scanTimer: NodeJS.Timeout | undefined;
   /** One operation at a time per model (an evaluation, or an operator's pause / resume / abort). */
   private readonly queues = new Map<string, Promise<unknown>>();
   private stopped = false;
@@ -138,10 +151,16 @@ export class RolloutController {
     });
     this.evaluationSeconds = new Histogram({
       name: 'streaminfer_rollout_evaluation_duration_seconds',
-      help: 'Time one rollout evaluation takes: collecting the nodes’ counters, the analysis and persisting the record (not the registry change).',
+      help: "Time one rollout evaluation takes: collecting the nodes' counters, the analysis and persisting the record (not the registry change).",
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1],
       registers,
     });
+  }
+
+  /** A fleet host keeps its rollouts in the fleet's store, as `hostId` (set before resume()). */
+  useStore(store: RolloutStore, hostId: string): void {
+    this.options.store = store;
+    this.options.hostId = hostId;
   }
 
   /** Whether a rollout of this model is running (registry actions by hand are refused meanwhile). */
@@ -150,26 +169,80 @@ export class RolloutController {
     return record !== undefined && isActive(record);
   }
 
-  /** Loads the persisted rollouts and resumes the active ones at their step. */
-  resume(): void {
-    const { records, warnings } = this.options.store.load();
-    for (const warning of warnings) this.options.logger.warn(warning);
-    for (const record of records) {
-      this.records.set(record.model, record);
-      this.export(record);
-      if (!isActive(record)) continue;
-      this.options.logger.info(
-        { model: record.model, candidate: record.candidate, state: record.state, step: record.step },
-        'rollout resumed after a restart',
-      );
-      this.schedule(record.model, 0);
-    }
+  /**
+   * Loads the persisted rollouts and resumes the active ones at their step (on a single host all of them; in
+   * a fleet those this host drove, or whose driver is silent). In a fleet it then follows the others' every
+   * `scanMs`. A store that cannot be read (NATS down) is tried again by the scan.
+   */
+  async resume(): Promise<void> {
+    await this.scan(true).catch((error: Error) =>
+      this.options.logger.warn({ err: error.message }, 'rollout: cannot read the rollouts now'),
+    );
+    if (this.options.store.shared) this.scheduleScan();
   }
 
   stop(): void {
     this.stopped = true;
     for (const timer of this.timers.values()) clearTimeout(timer);
     this.timers.clear();
+    if (this.scanTimer) clearTimeout(this.scanTimer);
+  }
+
+  private scheduleScan(): void {
+    if (this.stopped) return;
+    this.scanTimer = setTimeout(() => {
+      void this.scan(false)
+        .catch((error: Error) => this.options.logger.debug({ err: error.message }, 'rollout: scan failed'))
+        .finally(() => this.scheduleScan());
+    }, this.options.scanMs ?? 2000);
+    this.scanTimer.unref();
+  }
+
+  /** Reads the store: follows what other hosts wrote, and drives what is this host's (or left silent). */
+  private async scan(atStart: boolean): Promise<void> {
+    const { entries, warnings } = await this.options.store.list();
+    for (const warning of warnings) this.options.logger.warn(warning);
+    for (const entry of entries) {
+      const model = entry.record.model;
+      await this.serial(model, async () => {
+        const known = this.revisions.get(model) ?? 0;
+        if (this.owned.has(model) && entry.revision <= known) return;
+        if (entry.revision !== known) {
+          this.records.set(model, entry.record);
+          this.revisions.set(model, entry.revision);
+          this.export(entry.record);
+        }
+        if (!isActive(entry.record) || this.owned.has(model)) return;
+        const silentMs = this.now() - entry.beatAt;
+        const mine = entry.driver === this.options.hostId;
+        if (
+          this.options.store.shared &&
+          !mine &&
+          silentMs < 3 * entry.record.plan.intervalMs + TAKEOVER_GRACE_MS
+        )
+          return;
+        // Ours (a restart), or its driver went silent: drive it from here, if no one else took it first.
+        try {
+          await this.persist(entry.record);
+        } catch (error) {
+          if (error instanceof RolloutConflictError) return;
+          throw error;
+        }
+        this.owned.add(model);
+        this.options.logger.info(
+          {
+            model,
+            candidate: entry.record.candidate,
+            state: entry.record.state,
+            step: entry.record.step,
+            ...(mine ? {} : { previous_driver: entry.driver, silent_ms: silentMs }),
+          },
+          atStart && mine ? 'rollout resumed after a restart' : 'rollout taken over from a silent host',
+        );
+        await this.reconcile(entry.record, false);
+        this.schedule(model, 0);
+      });
+    }
   }
 
   /** The admin API's entry: the rollout's view, or a ProtocolError (never anything else). */
@@ -177,7 +250,9 @@ export class RolloutController {
     try {
       switch (action) {
         case 'get': {
-          const record = this.records.get(model);
+          const record = this.options.store.shared
+            ? ((await this.options.store.read(model))?.record ?? this.records.get(model))
+            : this.records.get(model);
           if (!record) throw new ProtocolError('not_found', `model "${model}" has no rollout`);
           return { rollout: rolloutView(record) };
         }
@@ -201,14 +276,39 @@ export class RolloutController {
     return next;
   }
 
+  /** The latest stored rollout of a model (a fleet: what any host wrote), adopted locally. */
+  private async latest(model: string): Promise<RolloutRecord | undefined> {
+    if (!this.options.store.shared) return this.records.get(model);
+    const entry = await this.options.store.read(model);
+    if (entry && entry.revision !== this.revisions.get(model)) {
+      this.records.set(model, entry.record);
+      this.revisions.set(model, entry.revision);
+      this.export(entry.record);
+    }
+    return entry?.record ?? this.records.get(model);
+  }
+
+  /** Writes a record at the revision last seen; this host drives it from then on. */
+  private async persist(record: RolloutRecord): Promise<void> {
+    const revision = await this.options.store.write(
+      record,
+      this.options.hostId,
+      this.now(),
+      this.revisions.get(record.model) ?? 0,
+    );
+    this.revisions.set(record.model, revision);
+    this.records.set(record.model, record);
+  }
+
   private async start(model: string, body: Record<string, unknown>): Promise<RolloutRecord> {
     const table = this.options.host.table();
     const served = table.models.find((m) => m.name === model);
     if (!served) throw new ProtocolError('not_found', `unknown model "${model}"`);
-    if (this.active(model))
+    const existing = await this.latest(model);
+    if (existing && isActive(existing))
       throw new ProtocolError(
         'conflict',
-        `a rollout of "${model}" is ${this.records.get(model)!.state}: pause, resume or abort it first`,
+        `a rollout of "${model}" is ${existing.state}: pause, resume or abort it first`,
       );
     const plan = validatePlan(body, { classifier: this.options.host.isClassifier(model) });
     if (plan.version === served.stable)
@@ -225,12 +325,18 @@ export class RolloutController {
       now,
     });
     // Candidate loaded (if it was not) and the first phase's routing, in one epoch; refused → no rollout.
-    const routing = desiredRouting(record);
-    await this.options.host.route(model, routing, `rollout ${model}: started`);
-    this.records.set(model, record);
+    await this.options.host.route(model, desiredRouting(record), `rollout ${model}: started`);
+    try {
+      await this.persist(record);
+    } catch (error) {
+      if (error instanceof RolloutConflictError)
+        throw new ProtocolError('conflict', `another host started a rollout of "${model}" at the same time`);
+      throw error;
+    }
+    this.owned.add(model);
     const window = new SampleWindow(plan.windowMs, BOUNDS);
     this.windows.set(model, window);
-    this.record(record, [transition]);
+    this.announce(record, [transition]);
     // The first sample now: the window's baseline.
     await this.sample(record).then(
       (sample) => window.add(sample),
@@ -240,21 +346,44 @@ export class RolloutController {
     return record;
   }
 
+  /** pause / resume / abort, from any host: written by compare-and-set, tried again once when it moved. */
   private async operate(model: string, action: 'pause' | 'resume' | 'abort'): Promise<RolloutRecord> {
-    const record = this.records.get(model);
-    if (!record) throw new ProtocolError('not_found', `model "${model}" has no rollout`);
-    const now = this.now();
-    const moved =
-      action === 'pause'
-        ? pauseRollout(record, now)
-        : action === 'resume'
-          ? resumeRollout(record, now)
-          : abortRollout(record, now, { reason: 'aborted', detail: 'aborted by the operator' });
-    this.records.set(model, moved.record);
-    this.record(moved.record, [moved.transition]);
-    await this.reconcile(moved.record, true);
-    if (action === 'resume') this.schedule(model, record.plan.intervalMs);
-    return moved.record;
+    for (let attempt = 0; ; attempt++) {
+      const record = await this.latest(model);
+      if (!record) throw new ProtocolError('not_found', `model "${model}" has no rollout`);
+      const now = this.now();
+      const moved =
+        action === 'pause'
+          ? pauseRollout(record, now)
+          : action === 'resume'
+            ? resumeRollout(record, now)
+            : abortRollout(record, now, { reason: 'aborted', detail: 'aborted by the operator' });
+      try {
+        await this.writeKeepingDriver(moved.record);
+      } catch (error) {
+        if (error instanceof RolloutConflictError && attempt === 0) continue;
+        throw error;
+      }
+      this.announce(moved.record, [moved.transition]);
+      // The share changes now, from this host, whoever drives the rollout.
+      await this.reconcile(moved.record, true);
+      if (action === 'resume' && this.owned.has(model)) this.schedule(model, record.plan.intervalMs);
+      return moved.record;
+    }
+  }
+
+  /** An operator's write: on a fleet, the driver stays who it was (it reads the change at its next write). */
+  private async writeKeepingDriver(record: RolloutRecord): Promise<void> {
+    if (!this.options.store.shared || this.owned.has(record.model)) return this.persist(record);
+    const entry = await this.options.store.read(record.model);
+    const revision = await this.options.store.write(
+      record,
+      entry?.driver ?? this.options.hostId,
+      entry?.beatAt ?? this.now(),
+      this.revisions.get(record.model) ?? 0,
+    );
+    this.revisions.set(record.model, revision);
+    this.records.set(record.model, record);
   }
 
   private schedule(model: string, delayMs: number): void {
@@ -270,40 +399,56 @@ export class RolloutController {
     this.timers.set(model, timer);
   }
 
-  /** One evaluation of one model's rollout, then the next one scheduled while it is active. */
+  /** One evaluation of one model's rollout, then the next one scheduled while it is active and ours. */
   private async tick(model: string): Promise<void> {
-    let record = this.records.get(model);
-    if (!record || !isActive(record) || this.stopped) return;
+    const before = this.records.get(model);
+    if (!before || !isActive(before) || this.stopped || !this.owned.has(model)) return;
     try {
       const started = performance.now();
       const served = this.options.host.table().models.find((m) => m.name === model);
-      if (served?.candidate !== record.candidate && served?.stable !== record.candidate) {
+      let evaluation: { record: RolloutRecord; transitions: Transition[] };
+      if (served?.candidate !== before.candidate) {
         // Someone replaced the candidate (or removed the model) under the rollout: it cannot go on.
-        const moved = abortRollout(record, this.now(), {
+        const aborted = abortRollout(before, this.now(), {
           reason: 'candidate_replaced',
-          detail: `the registry's candidate of "${model}" is ${served?.candidate ?? 'none'}, not ${record.candidate}`,
+          detail: `the registry's candidate of "${model}" is ${served?.candidate ?? 'none'}, not ${before.candidate}`,
         });
-        this.records.set(model, moved.record);
-        this.record(moved.record, [moved.transition]);
+        evaluation = { record: aborted.record, transitions: [aborted.transition] };
+      } else {
+        const window = this.windows.get(model) ?? new SampleWindow(before.plan.windowMs, BOUNDS);
+        this.windows.set(model, window);
+        const delta = window.add(await this.sample(before));
+        evaluation = evaluateRollout(before, {
+          totals: window.totals(),
+          bounds: BOUNDS,
+          delta,
+          now: this.now(),
+        });
+      }
+      try {
+        await this.persist(evaluation.record);
+      } catch (error) {
+        if (!(error instanceof RolloutConflictError)) throw error;
+        // Another host wrote it (an operator's pause or abort, or a takeover): follow what it wrote.
+        const entry = await this.options.store.read(model);
+        if (entry) {
+          this.records.set(model, entry.record);
+          this.revisions.set(model, entry.revision);
+          this.export(entry.record);
+          if (entry.driver !== this.options.hostId) this.owned.delete(model);
+        }
         return;
       }
-      const window = this.windows.get(model) ?? new SampleWindow(record.plan.windowMs, BOUNDS);
-      this.windows.set(model, window);
-      const sample = await this.sample(record);
-      const delta = window.add(sample);
-      const evaluation = evaluateRollout(record, {
-        totals: window.totals(),
-        bounds: BOUNDS,
-        delta,
-        now: this.now(),
-      });
-      record = evaluation.record;
-      this.records.set(model, record);
-      this.record(record, evaluation.transitions);
+      this.announce(evaluation.record, evaluation.transitions);
       this.evaluationSeconds.observe((performance.now() - started) / 1000);
-      await this.reconcile(record, evaluation.transitions.length > 0);
+      await this.reconcile(evaluation.record, evaluation.transitions.length > 0);
+    } catch (error) {
+      // NATS away, a node not answering: the next evaluation tries again.
+      this.options.logger.warn({ model, err: (error as Error).message }, 'rollout evaluation failed');
     } finally {
-      if (isActive(this.records.get(model)!)) this.schedule(model, record.plan.intervalMs);
+      const now = this.records.get(model)!;
+      if (isActive(now) && this.owned.has(model)) this.schedule(model, now.plan.intervalMs);
+      else if (!isActive(now)) this.owned.delete(model);
     }
   }
 
@@ -337,13 +482,8 @@ export class RolloutController {
     }
   }
 
-  /** Persists every record, counts and logs the transitions, and exports the gauges. */
-  private record(record: RolloutRecord, transitions: readonly Transition[]): void {
-    try {
-      this.options.store.save([...this.records.values()]);
-    } catch (error) {
-      this.options.logger.error({ err: (error as Error).message }, 'cannot save the rollout records');
-    }
+  /** Counts and logs the transitions, and exports the gauges. */
+  private announce(record: RolloutRecord, transitions: readonly Transition[]): void {
     for (const transition of transitions) {
       this.transitionsTotal.inc({
         model: record.model,
@@ -371,8 +511,7 @@ export class RolloutController {
     const model = record.model;
     this.stepGauge.set({ model }, record.step);
     this.shareGauge.set({ model }, shareOf(record));
-    for (const state of ['shadow', 'progressing', 'paused', 'promoted', 'rolled_back', 'aborted'] as const)
-      this.stateGauge.set({ model, state }, record.state === state ? 1 : 0);
+    for (const state of ROLLOUT_STATES) this.stateGauge.set({ model, state }, record.state === state ? 1 : 0);
     for (const check of record.checks) {
       this.checkVerdict.set({ model, check: check.name }, VERDICT_VALUE[check.verdict]);
       if (check.value !== null) this.checkValue.set({ model, check: check.name }, check.value);

@@ -46,7 +46,7 @@ import type { FleetReloadOutcome } from './fleet-reload';
 import { NodeSet } from './node-set';
 import type { NodeHeartbeat, NotifyHost, SystemdNotifier } from './notify';
 import { type RolloutAction, RolloutController, type RolloutRouting } from './rollout-controller';
-import { FileRolloutStore } from './rollout-store';
+import { FileRolloutStore, FleetRolloutStore } from './rollout-store';
 
 export interface SupervisorOptions {
   config: ServerConfig;
@@ -150,6 +150,7 @@ export class Supervisor implements AdminHost, NotifyHost {
         route: (model, routing, reason) => this.routeRollout(model, routing, reason),
       },
       store: new FileRolloutStore(options.config.stateDir),
+      hostId: 'local',
       registry: this.registry,
       logger,
     });
@@ -341,7 +342,10 @@ export class Supervisor implements AdminHost, NotifyHost {
       this.options.config.host,
     );
     await this.member?.start();
-    this.rollouts.resume();
+    // A fleet's rollouts live in its KV bucket (any host follows them; one drives each); a host's in its state dir.
+    if (this.member)
+      this.rollouts.useStore(new FleetRolloutStore(await this.member.openRollouts()), this.member.hostId);
+    await this.rollouts.resume();
     this.options.notifier?.started();
     return port;
   }

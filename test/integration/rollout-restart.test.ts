@@ -45,9 +45,12 @@ describe('progressive delivery: a restart resumes the rollout at its step', () =
     expect(before).toMatchObject({ state: 'progressing', step: 1, share: 30 });
     await server.stop();
     const persisted = JSON.parse(readFileSync(path.join(stateDir, 'rollouts.json'), 'utf8')) as {
-      rollouts: { state: string; step: number }[];
+      rollouts: { driver: string; record: { state: string; step: number } }[];
     };
-    expect(persisted.rollouts[0]).toMatchObject({ state: 'progressing', step: 1 });
+    expect(persisted.rollouts[0]).toMatchObject({
+      driver: 'local',
+      record: { state: 'progressing', step: 1 },
+    });
 
     server = await start();
     const after = (await rollout(server.url)).view;

@@ -141,7 +141,9 @@ describe('progressive delivery: automatic canary analysis', () => {
     const metrics = await (await fetch(`${server.url}/metrics`)).text();
     expect(lintExposition(metrics)).toEqual([]);
     if (spawnSync('promtool', ['--version'], { stdio: 'ignore' }).status === 0)
-      expect(spawnSync('promtool', ['check', 'metrics'], { input: metrics, encoding: 'utf8' }).stdout).toBe('');
+      expect(spawnSync('promtool', ['check', 'metrics'], { input: metrics, encoding: 'utf8' }).stdout).toBe(
+        '',
+      );
     expect(metrics).toMatch(/streaminfer_rollout_state\{model="digits",state="rolled_back"\} 1/);
     expect(metrics).toMatch(/streaminfer_rollout_check_verdict\{model="digits",check="disagreement"\} -1/);
   });
