@@ -33,6 +33,7 @@ import {
   type VersionCounters,
   validatePlan,
 } from '../../libs/rollout';
+import { ClusterError } from './cluster';
 import { RolloutConflictError, type RolloutStore } from './rollout-store';
 
 /**
@@ -250,9 +251,11 @@ export class RolloutController {
     try {
       switch (action) {
         case 'get': {
-          const record = this.options.store.shared
-            ? ((await this.options.store.read(model))?.record ?? this.records.get(model))
-            : this.records.get(model);
+          // A fleet answers from its store (any host's writes); without NATS, from what this host read last.
+          const stored = this.options.store.shared
+            ? await this.options.store.read(model).catch(() => undefined)
+            : undefined;
+          const record = stored?.record ?? this.records.get(model);
           if (!record) throw new ProtocolError('not_found', `model "${model}" has no rollout`);
           return { rollout: rolloutView(record) };
         }
@@ -520,17 +523,22 @@ export class RolloutController {
   }
 }
 
-/** A rollout refusal as the API answers it. */
-function asProtocolError(error: unknown): ProtocolError {
+/**
+ * A rollout refusal as the API answers it: plan and state errors typed, an unknown model or version 404
+ * not_found (the contract), NATS away 503 cluster_unavailable; a busy or conflicting reload is left for the
+ * admin API's `respond` (409 reload_in_progress / conflict).
+ */
+function asProtocolError(error: unknown): unknown {
   if (error instanceof ProtocolError) {
-    // The contract answers an unknown model or version 404 not_found.
     if (error.code === 'unknown_model' || error.code === 'unknown_version')
       return new ProtocolError('not_found', error.message);
     return error;
   }
   if (error instanceof RolloutError)
     return new ProtocolError(error.code === 'invalid_state' ? 'conflict' : 'bad_request', error.message);
-  return new ProtocolError('internal', (error as Error).message);
+  if (error instanceof ClusterError)
+    return new ProtocolError(error.code === 'conflict' ? 'conflict' : 'cluster_unavailable', error.message);
+  return error;
 }
 
 function emptyCounters(): { requests: number; errors: number; latency: number[] } {

@@ -449,6 +449,12 @@ export class Supervisor implements AdminHost, NotifyHost {
     reason: string,
   ): Promise<ReloadOutcome> {
     const strategy = request.strategy ?? 'atomic';
+    // A version reload would move stable under a running rollout (whose checks compare against it).
+    if (request.model !== undefined && request.version !== undefined && this.rollouts.active(request.model))
+      throw new ProtocolError(
+        'conflict',
+        `a rollout of "${request.model}" is running: abort it (POST /api/models/${request.model}/rollout/abort) before reloading a version of it`,
+      );
     const next = await this.reloadPlan(request, strategy);
     if (this.member) {
       this.pendingSettings = request.settings;

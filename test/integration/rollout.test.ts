@@ -57,6 +57,7 @@ describe('progressive delivery: automatic canary analysis', () => {
       expect(again.body.code).toBe('conflict');
       // and so are registry changes by hand
       expect((await postJson(`${server.url}/api/models/digits/canary`, { percent: 90 })).status).toBe(409);
+      expect((await postJson(`${server.url}/api/reload`, { model: 'digits', version: '1' })).status).toBe(409);
       const done = await waitFor(server.url, (v) => v.state === 'promoted');
       expect(done.transitions.map((t) => `${t.from}>${t.to}:${t.reason}`)).toEqual([
         'none>step_0:started',
@@ -78,6 +79,15 @@ describe('progressive delivery: automatic canary analysis', () => {
       /streaminfer_rollout_transitions_total\{model="digits",from="step_1",to="promoted",reason="all_steps_passed"\} 1/,
     );
     expect(metrics).toMatch(/streaminfer_rollout_share\{model="digits"\} 100/);
+    const evaluation = (field: string) =>
+      Number(
+        new RegExp(`^streaminfer_rollout_evaluation_duration_seconds_${field} (\\S+)$`, 'm').exec(
+          metrics,
+        )?.[1],
+      );
+    console.log(
+      `one evaluation (collect + analysis + persist): mean ${((evaluation('sum') / evaluation('count')) * 1000).toFixed(2)} ms over ${evaluation('count')}`,
+    );
     expect(metrics).toMatch(/streaminfer_rollout_check_verdict\{model="digits",check="disagreement"\} 1/);
   });
 
