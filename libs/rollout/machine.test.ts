@@ -128,11 +128,11 @@ describe('rollout state machine', () => {
     ]);
     expect(record.checks.every((check) => check.consecutiveFailures === 0)).toBe(true);
     expect(record.state).toBe('progressing');
-    // no window yet at all
-    expect(step(start(), 5000, undefined).record.checks[0]).toMatchObject({
-      verdict: 'insufficient',
-      value: null,
-    });
+    // no window yet at all: nothing judged, nothing moves
+    const first = step(start(), 5000, undefined);
+    expect(first.record.checks[0]).toMatchObject({ verdict: 'insufficient', value: null });
+    expect(first.results).toEqual([]);
+    expect(first.record.stepRequests).toBe(50);
   });
 
   test('a check failing N evaluations in a row rolls back, with the reason and no traffic', () => {
@@ -280,6 +280,8 @@ describe('rollout state machine', () => {
     // a fresh window after the restart: first evaluation has no totals yet, the step and its clock stay
     const first = step(restored, 45000, undefined, 0);
     expect(first.record).toMatchObject({ state: 'progressing', step: 0, stepStartedAt: 35000 });
+    // the failure counted before the restart is kept, not forgiven by the empty window
+    expect(first.record.checks.find((check) => check.name === 'disagreement')!.consecutiveFailures).toBe(1);
     expect(step(first.record, 50000, healthy).transitions[0]?.reason).toBe('step_passed');
   });
 

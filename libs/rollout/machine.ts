@@ -172,14 +172,25 @@ export interface Evaluation {
   results: CheckResult[];
 }
 
-/** One evaluation: checks, then rollback, progress or nothing. A finished rollout is returned as it is. */
+/**
+ * One evaluation: checks, then rollback, progress or nothing. A finished rollout is returned as it is; without
+ * window totals only the step's request count moves.
+ */
 export function evaluateRollout(record: RolloutRecord, input: EvaluationInput): Evaluation {
   if (!isActive(record)) return { record, transitions: [], results: [] };
   const { now } = input;
   const plan = record.plan;
-  const results = runChecks(input.totals, input.bounds, plan.checks, plan.minSamples);
   const phase: ActivePhase = record.state === 'paused' ? record.pausedFrom! : (record.state as ActivePhase);
   const added = phase === 'shadow' ? input.delta.comparisons : input.delta.candidateRequests;
+  // No window yet (the first sample after a start, a restart or a counter reset): nothing to judge, and the
+  // verdicts and failure counts so far stay as they were (a restart neither forgives nor repeats a failure).
+  if (!input.totals)
+    return {
+      record: { ...record, stepRequests: record.stepRequests + Math.max(0, added), updatedAt: now },
+      transitions: [],
+      results: [],
+    };
+  const results = runChecks(input.totals, input.bounds, plan.checks, plan.minSamples);
   const checks = results.map((result): CheckStatus => {
     const previous = record.checks.find((check) => check.name === result.name);
     return {
