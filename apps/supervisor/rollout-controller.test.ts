@@ -107,7 +107,14 @@ class FakeHost implements RolloutHost {
     return true;
   }
 
+  /** Registry changes to refuse (another reload running) before they go through again. */
+  failRoutes = 0;
+
   async route(model: string, routing: RolloutRouting): Promise<void> {
+    if (this.failRoutes > 0) {
+      this.failRoutes--;
+      throw new Error('another reload is in progress');
+    }
     this.routes.push(routing);
     const current = this.table_.models[0]!;
     this.table_ = {
@@ -144,10 +151,16 @@ class MemoryStore implements RolloutStore {
     return this.entries.get(model);
   }
 
-  async write(record: RolloutRecord, driver: string, beatAt: number, expected: number): Promise<number> {
+  async write(
+    record: RolloutRecord,
+    driver: string,
+    beatAt: number,
+    settled: boolean,
+    expected: number,
+  ): Promise<number> {
     const current = this.entries.get(record.model)?.revision ?? 0;
     if (current !== expected) throw new RolloutConflictError(`at ${current}, not ${expected}`);
-    this.entries.set(record.model, { record, driver, beatAt, revision: current + 1 });
+    this.entries.set(record.model, { record, driver, beatAt, settled, revision: current + 1 });
     return current + 1;
   }
 }
@@ -247,6 +260,33 @@ describe('RolloutController', () => {
     await expect(rollouts.handle('digits', 'start', { ...PLAN, version: '1' })).rejects.toMatchObject({
       code: 'bad_request',
     });
+  });
+
+  test('a rollback whose registry change fails is tried again until it holds, also after a restart', async () => {
+    const host = new FakeHost();
+    host.candidateErrorShare = 0.5;
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'rollout-unit-'));
+    const first = controller(host, new FileRolloutStore(dir));
+    await first.handle('digits', 'start', { ...PLAN, failures_to_rollback: 1 });
+    host.failRoutes = 1000;
+    await until(() => !first.active('digits'));
+    // rolled back, but the registry still serves the canary: persisted unsettled
+    expect(host.table().models[0]).toMatchObject({ canaryPercent: 10 });
+    const file = () =>
+      (
+        JSON.parse(readFileSync(path.join(dir, 'rollouts.json'), 'utf8')) as {
+          rollouts: { settled: boolean }[];
+        }
+      ).rollouts[0]!;
+    expect(file().settled).toBe(false);
+    // a restart: the next supervisor settles it
+    first.stop();
+    host.failRoutes = 2;
+    const second = controller(host, new FileRolloutStore(dir));
+    await second.resume();
+    await until(() => host.table().models[0]!.canaryPercent === 0);
+    expect(host.table().models[0]).toMatchObject({ stable: '1', candidate: '2', shadow: false });
+    await until(() => file().settled);
   });
 
   test('a fleet: one drives, the other follows, pauses it by CAS, and takes it over when the driver goes silent', async () => {

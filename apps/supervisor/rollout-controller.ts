@@ -5,8 +5,16 @@
  * change path — the epoch barrier, and under a fleet the fleet's barrier on every host. Rollback happens in
  * the evaluation that decides it, so the candidate stops receiving traffic within one interval (plus the
  * barrier's own time). A registry change that fails (another reload running) is tried again at the next
- * evaluation. Records persist after every evaluation; a restarted supervisor resumes each active rollout at
- * its step (its window starts again: the counters it reads restart with the nodes).
+ * evaluation — for a finished rollout too: its record is written `settled: false` before the change and
+ * `true` once the registry holds it, so a crash in between is made good after the restart. Records persist
+ * after every evaluation; a restarted supervisor resumes each active rollout at its step (its window starts
+ * again: the counters it reads restart with the nodes).
+ *
+ * In a fleet (FleetRolloutStore) one host drives each rollout: the one it was started on. Its write at every
+ * evaluation is its lease (compare-and-set on the revision it last wrote); a host that finds a rollout
+ * unwritten for 3 intervals + 5 s takes it over with the same compare-and-set, and a driver whose write
+ * conflicts reads what won (an operator's pause or abort from another host keeps the driver; a takeover
+ * does not). The checks read the driving host's own counters.
  */
 import type { Logger } from 'pino';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
@@ -96,6 +104,8 @@ export class RolloutController {
   private readonly revisions = new Map<string, number>();
   /** Models whose rollout this host drives (all of them on a single host). */
   private readonly owned = new Set<string>();
+  /** Finished rollouts whose routing the registry is not known to hold yet (see StoredRollout.settled). */
+  private readonly unsettled = new Set<string>();
   private readonly windows = new Map<string, SampleWindow>();
   private readonly timers = new Map<string, NodeJS.Timeout>();
   private scanTimer: NodeJS.Timeout | undefined;
@@ -213,7 +223,8 @@ export class RolloutController {
           this.revisions.set(model, entry.revision);
           this.export(entry.record);
         }
-        if (!isActive(entry.record) || this.owned.has(model)) return;
+        // Active, or finished with its routing not confirmed: it needs a driver.
+        if ((!isActive(entry.record) && entry.settled) || this.owned.has(model)) return;
         const silentMs = this.now() - entry.beatAt;
         const mine = entry.driver === this.options.hostId;
         if (
@@ -223,9 +234,11 @@ export class RolloutController {
         )
           return;
         // Ours (a restart), or its driver went silent: drive it from here, if no one else took it first.
+        if (!entry.settled) this.unsettled.add(model);
         try {
           await this.persist(entry.record);
         } catch (error) {
+          this.unsettled.delete(model);
           if (error instanceof RolloutConflictError) return;
           throw error;
         }
@@ -240,7 +253,6 @@ export class RolloutController {
           },
           atStart && mine ? 'rollout resumed after a restart' : 'rollout taken over from a silent host',
         );
-        await this.reconcile(entry.record, false);
         this.schedule(model, 0);
       });
     }
@@ -297,6 +309,7 @@ export class RolloutController {
       record,
       this.options.hostId,
       this.now(),
+      !this.unsettled.has(record.model),
       this.revisions.get(record.model) ?? 0,
     );
     this.revisions.set(record.model, revision);
@@ -361,15 +374,18 @@ export class RolloutController {
           : action === 'resume'
             ? resumeRollout(record, now)
             : abortRollout(record, now, { reason: 'aborted', detail: 'aborted by the operator' });
+      if (action === 'abort') this.unsettled.add(model);
       try {
         await this.writeKeepingDriver(moved.record);
       } catch (error) {
+        this.unsettled.delete(model);
         if (error instanceof RolloutConflictError && attempt === 0) continue;
         throw error;
       }
       this.announce(moved.record, [moved.transition]);
-      // The share changes now, from this host, whoever drives the rollout.
-      await this.reconcile(moved.record, true);
+      // The share changes now, from this host, whoever drives the rollout (it settles an abort if this fails).
+      if ((await this.reconcile(moved.record, true)) && this.unsettled.delete(model))
+        await this.writeKeepingDriver(moved.record).catch(() => undefined);
       if (action === 'resume' && this.owned.has(model)) this.schedule(model, record.plan.intervalMs);
       return moved.record;
     }
@@ -383,6 +399,7 @@ export class RolloutController {
       record,
       entry?.driver ?? this.options.hostId,
       entry?.beatAt ?? this.now(),
+      !this.unsettled.has(record.model),
       this.revisions.get(record.model) ?? 0,
     );
     this.revisions.set(record.model, revision);
@@ -402,11 +419,22 @@ export class RolloutController {
     this.timers.set(model, timer);
   }
 
-  /** One evaluation of one model's rollout, then the next one scheduled while it is active and ours. */
+  /**
+   * One evaluation of one model's rollout, then the next one scheduled while it is active and ours. A finished
+   * one whose routing is not settled (the registry change failed, or a restart came in between) only tries
+   * the registry again, every interval, until it holds.
+   */
   private async tick(model: string): Promise<void> {
     const before = this.records.get(model);
-    if (!before || !isActive(before) || this.stopped || !this.owned.has(model)) return;
+    if (!before || this.stopped || !this.owned.has(model)) return;
     try {
+      if (!isActive(before)) {
+        if (this.unsettled.has(model) && (await this.reconcile(before, false))) {
+          this.unsettled.delete(model);
+          await this.persist(before);
+        }
+        return;
+      }
       const started = performance.now();
       const served = this.options.host.table().models.find((m) => m.name === model);
       let evaluation: { record: RolloutRecord; transitions: Transition[] };
@@ -428,9 +456,12 @@ export class RolloutController {
           now: this.now(),
         });
       }
+      // Finished: written unsettled first, so a crash before the registry change is retried after a restart.
+      if (!isActive(evaluation.record)) this.unsettled.add(model);
       try {
         await this.persist(evaluation.record);
       } catch (error) {
+        this.unsettled.delete(model);
         if (!(error instanceof RolloutConflictError)) throw error;
         // Another host wrote it (an operator's pause or abort, or a takeover): follow what it wrote.
         const entry = await this.options.store.read(model);
@@ -439,19 +470,25 @@ export class RolloutController {
           this.revisions.set(model, entry.revision);
           this.export(entry.record);
           if (entry.driver !== this.options.hostId) this.owned.delete(model);
+          else if (!entry.settled) this.unsettled.add(model);
         }
         return;
       }
       this.announce(evaluation.record, evaluation.transitions);
       this.evaluationSeconds.observe((performance.now() - started) / 1000);
-      await this.reconcile(evaluation.record, evaluation.transitions.length > 0);
+      if (
+        (await this.reconcile(evaluation.record, evaluation.transitions.length > 0)) &&
+        this.unsettled.delete(model)
+      )
+        await this.persist(evaluation.record);
     } catch (error) {
       // NATS away, a node not answering: the next evaluation tries again.
       this.options.logger.warn({ model, err: (error as Error).message }, 'rollout evaluation failed');
     } finally {
       const now = this.records.get(model)!;
-      if (isActive(now) && this.owned.has(model)) this.schedule(model, now.plan.intervalMs);
-      else if (!isActive(now)) this.owned.delete(model);
+      if (this.owned.has(model) && (isActive(now) || this.unsettled.has(model)))
+        this.schedule(model, now.plan.intervalMs);
+      else this.owned.delete(model);
     }
   }
 
@@ -461,10 +498,13 @@ export class RolloutController {
     return counterSample(perNode, record.model, record.stable, record.candidate, this.now());
   }
 
-  /** Makes the registry hold what the record asks for; a failure is logged and tried again next time. */
-  private async reconcile(record: RolloutRecord, changed: boolean): Promise<void> {
+  /**
+   * Makes the registry hold what the record asks for. True when it does (or nothing can be done: the model
+   * or the candidate is gone); false when the change failed (logged; the caller tries again next interval).
+   */
+  private async reconcile(record: RolloutRecord, changed: boolean): Promise<boolean> {
     const served = this.options.host.table().models.find((m) => m.name === record.model);
-    if (!served) return;
+    if (!served) return true;
     const routing = desiredRouting(record);
     let needed: boolean;
     if (routing.kind === 'promote')
@@ -474,14 +514,16 @@ export class RolloutController {
         served.candidate === record.candidate &&
         ((served.canaryPercent ?? 0) !== routing.canaryPercent ||
           (served.shadow ?? false) !== routing.shadow);
-    if (!needed) return;
+    if (!needed) return true;
     try {
       await this.options.host.route(record.model, routing, `rollout ${record.model}: ${record.state}`);
+      return true;
     } catch (error) {
       this.options.logger[changed ? 'error' : 'warn'](
         { model: record.model, state: record.state, err: (error as Error).message },
         'rollout: registry change failed; trying again at the next evaluation',
       );
+      return false;
     }
   }
 

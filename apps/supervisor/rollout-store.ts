@@ -20,6 +20,11 @@ export interface StoredRollout {
   driver: string;
   /** When the driver last wrote it (ms): a driver silent for long is taken over. */
   beatAt: number;
+  /**
+   * False while the registry may not hold the routing of a finished rollout yet (rolled back, aborted or
+   * promoted, and the registry change not confirmed): whoever drives it tries again, after a restart too.
+   */
+  settled: boolean;
   revision: number;
 }
 
@@ -37,23 +42,31 @@ export interface RolloutStore {
   list(): Promise<{ entries: StoredRollout[]; warnings: string[] }>;
   read(model: string): Promise<StoredRollout | undefined>;
   /** Writes one model's rollout if it is still at `expected` (0: there must be none); returns the new revision. */
-  write(record: RolloutRecord, driver: string, beatAt: number, expected: number): Promise<number>;
+  write(
+    record: RolloutRecord,
+    driver: string,
+    beatAt: number,
+    settled: boolean,
+    expected: number,
+  ): Promise<number>;
 }
 
 function parseStored(value: unknown, revision: number): StoredRollout {
-  const raw = value as { driver?: unknown; beat_at?: unknown; record?: unknown };
+  const raw = value as { driver?: unknown; beat_at?: unknown; settled?: unknown; record?: unknown };
   if (typeof raw !== 'object' || raw === null) throw new Error('rollout entry: not an object');
   return {
     record: parseRecord(raw.record),
     driver: typeof raw.driver === 'string' ? raw.driver : '',
     beatAt: typeof raw.beat_at === 'number' ? raw.beat_at : 0,
+    settled: raw.settled !== false,
     revision,
   };
 }
 
-const storedValue = (record: RolloutRecord, driver: string, beatAt: number) => ({
+const storedValue = (record: RolloutRecord, driver: string, beatAt: number, settled: boolean) => ({
   driver,
   beat_at: beatAt,
+  settled,
   record: serializeRecord(record),
 });
 
@@ -113,11 +126,19 @@ export class FileRolloutStore implements RolloutStore {
     return this.loaded().get(model);
   }
 
-  async write(record: RolloutRecord, driver: string, beatAt: number, _expected: number): Promise<number> {
+  async write(
+    record: RolloutRecord,
+    driver: string,
+    beatAt: number,
+    settled: boolean,
+    _expected: number,
+  ): Promise<number> {
     const entries = this.loaded();
     const revision = (entries.get(record.model)?.revision ?? 0) + 1;
-    const next = new Map(entries).set(record.model, { record, driver, beatAt, revision });
-    const rollouts = [...next.values()].map((entry) => storedValue(entry.record, entry.driver, entry.beatAt));
+    const next = new Map(entries).set(record.model, { record, driver, beatAt, settled, revision });
+    const rollouts = [...next.values()].map((entry) =>
+      storedValue(entry.record, entry.driver, entry.beatAt, entry.settled),
+    );
     fs.mkdirSync(this.stateDir, { recursive: true });
     const temporary = `${this.file}.${process.pid}.tmp`;
     const fd = fs.openSync(temporary, 'w');
@@ -163,9 +184,15 @@ export class FleetRolloutStore implements RolloutStore {
     return entry ? parseStored(entry.value, entry.revision) : undefined;
   }
 
-  async write(record: RolloutRecord, driver: string, beatAt: number, expected: number): Promise<number> {
+  async write(
+    record: RolloutRecord,
+    driver: string,
+    beatAt: number,
+    settled: boolean,
+    expected: number,
+  ): Promise<number> {
     try {
-      return await this.records.write(record.model, storedValue(record, driver, beatAt), expected);
+      return await this.records.write(record.model, storedValue(record, driver, beatAt, settled), expected);
     } catch (error) {
       if (error instanceof ClusterError && error.code === 'conflict')
         throw new RolloutConflictError(error.message);

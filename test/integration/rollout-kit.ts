@@ -60,3 +60,18 @@ export async function waitFor(url: string, done: (view: View) => boolean, timeou
   }
   throw new Error(`rollout did not get there in ${timeoutMs} ms: ${JSON.stringify(last)}`);
 }
+
+/** The model's stable alias as `GET /api/models` says it, once it is `version` (or the last seen after 5 s). */
+export async function stableOf(url: string, version: string, model = 'digits'): Promise<string | undefined> {
+  const deadline = Date.now() + 5000;
+  let stable: string | undefined;
+  while (Date.now() < deadline) {
+    const listing = (await (await fetch(`${url}/api/models`)).json()) as {
+      models: { name: string; aliases: Record<string, string> }[];
+    };
+    stable = listing.models.find((m) => m.name === model)?.aliases.stable;
+    if (stable === version) break;
+    await sleep(100);
+  }
+  return stable;
+}

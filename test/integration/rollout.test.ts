@@ -11,7 +11,7 @@ import * as path from 'node:path';
 import { lintExposition } from '../../libs/metrics';
 import type { ServerHandle } from './harness';
 import { postJson, runCliToExit, sleep, startServer } from './harness';
-import { Load, rollout, type View, waitFor } from './rollout-kit';
+import { Load, rollout, stableOf, type View, waitFor } from './rollout-kit';
 
 describe('progressive delivery: automatic canary analysis', () => {
   let server: ServerHandle;
@@ -57,7 +57,9 @@ describe('progressive delivery: automatic canary analysis', () => {
       expect(again.body.code).toBe('conflict');
       // and so are registry changes by hand
       expect((await postJson(`${server.url}/api/models/digits/canary`, { percent: 90 })).status).toBe(409);
-      expect((await postJson(`${server.url}/api/reload`, { model: 'digits', version: '1' })).status).toBe(409);
+      expect((await postJson(`${server.url}/api/reload`, { model: 'digits', version: '1' })).status).toBe(
+        409,
+      );
       const done = await waitFor(server.url, (v) => v.state === 'promoted');
       expect(done.transitions.map((t) => `${t.from}>${t.to}:${t.reason}`)).toEqual([
         'none>step_0:started',
@@ -70,10 +72,7 @@ describe('progressive delivery: automatic canary analysis', () => {
       await load.stop();
     }
     console.log(`promote: ${Date.now() - started} ms`);
-    const models = (await (await fetch(`${server.url}/api/models`)).json()) as {
-      models: { name: string; aliases: Record<string, string> }[];
-    };
-    expect(models.models.find((m) => m.name === 'digits')!.aliases.stable).toBe('1');
+    expect(await stableOf(server.url, '1')).toBe('1');
     const metrics = await (await fetch(`${server.url}/metrics`)).text();
     expect(metrics).toMatch(
       /streaminfer_rollout_transitions_total\{model="digits",from="step_1",to="promoted",reason="all_steps_passed"\} 1/,
