@@ -258,7 +258,7 @@ export class RolloutController {
     }
   }
 
-  /** The admin API's entry: the rollout's view, or a ProtocolError (never anything else). */
+  /** The admin API's entry: the rollout's view; refusals are ProtocolErrors, a busy or conflicting reload its own error (respond() answers both). */
   async handle(model: string, action: RolloutAction, body: Record<string, unknown>): Promise<unknown> {
     try {
       switch (action) {
