@@ -1,8 +1,8 @@
 /**
  * The host's control answers, for any node that received the request on the data port: health and readiness
  * probes, metrics (every process aggregated), and the admin API under /api/ (token or loopback): reloads,
- * registry actions, rollouts (rollout-controller.ts), the model list, and the test hooks. It shapes outcomes and typed errors into responses;
- * what a reload does is the supervisor's.
+ * registry actions, rollouts (rollout-controller.ts), the model list, and the test hooks. It shapes outcomes
+ * and typed errors into responses; what a reload does is the supervisor's.
  */
 import type { Counter, Registry } from 'prom-client';
 import type { ServerConfig } from '../../libs/config';

@@ -258,7 +258,10 @@ export class RolloutController {
     }
   }
 
-  /** The admin API's entry: the rollout's view; refusals are ProtocolErrors, a busy or conflicting reload its own error (respond() answers both). */
+  /**
+   * The admin API's entry: the rollout's view. Refusals are ProtocolErrors; a busy or conflicting reload
+   * keeps its own error (the admin API's respond() answers both).
+   */
   async handle(model: string, action: RolloutAction, body: Record<string, unknown>): Promise<unknown> {
     try {
       switch (action) {
