@@ -64,6 +64,10 @@ function nodeMetrics(
       { value: disagree, labels: { model: 'digits', agree: 'false' } },
       { value: 999, labels: { model: 'other', agree: 'false' } },
     ]),
+    metric('streaminfer_shadow_candidate_errors_total', 'counter', [
+      { value: 3, labels: { model: 'digits' } },
+      { value: 7, labels: { model: 'other' } },
+    ]),
   ];
 }
 
@@ -80,7 +84,7 @@ test('counterSample sums the nodes, leaves client faults and other models out, r
   expect(sample.candidate).toMatchObject({ requests: 30, errors: 2 });
   expect(sample.candidate.latency).toHaveLength(DURATION_BUCKETS.length + 1);
   expect(sample.candidate.latency.every((count) => count === 30)).toBe(true);
-  expect(sample.shadow).toEqual({ agree: 135, disagree: 15 });
+  expect(sample.shadow).toEqual({ agree: 135, disagree: 15, candidateErrors: 6 });
 });
 
 /** A host whose counters grow by a fixed amount at every collection, and whose registry is a plain table. */

@@ -599,7 +599,7 @@ export function counterSample(
   at: number,
 ): CounterSample {
   const sides = { stable: emptyCounters(), candidate: emptyCounters() };
-  const shadow = { agree: 0, disagree: 0 };
+  const shadow = { agree: 0, disagree: 0, candidateErrors: 0 };
   const sideOf = (labels: Record<string, unknown>) =>
     labels.model !== model
       ? undefined
@@ -627,6 +627,9 @@ export function counterSample(
           const index = le === '+Inf' ? BOUNDS.length - 1 : BOUNDS.indexOf(Number(le));
           if (index >= 0) side.latency[index]! += value.value;
         }
+      } else if (metric.name === 'streaminfer_shadow_candidate_errors_total') {
+        for (const value of metric.values)
+          if (value.labels.model === model) shadow.candidateErrors += value.value;
       } else if (metric.name === 'streaminfer_shadow_comparisons_total') {
         for (const value of metric.values) {
           if (value.labels.model !== model) continue;

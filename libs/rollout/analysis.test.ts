@@ -107,6 +107,24 @@ describe('checks', () => {
     );
   });
 
+  test("error rate: the candidate's failures on mirrored copies count (a shadow phase sees an erroring candidate)", () => {
+    const shadowOnly = totals({
+      candidate: version(0),
+      stable: version(2000),
+      shadow: { agree: 60, disagree: 0, candidateErrors: 40 },
+    });
+    const result = errorRateCheck(shadowOnly, { maxIncrease: 0.01 }, 50);
+    expect(result).toMatchObject({ verdict: 'fail', candidateSamples: 100, value: 0.4 });
+    // compared copies alone are answers without errors
+    expect(
+      errorRateCheck(
+        totals({ stable: version(20000), shadow: { agree: 3000, disagree: 20 } }),
+        { maxIncrease: 0.01 },
+        50,
+      ).verdict,
+    ).toBe('pass');
+  });
+
   test('p99 ratio: slow candidate fails, same latency passes, few samples insufficient', () => {
     const plan = { max: 1.5, floorMs: 1 };
     const slow = p99RatioCheck(
@@ -182,7 +200,7 @@ describe('SampleWindow', () => {
     expect(t.spanMs).toBe(10000);
     expect(t.stable.requests).toBe(200);
     expect(t.candidate.requests).toBe(20);
-    expect(t.shadow).toEqual({ agree: 18, disagree: 2 });
+    expect(t.shadow).toEqual({ agree: 18, disagree: 2, candidateErrors: 0 });
     expect(window.size).toBe(3);
   });
 

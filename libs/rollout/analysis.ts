@@ -22,15 +22,24 @@ export interface CounterSample {
   at: number;
   stable: VersionCounters;
   candidate: VersionCounters;
-  /** Mirrored requests whose two answers were compared (stable-served requests copied to the candidate). */
-  shadow: { agree: number; disagree: number };
+  /**
+   * Mirrored requests (stable-served requests copied to the candidate): compared (agree / disagree), and those
+   * the candidate failed with a fault of its own while stable answered (`candidateErrors`, optional: 0).
+   */
+  shadow: ShadowCounters;
+}
+
+export interface ShadowCounters {
+  agree: number;
+  disagree: number;
+  candidateErrors?: number;
 }
 
 export interface WindowTotals {
   spanMs: number;
   stable: VersionCounters;
   candidate: VersionCounters;
-  shadow: { agree: number; disagree: number };
+  shadow: ShadowCounters;
 }
 
 /** What one new sample added since the previous one (0 after a reset). */
@@ -83,7 +92,8 @@ export class SampleWindow {
       (versionDecreased(sample.stable, last.stable) ||
         versionDecreased(sample.candidate, last.candidate) ||
         sample.shadow.agree < last.shadow.agree ||
-        sample.shadow.disagree < last.shadow.disagree)
+        sample.shadow.disagree < last.shadow.disagree ||
+        (sample.shadow.candidateErrors ?? 0) < (last.shadow.candidateErrors ?? 0))
     ) {
       this.samples = [sample];
       return zeroDelta(true);
@@ -112,6 +122,7 @@ export class SampleWindow {
       shadow: {
         agree: last.shadow.agree - first.shadow.agree,
         disagree: last.shadow.disagree - first.shadow.disagree,
+        candidateErrors: (last.shadow.candidateErrors ?? 0) - (first.shadow.candidateErrors ?? 0),
       },
     };
   }
@@ -138,13 +149,21 @@ const fmt = (value: number): string =>
  * Error rate: candidate − stable error rate, Newcombe interval at 95 % one-sided. fail when its lower bound
  * is above `maxIncrease` (the candidate is worse by more than allowed, at that confidence); pass when its
  * upper bound is at or below it; insufficient otherwise or with fewer than `minSamples` answers either side.
+ * The candidate's answers are those it served and those it gave on mirrored copies (compared, or failed by
+ * its own fault): so a shadow phase, where it serves nothing, still sees a candidate that errors.
  */
 export function errorRateCheck(
   totals: WindowTotals | undefined,
   plan: NonNullable<ChecksPlan['errorRate']>,
   minSamples: number,
 ): CheckResult {
-  const c = totals?.candidate ?? { requests: 0, errors: 0 };
+  const mirrored = totals?.shadow ?? { agree: 0, disagree: 0 };
+  const mirroredErrors = mirrored.candidateErrors ?? 0;
+  const served = totals?.candidate ?? { requests: 0, errors: 0 };
+  const c = {
+    requests: served.requests + mirrored.agree + mirrored.disagree + mirroredErrors,
+    errors: served.errors + mirroredErrors,
+  };
   const s = totals?.stable ?? { requests: 0, errors: 0 };
   const base = {
     name: 'error_rate' as const,

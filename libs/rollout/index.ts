@@ -2,6 +2,7 @@ export type {
   CheckResult,
   CounterSample,
   SampleDelta,
+  ShadowCounters,
   Verdict,
   VersionCounters,
   WindowTotals,

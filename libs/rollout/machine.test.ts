@@ -199,14 +199,16 @@ describe('rollout state machine', () => {
       canaryPercent: 0,
       shadow: true,
     });
-    // the candidate serves nothing in shadow: error rate and p99 stay insufficient and do not block
+    // the candidate serves nothing in shadow: its p99 stays insufficient and does not block
     const shadowOnly = totals({ candidate: version(0) });
     let out = step(record, 5000, shadowOnly, 0, 60);
     expect(out.transitions).toEqual([]); // 60 < 100 comparisons
     record = out.record;
     out = step(record, 10000, shadowOnly, 0, 60);
     expect(out.transitions).toEqual([{ at: 10000, from: 'shadow', to: 'step_0', reason: 'shadow_passed' }]);
-    expect(out.record.checks.find((check) => check.name === 'error_rate')!.verdict).toBe('insufficient');
+    // latency has no candidate samples in shadow (copies are not served); the error rate sees the copies
+    expect(out.record.checks.find((check) => check.name === 'p99_ratio')!.verdict).toBe('insufficient');
+    expect(out.record.checks.find((check) => check.name === 'error_rate')!.verdict).toBe('pass');
     expect(out.record).toMatchObject({ state: 'progressing', step: 0, stepRequests: 0 });
   });
 
@@ -216,6 +218,16 @@ describe('rollout state machine', () => {
     record = step(record, 10000, failing).record;
     expect(record.state).toBe('rolled_back');
     expect(record.transitions.map((t) => `${t.from}>${t.to}`)).toEqual(['none>shadow', 'shadow>rolled_back']);
+  });
+
+  test('shadow phase with an erroring candidate rolls back on the error rate', () => {
+    let record = start({ shadow: true, failures_to_rollback: 2 });
+    const erroring = totals({ candidate: version(0), agree: 100, disagree: 0 });
+    erroring.shadow.candidateErrors = 100;
+    record = step(record, 5000, erroring).record;
+    record = step(record, 10000, erroring).record;
+    expect(record.state).toBe('rolled_back');
+    expect(record.transitions.at(-1)).toMatchObject({ from: 'shadow', reason: 'failed_error_rate' });
   });
 
   test('pause holds the share but not the safety; resume continues where it was', () => {

@@ -7,7 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import { connectCluster } from '../../apps/supervisor/cluster';
 import type { ServerHandle } from './harness';
-import { postJson, startServer } from './harness';
+import { postJson, sleep, startServer } from './harness';
 import { Load, rollout, stableOf, waitFor } from './rollout-kit';
 
 const NATS_URL = process.env.STREAMINFER_TEST_NATS ?? 'nats://127.0.0.1:4222';
@@ -79,6 +79,16 @@ describe('progressive delivery in a fleet', () => {
       // a second start on the other host is refused: one rollout per model in the fleet
       expect((await postJson(`${b.url}/api/models/digits/rollout`, { version: '1' })).status).toBe(409);
       await waitFor(a.url, (v) => v.step >= 1);
+      // Stop the driver once step 1's share is the fleet's (a host stopped in the middle of coordinating a
+      // fleet change leaves the coordinator lease to expire, 15 s, before anyone can change the fleet again).
+      const deadline = Date.now() + 10000;
+      while (Date.now() < deadline) {
+        const listing = (await (await fetch(`${b.url}/api/models`)).json()) as {
+          models: { name: string; canary_percent: number }[];
+        };
+        if (listing.models.find((m) => m.name === 'digits')!.canary_percent === 40) break;
+        await sleep(50);
+      }
     } finally {
       await load.stop();
     }
@@ -94,6 +104,16 @@ describe('progressive delivery in a fleet', () => {
     }
     expect(b.logs()).toContain('rollout taken over from a silent host');
     // the promotion itself goes through the fleet's barrier in the same evaluation
-    expect(await stableOf(b.url, '1')).toBe('1');
+    const stable = await stableOf(b.url, '1');
+    if (stable !== '1')
+      console.log(
+        b
+          .logs()
+          .split('\n')
+          .filter((line) => /rollout|reload|fleet/.test(line))
+          .slice(-30)
+          .join('\n'),
+      );
+    expect(stable).toBe('1');
   }, 60000);
 });
