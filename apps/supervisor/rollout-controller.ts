@@ -222,6 +222,8 @@ export class RolloutController {
           this.records.set(model, entry.record);
           this.revisions.set(model, entry.revision);
           this.export(entry.record);
+          // Taken over while this host could not write (cut off from NATS): the other host drives it now.
+          if (entry.driver !== this.options.hostId) this.owned.delete(model);
         }
         // Active, or finished with its routing not confirmed: it needs a driver.
         if ((!isActive(entry.record) && entry.settled) || this.owned.has(model)) return;
@@ -345,6 +347,7 @@ export class RolloutController {
     });
     // Candidate loaded (if it was not) and the first phase's routing, in one epoch; refused → no rollout.
     await this.options.host.route(model, desiredRouting(record), `rollout ${model}: started`);
+    this.unsettled.delete(model);
     try {
       await this.persist(record);
     } catch (error) {
