@@ -11,6 +11,7 @@ import { Supervisor } from '../supervisor/supervisor';
 import { type BenchModelOptions, benchModel, formatBenchModel } from './bench-model';
 import { ClientError, callServer, defaultUrl } from './client';
 import { registerModelsPush } from './models-push';
+import { registerRollout } from './rollout';
 import { registerSimulate } from './simulate';
 import { registerStatus } from './status';
 import type { HealthAnswer } from './status-view';
@@ -519,6 +520,7 @@ addClientOptions(
 ).action((name: string, flags: ClientFlags) => registryCommand(flags, name, 'rollback', {}));
 
 registerModelsPush(models, fail);
+registerRollout(models, { addClientOptions, clientOptions, fail });
 
 const bench = program.command('bench').description('measure without a server');
 bench

@@ -5,6 +5,7 @@
 import type { MetricsShard } from '../../libs/metrics';
 import type { ErrorCode } from '../../libs/protocol';
 import {
+  errorCodeFromIndex,
   errorCodeIndex,
   httpStatusOf,
   readComputeMs,
@@ -105,7 +106,7 @@ export class Answers {
     const request = this.pending.take(requestId);
     if (!request) return false;
     if (request.shadow)
-      this.shadow.settle(request.shadow, request.shadowSide ? 'candidate' : 'primary', undefined);
+      this.shadow.settle(request.shadow, request.shadowSide ? 'candidate' : 'primary', undefined, code);
     if (request.shadowSide) {
       this.finishInternal(request);
       return true;
@@ -182,6 +183,7 @@ export class Answers {
         request.shadow,
         request.shadowSide ? 'candidate' : 'primary',
         status === 0 ? readFirstOutput(ring.bytes, view, offset, slot.model.signature) : undefined,
+        status === 0 ? undefined : errorCodeFromIndex(status),
       );
       if (request.shadowSide) {
         this.answering = undefined;

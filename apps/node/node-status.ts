@@ -145,6 +145,12 @@ export class NodeStatus {
         ]),
       ),
       metricJson(
+        'streaminfer_shadow_candidate_errors_total',
+        'Mirrored copies the candidate failed with a fault of its own (model_error, internal) while stable answered; also counted in streaminfer_shadow_skipped_total.',
+        'counter',
+        [...this.live.shadow].map(([model, stats]) => ({ value: stats.candidateErrors, labels: { model } })),
+      ),
+      metricJson(
         'streaminfer_shadow_skipped_total',
         'Shadow copies not compared: shed under load (they go first) or failed.',
         'counter',

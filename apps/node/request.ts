@@ -63,6 +63,8 @@ export interface ShadowPair {
   classifier: boolean;
   primary: ShadowOutput | undefined;
   candidate: ShadowOutput | undefined;
+  /** Why the candidate's side failed, when it did. */
+  candidateFailure?: ErrorCode;
   /** Sides still to answer. */
   open: number;
 }

@@ -4,7 +4,7 @@
  */
 import { AdmissionCode } from '../../libs/backpressure';
 import type { MetricsShard } from '../../libs/metrics';
-import type { BoundRequest, ShadowOutput } from '../../libs/protocol';
+import type { BoundRequest, ErrorCode, ShadowOutput } from '../../libs/protocol';
 import { outputsAgree, requestRecordBytes } from '../../libs/protocol';
 import type { ServedModel, Slot } from './models';
 import type { PendingRequests } from './pending';
@@ -16,7 +16,16 @@ export interface ShadowStats {
   agree: number;
   disagree: number;
   skipped: number;
+  /**
+   * Mirrored copies the candidate failed with a fault of its own (model_error, internal) while stable answered:
+   * counted among `skipped` too, and as candidate errors by the rollout's error-rate check. A copy shed, late
+   * or refused at its low priority is not the candidate's fault and is not counted here.
+   */
+  candidateErrors: number;
 }
+
+/** A candidate failure on a mirrored copy that is the candidate's own fault. */
+const CANDIDATE_FAULTS: ReadonlySet<ErrorCode> = new Set<ErrorCode>(['model_error', 'internal']);
 
 export class Shadow {
   /** Comparison counts by model name. */
@@ -86,14 +95,22 @@ export class Shadow {
     return pair;
   }
 
-  /** One side of a shadow pair answered (undefined = it failed): compare once both have. */
-  settle(pair: ShadowPair, side: 'primary' | 'candidate', output: ShadowOutput | undefined): void {
+  /** One side of a shadow pair answered (undefined = it failed, with `failure`): compare once both have. */
+  settle(
+    pair: ShadowPair,
+    side: 'primary' | 'candidate',
+    output: ShadowOutput | undefined,
+    failure?: ErrorCode,
+  ): void {
     pair[side] = output;
+    if (side === 'candidate' && failure !== undefined) pair.candidateFailure = failure;
     pair.open--;
     if (pair.open > 0) return;
     const stats = this.statsOf(pair.model);
     if (!pair.primary || !pair.candidate) {
       stats.skipped++;
+      if (pair.primary && pair.candidateFailure !== undefined && CANDIDATE_FAULTS.has(pair.candidateFailure))
+        stats.candidateErrors++;
       return;
     }
     if (outputsAgree(pair.primary, pair.candidate, pair.classifier)) stats.agree++;
@@ -103,7 +120,7 @@ export class Shadow {
   private statsOf(model: string): ShadowStats {
     let stats = this.stats.get(model);
     if (!stats) {
-      stats = { agree: 0, disagree: 0, skipped: 0 };
+      stats = { agree: 0, disagree: 0, skipped: 0, candidateErrors: 0 };
       this.stats.set(model, stats);
     }
     return stats;

@@ -1,8 +1,8 @@
 /**
  * The host's control answers, for any node that received the request on the data port: health and readiness
  * probes, metrics (every process aggregated), and the admin API under /api/ (token or loopback): reloads,
- * registry actions, the model list, and the test hooks. It shapes outcomes and typed errors into responses;
- * what a reload does is the supervisor's.
+ * registry actions, rollouts (rollout-controller.ts), the model list, and the test hooks. It shapes outcomes
+ * and typed errors into responses; what a reload does is the supervisor's.
  */
 import type { Counter, Registry } from 'prom-client';
 import type { ServerConfig } from '../../libs/config';
@@ -22,11 +22,14 @@ import { Coalescer } from './coalesce';
 import { ReloadBusyError, type ReloadOutcome, type ReloadStrategy } from './coordinator';
 import { FleetConflictError } from './fleet-member';
 import { FAILABLE_STEPS, type NodeSet } from './node-set';
+import type { RolloutAction } from './rollout-controller';
 
 /** Scrapes of one kind start node fan-outs at least this far apart (concurrent scrapes share them). */
 const SCRAPE_MIN_INTERVAL_MS = 50;
 
 const REGISTRY_ROUTE = new RegExp(`^/api/models/([^/]+)/(${REGISTRY_ACTIONS.join('|')})$`);
+/** Progressive delivery: GET / POST …/rollout, POST …/rollout/{pause,resume,abort}. */
+const ROLLOUT_ROUTE = /^\/api\/models\/([^/]+)\/rollout(?:\/(pause|resume|abort))?$/;
 
 export interface ReloadRequest {
   model?: string;
@@ -53,6 +56,8 @@ export interface AdminHost {
   readonly fleet: { name: string; host: string } | undefined;
   /** GET /api/fleet; ProtocolError not_found when the host is not in a fleet, cluster_unavailable without NATS. */
   fleetView(): Promise<unknown>;
+  /** Progressive delivery (rollout-controller.ts): the answer body, or a ProtocolError. */
+  rollout(model: string, action: RolloutAction, body: Record<string, unknown>): Promise<unknown>;
   reloadConfig(
     file: unknown,
     filePath: string | undefined,
@@ -133,6 +138,19 @@ export class AdminApi {
     if (url === '/api/fleet') {
       if (method !== 'GET') return jsonError('method_not_allowed', 'use GET /api/fleet');
       return respond(async () => json(200, await this.host.fleetView()));
+    }
+    const rollout = ROLLOUT_ROUTE.exec(url);
+    if (rollout) {
+      const model = decodePathSegment(rollout[1]);
+      if (model === undefined)
+        return jsonError('bad_request', 'malformed percent-escape in the model name of the path');
+      const operation = rollout[2] as 'pause' | 'resume' | 'abort' | undefined;
+      if (operation !== undefined && method !== 'POST')
+        return jsonError('method_not_allowed', `use POST ${url}`);
+      if (operation === undefined && method !== 'GET' && method !== 'POST')
+        return jsonError('method_not_allowed', `use GET or POST ${url}`);
+      const action: RolloutAction = operation ?? (method === 'GET' ? 'get' : 'start');
+      return respond(async () => json(200, await this.host.rollout(model, action, body)));
     }
     const registry = REGISTRY_ROUTE.exec(url);
     if (registry) {

@@ -26,6 +26,7 @@ import {
   type ModelArtifacts,
   type RegistryStore,
   type RegistryWatch,
+  RolloutRecords,
   serveHostSteps,
 } from './cluster';
 import type { ReloadCoordinator, ReloadStrategy, StepAnswer } from './coordinator';
@@ -226,6 +227,11 @@ export class FleetMember {
     // A name that cannot be a version is the plan's to refuse (unknown_version), not the store's.
     if (!this.available || !isRepositoryName(model) || !isRepositoryName(version)) return;
     await this.clusterCall(() => fetchPushed(this.options.artifacts, this.options.modelsDir, model, version));
+  }
+
+  /** The fleet's rollout records (KV `rollout.<model>` in the registry bucket, by CAS). */
+  openRollouts(): Promise<RolloutRecords> {
+    return RolloutRecords.open(this.options.connection);
   }
 
   /** GET /api/fleet. */

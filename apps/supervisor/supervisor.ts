@@ -45,6 +45,8 @@ import type { FleetHost, FleetMember, FleetView } from './fleet-member';
 import type { FleetReloadOutcome } from './fleet-reload';
 import { NodeSet } from './node-set';
 import type { NodeHeartbeat, NotifyHost, SystemdNotifier } from './notify';
+import { type RolloutAction, RolloutController, type RolloutRouting } from './rollout-controller';
+import { FileRolloutStore, FleetRolloutStore } from './rollout-store';
 
 export interface SupervisorOptions {
   config: ServerConfig;
@@ -74,6 +76,7 @@ export class Supervisor implements AdminHost, NotifyHost {
   private pendingSettings: NodeSettings | undefined;
   private readonly nodeSet: NodeSet;
   private readonly admin: AdminApi;
+  private readonly rollouts: RolloutController;
   private readonly reloadsTotal: Counter<'result' | 'strategy'>;
   private readonly reloadDuration: Histogram<'strategy'>;
   private readonly registry = new Registry();
@@ -134,6 +137,23 @@ export class Supervisor implements AdminHost, NotifyHost {
       control: (request) => this.admin.answer(request),
     });
     this.admin = new AdminApi(this, this.nodeSet, this.registry, fanOutsTotal);
+    this.rollouts = new RolloutController({
+      host: {
+        table: () => this.coordinator!.table,
+        collectMetrics: async () => {
+          const answers = await this.nodeSet.collect('metrics');
+          return answers.flatMap((answer) =>
+            answer?.type === 'collected' && answer.metrics ? [answer.metrics] : [],
+          );
+        },
+        isClassifier: (model) => this.readEntry(model).signature.labels !== undefined,
+        route: (model, routing, reason) => this.routeRollout(model, routing, reason),
+      },
+      store: new FileRolloutStore(options.config.stateDir),
+      hostId: 'local',
+      registry: this.registry,
+      logger,
+    });
   }
 
   get listeningPort(): number {
@@ -322,6 +342,10 @@ export class Supervisor implements AdminHost, NotifyHost {
       this.options.config.host,
     );
     await this.member?.start();
+    // A fleet's rollouts live in its KV bucket (any host follows them; one drives each); a host's in its state dir.
+    if (this.member)
+      this.rollouts.useStore(new FleetRolloutStore(await this.member.openRollouts()), this.member.hostId);
+    await this.rollouts.resume();
     this.options.notifier?.started();
     return port;
   }
@@ -425,6 +449,12 @@ export class Supervisor implements AdminHost, NotifyHost {
     reason: string,
   ): Promise<ReloadOutcome> {
     const strategy = request.strategy ?? 'atomic';
+    // A version reload would move stable under a running rollout (whose checks compare against it).
+    if (request.model !== undefined && request.version !== undefined && this.rollouts.active(request.model))
+      throw new ProtocolError(
+        'conflict',
+        `a rollout of "${request.model}" is running: abort it (POST /api/models/${request.model}/rollout/abort) before reloading a version of it`,
+      );
     const next = await this.reloadPlan(request, strategy);
     if (this.member) {
       this.pendingSettings = request.settings;
@@ -484,6 +514,11 @@ export class Supervisor implements AdminHost, NotifyHost {
     ifRevision?: number,
   ): Promise<{ outcome: ReloadOutcome; model: ModelPlan }> {
     const change = settle(registryChange(action, body));
+    if (this.rollouts.active(name))
+      throw new ProtocolError(
+        'conflict',
+        `a rollout of "${name}" is running: pause or abort it (POST /api/models/${name}/rollout/abort) before changing the registry by hand`,
+      );
     let found: string[] = [];
     if (change.action === 'candidate') {
       try {
@@ -508,6 +543,42 @@ export class Supervisor implements AdminHost, NotifyHost {
         })
       : await this.coordinator!.reload(next(this.coordinator!.table), 'atomic', reason);
     return { outcome, model: model ?? settle(findModel(this.coordinator!.table, name)) };
+  }
+
+  /** Progressive delivery (admin API): start, get, pause, resume, abort a model's rollout. */
+  rollout(model: string, action: RolloutAction, body: Record<string, unknown>): Promise<unknown> {
+    return this.rollouts.handle(model, action, body);
+  }
+
+  /**
+   * A rollout's routing change as one registry change (one epoch; in a fleet, through the fleet's barrier):
+   * load the candidate when it is not the candidate yet, then the canary share and shadow flag — or promote.
+   */
+  private async routeRollout(name: string, routing: RolloutRouting, reason: string): Promise<void> {
+    let found: string[] = [];
+    const current = settle(findModel(this.coordinator!.table, name));
+    if (routing.kind === 'canary' && current.candidate !== routing.candidate) {
+      if (this.member) await this.member.fetchVersion(name, routing.candidate);
+      found = this.readEntry(name).versions.map((v) => v.version);
+    }
+    const next = (table: TablePlan): TablePlan => {
+      let model = settle(findModel(table, name));
+      if (routing.kind === 'promote') model = settle(registryTransition(model, { action: 'promote' }));
+      else {
+        if (model.candidate !== routing.candidate)
+          model = settle(
+            registryTransition(model, { action: 'candidate', version: routing.candidate }, found),
+          );
+        model = settle(registryTransition(model, { action: 'canary', percent: routing.canaryPercent }));
+        model = settle(registryTransition(model, { action: 'shadow', enabled: routing.shadow }));
+      }
+      return withModel(table, model);
+    };
+    const outcome = this.member
+      ? await this.fleetChange(next, { strategy: 'atomic', reason })
+      : await this.coordinator!.reload(next(this.coordinator!.table), 'atomic', reason);
+    if (outcome.result === 'failed')
+      throw new ProtocolError('reload_failed', outcome.error ?? 'reload failed');
   }
 
   /**
@@ -588,6 +659,7 @@ export class Supervisor implements AdminHost, NotifyHost {
   /** SIGTERM: every node stops accepting, answers what it admitted, exits; then the supervisor exits. */
   async shutdown(): Promise<void> {
     if (this.nodeSet.stopping) return;
+    this.rollouts.stop();
     this.options.notifier?.stopping();
     // Out of the fleet first: no coordinator counts on a host that is going away.
     await this.member?.close();

@@ -19,6 +19,7 @@ export {
 } from './prom-text';
 export type { HistogramTotals, PolicyField, ProtocolName, ShedReason, SlotTotals } from './shared-metrics';
 export {
+  DURATION_BUCKETS,
   MAX_SLOTS,
   MetricsShard,
   metricsBufferFor,

@@ -10,6 +10,7 @@ export {
 export type { ErrorCode } from './errors';
 export {
   ERROR_CODES,
+  errorCodeFromIndex,
   errorCodeIndex,
   httpStatusLine,
   httpStatusOf,

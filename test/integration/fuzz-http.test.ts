@@ -52,6 +52,10 @@ const ROUTES = [
   '/api/models/{n}/shadow',
   '/api/models/{n}/promote',
   '/api/models/{n}/rollback',
+  '/api/models/{n}/rollout',
+  '/api/models/{n}/rollout/pause',
+  '/api/models/{n}/rollout/resume',
+  '/api/models/{n}/rollout/abort',
   '/api/fleet',
   '/api/debug/crash-worker',
 ];

@@ -25,3 +25,4 @@ export {
 } from './records';
 export type { RegistryWatch } from './registry-store';
 export { RegistryStore } from './registry-store';
+export { RolloutRecords } from './rollout-records';

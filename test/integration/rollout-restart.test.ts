@@ -1,0 +1,78 @@
+/**
+ * A rollout survives a restart of the supervisor: stopped (SIGTERM) while at step 1, the server comes back on
+ * the same state directory, serves step 1's share from its first answer (the registry state), resumes the
+ * rollout at step 1 with the step's clock kept, and carries it on to the promotion.
+ */
+import { mkdtempSync, readFileSync } from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import type { ServerHandle } from './harness';
+import { postJson, startServer } from './harness';
+import { Load, rollout, type View, waitFor } from './rollout-kit';
+
+describe('progressive delivery: a restart resumes the rollout at its step', () => {
+  const stateDir = mkdtempSync(path.join(os.tmpdir(), 'rollout-restart-'));
+  const start = () =>
+    startServer({
+      models: ['digits'],
+      args: ['--nodes', '1', '--workers', '1', '--model', 'digits'],
+      env: { STREAMINFER_STATE_DIR: stateDir },
+    });
+  let server: ServerHandle | undefined;
+  afterAll(async () => {
+    await server?.stop();
+  });
+
+  test('stop at step 1, start again: step 1, then promoted', async () => {
+    server = await start();
+    let load = new Load(server.wsUrl);
+    let before: View;
+    try {
+      const started = await postJson(`${server.url}/api/models/digits/rollout`, {
+        version: '1',
+        steps: [10, 30, 60],
+        dwell_s: 2,
+        min_requests: 10,
+        interval_s: 0.5,
+        min_samples: 20,
+        checks: { error_rate: { max_increase: 0.2 } },
+      });
+      expect(started.status).toBe(200);
+      before = await waitFor(server.url, (v) => v.step >= 1);
+    } finally {
+      await load.stop();
+    }
+    expect(before).toMatchObject({ state: 'progressing', step: 1, share: 30 });
+    await server.stop();
+    const persisted = JSON.parse(readFileSync(path.join(stateDir, 'rollouts.json'), 'utf8')) as {
+      rollouts: { driver: string; record: { state: string; step: number } }[];
+    };
+    expect(persisted.rollouts[0]).toMatchObject({
+      driver: 'local',
+      record: { state: 'progressing', step: 1 },
+    });
+
+    server = await start();
+    const after = (await rollout(server.url)).view;
+    expect(after).toMatchObject({ state: 'progressing', step: 1, share: 30, candidate: '1', stable: '2' });
+    expect(after.step_started_at).toBe(before.step_started_at);
+    expect(server.logs()).toContain('rollout resumed after a restart');
+    const models = (await (await fetch(`${server.url}/api/models`)).json()) as {
+      models: { name: string; canary_percent: number }[];
+    };
+    expect(models.models.find((m) => m.name === 'digits')!.canary_percent).toBe(30);
+    load = new Load(server.wsUrl);
+    try {
+      const done = await waitFor(server.url, (v) => v.state !== 'progressing');
+      expect(done.state).toBe('promoted');
+      expect(done.transitions.map((t) => `${t.from}>${t.to}`)).toEqual([
+        'none>step_0',
+        'step_0>step_1',
+        'step_1>step_2',
+        'step_2>promoted',
+      ]);
+    } finally {
+      await load.stop();
+    }
+  });
+});
