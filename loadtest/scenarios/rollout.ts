@@ -133,6 +133,101 @@ export function rolloutPlans(quick: boolean, shadowEverywhere = false): RolloutR
   ];
 }
 
+/** A `BENCH_ROLLOUT_SETTINGS` value that cannot be applied. */
+export class RolloutSettingsError extends Error {
+  readonly code = 'bad_rollout_settings';
+  constructor(message: string) {
+    super(`BENCH_ROLLOUT_SETTINGS: ${message}`);
+    this.name = 'RolloutSettingsError';
+  }
+}
+
+const NUMBER_SETTINGS = ['dwell_s', 'min_requests', 'interval_s', 'failures_to_rollback'] as const;
+const CHECK_LIMITS: Record<string, string> = {
+  error_rate: 'max_increase',
+  p99_ratio: 'max',
+  disagreement: 'max',
+};
+
+/**
+ * The plans with `json` (a JSON object of rollout settings, e.g. `{"min_requests":30,"interval_s":1}`)
+ * laid over every run's body: `steps`, `dwell_s`, `min_requests`, `interval_s`, `failures_to_rollback`,
+ * `shadow` (`{dwell_s, min_requests}` for the runs that have a shadow stage, or `null` for none) and
+ * `checks` (per check, its limit). So the settings can follow the server without editing the scenario.
+ */
+export function withSettings(plans: readonly RolloutRunPlan[], json: string | undefined): RolloutRunPlan[] {
+  if (json === undefined || json.trim() === '') return plans.map((p) => ({ ...p }));
+  let o: unknown;
+  try {
+    o = JSON.parse(json);
+  } catch (e) {
+    throw new RolloutSettingsError(`not JSON (${errText(e)})`);
+  }
+  if (typeof o !== 'object' || o === null || Array.isArray(o))
+    throw new RolloutSettingsError('expected a JSON object');
+  const v = o as Record<string, unknown>;
+  const positive = (x: unknown): x is number => typeof x === 'number' && Number.isFinite(x) && x > 0;
+  for (const k of Object.keys(v))
+    if (![...NUMBER_SETTINGS, 'steps', 'shadow', 'checks'].includes(k))
+      throw new RolloutSettingsError(`unknown setting "${k}"`);
+  for (const k of NUMBER_SETTINGS)
+    if (k in v && !positive(v[k]))
+      throw new RolloutSettingsError(`${k} must be a positive number, got ${JSON.stringify(v[k])}`);
+  const steps = v['steps'];
+  if (
+    steps !== undefined &&
+    (!Array.isArray(steps) ||
+      steps.length === 0 ||
+      !steps.every((x, i) => positive(x) && x <= 100 && (i === 0 || x > (steps[i - 1] as number))) ||
+      steps.at(-1) !== 100)
+  )
+    throw new RolloutSettingsError(`steps must rise to 100 (percent), got ${JSON.stringify(steps)}`);
+  const shadow = v['shadow'];
+  if (
+    shadow !== undefined &&
+    shadow !== null &&
+    (typeof shadow !== 'object' ||
+      Array.isArray(shadow) ||
+      !positive((shadow as Record<string, unknown>)['dwell_s']) ||
+      !positive((shadow as Record<string, unknown>)['min_requests']))
+  )
+    throw new RolloutSettingsError(
+      `shadow must be {"dwell_s": n, "min_requests": n} or null, got ${JSON.stringify(shadow)}`,
+    );
+  const checks = v['checks'];
+  const limits: Record<string, number> = {};
+  if (checks !== undefined) {
+    if (typeof checks !== 'object' || checks === null || Array.isArray(checks))
+      throw new RolloutSettingsError('checks must be an object');
+    for (const [name, c] of Object.entries(checks as Record<string, unknown>)) {
+      const key = CHECK_LIMITS[name];
+      if (!key) throw new RolloutSettingsError(`unknown check "${name}"`);
+      const limit = typeof c === 'object' && c !== null ? (c as Record<string, unknown>)[key] : undefined;
+      if (typeof limit !== 'number' || !Number.isFinite(limit) || limit < 0)
+        throw new RolloutSettingsError(
+          `checks.${name}.${key} must be a number ≥ 0, got ${JSON.stringify(c)}`,
+        );
+      limits[name] = limit;
+    }
+  }
+  return plans.map((p) => {
+    const spec: RolloutSpec = {
+      ...p.spec,
+      steps: steps === undefined ? [...p.spec.steps] : [...(steps as number[])],
+      checks: {
+        error_rate: { max_increase: limits['error_rate'] ?? p.spec.checks.error_rate.max_increase },
+        p99_ratio: { max: limits['p99_ratio'] ?? p.spec.checks.p99_ratio.max },
+        disagreement: { max: limits['disagreement'] ?? p.spec.checks.disagreement.max },
+      },
+    };
+    for (const k of NUMBER_SETTINGS) if (k in v) spec[k] = v[k] as number;
+    if (shadow === null) delete spec.shadow;
+    else if (shadow !== undefined && spec.shadow)
+      spec.shadow = { ...(shadow as { dwell_s: number; min_requests: number }) };
+    return { ...p, spec };
+  });
+}
+
 /** Sizes, load and timing of the scenario. */
 function rolloutSetup(ctx: ScenarioContext) {
   const quick = ctx.quick;
@@ -142,7 +237,7 @@ function rolloutSetup(ctx: ScenarioContext) {
   const tailMs = quick ? 2_000 : 3_000;
   const slackS = 30;
   const shadowEverywhere = process.env['BENCH_ROLLOUT_SHADOW'] === '1';
-  const plans = rolloutPlans(quick, shadowEverywhere);
+  const plans = withSettings(rolloutPlans(quick, shadowEverywhere), process.env['BENCH_ROLLOUT_SETTINGS']);
   const digits = loadDigits(digitsDataPath(ctx.repoRoot));
   const params = {
     server: `serve --nodes 1 --workers 2 --model ${MODEL} (fresh per run; scratch repository: digits 1, 2 + the run's candidate)`,
@@ -151,6 +246,7 @@ function rolloutSetup(ctx: ScenarioContext) {
     load: { connections, inFlightPerConnection: 1, gapMs, leadS: leadMs / 1000, tailS: tailMs / 1000 },
     sampleEveryMs: SAMPLE_EVERY_MS,
     shadowEverywhere,
+    ...(process.env['BENCH_ROLLOUT_SETTINGS'] ? { settings: process.env['BENCH_ROLLOUT_SETTINGS'] } : {}),
     runs: plans.map((p) => ({
       run: p.label,
       candidate: p.what,
@@ -217,6 +313,8 @@ export interface RolloutRun {
   endedMs: number;
   stopMs: number;
   timedOut: boolean;
+  /** GET answered 404 after a view that was not terminal */
+  vanished: boolean;
   abort?: TimedCall;
   metrics: MetricSample[];
 }
@@ -258,6 +356,7 @@ async function driveRollout(
     ctx.log(`rollout ${plan.label}: started (${JSON.stringify(rolloutBody(plan.spec))})`);
     const deadline = call.returnedMs + rolloutDeadlineS(plan.spec, s.slackS) * 1000;
     let timedOut = true;
+    let vanished = false;
     let lastLogged = '';
     while (performance.now() < deadline) {
       const view = finalView(sampler.samples);
@@ -270,12 +369,20 @@ async function driveRollout(
         timedOut = false;
         break;
       }
+      if (view && sampler.samples.at(-1)?.status === 404) {
+        // the rollout is gone without a terminal view: say so instead of waiting for the deadline
+        ctx.log(`rollout ${plan.label}: GET answered 404 after a ${view.state} view`);
+        timedOut = false;
+        vanished = true;
+        break;
+      }
       await sleep(100);
     }
     const endedMs = performance.now();
     const abort = timedOut ? await admin.post(`${api}/abort`, {}) : undefined;
     await sleep(s.tailMs);
-    const samples = await sampler.stop();
+    // the POST's own answer is the first view
+    const samples = [sampleOf(call), ...(await sampler.stop())].sort((a, b) => a.atMs - b.atMs);
     const answers = await loop.stop();
     const stopMs = performance.now();
     const metrics = await scrapeMetrics(`${server.baseUrl}/metrics`).catch(() => []);
@@ -289,6 +396,7 @@ async function driveRollout(
       endedMs,
       stopMs,
       timedOut,
+      vanished,
       ...(abort ? { abort } : {}),
       metrics,
     };
@@ -361,7 +469,9 @@ const s1 = (ms: number | undefined): string => (ms === undefined ? '–' : `${(m
 /** The figures and done-when checks of one run (pure). */
 export function rolloutFigures(
   plan: RolloutRunPlan,
-  run: Pick<RolloutRun, 'call' | 'samples' | 'answers' | 'timedOut' | 'unmatched' | 'closes'>,
+  run: Pick<RolloutRun, 'call' | 'samples' | 'answers' | 'timedOut' | 'unmatched' | 'closes'> & {
+    vanished?: boolean;
+  },
   truth: ArrayLike<number>,
   stableLabels: ArrayLike<number>,
   origin: number,
@@ -369,7 +479,10 @@ export function rolloutFigures(
   const candidate = plan.spec.version;
   const timings = rolloutTimings(run.samples, run.answers, candidate, run.call, origin);
   const final = finalView(run.samples);
-  const state = final?.state ?? (run.timedOut ? 'timed out' : 'unknown');
+  const state =
+    final && run.vanished && !isTerminal(final.state)
+      ? `gone (404) while ${final.state}`
+      : (final?.state ?? (run.timedOut ? 'timed out' : 'unknown'));
   const reason = timings.terminal?.reason ?? final?.reason ?? null;
   const all = exposure(run.answers, STABLE, candidate, truth, stableLabels);
   const endMs = timings.terminal?.atMs ?? Number.POSITIVE_INFINITY;
@@ -685,6 +798,7 @@ export const rollout: Scenario = {
         body: rolloutBody(plan.spec),
         status: run.call.status,
         timedOut: run.timedOut,
+        vanished: run.vanished,
         ...(run.abort ? { abort: { status: run.abort.status, body: run.abort.body } } : {}),
         state: f.state,
         reason: f.reason,

@@ -27,10 +27,12 @@ import {
 import {
   closingLine,
   type RolloutRunPlan,
+  RolloutSettingsError,
   rolloutChart,
   rolloutFigures,
   rolloutPlans,
   sampleOf,
+  withSettings,
 } from '../../loadtest/scenarios/rollout';
 import type { AnswerRecord } from '../../loadtest/swap-analysis';
 
@@ -221,6 +223,47 @@ describe('rolloutBody / plans', () => {
   });
 });
 
+describe('BENCH_ROLLOUT_SETTINGS', () => {
+  const plans = rolloutPlans(false);
+
+  it('lays the settings over every run; unset leaves the plans as they are', () => {
+    expect(withSettings(plans, undefined)).toEqual(plans);
+    expect(withSettings(plans, ' ')).toEqual(plans);
+    const out = withSettings(
+      plans,
+      '{"min_requests":30,"interval_s":1,"steps":[10,100],"shadow":{"dwell_s":5,"min_requests":20},"checks":{"p99_ratio":{"max":2}}}',
+    );
+    for (const p of out) {
+      expect(p.spec).toMatchObject({ min_requests: 30, interval_s: 1, steps: [10, 100], dwell_s: 20 });
+      expect(p.spec.checks).toEqual({
+        error_rate: { max_increase: 0.01 },
+        p99_ratio: { max: 2 },
+        disagreement: { max: 0.05 },
+      });
+    }
+    // the shadow settings apply to the runs that have a shadow stage; null removes it
+    expect(out.map((p) => p.spec.shadow)).toEqual([undefined, undefined, { dwell_s: 5, min_requests: 20 }]);
+    expect(withSettings(plans, '{"shadow":null}').every((p) => p.spec.shadow === undefined)).toBe(true);
+    // the originals are untouched
+    expect(plans[2]!.spec.shadow).toEqual({ dwell_s: 10, min_requests: 100 });
+  });
+
+  it.each([
+    ['{', /not JSON/],
+    ['[1]', /expected a JSON object/],
+    ['{"dwell":5}', /unknown setting "dwell"/],
+    ['{"dwell_s":0}', /dwell_s must be a positive number, got 0/],
+    ['{"steps":[50,10,100]}', /steps must rise to 100/],
+    ['{"steps":[5,50]}', /steps must rise to 100/],
+    ['{"shadow":{"dwell_s":5}}', /shadow must be/],
+    ['{"checks":{"latency":{"max":1}}}', /unknown check "latency"/],
+    ['{"checks":{"p99_ratio":{"max_increase":1}}}', /checks\.p99_ratio\.max must be a number/],
+  ])('refuses %s with a message that names the setting', (json, message) => {
+    expect(() => withSettings(plans, json)).toThrow(RolloutSettingsError);
+    expect(() => withSettings(plans, json)).toThrow(message);
+  });
+});
+
 describe('a rollback', () => {
   it('finds the first failing evaluation by updated_at, the terminal transition, the failed checks', () => {
     expect(wallToBenchMs(iso(123), ORIGIN)).toBe(123);
@@ -337,6 +380,28 @@ describe('a rollback', () => {
     expect(chart.svg).toContain('disagreement (% of max)');
     expect(chart.svg).toContain('fail: disagreement');
     expect(chart.svg.startsWith('<svg')).toBe(true);
+  });
+
+  it('a rollout that vanished (404) before an outcome is reported as such', () => {
+    const plan = rolloutPlans(true)[0]!;
+    const gone = [...rollbackSamples.slice(0, 4), { atMs: 12_500, status: 404 }];
+    const f = rolloutFigures(
+      plan,
+      {
+        call: { ...CALL, status: 200, body: {} },
+        samples: gone,
+        answers: rollbackAnswers(),
+        timedOut: false,
+        vanished: true,
+        unmatched: 0,
+        closes: 0,
+      },
+      TRUTH,
+      STABLE_LABELS,
+      ORIGIN,
+    );
+    expect(f.state).toBe('gone (404) while progressing');
+    expect(f.checks[0]!.pass).toBe(false);
   });
 
   it('flags a bad candidate that was not rolled back, and client failures', () => {
