@@ -34,7 +34,8 @@ const USAGE = `usage: npm run bench -- [options]
 
 environment: BENCH_STREAM_LOG_DIR (every stream instance's log lines to DIR/<label>.log),
              BENCH_CONNECTIONS, BENCH_REQUESTS (override every scenario's sizes),
-             BENCH_ROUNDS, BENCH_LOADGEN_PROCS, BENCH_QUICK=1`;
+             BENCH_ROUNDS, BENCH_LOADGEN_PROCS, BENCH_QUICK=1,
+             BENCH_ROLLOUT_SHADOW=1, BENCH_ROLLOUT_SETTINGS='{"min_requests":30,…}' (rollout scenario)`;
 
 class UsageError extends Error {}
 

@@ -8,6 +8,7 @@ import { fleet } from './fleet';
 import { hotSwap } from './hot-swap';
 import { overload } from './overload';
 import { registry } from './registry';
+import { rollout } from './rollout';
 import { runaway } from './runaway';
 import { slowConsumer } from './slow-consumer';
 import { stream } from './stream';
@@ -24,6 +25,7 @@ export const SCENARIOS: readonly Scenario[] = [
   slowConsumer,
   hotSwap,
   registry,
+  rollout,
   fleet,
   stream,
   streamChaos,

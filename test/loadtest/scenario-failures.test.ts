@@ -2,6 +2,7 @@ import * as path from 'node:path';
 import { hotSwap } from '../../loadtest/scenarios/hot-swap';
 import { overload } from '../../loadtest/scenarios/overload';
 import { registry } from '../../loadtest/scenarios/registry';
+import { rollout } from '../../loadtest/scenarios/rollout';
 import { runaway } from '../../loadtest/scenarios/runaway';
 import { slowConsumer } from '../../loadtest/scenarios/slow-consumer';
 import type { Scenario, ScenarioContext } from '../../loadtest/types';
@@ -29,6 +30,7 @@ describe('a scenario whose server fails to start still reports, with the reason'
     [overload.name, overload, { label: 'server', target: 'honours-retry-after' }],
     [runaway.name, runaway, { label: 'server', target: 'baseline' }],
     [slowConsumer.name, slowConsumer, { label: 'server', target: 'normal' }],
+    [rollout.name, rollout, { label: 'errs (v3)', target: 'streaminfer' }],
   ];
   it.each(cases)('%s', async (_name, scenario, first) => {
     const result = await scenario.run(failingContext());
