@@ -304,7 +304,15 @@ export class Admission {
     const shadowVersion = this.decision.shadowVersion;
     const pair =
       shadowVersion !== undefined
-        ? this.shadow.mirror(slot, shadowVersion, bound, startedAt, deadlineAt, now)
+        ? this.shadow.mirror(
+            slot,
+            shadowVersion,
+            this.decision.route !== 'canary',
+            bound,
+            startedAt,
+            deadlineAt,
+            now,
+          )
         : undefined;
     const admitted: PendingRequest = {
       id,

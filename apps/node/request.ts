@@ -57,13 +57,17 @@ export interface HeldAnswer {
   body: string | Uint8Array;
 }
 
-/** Both sides of a shadow comparison: the stable answer and the candidate's. */
+/**
+ * Both sides of a shadow comparison: the served answer (`primary`) and the mirrored copy's (`candidate`) —
+ * the candidate version's, or stable's when the served request was a canary's (mirrorIsCandidate false).
+ */
 export interface ShadowPair {
   model: string;
   classifier: boolean;
   primary: ShadowOutput | undefined;
   candidate: ShadowOutput | undefined;
-  /** Why the candidate's side failed, when it did. */
+  mirrorIsCandidate: boolean;
+  /** Why the mirrored side failed, when it did. */
   candidateFailure?: ErrorCode;
   /** Sides still to answer. */
   open: number;

@@ -8,8 +8,15 @@ const output = (label: number): ShadowOutput =>
     values: Float32Array.from([label === 0 ? 1 : 0, label === 1 ? 1 : 0]),
   }) as unknown as ShadowOutput;
 
-function pair(): ShadowPair {
-  return { model: 'digits', classifier: true, primary: undefined, candidate: undefined, open: 2 };
+function pair(mirrorIsCandidate = true): ShadowPair {
+  return {
+    model: 'digits',
+    classifier: true,
+    primary: undefined,
+    candidate: undefined,
+    mirrorIsCandidate,
+    open: 2,
+  };
 }
 
 describe('Shadow.settle', () => {
@@ -40,5 +47,19 @@ describe('Shadow.settle', () => {
       shadow.settle(p, 'primary', primary);
     }
     expect(stats()).toMatchObject({ skipped: 4, candidateErrors: 1 });
+  });
+
+  test("a canary's copy mirrored to stable failing is not the candidate's error", () => {
+    const reversed = pair(false);
+    shadow.settle(reversed, 'primary', output(0));
+    shadow.settle(reversed, 'candidate', undefined, 'model_error');
+    expect(stats()).toMatchObject({ skipped: 5, candidateErrors: 1 });
+  });
+
+  test('both directions compare the two answers', () => {
+    const reversed = pair(false);
+    shadow.settle(reversed, 'primary', output(1));
+    shadow.settle(reversed, 'candidate', output(0));
+    expect(stats()).toMatchObject({ disagree: 1 });
   });
 });

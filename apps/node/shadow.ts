@@ -44,6 +44,8 @@ export class Shadow {
   mirror(
     primary: Slot,
     version: string,
+    /** The mirrored side is the candidate (false: a canary-served request mirrored to stable). */
+    mirrorIsCandidate: boolean,
     bound: BoundRequest,
     startedAt: number,
     deadlineAt: number,
@@ -76,6 +78,7 @@ export class Shadow {
       classifier: primary.model.signature.labels !== undefined,
       primary: undefined,
       candidate: undefined,
+      mirrorIsCandidate,
       open: 2,
     };
     this.pending.add(requestId, {
@@ -109,7 +112,12 @@ export class Shadow {
     const stats = this.statsOf(pair.model);
     if (!pair.primary || !pair.candidate) {
       stats.skipped++;
-      if (pair.primary && pair.candidateFailure !== undefined && CANDIDATE_FAULTS.has(pair.candidateFailure))
+      if (
+        pair.mirrorIsCandidate &&
+        pair.primary &&
+        pair.candidateFailure !== undefined &&
+        CANDIDATE_FAULTS.has(pair.candidateFailure)
+      )
         stats.candidateErrors++;
       return;
     }

@@ -31,13 +31,20 @@ describe('route', () => {
       RoutingError,
     );
   });
-  test('shadow mirrors stable-served requests only', () => {
+  test('shadow without a canary mirrors stable-served requests to the candidate', () => {
     const shadow = { ...routes, canaryFraction: 0, shadow: true };
     expect(route(shadow, undefined, 0.5)).toEqual({ version: '1', route: 'stable', shadowVersion: '2' });
     expect(route(shadow, '2', 0.5).shadowVersion).toBeUndefined();
-    expect(
-      route({ ...routes, canaryFraction: 0.5, shadow: true }, undefined, 0.1).shadowVersion,
-    ).toBeUndefined();
+    expect(route(shadow, '1', 0.5).shadowVersion).toBeUndefined();
+  });
+  test('shadow with a canary mirrors the canary-served requests to stable, and nothing else', () => {
+    const both = { ...routes, canaryFraction: 0.25, shadow: true };
+    expect(route(both, undefined, 0.1)).toEqual({ version: '2', route: 'canary', shadowVersion: '1' });
+    expect(route(both, undefined, 0.5)).toEqual({ version: '1', route: 'stable', shadowVersion: undefined });
+    let mirrored = 0;
+    for (let i = 0; i < 10000; i++) if (route(both, undefined, (i + 0.5) / 10000).shadowVersion) mirrored++;
+    // The candidate's load is its share: the extra comparisons cost the stable side, not the candidate.
+    expect(mirrored).toBe(2500);
   });
   test('reuses the object it is given', () => {
     const into = { version: '', route: 'stable' as const, shadowVersion: undefined };

@@ -1,8 +1,10 @@
 /**
  * Which version serves a request (pure: the caller passes the random draw). A request names a version, an
  * alias (`stable`, `candidate`) or nothing (= stable). Unpinned requests go to the candidate with the canary
- * fraction — drawn at random, or sticky per routing key — and stable-served requests are mirrored to the
- * candidate when shadowing is on.
+ * fraction — drawn at random, or sticky per routing key. Shadowing compares both versions on the same inputs:
+ * without a canary, stable-served requests are mirrored to the candidate; with one, the canary-served requests
+ * are mirrored to stable instead, so the candidate carries only its share (mirroring every stable request to it
+ * as well would load it — and the workers both share — with the whole traffic, and hide a slow candidate).
  */
 export interface ModelRoutes {
   stable: string;
@@ -60,11 +62,17 @@ export function route(
   ) {
     into.version = routes.candidate;
     into.route = 'canary';
+    if (routes.shadow && routes.candidate !== routes.stable) into.shadowVersion = routes.stable;
     return into;
   }
   into.version = routes.stable;
   into.route = 'stable';
-  if (routes.shadow && routes.candidate !== undefined && routes.candidate !== routes.stable)
+  if (
+    routes.shadow &&
+    routes.canaryFraction === 0 &&
+    routes.candidate !== undefined &&
+    routes.candidate !== routes.stable
+  )
     into.shadowVersion = routes.candidate;
   return into;
 }
