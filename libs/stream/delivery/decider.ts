@@ -324,7 +324,17 @@ export class DeliveryDecider {
   private packDelivery(key: string): DeliverySnapshot {
     const state = this.deliveries.get(key)!;
     // A decision's event is in the history (checked below), found by its (time, id): the history's order.
-    const indexOf = (t: number, id: string): number => historyIndex(state.events, t, id);
+    // Decisions are mostly in history order: the event after the last one found is tried first.
+    let hint = 0;
+    const indexOf = (t: number, id: string): number => {
+      const e = state.events[hint];
+      const i =
+        e !== undefined && e.eventTimeMs === t && e.event_id === id
+          ? hint
+          : historyIndex(state.events, t, id);
+      if (i >= 0) hint = i + 1;
+      return i;
+    };
     const decided: DecisionRef[] = [];
     const revisions: number[] = [];
     const rows = new Float32Array(state.decided.size * N_FEATURES);
