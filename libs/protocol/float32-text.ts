@@ -62,9 +62,10 @@ export function shortestFloat32(v: number): void {
   }
   const lo = lower * scale;
   const hi = upper * scale;
-  // Integer candidates at 9 digits; a bound within EDGE of an integer leaves that integer in doubt.
-  let first = Math.ceil(lo - EDGE);
-  let last = Math.floor(hi + EDGE);
+  // Integer candidates at 9 digits; a bound within EDGE of an integer leaves that integer in doubt. All the
+  // integers below are under 2^31: int32 arithmetic (| 0) instead of floating-point floor, ceil and modulo.
+  let first = Math.ceil(lo - EDGE) | 0;
+  let last = Math.floor(hi + EDGE) | 0;
   let firstInDoubt = first < lo + EDGE;
   let lastInDoubt = last > hi - EDGE;
   for (;;) {
@@ -72,11 +73,15 @@ export function shortestFloat32(v: number): void {
     // if 10^t has a multiple there so has 10^(t−1); so start from the sure one and climb while it holds.
     let t = 0;
     while (t < 8 && INT_POW10[t + 1]! <= last - first + 1) t++;
-    while (t < 8 && Math.floor(last / INT_POW10[t + 1]!) >= Math.ceil(first / INT_POW10[t + 1]!)) t++;
+    while (
+      t < 8 &&
+      ((last / INT_POW10[t + 1]!) | 0) >= (((first + INT_POW10[t + 1]! - 1) / INT_POW10[t + 1]!) | 0)
+    )
+      t++;
     const unit = INT_POW10[t]!;
-    const qFirst = Math.ceil(first / unit);
-    const qLast = Math.floor(last / unit);
-    let q = Math.round(scaled / unit);
+    const qFirst = ((first + unit - 1) / unit) | 0;
+    const qLast = (last / unit) | 0;
+    let q = (scaled / unit + 0.5) | 0;
     if (q < qFirst) q = qFirst;
     else if (q > qLast) q = qLast;
     const n = q * unit;
@@ -100,7 +105,7 @@ export function shortestFloat32(v: number): void {
     // q has 9 − t digits (scaled is in [1e8, 1e9)), one more when rounding carried it to 10^(9−t)
     let length = q >= INT_POW10[9 - t]! ? 10 - t : 9 - t;
     while (digits % 10 === 0) {
-      digits /= 10;
+      digits = (digits / 10) | 0;
       exponent++;
       length--;
     }
