@@ -590,7 +590,8 @@ function batchingFigures(ctx: ScenarioContext, setup: BatchingSetup, runs: reado
     'Requests and answers are binary tensor frames (libs/protocol/binary.ts: raw float32 bytes, a ' +
       'small JSON header) on the batch=1 and batched sides, JSON text on the "batched JSON" side ' +
       '(`{"id","model","input":[256 floats]}` in; the answer with its float32 scores printed shortest, ' +
-      'libs/protocol/json-answer.ts). The load generator reads only the header (id, version) of each answer.',
+      'libs/protocol/json-answer.ts). The load generator reads only the header (id, version) of each ' +
+      'answer: the JSON header of a binary frame, the text before `,"result":` of a JSON answer.',
   );
   notes.push(
     `Done-when (medians over ${ctx.rounds} round(s)): ` +
