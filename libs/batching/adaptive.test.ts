@@ -126,14 +126,15 @@ describe('adaptive policy', () => {
     expect(policy.decide(snap(2, 0, 1), T).kind).toBe('wait');
   });
 
-  it('does not wait on an idle device near capacity (keep-up size past 3/4 of a full batch)', () => {
-    // a = 5, b = 0.1: n* = 5λ / (1 − 0.1λ); λ = 3 → 21.4 (waits), λ = 3.5 → 26.9 > 24 (sends)
-    const below = warmed({}, 3);
+  it('does not wait on an idle device near capacity (full batches would need more than 3/4 of it)', () => {
+    // a = 5, b = 0.1, max 32: a full batch takes 8.2 ms, so λ·8.2/32 of the device; n* = 5λ / (1 − 0.1λ).
+    // λ = 2.5: 64 %, n* = 16.7 → waits for 17; λ = 3: 77 % → sends what is queued (n* = 21.4 still shown)
+    const below = warmed({}, 2.5);
     expect(below.decide(snap(2, 0), T).kind).toBe('wait');
-    expect(below.state().targetBatchSize).toBe(22);
-    const near = warmed({}, 3.5);
+    expect(below.state().targetBatchSize).toBe(17);
+    const near = warmed({}, 3);
     expect(near.decide(snap(2, 0), T)).toEqual({ kind: 'dispatch', size: 2 });
-    expect(near.state().targetBatchSize).toBe(27);
+    expect(near.state().targetBatchSize).toBe(22);
   });
 
   it('sizes its target on the items its own batches take, not every arrival (workers sharing a queue)', () => {

@@ -14,7 +14,7 @@ import type {
 const SLO_HEADROOM = 0.95;
 /** Prediction error allowance in the latency check, in units of the cost model's residual scale. */
 const ERROR_ALLOWANCE = 2;
-/** Keep-up size, as a share of maxBatchSize, past which an idle device no longer waits (see plan()). */
+/** Device share needed at full batches past which an idle device no longer waits (see plan()). */
 const NEAR_CAPACITY = 0.75;
 
 /**
@@ -41,10 +41,12 @@ const NEAR_CAPACITY = 0.75;
  *    (observe()) — workers that share a queue each see every arrival and get only a share. The target batch is
  *    n* rounded up, snapped up to a preferred size when configured, and clamped to [1, maxBatchSize].
  *    n >= target, or nothing served yet (λ' = 0) → dispatch now: the device already keeps up at this batch size,
- *    so waiting would only add latency without raising throughput. n* > 0.75·maxBatchSize (near capacity, or
- *    beyond it when λ'b >= 1) → dispatch now too: at the keep-up size the device is busy all the time, so an
- *    idle wait is capacity lost for good and the queue it builds drains at the small spare rate only; greedy's
- *    rule (send what is queued, the next batch grows while this one runs) is the right one there. Otherwise the
+ *    so waiting would only add latency without raising throughput. Near capacity — full batches would need
+ *    more than 75% of the device, λ'·(a + b·max + 2·err)/max > 0.75 (beyond it when λ'b >= 1) — dispatch now
+ *    too: at the keep-up size the device is busy all the time, so an idle wait is capacity lost for good and
+ *    the queue it builds drains at the small spare rate only, while n* swings with every error in b as λ'b
+ *    nears 1; greedy's rule (send what is queued, the next batch grows while this one runs) is the right one
+ *    there. Otherwise the
  *    device could not sustain the arrival rate with batches of n, so waiting for more items amortizes the fixed
  *    cost a: wait Δ = min(Δ_max, (target − n) / λ).
  *
@@ -112,7 +114,8 @@ export class AdaptivePolicy implements BatchPolicy {
     const rate = this.arrivals.ratePerMs();
     const a = this.cost.intercept;
     const b = this.cost.perItem;
-    const keepUp = this.keepUpSize(this.planningRate(), a, b);
+    const share = this.planningRate();
+    const keepUp = this.keepUpSize(share, a, b);
     this.lastTarget = this.targetFor(keepUp);
     if (available === 0) return IDLE;
     if (available === this.maxBatchSize) return dispatch(available);
@@ -131,8 +134,12 @@ export class AdaptivePolicy implements BatchPolicy {
     if (!(keepUp > 0) || available >= this.lastTarget) return dispatchNow;
     // Near capacity an idle device must not wait: at the keep-up size it is busy all the time already, so
     // every idle millisecond is capacity lost for good, and a queue built there drains at the small spare
-    // rate only. Past NEAR_CAPACITY of a full batch (infinite when λb >= 1) it sends what is queued, as greedy.
-    if (!(keepUp <= NEAR_CAPACITY * this.maxBatchSize)) return dispatchNow;
+    // rate only — while n* itself, λa / (1 − λb), swings with every error in b as λb nears 1. When even full
+    // batches would need more than NEAR_CAPACITY of the device (error allowance included; all of it and more
+    // when λb >= 1), it sends what is queued, as greedy.
+    const fullBatchLoad =
+      (share * (a + b * this.maxBatchSize + ERROR_ALLOWANCE * this.cost.errorScale)) / this.maxBatchSize;
+    if (!(fullBatchLoad <= NEAR_CAPACITY)) return dispatchNow;
     const untilMs = now + Math.min(maxWait, (this.lastTarget - available) / rate);
     // A wait too small to move the clock (floating point) is no wait: never return untilMs <= now.
     return untilMs > now ? waitUntil(untilMs) : dispatchNow;
