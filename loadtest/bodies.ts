@@ -343,3 +343,33 @@ export function readBinaryAnswerHeader(data: Buffer): BinaryAnswerHeader | undef
     return undefined;
   }
 }
+
+const RESULT_KEY = Buffer.from(',"result":');
+
+/**
+ * What the load generator needs from a JSON text answer (id, version; type and code for errors), read from the
+ * text before `,"result":` only — the counterpart of readBinaryAnswerHeader, so a JSON run's client does not
+ * decode and parse every answer's tensor while the binary run's skips it (both share the server's cores).
+ * Errors and warnings carry no result and are parsed whole. Inside a JSON string a quote is always escaped, so
+ * the first `,"result":` is the answer's own key; a prefix that still does not parse is read whole.
+ */
+export function readJsonAnswerHeader(data: Buffer): BinaryAnswerHeader | undefined {
+  const at = data[0] === 0x7b ? data.indexOf(RESULT_KEY) : -1;
+  try {
+    const value = JSON.parse(at > 0 ? `${data.toString('utf8', 0, at)}}` : data.toString()) as unknown;
+    return value !== null && typeof value === 'object' && !Array.isArray(value)
+      ? (value as BinaryAnswerHeader)
+      : undefined;
+  } catch {
+    if (at <= 0) return undefined;
+  }
+  // the prefix was not a whole object (a string holding the key): the answer as it is
+  try {
+    const value = JSON.parse(data.toString()) as unknown;
+    return value !== null && typeof value === 'object' && !Array.isArray(value)
+      ? (value as BinaryAnswerHeader)
+      : undefined;
+  } catch {
+    return undefined;
+  }
+}

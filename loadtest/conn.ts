@@ -6,7 +6,7 @@
 import { performance } from 'node:perf_hooks';
 import WebSocket from 'ws';
 import { sharedClock } from '../libs/ring';
-import { readBinaryAnswerHeader } from './bodies';
+import { readBinaryAnswerHeader, readJsonAnswerHeader } from './bodies';
 import type { EarlyClose, LoadStats } from './stats';
 
 /** Codes the client itself assigns (not answers from the server). */
@@ -235,9 +235,9 @@ export class Conn {
         return;
       }
     } else {
-      try {
-        msg = JSON.parse(data.toString()) as WireMessage;
-      } catch {
+      // likewise the text before the result only (errors and warnings whole)
+      msg = readJsonAnswerHeader(data);
+      if (msg === undefined) {
         this.stats.unmatched++;
         return;
       }

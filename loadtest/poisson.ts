@@ -13,7 +13,7 @@ import * as path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import WebSocket from 'ws';
 import { Rng } from '../scripts/models/rng';
-import { type BodyOptions, binaryBodyFactory, readBinaryAnswerHeader } from './bodies';
+import { type BodyOptions, binaryBodyFactory, readBinaryAnswerHeader, readJsonAnswerHeader } from './bodies';
 
 export interface PoissonPhase {
   label: string;
@@ -118,15 +118,7 @@ async function generate(opts: PoissonOptions): Promise<PoissonResult> {
 
   const onAnswer = (data: Buffer, isBinary: boolean): void => {
     const now = performance.now();
-    let msg: { id?: unknown; type?: unknown; code?: unknown } | undefined;
-    if (isBinary) msg = readBinaryAnswerHeader(data);
-    else {
-      try {
-        msg = JSON.parse(data.toString()) as typeof msg;
-      } catch {
-        return;
-      }
-    }
+    const msg = isBinary ? readBinaryAnswerHeader(data) : readJsonAnswerHeader(data);
     if (!msg || msg.type === 'warning') return;
     const id = Number(msg.id);
     if (!pending.delete(id)) return;

@@ -6,11 +6,10 @@
 import type { ErrorCode, RequestId } from '../../libs/protocol';
 import {
   decodeOutputsFlat,
-  decodeResult,
   encodeBinaryAnswer,
   encodeError,
   encodeResultHead,
-  encodeResultWithHead,
+  encodeResultRecord,
   encodeV2Error,
   encodeV2Response,
   outputSectionHeaderBytes,
@@ -41,13 +40,21 @@ class WsJsonReply implements Reply {
     offset: number,
     latencyMs: number,
   ): string | Uint8Array {
-    const result = decodeResult(ring.bytes, ring.view, offset, slot.model.signature);
     // The head (model, version, epoch) is the same for every answer of a slot within an epoch: encoded once.
     if (slot.resultHeadEpoch !== request.epoch) {
       slot.resultHead = encodeResultHead(slot.model.name, slot.version, request.epoch);
       slot.resultHeadEpoch = request.epoch;
     }
-    return encodeResultWithHead(request.id, slot.resultHead, result, latencyMs);
+    // Written straight from the record: float32 outputs print their shortest round-trip text (json-answer.ts).
+    return encodeResultRecord(
+      request.id,
+      slot.resultHead,
+      ring.bytes,
+      ring.view,
+      offset,
+      slot.model.signature,
+      latencyMs,
+    );
   }
 
   error(id: RequestId, code: ErrorCode, message: string, retryAfterMs?: number): string {

@@ -5,22 +5,31 @@ const T = 100;
 const TOTAL = 1000;
 
 /**
- * Cost prior a = 5 ms, b = 0.1 ms/item (exact until observe() is called), arrival rate warmed to 1 item/ms by
- * two snapshots 100 ms apart with an exact enqueuedTotal. Keep-up size n* = 1·5 / (1 − 0.1) = 5.56 → target 6.
+ * Cost prior a = 5 ms, b = 0.1 ms/item, arrival rate warmed to 1 item/ms by two snapshots 100 ms apart with an
+ * exact enqueuedTotal, and the same rate served: batches observed on the prior's line (so the fit stays
+ * a = 5, b = 0.1), `servedShare` × the arrivals over the same 100 ms. Keep-up size n* = 1·5 / (1 − 0.1) = 5.56
+ * → target 6.
  */
-function warmed(overrides: Partial<BatchPolicyOptions> = {}, ratePerMs = 1): BatchPolicy {
-  const policy = createBatchPolicy({
+function warmed(overrides: Partial<BatchPolicyOptions> = {}, ratePerMs = 1, servedShare = 1): BatchPolicy {
+  const options: BatchPolicyOptions = {
     policy: 'adaptive',
     maxBatchSize: 32,
     maxQueueDelayMs: 50,
     sloP99Ms: 100,
     costPrior: { interceptMs: 5, perItemMs: 0.1 },
     ...overrides,
-  });
+  };
+  const policy = createBatchPolicy(options);
+  const { interceptMs, perItemMs } = options.costPrior!;
   policy.decide(
     { length: 0, oldestEnqueuedAt: 0, inFlightBatches: 0, enqueuedTotal: TOTAL - 100 * ratePerMs },
     0,
   );
+  policy.observe(4, interceptMs + 4 * perItemMs, 0);
+  for (let left = 100 * ratePerMs * servedShare; left > 0; left -= 8) {
+    const n = Math.min(8, left);
+    policy.observe(n, interceptMs + n * perItemMs, T);
+  }
   policy.decide({ length: 0, oldestEnqueuedAt: 0, inFlightBatches: 0, enqueuedTotal: TOTAL }, T);
   return policy;
 }
@@ -38,8 +47,8 @@ describe('adaptive policy', () => {
     const state = policy.state();
     expect(state.targetBatchSize).toBe(6);
     expect(state.waitMs).toBe(0);
-    expect(state.costIntercept).toBe(5);
-    expect(state.costPerItem).toBe(0.1);
+    expect(state.costIntercept).toBeCloseTo(5, 9);
+    expect(state.costPerItem).toBeCloseTo(0.1, 9);
     expect(state.arrivalRatePerMs).toBeCloseTo(1, 10);
     expect(state.sloP99Ms).toBe(100);
   });
@@ -108,11 +117,52 @@ describe('adaptive policy', () => {
     expect(warmed().decide(snap(9, 50, 1), T)).toEqual({ kind: 'dispatch', size: 9 });
   });
 
-  it('targets maxBatchSize when the device cannot keep up at any size (λ·b >= 1)', () => {
+  it('does not wait on an idle device when even full batches cannot keep up (λ·b >= 1)', () => {
+    // The old rule waited for maxBatchSize here: idle device time while the queue only grows.
     const policy = warmed({ costPrior: { interceptMs: 5, perItemMs: 1 } }, 1);
-    const decision = policy.decide(snap(2, 0), T);
+    expect(policy.decide(snap(2, 0), T)).toEqual({ kind: 'dispatch', size: 2 });
     expect(policy.state().targetBatchSize).toBe(32);
-    expect(decision.kind).toBe('wait');
+    // with a batch running it still holds the partial batch while that is safe
+    expect(policy.decide(snap(2, 0, 1), T).kind).toBe('wait');
+  });
+
+  it('does not wait on an idle device near capacity (full batches would need more than 3/4 of it)', () => {
+    // a = 5, b = 0.1, max 32: a full batch takes 8.2 ms, so λ·8.2/32 of the device; n* = 5λ / (1 − 0.1λ).
+    // λ = 2.5: 64 %, n* = 16.7 → waits for 17; λ = 3: 77 % → sends what is queued (n* = 21.4 still shown)
+    const below = warmed({}, 2.5);
+    expect(below.decide(snap(2, 0), T).kind).toBe('wait');
+    expect(below.state().targetBatchSize).toBe(17);
+    const near = warmed({}, 3);
+    expect(near.decide(snap(2, 0), T)).toEqual({ kind: 'dispatch', size: 2 });
+    expect(near.state().targetBatchSize).toBe(22);
+  });
+
+  it('sizes its target on the items its own batches take, not every arrival (workers sharing a queue)', () => {
+    // Two workers on one queue: each sees every arrival (2 items/ms) but serves about half of them.
+    const shared = warmed({}, 2, 0.5);
+    expect(shared.state().arrivalRatePerMs).toBeCloseTo(2, 10);
+    shared.decide(snap(2, 0), T);
+    expect(shared.state().targetBatchSize).toBe(6); // n* at 1 item/ms, not 12.5 at 2 items/ms
+    const alone = warmed({}, 2, 1);
+    alone.decide(snap(2, 0), T);
+    expect(alone.state().targetBatchSize).toBe(13);
+  });
+
+  it('does not wait before its first batch completed (no served rate yet)', () => {
+    const policy = createBatchPolicy({
+      policy: 'adaptive',
+      maxBatchSize: 32,
+      maxQueueDelayMs: 50,
+      sloP99Ms: 100,
+    });
+    policy.decide({ length: 0, oldestEnqueuedAt: 0, inFlightBatches: 0, enqueuedTotal: 0 }, 0);
+    policy.decide({ length: 0, oldestEnqueuedAt: 0, inFlightBatches: 0, enqueuedTotal: 100 }, 100);
+    expect(
+      policy.decide({ length: 3, oldestEnqueuedAt: 100, inFlightBatches: 0, enqueuedTotal: 103 }, 100),
+    ).toEqual({
+      kind: 'dispatch',
+      size: 3,
+    });
   });
 
   it('snaps the target up to a preferred size and dispatches preferred sizes', () => {
@@ -174,15 +224,18 @@ describe('adaptive policy', () => {
       maxBatchSize: 32,
       maxQueueDelayMs: 50,
       sloP99Ms: 100,
-      costPrior: { interceptMs: 5, perItemMs: 0 },
+      costPrior: { interceptMs: 0.001, perItemMs: 0 },
     });
+    // 10^4 items/ms arrive and are served: n* = 10 → wait (10 − 2) / 10^4 = 0.0008 ms
     policy.decide({ length: 0, oldestEnqueuedAt: 0, inFlightBatches: 0, enqueuedTotal: 0 }, now - 100);
+    policy.observe(1, 0.001, now - 100);
+    policy.observe(1e6, 0.001, now);
     policy.decide({ length: 0, oldestEnqueuedAt: 0, inFlightBatches: 0, enqueuedTotal: 1e6 }, now);
     const decision = policy.decide(
       { length: 2, oldestEnqueuedAt: now, inFlightBatches: 0, enqueuedTotal: 1e6 },
       now,
     );
-    expect(policy.state().targetBatchSize).toBe(32);
+    expect(policy.state().targetBatchSize).toBe(10);
     expect(decision).toEqual({ kind: 'dispatch', size: 2 });
   });
 

@@ -27,12 +27,24 @@ export function poissonArrivals(ratePerMs: number, endMs: number, seed: number, 
 
 export interface SimulationOptions {
   policy: BatchPolicy;
+  /**
+   * More workers sharing the one queue, each with its own policy and its own serial device (the first is
+   * `policy`); each sees every arrival in `enqueuedTotal`, as the worker's lanes do with shared rings.
+   */
+  morePolicies?: BatchPolicy[];
   /** Sorted arrival times (ms). */
   arrivals: number[];
   /** True compute time of a batch of n (ms); may be noisy. */
   cost: (n: number) => number;
   /** Batches a worker may hold at once; the device runs them one after another. */
   maxInFlight?: number;
+  /**
+   * The worker's rule (apps/worker): a dispatch short of a full batch while one of its batches runs is held,
+   * not claimed (asked again on the next arrival or completion).
+   */
+  holdPartialWhileBusy?: boolean;
+  /** Pass `enqueuedTotal` (arrivals so far) in every snapshot. */
+  exactArrivals?: boolean;
   /** Stop at this time even if work remains. */
   horizonMs?: number;
   /** Fail when the policy breaks its contract (size out of range, wait not in the future). */
@@ -54,60 +66,85 @@ interface Batch {
   endAt: number;
 }
 
+interface Worker {
+  policy: BatchPolicy;
+  inFlight: Batch[];
+  deviceFreeAt: number;
+  wakeAt: number;
+}
+
 export function simulate(options: SimulationOptions): SimulationResult {
-  const { policy, arrivals, cost } = options;
+  const { arrivals, cost } = options;
   const maxInFlight = options.maxInFlight ?? 2;
   const horizon = options.horizonMs ?? Number.POSITIVE_INFINITY;
+  const workers: Worker[] = [options.policy, ...(options.morePolicies ?? [])].map((policy) => ({
+    policy,
+    inFlight: [],
+    deviceFreeAt: 0,
+    wakeAt: Number.POSITIVE_INFINITY,
+  }));
   const queue: number[] = [];
-  const inFlight: Batch[] = [];
   const latencies: number[] = [];
   const batchSizes: number[] = [];
   let next = 0;
   let now = 0;
-  let wakeAt = Number.POSITIVE_INFINITY;
-  let deviceFreeAt = 0;
   let lastCompletionMs = 0;
   let decisions = 0;
+  let turn = 0;
 
   for (;;) {
-    const nextArrival = next < arrivals.length ? arrivals[next]! : Number.POSITIVE_INFINITY;
-    const nextCompletion = inFlight.length > 0 ? inFlight[0]!.endAt : Number.POSITIVE_INFINITY;
-    now = Math.min(nextArrival, nextCompletion, wakeAt);
+    now = next < arrivals.length ? arrivals[next]! : Number.POSITIVE_INFINITY;
+    for (const worker of workers) {
+      now = Math.min(now, worker.wakeAt, worker.inFlight[0]?.endAt ?? Number.POSITIVE_INFINITY);
+    }
     if (now === Number.POSITIVE_INFINITY || now > horizon) break;
-    wakeAt = Number.POSITIVE_INFINITY;
-    while (inFlight.length > 0 && inFlight[0]!.endAt <= now) {
-      const batch = inFlight.shift()!;
-      for (const enqueuedAt of batch.items) latencies.push(batch.endAt - enqueuedAt);
-      lastCompletionMs = batch.endAt;
-      policy.observe(batch.items.length, batch.endAt - batch.startAt, now);
+    for (const worker of workers) {
+      while (worker.inFlight.length > 0 && worker.inFlight[0]!.endAt <= now) {
+        const batch = worker.inFlight.shift()!;
+        for (const enqueuedAt of batch.items) latencies.push(batch.endAt - enqueuedAt);
+        lastCompletionMs = batch.endAt;
+        worker.policy.observe(batch.items.length, batch.endAt - batch.startAt, now);
+      }
     }
     while (next < arrivals.length && arrivals[next]! <= now) queue.push(arrivals[next++]!);
-    while (inFlight.length < maxInFlight) {
-      decisions++;
-      const decision = policy.decide(
-        { length: queue.length, oldestEnqueuedAt: queue[0] ?? 0, inFlightBatches: inFlight.length },
-        now,
-      );
-      if (decision.kind === 'idle') {
-        if (queue.length > 0) throw new Error(`idle with ${queue.length} queued at ${now}`);
-        break;
+    // Workers look at the queue in turns, so none always comes first.
+    turn++;
+    for (let k = 0; k < workers.length; k++) {
+      const worker = workers[(turn + k) % workers.length]!;
+      worker.wakeAt = Number.POSITIVE_INFINITY;
+      while (worker.inFlight.length < maxInFlight) {
+        decisions++;
+        const snapshot = {
+          length: queue.length,
+          oldestEnqueuedAt: queue[0] ?? 0,
+          inFlightBatches: worker.inFlight.length,
+          ...(options.exactArrivals ? { enqueuedTotal: next } : {}),
+        };
+        const decision = worker.policy.decide(snapshot, now);
+        if (decision.kind === 'idle') {
+          if (queue.length > 0) throw new Error(`idle with ${queue.length} queued at ${now}`);
+          break;
+        }
+        if (decision.kind === 'wait') {
+          if (!(decision.untilMs > now))
+            throw new Error(`wait until ${decision.untilMs} is not after ${now}`);
+          if (queue.length === 0) throw new Error(`wait with an empty queue at ${now}`);
+          worker.wakeAt = decision.untilMs;
+          break;
+        }
+        const size = decision.size;
+        if (!Number.isInteger(size) || size < 1 || size > Math.min(queue.length, options.maxBatchSize)) {
+          throw new Error(`bad dispatch size ${size} with ${queue.length} queued`);
+        }
+        if (options.holdPartialWhileBusy && worker.inFlight.length > 0 && queue.length < options.maxBatchSize)
+          break;
+        const items = queue.splice(0, size);
+        const startAt = Math.max(now, worker.deviceFreeAt);
+        const computeMs = cost(size);
+        worker.deviceFreeAt = startAt + computeMs;
+        worker.inFlight.push({ items, startAt, endAt: worker.deviceFreeAt });
+        batchSizes.push(size);
       }
-      if (decision.kind === 'wait') {
-        if (!(decision.untilMs > now)) throw new Error(`wait until ${decision.untilMs} is not after ${now}`);
-        if (queue.length === 0) throw new Error(`wait with an empty queue at ${now}`);
-        wakeAt = decision.untilMs;
-        break;
-      }
-      const size = decision.size;
-      if (!Number.isInteger(size) || size < 1 || size > Math.min(queue.length, options.maxBatchSize)) {
-        throw new Error(`bad dispatch size ${size} with ${queue.length} queued`);
-      }
-      const items = queue.splice(0, size);
-      const startAt = Math.max(now, deviceFreeAt);
-      const computeMs = cost(size);
-      deviceFreeAt = startAt + computeMs;
-      inFlight.push({ items, startAt, endAt: deviceFreeAt });
-      batchSizes.push(size);
     }
   }
   return { latencies, batchSizes, completed: latencies.length, lastCompletionMs, decisions };

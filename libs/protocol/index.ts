@@ -17,6 +17,8 @@ export {
   ProtocolError,
   unknownModel,
 } from './errors';
+export { float32Text, writeFloat32 } from './float32-text';
+export { encodeResultRecord, encodeResultText } from './json-answer';
 export type { V2Output } from './kserve';
 export {
   decodePathSegment,

@@ -1,11 +1,13 @@
 /**
  * Micro-benchmark of the gateway's per-request work for the bench model's request (256 float32): decode,
  * bind to the signature, encode the ring record. JSON through the general path (JSON.parse), JSON through
- * the scanner, and a binary frame; then the answer (256 float32) as JSON text and as a binary frame, for
- * scale. `node dist/libs/protocol/json-tensor.bench.js [ms per case]`
+ * the scanner, and a binary frame; then the answer (256 float32) as JSON text — the earlier way (an array of
+ * numbers through JSON.stringify, 17-digit doubles) and written from the record (float32 printed shortest) —
+ * and as a binary frame, for scale. `node dist/libs/protocol/json-tensor.bench.js [ms per case]`
  */
 import * as v8 from 'node:v8';
 import { bindBinaryRequest, decodeBinaryRequest, encodeBinaryAnswer, encodeBinaryRequest } from './binary';
+import { encodeResultRecord } from './json-answer';
 import type { InferenceRequest } from './request';
 import { bindRequest, decodeJsonRequest, decodeRequest } from './request';
 import { encodeResultHead, encodeResultWithHead } from './responses';
@@ -101,10 +103,17 @@ const cases: Array<[string, (i: number) => void]> = [
     },
   ],
   [
-    'answer, json (decodeResult + text)',
+    'answer, json (decodeResult + JSON.stringify: before)',
     (i) => {
       const result = decodeResult(answerRing, answerView, 0, signature);
       if (encodeResultWithHead(i, head, result, 12.345).length < 256) throw new Error('bench');
+    },
+  ],
+  [
+    'answer, json (from the record, float32 shortest)',
+    (i) => {
+      if (encodeResultRecord(i, head, answerRing, answerView, 0, signature, 12.345).length < 256)
+        throw new Error('bench');
     },
   ],
   [
@@ -147,7 +156,7 @@ for (const [name, run] of cases) {
   const perSecond = ops / ((used.user + used.system) / 1e6);
   const bytes = allocationPerOp(run);
   console.log(
-    `${name.padEnd(38)} ${Math.round(perSecond).toLocaleString('en').padStart(10)} ops/s of CPU  ` +
+    `${name.padEnd(50)} ${Math.round(perSecond).toLocaleString('en').padStart(10)} ops/s of CPU  ` +
       `${(1e6 / perSecond).toFixed(2).padStart(6)} µs/op  ~${Math.round(bytes)} B allocated/op`,
   );
 }

@@ -3,7 +3,9 @@
  * One request carries one item (a leading batch dimension of 1, or none); the server batches requests as usual.
  * Tensors come as `{"name", "shape", "datatype", "data"}` with `data` flat (row-major) or nested.
  */
+
 import { ProtocolError } from './errors';
+import { float32Text } from './float32-text';
 import type { InferenceRequest } from './request';
 import { parseJsonObject, RequestError } from './request';
 import type { DType, ModelSignature } from './signature';
@@ -128,17 +130,33 @@ export function encodeV2Response(
   id: string | null,
   outputs: V2Output[],
 ): string {
-  return JSON.stringify({
-    model_name: model,
-    model_version: version,
-    ...(id !== null ? { id } : {}),
-    outputs: outputs.map((output) => ({
-      name: output.name,
-      datatype: TO_DATATYPE[output.dtype],
-      shape: [1, ...output.dims],
-      data: output.data,
-    })),
+  // By hand, in the order JSON.stringify of the protocol's object gives: FP32 data prints shortest (float32-text.ts).
+  let text =
+    '{"model_name":' +
+    JSON.stringify(model) +
+    ',"model_version":' +
+    JSON.stringify(version) +
+    (id !== null ? ',"id":' + JSON.stringify(id) : '') +
+    ',"outputs":[';
+  outputs.forEach((output, i) => {
+    text +=
+      (i > 0 ? ',{"name":' : '{"name":') +
+      JSON.stringify(output.name) +
+      ',"datatype":"' +
+      TO_DATATYPE[output.dtype] +
+      '","shape":' +
+      JSON.stringify([1, ...output.dims]) +
+      ',"data":' +
+      (output.dtype === 'float32' ? float32ListText(output.data as number[]) : JSON.stringify(output.data)) +
+      '}';
   });
+  return text + ']}';
+}
+
+function float32ListText(values: readonly number[]): string {
+  let text = '[';
+  for (let i = 0; i < values.length; i++) text += (i > 0 ? ',' : '') + float32Text(values[i]!);
+  return text + ']';
 }
 
 /** The protocol's error body; `code` is StreamInfer's stable error code. */

@@ -3,7 +3,8 @@
  * model (models/bench: 256 → 4096 → (4096 → 4096) ×2 shared → 256 MLP) over WebSocket at concurrency 64
  * (64 connections × 1 request in flight), served by `serve --nodes 1 --workers 1` twice in
  * the same run: once with `STREAMINFER_BATCH_SIZE=1` (no batching) and once with the model's
- * own batching (`config.json`: fixed, max 64, 50 ms), binary tensor frames both ways. The model's in-process speed
+ * own batching (`config.json`), binary tensor frames both ways, and a third time with the model's batching and
+ * JSON text both ways (issue 16: JSON as fast as binary). The model's in-process speed
  * (`streaminfer bench model bench --json`, same thread settings as the server's single
  * worker), measured alone before each round and after the last (best pass per batch size),
  * gives the ceiling: served req/s is reported as a fraction of the in-process items/s at the
@@ -32,6 +33,8 @@ import type { LoadSpec, Ratio, RunRecord, Scenario, ScenarioContext, ScenarioRes
 const MODEL = 'bench';
 const UNBATCHED = 'unbatched';
 const BATCHED = 'batched';
+/** The model's batching with JSON text requests and answers (issue 16: JSON as fast as binary). */
+const BATCHED_JSON = 'batched-json';
 
 /** Done-when figures of the scenario. */
 export const TARGETS = {
@@ -39,8 +42,10 @@ export const TARGETS = {
   gain: 8,
   /** batched p99 ÷ unbatched p99, below */
   p99Ratio: 1,
-  /** batched req/s ÷ in-process items/s at the batch size reached, at least */
-  servedFraction: 0.7,
+  /** batched req/s ÷ in-process items/s at the batch size reached, at least (binary frames) */
+  servedFraction: 0.9,
+  /** the same with JSON text requests and answers, at least */
+  servedFractionJson: 0.85,
 } as const;
 
 /** One row of `streaminfer bench model --json` */
@@ -275,11 +280,29 @@ export function judge(
   p99Ratio: number | undefined,
   servedFraction: number | undefined,
   batchReached: number | undefined,
+  json?: { servedFraction: number | undefined; batchReached: number | undefined },
 ): Criterion[] {
   const verdict = (ok: boolean | undefined): string => (ok === undefined ? 'n/a' : ok ? 'PASS' : 'FAIL');
   const gainOk = gain === undefined ? undefined : gain >= TARGETS.gain;
   const p99Ok = p99Ratio === undefined ? undefined : p99Ratio < TARGETS.p99Ratio;
   const fracOk = servedFraction === undefined ? undefined : servedFraction >= TARGETS.servedFraction;
+  const jsonFraction = json?.servedFraction;
+  const jsonOk = jsonFraction === undefined ? undefined : jsonFraction >= TARGETS.servedFractionJson;
+  const jsonCriterion: Criterion[] = json
+    ? [
+        {
+          name: `JSON: served ÷ in-process items/s at the batch reached${json.batchReached === undefined ? '' : ` (${fmt(json.batchReached)})`} (passes around each run)`,
+          target: `≥ ${pct(TARGETS.servedFractionJson)}`,
+          value: jsonFraction,
+          pass: jsonOk,
+          detail:
+            `${verdict(jsonOk)}: ${pct(jsonFraction)}` +
+            (jsonOk === false
+              ? ` (short by ${((TARGETS.servedFractionJson - jsonFraction!) * 100).toFixed(1)} points)`
+              : ''),
+        },
+      ]
+    : [];
   return [
     {
       name: 'batching gain (batched req/s ÷ batch=1 req/s)',
@@ -310,6 +333,7 @@ export function judge(
           ? ` (short by ${((TARGETS.servedFraction - servedFraction!) * 100).toFixed(1)} points)`
           : ''),
     },
+    ...jsonCriterion,
   ];
 }
 
@@ -347,6 +371,14 @@ function batchingSetup(ctx: ScenarioContext, modelsDir: string) {
       name: 'batched',
       setting: `${maxBatch} (model config)`,
       env: { ...commonEnv },
+    },
+    {
+      // the same server and load with JSON text both ways ({"input":[256 floats]} in, the result out)
+      target: BATCHED_JSON,
+      name: 'batched JSON',
+      setting: `${maxBatch} (model config), JSON`,
+      env: { ...commonEnv },
+      binary: false,
     },
   ];
   const notes: string[] = [];
@@ -419,7 +451,8 @@ function measureSide(
   side: BatchingSetup['sides'][number],
   label: string,
 ): Promise<RunRecord> {
-  const { load, warmPerConnection, serverArgs } = setup;
+  const { warmPerConnection, serverArgs } = setup;
+  const load: LoadSpec = { ...setup.load, binary: side.binary ?? setup.load.binary };
   const probe: ScrapeProbe = {};
   return runAgainst(
     ctx,
@@ -456,6 +489,8 @@ async function measureRounds(ctx: ScenarioContext, setup: BatchingSetup, p: InPr
   return { runs, roundOf };
 }
 
+const SERVED = new Set([UNBATCHED, BATCHED, BATCHED_JSON]);
+
 /** Each served run's ceiling: in-process items/s at the batch size it reached (best pass, and the passes around it). */
 function attachCeilings(
   runs: readonly RunRecord[],
@@ -464,7 +499,7 @@ function attachCeilings(
   roundOf: ReadonlyMap<RunRecord, number>,
 ): void {
   for (const run of runs) {
-    if (!run.load || run.load.ok === 0 || (run.target !== UNBATCHED && run.target !== BATCHED)) continue;
+    if (!run.load || run.load.ok === 0 || !SERVED.has(run.target)) continue;
     const m = (run.metrics ??= {});
     // with STREAMINFER_BATCH_SIZE=1 every run is one item, whatever /metrics says
     const reached = m['meanBatchSize'] ?? (run.target === UNBATCHED ? 1 : undefined);
@@ -484,7 +519,7 @@ function attachCeilings(
 /** Analysis: medians per side, the done-when criteria, the ratios, and the notes. */
 function batchingFigures(ctx: ScenarioContext, setup: BatchingSetup, runs: readonly RunRecord[]) {
   const { sides, notes } = setup;
-  const served = runs.filter((r) => r.target === UNBATCHED || r.target === BATCHED);
+  const served = runs.filter((r) => SERVED.has(r.target));
   const med = (target: string, pick: (r: RunRecord) => number | undefined): number | undefined =>
     medianOf(served, target, pick);
   const medians = Object.fromEntries(
@@ -506,11 +541,16 @@ function batchingFigures(ctx: ScenarioContext, setup: BatchingSetup, runs: reado
   ) as Record<string, Record<string, number | undefined>>;
   const mb = medians[BATCHED]!;
   const mu = medians[UNBATCHED]!;
+  const mj = medians[BATCHED_JSON]!;
   const criteria = judge(
     ratio(mb['rps'], mu['rps']),
     ratio(mb['p99'], mu['p99']),
     mb['servedOverPairedInProcess'] ?? mb['servedOverInProcess'],
     mb['meanBatchSize'],
+    {
+      servedFraction: mj['servedOverPairedInProcess'] ?? mj['servedOverInProcess'],
+      batchReached: mj['meanBatchSize'],
+    },
   );
 
   const ratios: Ratio[] = [
@@ -528,6 +568,18 @@ function batchingFigures(ctx: ScenarioContext, setup: BatchingSetup, runs: reado
       note: 'req/s ÷ the best in-process pass of the whole scenario (stricter: a max of noisy passes); medians',
     },
     {
+      name: 'served/in-process, batched JSON',
+      value: mj['servedOverPairedInProcess'],
+      note:
+        `JSON text requests and answers; req/s ÷ in-process items/s at its mean batch (${fmt(mj['meanBatchSize'])}), ` +
+        'the passes around the run; medians over rounds',
+    },
+    {
+      name: 'JSON ÷ binary req/s, batched',
+      value: ratio(mj['rps'], mb['rps']),
+      note: 'same server settings and load, JSON text vs binary tensor frames; medians over rounds',
+    },
+    {
       name: 'served/in-process, batch=1',
       value: mu['servedOverInProcess'],
       note: 'req/s ÷ in-process items/s at batch 1; medians over rounds',
@@ -536,10 +588,10 @@ function batchingFigures(ctx: ScenarioContext, setup: BatchingSetup, runs: reado
 
   notes.push(
     'Requests and answers are binary tensor frames (libs/protocol/binary.ts: raw float32 bytes, a ' +
-      'small JSON header) on both sides: as JSON text, 256 floats per request and per answer were ' +
-      'measured to cost ~10 ms of a ~31 ms batch cycle on a 2-core host (with the earlier one-pass model) (formatting and parsing in the ' +
-      'load generator and the gateway), which hid the model’s speed. The load generator reads only the ' +
-      'header (id, version) of each answer.',
+      'small JSON header) on the batch=1 and batched sides, JSON text on the "batched JSON" side ' +
+      '(`{"id","model","input":[256 floats]}` in; the answer with its float32 scores printed shortest, ' +
+      'libs/protocol/json-answer.ts). The load generator reads only the header (id, version) of each ' +
+      'answer: the JSON header of a binary frame, the text before `,"result":` of a JSON answer.',
   );
   notes.push(
     `Done-when (medians over ${ctx.rounds} round(s)): ` +
@@ -656,7 +708,7 @@ function batchingMarkdown(
       criteria.map((c) => [
         c.name,
         c.target,
-        c.name.startsWith('served') ? pct(c.value) : c.name.startsWith('p99') ? fmt(c.value) : times(c.value),
+        c.name.includes('served') ? pct(c.value) : c.name.startsWith('p99') ? fmt(c.value) : times(c.value),
         c.pass === undefined ? 'n/a' : c.pass ? 'PASS' : 'FAIL',
       ]),
       ['left', 'left', 'right', 'left'],
@@ -722,7 +774,8 @@ function batchingReport(
       requestsPerConnection: load.requestsPerConnection,
       totalRequestsPerRun: load.connections * load.requestsPerConnection,
       inFlightPerConnection: 1,
-      frames: 'binary tensor frames (float32[256] in, float32[256] out)',
+      frames:
+        'binary tensor frames (float32[256] in, float32[256] out); the "batched JSON" side: JSON text both ways',
       serverWarmupPerConnection: warmPerConnection,
       loadgenWarmupPerConnection: load.warmupPerConnection,
       rounds: ctx.rounds,
@@ -773,8 +826,8 @@ export const batching: Scenario = {
     'The heavy `bench` model (256→4096→(4096→4096)×2 shared→256 MLP, float32[256] in and out) over WebSocket at ' +
     'concurrency 64 (64 connections × 1 in flight), binary tensor frames both ways, ' +
     '`serve --nodes 1 --workers 1` serving only `bench`: ' +
-    '`STREAMINFER_BATCH_SIZE=1` (no batching) vs the model’s own batching (its config.json: fixed, max 64, 50 ms), ' +
-    'alternating; plus the model’s in-process items/s (`streaminfer bench model bench`) as the ceiling at ' +
+    '`STREAMINFER_BATCH_SIZE=1` (no batching) vs the model’s own batching (its config.json), and that batching ' +
+    'with JSON text requests and answers, alternating; plus the model’s in-process items/s (`streaminfer bench model bench`) as the ceiling at ' +
     'the mean batch size the server reached (from `/metrics`).',
   async run(ctx) {
     const modelsDir = benchOnlyModelsDir(ctx.repoRoot);

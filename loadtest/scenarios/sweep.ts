@@ -38,20 +38,39 @@ interface Point {
   result?: PhaseResult;
   /** mean batch size from /metrics over the measured phase (and the drain after it) */
   meanBatch?: number;
+  /** the policy's gauges at the end of the point (adaptive: its cost model, rate and target) */
+  gauges?: PolicyGauges;
   error?: string;
 }
 
-interface StepSample {
-  t: number;
+interface PolicyGauges {
   targetSize?: number;
-  waitMs?: number;
+  interceptMs?: number;
+  perItemMs?: number;
   arrivalRate?: number;
 }
 
+interface StepSample extends PolicyGauges {
+  t: number;
+  waitMs?: number;
+}
+
+/** BENCH_SWEEP_LEVELS=80,90 (percent of C): a subset of the levels, e.g. to look at the high end only. */
+export function sweepLevelsFromEnv(value: string | undefined): number[] | undefined {
+  if (value === undefined || value.trim() === '') return undefined;
+  const levels = value.split(',').map((x) => Number(x.trim()) / 100);
+  if (levels.some((l) => !Number.isFinite(l) || l <= 0 || l > 5))
+    throw new Error(`BENCH_SWEEP_LEVELS: expected percentages of C such as 80,90, got "${value}"`);
+  return levels;
+}
+
 function sweepSetup(ctx: ScenarioContext) {
-  const levels = ctx.quick ? [0.3, 0.6, 0.9, 1.2] : Array.from({ length: 12 }, (_, i) => (i + 1) / 10);
+  const levels =
+    sweepLevelsFromEnv(process.env['BENCH_SWEEP_LEVELS']) ??
+    (ctx.quick ? [0.3, 0.6, 0.9, 1.2] : Array.from({ length: 12 }, (_, i) => (i + 1) / 10));
   return {
     levels,
+    step: process.env['BENCH_SWEEP_STEP'] !== '0',
     pointMs: ctx.quick ? 4000 : 15_000,
     warmMs: ctx.quick ? 1000 : 3000,
     stepMs: ctx.quick ? [6000, 8000, 6000] : [15_000, 15_000, 15_000],
@@ -145,10 +164,12 @@ async function measureSweep(
         const [b, a] = await Promise.all([before, scrapeMetrics(metricsUrl).catch(() => undefined)]);
         const meanBatch =
           b && a ? histogramMeanDelta(b, a, 'streaminfer_batch_size', { model: MODEL }) : undefined;
-        points.push({ policy, level, result: p, meanBatch });
+        const gauges = a ? policyGauges(a) : undefined;
+        points.push({ policy, level, result: p, meanBatch, gauges });
         ctx.log(
           `${policy} @ ${Math.round(level * 100)}% (${Math.round(rate)}/s): ${Math.round(p.achievedRps)}/s, ` +
-            `p50 ${fmt(p.p50)} ms, p99 ${fmt(p.p99)} ms, mean batch ${fmt(meanBatch, 3)}, errors ${JSON.stringify(p.errors)}`,
+            `p50 ${fmt(p.p50)} ms, p99 ${fmt(p.p99)} ms, mean batch ${fmt(meanBatch, 3)}, errors ${JSON.stringify(p.errors)}` +
+            (policy === 'adaptive' && gauges ? `, gauges ${JSON.stringify(gauges)}` : ''),
         );
       } catch (e) {
         points.push({ policy, level, error: errText(e) });
@@ -161,6 +182,16 @@ async function measureSweep(
 
 function gauge(samples: Awaited<ReturnType<typeof scrapeMetrics>>, name: string): number | undefined {
   return findSamples(samples, name, { model: MODEL })[0]?.value;
+}
+
+function policyGauges(samples: MetricSample[]): PolicyGauges {
+  const ms = (x: number | undefined) => (x === undefined ? undefined : x * 1000);
+  return {
+    targetSize: gauge(samples, 'streaminfer_batch_target_size'),
+    interceptMs: ms(gauge(samples, 'streaminfer_batch_cost_intercept_seconds')),
+    perItemMs: ms(gauge(samples, 'streaminfer_batch_cost_per_item_seconds')),
+    arrivalRate: gauge(samples, 'streaminfer_batch_arrival_rate'),
+  };
 }
 
 /** Step change on adaptive: 20% → 90% → 20%, /metrics sampled each second on the generator's clock. */
@@ -181,12 +212,7 @@ async function measureStep(ctx: ScenarioContext, setup: Setup, server: ServerHan
       scrapeMetrics(`${server.baseUrl}/metrics`, 900)
         .then((s) => {
           const wait = gauge(s, 'streaminfer_batch_wait_seconds');
-          samples.push({
-            t,
-            targetSize: gauge(s, 'streaminfer_batch_target_size'),
-            waitMs: wait === undefined ? undefined : wait * 1000,
-            arrivalRate: gauge(s, 'streaminfer_batch_arrival_rate'),
-          });
+          samples.push({ t, ...policyGauges(s), waitMs: wait === undefined ? undefined : wait * 1000 });
         })
         .catch(() => {});
     }, 1000);
@@ -407,6 +433,8 @@ function stepMarkdown(
     fmt(s.targetSize),
     fmt(s.waitMs, 3),
     fmt(s.arrivalRate === undefined ? undefined : Math.round(s.arrivalRate)),
+    fmt(s.interceptMs, 3),
+    fmt(s.perItemMs, 3),
   ]);
   return (
     '\n\n#### Step change (adaptive)\n\n' +
@@ -424,7 +452,7 @@ function stepMarkdown(
       rows,
     ) +
     '\n\n/metrics each second (t from the end of the warm-up):\n\n' +
-    markdownTable(['t s', 'target size', 'wait ms', 'arrival rate /s'], gauges)
+    markdownTable(['t s', 'target size', 'wait ms', 'arrival rate /s', 'cost a ms', 'cost b ms/item'], gauges)
   );
 }
 
@@ -453,11 +481,13 @@ async function runSweep(ctx: ScenarioContext): Promise<ScenarioResult> {
     const points = await measureSweep(ctx, setup, servers, capacity);
     let step: Awaited<ReturnType<typeof measureStep>> | undefined;
     let stepError: string | undefined;
-    try {
-      step = await measureStep(ctx, setup, servers.get('adaptive')!, capacity);
-    } catch (e) {
-      stepError = errText(e);
-    }
+    if (setup.step) {
+      try {
+        step = await measureStep(ctx, setup, servers.get('adaptive')!, capacity);
+      } catch (e) {
+        stepError = errText(e);
+      }
+    } else stepError = 'skipped (BENCH_SWEEP_STEP=0)';
     for (const [policy, server] of servers) {
       if (server.exited())
         runs.push({

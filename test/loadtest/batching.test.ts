@@ -113,7 +113,18 @@ describe('judge', () => {
     const c = judge(6, 1.2, 0.6, 30);
     expect(c.map((x) => x.pass)).toEqual([false, false, false]);
     expect(c[0]!.detail).toBe('FAIL: 6.00× (short by 2.00×, 25.0%)');
-    expect(c[2]!.detail).toBe('FAIL: 60.0% (short by 10.0 points)');
+    expect(c[2]!.detail).toBe('FAIL: 60.0% (short by 30.0 points)');
+  });
+
+  it('judges JSON requests against their own target (85 %) when given', () => {
+    const pass = judge(TARGETS.gain, 0.5, 0.95, 40, {
+      servedFraction: TARGETS.servedFractionJson,
+      batchReached: 42,
+    });
+    expect(pass.map((x) => x.pass)).toEqual([true, true, true, true]);
+    expect(pass[3]!.name).toMatch(/^JSON: .*\(42\)/);
+    const fail = judge(TARGETS.gain, 0.5, 0.95, 40, { servedFraction: 0.8, batchReached: 42 });
+    expect(fail[3]!.detail).toBe('FAIL: 80.0% (short by 5.0 points)');
   });
 
   it('is n/a when a figure is missing', () => {

@@ -1,7 +1,13 @@
 import type { AddressInfo } from 'node:net';
 import { WebSocketServer } from 'ws';
 import { decodeBinaryRequest, encodeBinaryFrame } from '../../libs/protocol';
-import { BODY_KINDS, binaryBodyFactory, bodyFactory, readBinaryAnswerHeader } from '../../loadtest/bodies';
+import {
+  BODY_KINDS,
+  binaryBodyFactory,
+  bodyFactory,
+  readBinaryAnswerHeader,
+  readJsonAnswerHeader,
+} from '../../loadtest/bodies';
 import { generate, type LoadgenOptions } from '../../loadtest/loadgen';
 import { parsePrometheusText } from '../../loadtest/metrics';
 import { splitByWeight } from '../../loadtest/run-load';
@@ -58,6 +64,24 @@ describe('binary bodies', () => {
     expect(req.tensors[0]!.dtype).toBe('string');
     expect(() => binaryBodyFactory('nope', 0)).toThrow(/unknown body kind/);
     expect(Object.values(BODY_KINDS).every((k) => typeof k.binaryPool === 'function')).toBe(true);
+  });
+
+  it('readJsonAnswerHeader reads the text before the result, errors and odd texts whole', () => {
+    const answer = '{"id":7,"model":"bench","version":"2","epoch":0,"result":[0.1,0.2],"latency_ms":1.5}';
+    expect(readJsonAnswerHeader(Buffer.from(answer))).toEqual({
+      id: 7,
+      model: 'bench',
+      version: '2',
+      epoch: 0,
+    });
+    const error = '{"id":"a","type":"error","code":"overloaded","message":"full","retry_after_ms":5}';
+    expect(readJsonAnswerHeader(Buffer.from(error))).toEqual(JSON.parse(error));
+    // an error whose message mentions the key (escaped quotes: not the key itself) is read whole
+    const odd = '{"id":1,"type":"error","code":"bad_request","message":"x,\\"result\\":y"}';
+    expect(readJsonAnswerHeader(Buffer.from(odd))).toEqual(JSON.parse(odd));
+    expect(readJsonAnswerHeader(Buffer.from('[1]'))).toBeUndefined();
+    expect(readJsonAnswerHeader(Buffer.from('{"id":1,"result":'))).toEqual({ id: 1 });
+    expect(readJsonAnswerHeader(Buffer.from('nope'))).toBeUndefined();
   });
 
   it('readBinaryAnswerHeader reads the header only, and rejects what is not a frame', () => {
