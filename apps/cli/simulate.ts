@@ -245,7 +245,9 @@ export async function runSimulate(
   const nats = await connectNats({ servers: config.nats, name: 'streaminfer-simulate' });
   try {
     await provisionStreams(nats.jsm, [layout.events]);
-    const sink = new JetStreamSink(nats.js, { maxAttempts: 3 });
+    // A producer outlasts a broker busy for a while (a consumer catching up floods it with its own
+    // publishes): up to 8 attempts, 5 s each, with backoff, under the same Msg-Id (a copy that landed is dropped).
+    const sink = new JetStreamSink(nats.js, { maxAttempts: 8 });
     const startMs = Date.now();
     const endMs = startMs + config.durationMs;
     const summary: SimulateSummary = {

@@ -33,7 +33,7 @@ describe('pipeline config', () => {
   test.each([
     [{ bogus: 1 }, 'bogus'],
     [{ consumer: { maxAckPending: 'many' } }, 'consumer.maxAckPending'],
-    [{ consumer: { batchSize: 30_000 } }, 'consumer.batchSize'],
+    [{ consumer: { batchSize: 60_000 } }, 'consumer.batchSize'],
     [{ concurrency: 100_000 }, 'concurrency'],
     [{ consumer: { maxDeliver: 1 } }, 'consumer.maxDeliver'],
     [{ eventTime: { stateTtlMs: 60_000 } }, 'eventTime.stateTtlMs'],

@@ -87,8 +87,8 @@ export const DEFAULT_PIPELINE_CONFIG: PipelineConfig = {
   consumer: {
     durable: 'streaminfer-delivery',
     // Per partition, and acks wait for the checkpoint: it must hold a partition's rate × the interval.
-    maxAckPending: 20_000,
-    ackWaitMs: 30_000,
+    maxAckPending: 50_000,
+    ackWaitMs: 120_000,
     maxDeliver: 5,
     batchSize: 512,
   },
@@ -115,7 +115,7 @@ export const DEFAULT_PIPELINE_CONFIG: PipelineConfig = {
   },
   admin: { host: '127.0.0.1', port: 9470 },
   slo: { freshnessP95Ms: 2000, lagMessages: 10_000 },
-  checkpoint: { enabled: true, intervalMs: 10_000, bucket: 'streaminfer_checkpoints' },
+  checkpoint: { enabled: true, intervalMs: 30_000, bucket: 'streaminfer_checkpoints' },
   logLevel: 'info',
 };
 

@@ -4,6 +4,7 @@ import {
   inEventWindow,
   type LagSample,
   lagFigures,
+  lagOf,
   lagStable,
   perSecondP95,
   quantileSorted,
@@ -20,6 +21,7 @@ const sample = (tMs: number, pending: number, received = 0, ackPending = 0): Lag
   tMs,
   pending,
   ackPending,
+  held: 0,
   received,
   predictions: 0,
   paused: false,
@@ -61,6 +63,12 @@ describe('freshness from stored times', () => {
 });
 
 describe('lag', () => {
+  it("acks held for a checkpoint are processed events, not lag (never below the broker's pending)", () => {
+    expect(lagOf({ ...sample(0, 10, 0, 5000), held: 4990 })).toBe(20);
+    // held counted a moment after the broker's figure: clamped, not negative
+    expect(lagOf({ ...sample(0, 10, 0, 100), held: 300 })).toBe(10);
+    expect(lagOf(sample(0, 10, 0, 100))).toBe(110);
+  });
   it('a lag that builds up is growing; one that jitters is not', () => {
     const growing = Array.from({ length: 21 }, (_, i) => sample(i * 1000, i * 500));
     const f = lagFigures(growing, 0, 20_000);

@@ -91,12 +91,15 @@ export interface LagSample {
   tMs: number;
   pending: number;
   ackPending: number;
+  /** Of ackPending, processed and published, their acks held for the next checkpoint (not lag). */
+  held: number;
   received: number;
   predictions: number;
   paused: boolean;
 }
 
-export const lagOf = (s: LagSample): number => s.pending + s.ackPending;
+/** Events not processed yet: pending, and delivered but not done (a checkpoint's held acks are done). */
+export const lagOf = (s: LagSample): number => s.pending + Math.max(0, s.ackPending - s.held);
 
 /** Least-squares slope of y over x (per unit of x); undefined with fewer than 2 distinct x. */
 export function slope(points: readonly (readonly [number, number])[]): number | undefined {

@@ -261,6 +261,8 @@ export interface PipelineHealth {
   counts: Record<string, number>;
   state_keys: number;
   state_bytes: number;
+  /** Checkpoint mode: acks held for the next checkpoint (their events are processed). */
+  checkpoint?: { held_acks: number };
 }
 
 /** GET /health (200 or 503 both carry the status). */
@@ -298,6 +300,7 @@ export const toSample = (h: PipelineHealth, tMs: number): LagSample => ({
   tMs,
   pending: h.consumer.pending,
   ackPending: h.consumer.ack_pending,
+  held: h.checkpoint?.held_acks ?? 0,
   received: h.counts['received'] ?? 0,
   predictions: h.counts['predictions'] ?? 0,
   paused: h.paused,
