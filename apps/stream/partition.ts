@@ -82,6 +82,8 @@ export interface PartitionStatus {
   watermark: string | null;
   pending: number;
   ack_pending: number;
+  /** Pending, and delivered but not processed (unacked minus the acks held for the checkpoint). */
+  unprocessed: number;
   checkpoint?: { last_id: number | null; position: number | null; age_s: number | null; held_acks: number };
   state_keys: number;
   state_bytes: number;
@@ -145,7 +147,7 @@ export class PartitionWorker {
   private timers: NodeJS.Timeout[] = [];
   /** Barriers (checkpoints, epoch switches) one at a time. */
   private barrierChain: Promise<unknown> = Promise.resolve();
-  private lag = { pending: 0, ackPending: 0, oldestAgeS: 0 };
+  private lag = { pending: 0, ackPending: 0, oldestAgeS: 0, held: 0 };
   /** When `lag` was last read from the broker (ms since epoch; 0: not yet). */
   private lagSince = 0;
   private readonly keys = new KeyCounter();
@@ -475,6 +477,7 @@ export class PartitionWorker {
       watermark: wm === null ? null : new Date(wm).toISOString(),
       pending: this.lag.pending,
       ack_pending: this.lag.ackPending,
+      unprocessed: this.lag.pending + Math.max(0, this.lag.ackPending - this.lag.held),
       ...(this.checkpointer
         ? {
             checkpoint: {
@@ -823,7 +826,9 @@ export class PartitionWorker {
           .catch(() => null);
         if (stored) oldestAgeS = Math.max(0, clock() - stored.time.getTime()) / 1000;
       }
-      this.lag = { pending: info.num_pending, ackPending: info.num_ack_pending, oldestAgeS };
+      // Acks held for the checkpoint, counted with the broker's figures: those events are processed.
+      const held = this.checkpointer?.heldMessages ?? 0;
+      this.lag = { pending: info.num_pending, ackPending: info.num_ack_pending, oldestAgeS, held };
       this.lagSince = Date.now();
       metrics.partitionPending.set({ partition: this.label }, info.num_pending);
     } catch (err) {

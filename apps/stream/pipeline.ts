@@ -54,7 +54,7 @@ export interface PipelineStatus {
   version: string;
   mode: string;
   watermark: string | null;
-  consumer: { pending: number; ack_pending: number; oldest_unprocessed_age_s: number };
+  consumer: { pending: number; ack_pending: number; unprocessed: number; oldest_unprocessed_age_s: number };
   freshness: { p50_ms: number; p95_ms: number; p99_ms: number };
   stale: boolean;
   counts: Record<string, number>;
@@ -382,6 +382,7 @@ export class DeliveryPipeline {
       consumer: {
         pending,
         ack_pending: partitions.reduce((n, p) => n + p.ack_pending, 0),
+        unprocessed: partitions.reduce((n, p) => n + p.unprocessed, 0),
         oldest_unprocessed_age_s: gauges.reduce((n, g) => Math.max(n, g.oldestAgeS), 0),
       },
       freshness: { p50_ms: q.p50 * 1000, p95_ms: p95Ms, p99_ms: q.p99 * 1000 },

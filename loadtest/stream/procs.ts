@@ -256,7 +256,7 @@ export interface PipelineHealth {
   state: string;
   consuming: boolean;
   paused: boolean;
-  consumer: { pending: number; ack_pending: number; oldest_unprocessed_age_s: number };
+  consumer: { pending: number; ack_pending: number; unprocessed?: number; oldest_unprocessed_age_s: number };
   freshness: { p50_ms: number; p95_ms: number; p99_ms: number };
   counts: Record<string, number>;
   state_keys: number;
@@ -300,7 +300,11 @@ export const toSample = (h: PipelineHealth, tMs: number): LagSample => ({
   tMs,
   pending: h.consumer.pending,
   ackPending: h.consumer.ack_pending,
-  held: h.checkpoint?.held_acks ?? 0,
+  // The acks the pipeline counted as held when it read the broker's figures (same instant).
+  held:
+    h.consumer.unprocessed !== undefined
+      ? h.consumer.pending + h.consumer.ack_pending - h.consumer.unprocessed
+      : (h.checkpoint?.held_acks ?? 0),
   received: h.counts['received'] ?? 0,
   predictions: h.counts['predictions'] ?? 0,
   paused: h.paused,
