@@ -67,6 +67,8 @@ export class Checkpointer {
   private restoredOutputs: Checkpoint['outputs'] | undefined;
   private replayUntil = 0;
   private inProgress: Promise<void> | undefined;
+  /** Messages of taken checkpoints not yet persisted (or given back to `held`). */
+  private writing = 0;
   lastCompleted: CompletedCheckpoint | undefined;
 
   private constructor(
@@ -103,8 +105,9 @@ export class Checkpointer {
     this.replayUntil = seq;
   }
 
+  /** Acks held: for the next checkpoint, and those of a checkpoint being written (acked once it completes). */
   get heldMessages(): number {
-    return this.held.length;
+    return this.held.length + this.writing;
   }
 
   /** The latest completed checkpoint (null: none), with the Msg-Ids published after it loaded for filter(). */
@@ -167,6 +170,7 @@ export class Checkpointer {
     const prefix = `${JSON.stringify(header).slice(0, -1)},"state":`;
     const held = this.held;
     this.held = [];
+    this.writing += held.length;
     return {
       id: header.id,
       position: s.position,
@@ -205,6 +209,12 @@ export class Checkpointer {
     return (await this.nats.jsm.streams.info(stream)).state.last_seq;
   }
 
+  /** A checkpoint that will not complete: its messages wait for the next one. */
+  private giveBack(taken: Taken): void {
+    this.writing -= taken.held.length;
+    this.held = taken.held.concat(this.held);
+  }
+
   /** Writes a taken checkpoint; on success acks what it covers, on failure keeps holding it for the next. */
   async persist(taken: Taken): Promise<boolean> {
     let bytes: Uint8Array;
@@ -212,11 +222,12 @@ export class Checkpointer {
       bytes = encoder.encode(`${taken.prefix}${taken.job.finish()}}`);
       await this.store.save(taken.id, taken.position, bytes, this.fence);
     } catch (err) {
-      this.held = taken.held.concat(this.held);
+      this.giveBack(taken);
       this.metrics.checkpointFailures.inc();
       this.logger.error({ id: taken.id, err: String(err) }, 'checkpoint failed; its messages stay unacked');
       return false;
     }
+    this.writing -= taken.held.length;
     for (const message of taken.held) message.ack().catch(() => undefined);
     // A later restore starts from this checkpoint: what was published before it cannot come back — unless
     // the replay is not done, whose effects were published before the restore.
@@ -263,7 +274,12 @@ export class Checkpointer {
       } finally {
         barrier.resume();
       }
-      await this.serialize(taken);
+      try {
+        await this.serialize(taken);
+      } catch (err) {
+        this.giveBack(taken);
+        throw err;
+      }
       await this.persist(taken);
     })().catch((err: unknown) => {
       this.metrics.checkpointFailures.inc();
