@@ -152,6 +152,8 @@ export interface RolloutSpec {
   version: string;
   steps: number[];
   dwell_s: number;
+  /** A step not passed within this rolls back (the server's default when absent). */
+  deadline_s?: number;
   min_requests: number;
   interval_s: number;
   failures_to_rollback: number;

@@ -171,7 +171,7 @@ describe('rollout state machine', () => {
   });
 
   test('flapping (fail, pass, fail, insufficient, fail …) never rolls back', () => {
-    let record = start({ dwell_s: 1000 });
+    let record = start({ dwell_s: 1000, deadline_s: 2000 });
     const pattern = [failing, failing, healthy, failing, failing, unknown, failing, failing, healthy];
     pattern.forEach((t, i) => {
       record = step(record, (i + 1) * 5000, t).record;
@@ -180,6 +180,36 @@ describe('rollout state machine', () => {
       record = step(record, 100000 + i * 5000, i % 3 === 2 ? healthy : failing).record;
     expect(record.state).toBe('progressing');
     expect(record.transitions).toHaveLength(1);
+  });
+
+  test('a step whose checks stay insufficient rolls back at its deadline, naming them', () => {
+    let record = start({ deadline_s: 60 });
+    for (let t = 5000; t < 60000; t += 5000) {
+      const out = step(record, t, unknown);
+      expect(out.transitions).toEqual([]);
+      record = out.record;
+    }
+    const out = step(record, 60000, unknown);
+    expect(out.record.state).toBe('rolled_back');
+    expect(out.transitions).toEqual([
+      expect.objectContaining({ from: 'step_0', to: 'rolled_back', reason: 'deadline' }),
+    ]);
+    expect(out.record.reason).toMatch(/^step 0 \(5 %\) did not pass within 60 s: .*insufficient/);
+    expect(desiredRouting(out.record)).toMatchObject({ canaryPercent: 0, shadow: false });
+  });
+
+  test('the deadline: a step passing at it passes; paused time does not count; deadline_s > dwell_s', () => {
+    const passing = step(start({ deadline_s: 20 }), 20000, healthy);
+    expect(passing.record.step).toBe(1);
+    let record = start({ deadline_s: 30 });
+    record = pauseRollout(record, 5000).record;
+    record = step(record, 100000, unknown).record;
+    expect(record.state).toBe('paused');
+    record = resumeRollout(record, 100000).record;
+    expect(step(record, 125000, unknown).record.state).toBe('progressing');
+    expect(step(record, 130000, unknown).record.state).toBe('rolled_back');
+    expect(() => plan({ deadline_s: 10 })).toThrow(/deadline_s: must be longer than dwell_s/);
+    expect(() => plan({ deadline_s: 20, shadow: { dwell_s: 20 } })).toThrow(/shadow.dwell_s/);
   });
 
   test('one check failing while the others pass does not advance the step', () => {

@@ -17,6 +17,9 @@
  *   its own dwell, its count of compared requests and the disagreement check alone (the candidate serves
  *   nothing there, so error rate and latency have no candidate samples yet).
  * - Passing the last canary step promotes (a last step of 100 % is the promotion itself).
+ * - A step or shadow phase not passed within `deadlineMs` rolls back (reason: the checks that did not pass):
+ *   evidence that never settles must not hold a candidate at its share for ever. A resumed step starts its
+ *   clock again.
  */
 import type { CheckResult, SampleDelta, Verdict, WindowTotals } from './analysis';
 import { runChecks } from './analysis';
@@ -41,6 +44,7 @@ export type TransitionReason =
   | 'step_passed'
   | 'all_steps_passed'
   | `failed_${CheckName}`
+  | 'deadline'
   | 'paused'
   | 'resumed'
   | 'aborted'
@@ -226,6 +230,8 @@ export function evaluateRollout(record: RolloutRecord, input: EvaluationInput): 
   if (next.state === 'paused') return { record: next, transitions: [], results };
   const steps = canarySteps(plan);
   const inStep = now - next.stepStartedAt;
+  const deadline = pastDeadline(next, results, phase, inStep, now);
+  if (deadline) return { record: deadline.record, transitions: [deadline.transition], results };
   if (phase === 'shadow') {
     const disagreement = checks.find((check) => check.name === 'disagreement');
     if (
@@ -272,6 +278,37 @@ export function evaluateRollout(record: RolloutRecord, input: EvaluationInput): 
   return { record: moved.record, transitions: [moved.transition], results };
 }
 
+/** The step's (or shadow phase's) deadline passed without it passing: roll back, naming what did not pass. */
+function pastDeadline(
+  record: RolloutRecord,
+  results: readonly CheckResult[],
+  phase: ActivePhase,
+  inStep: number,
+  now: number,
+): { record: RolloutRecord; transition: Transition } | undefined {
+  const plan = record.plan;
+  if (inStep < plan.deadlineMs) return undefined;
+  const gating = phase === 'shadow' ? results.filter((r) => r.name === 'disagreement') : results;
+  const open = gating.filter((r) => r.verdict !== 'pass');
+  const minimum = phase === 'shadow' ? plan.shadow!.minRequests : plan.minRequests;
+  const why = [
+    ...open.map((r) => `${r.name} ${r.verdict} (${r.detail})`),
+    ...(record.stepRequests < minimum ? [`${record.stepRequests} of ${minimum} requests`] : []),
+  ];
+  // Every gate passed at the deadline's evaluation: the step passes normally below.
+  if (why.length === 0) return undefined;
+  const where = phase === 'shadow' ? 'the shadow phase' : `step ${record.step} (${shareOf(record)} %)`;
+  return withTransition(
+    record,
+    {
+      state: 'rolled_back',
+      reason: `${where} did not pass within ${plan.deadlineMs / 1000} s: ${why.join('; ')}`,
+    },
+    'deadline',
+    now,
+  );
+}
+
 function refuse(record: RolloutRecord, action: string): never {
   throw new RolloutError(
     'invalid_state',
@@ -292,7 +329,13 @@ export function resumeRollout(
   now: number,
 ): { record: RolloutRecord; transition: Transition } {
   if (record.state !== 'paused') refuse(record, 'resume');
-  return withTransition(record, { state: record.pausedFrom ?? 'progressing' }, 'resumed', now);
+  // The step's clock starts again: its dwell and its deadline count from the resume.
+  return withTransition(
+    record,
+    { state: record.pausedFrom ?? 'progressing', stepStartedAt: now },
+    'resumed',
+    now,
+  );
 }
 
 /** The operator's abort (= rollback), or the registry's candidate changed under the rollout. */
@@ -354,6 +397,7 @@ export function planBody(plan: RolloutPlan): Record<string, unknown> {
     failures_to_rollback: plan.failuresToRollback,
     min_samples: plan.minSamples,
     window_s: plan.windowMs / 1000,
+    deadline_s: plan.deadlineMs / 1000,
     ...(plan.shadow
       ? { shadow: { dwell_s: plan.shadow.dwellMs / 1000, min_requests: plan.shadow.minRequests } }
       : {}),

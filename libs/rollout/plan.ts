@@ -32,6 +32,12 @@ export interface RolloutPlan {
   minSamples: number;
   /** The sliding window the checks look at. */
   windowMs: number;
+  /**
+   * A step (or the shadow phase) that has not passed within this long rolls back: checks that stay
+   * `insufficient` (evidence that never settles, e.g. a latency ratio near its limit) must not hold a
+   * candidate at its share for ever (Flagger's progress deadline). Time paused does not count.
+   */
+  deadlineMs: number;
   /** A shadow phase first (0 % served, every stable-served request mirrored), gated by disagreement. */
   shadow?: { dwellMs: number; minRequests: number };
   checks: ChecksPlan;
@@ -45,6 +51,7 @@ export const PLAN_DEFAULTS = {
   failuresToRollback: 3,
   minSamples: 50,
   windowS: 60,
+  deadlineS: 600,
   shadowDwellS: 30,
   shadowMinRequests: 100,
   maxErrorIncrease: 0.01,
@@ -62,6 +69,7 @@ export const PLAN_BOUNDS = {
   failuresToRollback: [1, 100],
   minSamples: [10, 1e6],
   windowS: [1, 86400],
+  deadlineS: [1, 86400],
   maxErrorIncrease: [0, 1],
   maxP99Ratio: [1, 1000],
   p99FloorMs: [0, 60000],
@@ -72,6 +80,7 @@ const TOP_FIELDS = [
   'version',
   'steps',
   'dwell_s',
+  'deadline_s',
   'min_requests',
   'interval_s',
   'failures_to_rollback',
@@ -163,6 +172,8 @@ export function validatePlan(input: unknown, options: { classifier: boolean }): 
   );
   const windowS = numberIn(body.window_s, 'window_s', PLAN_BOUNDS.windowS, PLAN_DEFAULTS.windowS);
   if (windowS < intervalS) fail('window_s', `must be at least interval_s (${intervalS})`);
+  const deadlineS = numberIn(body.deadline_s, 'deadline_s', PLAN_BOUNDS.deadlineS, PLAN_DEFAULTS.deadlineS);
+  if (deadlineS <= dwellS) fail('deadline_s', `must be longer than dwell_s (${dwellS}): no step could pass`);
 
   const checks: ChecksPlan = {};
   if (body.checks === undefined) {
@@ -235,6 +246,11 @@ export function validatePlan(input: unknown, options: { classifier: boolean }): 
         true,
       ),
     };
+    if (deadlineS * 1000 <= shadow.dwellMs)
+      fail(
+        'deadline_s',
+        `must be longer than shadow.dwell_s (${shadow.dwellMs / 1000}): the shadow phase could not pass`,
+      );
   }
 
   const plan: RolloutPlan = {
@@ -246,6 +262,7 @@ export function validatePlan(input: unknown, options: { classifier: boolean }): 
     failuresToRollback,
     minSamples,
     windowMs: windowS * 1000,
+    deadlineMs: deadlineS * 1000,
     checks,
     ...(shadow ? { shadow } : {}),
   };

@@ -90,8 +90,22 @@ export interface RolloutRunPlan {
  */
 export function rolloutPlans(quick: boolean, shadowEverywhere = false): RolloutRunPlan[] {
   const timing = quick
-    ? { steps: [5, 25, 100], dwell_s: 6, min_requests: 50, interval_s: 1, failures_to_rollback: 2 }
-    : { steps: [5, 10, 25, 50, 100], dwell_s: 20, min_requests: 100, interval_s: 2, failures_to_rollback: 3 };
+    ? {
+        steps: [5, 25, 100],
+        dwell_s: 6,
+        deadline_s: 20,
+        min_requests: 50,
+        interval_s: 1,
+        failures_to_rollback: 2,
+      }
+    : {
+        steps: [5, 10, 25, 50, 100],
+        dwell_s: 20,
+        deadline_s: 60,
+        min_requests: 100,
+        interval_s: 2,
+        failures_to_rollback: 3,
+      };
   const shadow = quick ? { dwell_s: 3, min_requests: 50 } : { dwell_s: 10, min_requests: 100 };
   const checks = {
     error_rate: { max_increase: 0.01 },
@@ -142,7 +156,13 @@ export class RolloutSettingsError extends Error {
   }
 }
 
-const NUMBER_SETTINGS = ['dwell_s', 'min_requests', 'interval_s', 'failures_to_rollback'] as const;
+const NUMBER_SETTINGS = [
+  'dwell_s',
+  'deadline_s',
+  'min_requests',
+  'interval_s',
+  'failures_to_rollback',
+] as const;
 const CHECK_LIMITS: Record<string, string> = {
   error_rate: 'max_increase',
   p99_ratio: 'max',
@@ -532,8 +552,16 @@ export function rolloutFigures(
       {
         name: `${plan.label}: failing check`,
         target: plan.expectCheck ?? '–',
-        measured: failed.length ? failed.join(', ') : 'none failed',
-        pass: plan.expectCheck ? failed.includes(plan.expectCheck) : undefined,
+        measured: failed.length
+          ? failed.join(', ')
+          : reason?.includes('did not pass within')
+            ? 'none failed; rolled back at the step deadline'
+            : 'none failed',
+        // A check that never settles rolls back at the step's deadline, its reason naming the check.
+        pass: plan.expectCheck
+          ? failed.includes(plan.expectCheck) ||
+            (reason?.includes('did not pass within') === true && reason.includes(plan.expectCheck))
+          : undefined,
       },
       {
         name: `${plan.label}: reason recorded`,
