@@ -172,6 +172,7 @@ export function rolloutBody(spec: RolloutSpec): Record<string, unknown> {
     version: spec.version,
     steps: [...spec.steps],
     dwell_s: spec.dwell_s,
+    ...(spec.deadline_s !== undefined ? { deadline_s: spec.deadline_s } : {}),
     min_requests: spec.min_requests,
     interval_s: spec.interval_s,
     failures_to_rollback: spec.failures_to_rollback,
@@ -184,9 +185,12 @@ export function rolloutBody(spec: RolloutSpec): Record<string, unknown> {
   };
 }
 
-/** Longest a rollout can legitimately take: shadow + every step's dwell, plus `slackS`. */
+/**
+ * Longest a rollout can legitimately take: shadow + every step's dwell, plus one step deadline (a step whose
+ * evidence is slow to settle, or one rolled back at it), plus `slackS`.
+ */
 export function rolloutDeadlineS(spec: RolloutSpec, slackS: number): number {
-  return (spec.shadow?.dwell_s ?? 0) + spec.steps.length * spec.dwell_s + slackS;
+  return (spec.shadow?.dwell_s ?? 0) + spec.steps.length * spec.dwell_s + (spec.deadline_s ?? 0) + slackS;
 }
 
 /** One `GET …/rollout` as the sampler saw it. */
