@@ -648,7 +648,9 @@ class ExternalInferenceBackend implements ExternalBackend {
             conn.window = Math.min(conn.ceiling, conn.window + 1 / conn.window);
             conn.spacingMs = conn.spacingMs < 0.05 ? 0 : conn.spacingMs * 0.97;
           }
-          this.settle(call, answer.value);
+          // The risk is the model's float32 output: binary frames carry it exactly, JSON answers print the
+          // shortest decimal of the same float32 — fround makes both the same number (and the same alert).
+          this.settle(call, Math.fround(answer.value));
         }
         this.pump();
         return;
