@@ -10,22 +10,13 @@
  * `wallToBenchMs(iso, performance.timeOrigin)` (same host, same wall clock).
  */
 import type { MetricSample } from '../libs/metrics';
+import { CHECK_NAMES, type CheckName, ROLLOUT_STATES, type RolloutState } from '../libs/rollout';
 import type { LineSeries } from './svg-chart';
 import type { AnswerRecord } from './swap-analysis';
 
-export const ROLLOUT_STATES = [
-  'shadow',
-  'progressing',
-  'paused',
-  'promoted',
-  'rolled_back',
-  'aborted',
-] as const;
-export type RolloutState = (typeof ROLLOUT_STATES)[number];
+// The server's own names (the API's contract), not a copy of them.
+export { CHECK_NAMES, type CheckName, ROLLOUT_STATES, type RolloutState };
 export const TERMINAL_STATES: readonly RolloutState[] = ['promoted', 'rolled_back', 'aborted'];
-
-export const CHECK_NAMES = ['error_rate', 'p99_ratio', 'disagreement'] as const;
-export type CheckName = (typeof CHECK_NAMES)[number];
 export type CheckVerdict = 'pass' | 'fail' | 'insufficient';
 
 export interface RolloutCheck {

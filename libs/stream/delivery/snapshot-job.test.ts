@@ -1,6 +1,7 @@
 import { simulate } from '../../../loadtest/simulator';
 import { rng } from '../engine.test-util';
 import { DeliveryDecider, type DeliveryDeciderOptions } from './decider';
+import { play as playStep, type Step, steps } from './decider.test-util';
 
 function options(clock: () => number): DeliveryDeciderOptions {
   return {
@@ -13,51 +14,9 @@ function options(clock: () => number): DeliveryDeciderOptions {
   };
 }
 
-type Step = { kind: 'ingest'; payload: string; partition: string; at: number } | { kind: 'tick'; at: number };
-
-/** Many deliveries on two partitions with disorder, duplicates, too-late events and idle stretches. */
-function steps(seed: number, deliveries: number, minutes: number): Step[] {
-  const { records } = simulate({
-    seed,
-    deliveries,
-    durationMs: minutes * 60_000,
-    gpsIntervalMs: 5_000,
-    disorderMs: 20_000,
-    duplicateFraction: 0.03,
-    tooLateFraction: 0.02,
-    invalidFraction: 0.01,
-    subSecondTimes: true,
-  });
-  const random = rng(seed);
-  const out: Step[] = [];
-  let at = 0;
-  records.forEach((r, i) => {
-    at += 5 + Math.floor(random() * 10);
-    const partition = i % 900 < 800 && random() < 0.5 ? 'p1' : 'p0';
-    out.push({ kind: 'ingest', payload: r.payload, partition, at });
-    if (random() < 0.01) {
-      at += 11_000;
-      out.push({ kind: 'tick', at });
-    }
-  });
-  return out;
-}
-
-/** Everything observable about one step (alerts included: they change a delivery's state). */
-function play(decider: DeliveryDecider, step: Step): string {
-  if (step.kind === 'tick') return JSON.stringify(['tick', decider.tick()]);
-  const r = decider.ingest(step.payload, step.partition);
-  return JSON.stringify([
-    r.disposition,
-    r.reason,
-    r.behindWatermark,
-    r.notReady,
-    r.decisions.map((d) => [d.delivery_id, d.event_id, d.eventTimeMs, d.revision, [...d.row]]),
-    r.windowResults,
-    r.watermark,
-    r.decisions.map((d) => decider.alertFor(d.delivery_id, d.row[4]! / 30)),
-  ]);
-}
+const runOf = (seed: number, deliveries: number, minutes: number) =>
+  steps({ seed, deliveries, minutes, gapMs: [5, 10], cycle: [900, 100], tickChance: 0.01 });
+const play = (decider: DeliveryDecider, step: Step) => playStep(decider, step, 'all');
 
 describe('SnapshotJob: an incremental snapshot taken while events go on', () => {
   test.each([
@@ -66,7 +25,7 @@ describe('SnapshotJob: an incremental snapshot taken while events go on', () => 
   ])(
     'seed %i, %i keys per step: the text is snapshot() at the start, and a restore from it decides as the run did',
     (seed, perStep) => {
-      const run = steps(seed, 12, 24);
+      const run = runOf(seed, 12, 24);
       let now = 0;
       const live = new DeliveryDecider(options(() => now));
       const random = rng(seed * 7);
@@ -131,7 +90,7 @@ describe('SnapshotJob: an incremental snapshot taken while events go on', () => 
   test('keys unchanged since the last job are taken from its text; a changed key is captured again', () => {
     let now = 0;
     const decider = new DeliveryDecider(options(() => now));
-    const run = steps(21, 8, 6);
+    const run = runOf(21, 8, 6);
     for (const s of run) {
       now = s.at;
       play(decider, s);

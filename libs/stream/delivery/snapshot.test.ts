@@ -1,7 +1,7 @@
-import { simulate } from '../../../loadtest/simulator';
 import { rng } from '../engine.test-util';
 import { StreamSnapshotError } from '../errors';
 import { type DeciderSnapshot, DeliveryDecider, type DeliveryDeciderOptions } from './decider';
+import { play, steps } from './decider.test-util';
 import { canonicalTime, isCanonicalTime, packHistory, unpackHistory } from './history-codec';
 import { type DeliveryEvent, formatIsoTime, parseEvent, parseIsoTime } from './schema';
 
@@ -16,60 +16,15 @@ function options(clock: () => number): DeliveryDeciderOptions {
   };
 }
 
-type Step = { kind: 'ingest'; payload: string; partition: string; at: number } | { kind: 'tick'; at: number };
-
 /** A simulated run on two partitions (one pauses now and then, so idleness moves the watermark), with ticks. */
-function steps(seed: number): Step[] {
-  const { records } = simulate({
-    seed,
-    deliveries: 6,
-    durationMs: 25 * 60_000,
-    gpsIntervalMs: 5_000,
-    disorderMs: 20_000,
-    duplicateFraction: 0.03,
-    tooLateFraction: 0.02,
-    invalidFraction: 0.01,
-    subSecondTimes: true,
-  });
-  const random = rng(seed);
-  const out: Step[] = [];
-  let at = 0;
-  records.forEach((r, i) => {
-    at += 20 + Math.floor(random() * 30);
-    // p1 goes quiet for a stretch every 700 records: p0 alone drives the watermark after idleTimeoutMs.
-    const partition = i % 700 < 600 && random() < 0.5 ? 'p1' : 'p0';
-    out.push({ kind: 'ingest', payload: r.payload, partition, at });
-    if (random() < 0.02) {
-      at += 11_000;
-      out.push({ kind: 'tick', at });
-    }
-  });
-  return out;
-}
-
-/** Everything observable about one step. */
-function play(decider: DeliveryDecider, step: Step): string {
-  if (step.kind === 'tick') return JSON.stringify(['tick', decider.tick()]);
-  const r = decider.ingest(step.payload, step.partition);
-  return JSON.stringify([
-    r.disposition,
-    r.reason,
-    r.behindWatermark,
-    r.notReady,
-    r.decisions.map((d) => [d.delivery_id, d.event_id, d.event_time, d.eventTimeMs, d.revision, [...d.row]]),
-    r.windowResults,
-    r.watermark,
-    r.decisions.length > 0
-      ? decider.alertFor(r.decisions[0]!.delivery_id, r.decisions[0]!.row[4]! / 30)
-      : null,
-  ]);
-}
+const runOf = (seed: number) =>
+  steps({ seed, deliveries: 6, minutes: 25, gapMs: [20, 30], cycle: [700, 100], tickChance: 0.02 });
 
 describe('DeliveryDecider snapshots at random points', () => {
   test.each([3])(
     'seed %i: a restore from JSON decides, revises, dedupes and fires exactly as the uninterrupted run',
     (seed) => {
-      const run = steps(seed);
+      const run = runOf(seed);
       let now = 0;
       const reference = new DeliveryDecider(options(() => now));
       const expected = run.map((s) => {
@@ -120,7 +75,7 @@ describe('DeliveryDecider snapshots at random points', () => {
   test('rejects malformed decider snapshots with StreamSnapshotError naming the path', () => {
     let now = 0;
     const decider = new DeliveryDecider(options(() => now));
-    for (const s of steps(5).slice(0, 800)) {
+    for (const s of runOf(5).slice(0, 800)) {
       now = s.at;
       play(decider, s);
     }
