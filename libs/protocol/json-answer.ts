@@ -9,7 +9,7 @@
 import { writeFloat32 } from './float32-text';
 import type { RequestId } from './request';
 import { formatMilliseconds } from './responses';
-import type { DType, ModelSignature } from './signature';
+import { bytesPerElement, type DType, type ModelSignature } from './signature';
 import { decodeResult, outputSectionHeaderBytes, RESPONSE_HEADER_BYTES } from './wire';
 
 /** The longest number text: float64 such as `-1.2345678901234567e-308` (24), int64 as a double likewise. */
@@ -180,7 +180,7 @@ function labelOf(
   }
   const length = view.getUint32(section + 8, true);
   const data = section + outputSectionHeaderBytes(rank);
-  const size = ELEMENT_BYTES[dtype];
+  const size = bytesPerElement(dtype);
   let best = 0;
   let bestValue = 0;
   for (let i = 0; i < length; i++) {
@@ -193,16 +193,6 @@ function labelOf(
   }
   return labels[best] ?? String(best);
 }
-
-const ELEMENT_BYTES: Record<DType, number> = {
-  float32: 4,
-  float64: 8,
-  int32: 4,
-  int64: 8,
-  uint8: 1,
-  bool: 1,
-  string: 0,
-};
 
 function numberAt(view: DataView, at: number, dtype: DType): number {
   switch (dtype) {
@@ -295,7 +285,7 @@ function writeScalars(
       }
       break;
     default: {
-      const size = ELEMENT_BYTES[dtype];
+      const size = bytesPerElement(dtype);
       out.room(count * NUMBER_ROOM);
       for (let i = 0; i < count; i++) {
         if (i > 0) out.bytes[out.at++] = 0x2c;

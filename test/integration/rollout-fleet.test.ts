@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { connectCluster } from '../../apps/supervisor/cluster';
 import type { ServerHandle } from './harness';
 import { postJson, sleep, startServer } from './harness';
-import { Load, rollout, stableOf, waitFor } from './rollout-kit';
+import { Load, quickPlan, rollout, stableOf, waitFor } from './rollout-kit';
 
 const NATS_URL = process.env.STREAMINFER_TEST_NATS ?? 'nats://127.0.0.1:4222';
 
@@ -57,15 +57,7 @@ describe('progressive delivery in a fleet', () => {
     const [a, b] = hosts as [ServerHandle, ServerHandle];
     let load = new Load(a.wsUrl);
     try {
-      const started = await postJson(`${a.url}/api/models/digits/rollout`, {
-        version: '1',
-        steps: [20, 40, 60],
-        dwell_s: 2,
-        min_requests: 10,
-        interval_s: 0.5,
-        min_samples: 20,
-        checks: { error_rate: { max_increase: 0.2 } },
-      });
+      const started = await postJson(`${a.url}/api/models/digits/rollout`, quickPlan([20, 40, 60]));
       expect(started.status).toBe(200);
       // the share is the fleet's: host b serves it too, and reads the rollout from the fleet's store
       const models = (await (await fetch(`${b.url}/api/models`)).json()) as {

@@ -75,3 +75,14 @@ export async function stableOf(url: string, version: string, model = 'digits'): 
   }
   return stable;
 }
+
+/** A rollout of digits v1 fast enough for a test (0.5 s evaluations, 2 s dwell), gated by error rate only. */
+export const quickPlan = (steps: number[]): Record<string, unknown> => ({
+  version: '1',
+  steps,
+  dwell_s: 2,
+  min_requests: 10,
+  interval_s: 0.5,
+  min_samples: 20,
+  checks: { error_rate: { max_increase: 0.2 } },
+});

@@ -8,7 +8,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import type { ServerHandle } from './harness';
 import { postJson, startServer } from './harness';
-import { Load, rollout, type View, waitFor } from './rollout-kit';
+import { Load, quickPlan, rollout, type View, waitFor } from './rollout-kit';
 
 describe('progressive delivery: a restart resumes the rollout at its step', () => {
   const stateDir = mkdtempSync(path.join(os.tmpdir(), 'rollout-restart-'));
@@ -28,15 +28,7 @@ describe('progressive delivery: a restart resumes the rollout at its step', () =
     let load = new Load(server.wsUrl);
     let before: View;
     try {
-      const started = await postJson(`${server.url}/api/models/digits/rollout`, {
-        version: '1',
-        steps: [10, 30, 60],
-        dwell_s: 2,
-        min_requests: 10,
-        interval_s: 0.5,
-        min_samples: 20,
-        checks: { error_rate: { max_increase: 0.2 } },
-      });
+      const started = await postJson(`${server.url}/api/models/digits/rollout`, quickPlan([10, 30, 60]));
       expect(started.status).toBe(200);
       before = await waitFor(server.url, (v) => v.step >= 1);
     } finally {
