@@ -41,8 +41,14 @@ const INFLIGHT = BATCH_SIZE + BATCH_HISTOGRAM_WIDTH;
 const SHED = INFLIGHT + 1;
 const BATCHES = SHED + SHED_REASONS.length;
 const ROUTES = BATCHES + 1;
+/**
+ * What the rollout checks judge (libs/rollout judge.ts): answers to requests the router assigned, less client and
+ * load faults — ok count, error count, then their request-duration histogram.
+ */
+const JUDGED = ROUTES + ROUTE_NAMES.length;
+const JUDGED_DURATION = JUDGED + 2;
 /** Batch policy state (gauges, written by each worker's lane): a flag that the lane wrote, then the values. */
-const POLICY = ROUTES + ROUTE_NAMES.length;
+const POLICY = JUDGED_DURATION + HISTOGRAM_WIDTH;
 const POLICY_FIELDS = [
   'costInterceptMs',
   'costPerItemMs',
@@ -89,6 +95,13 @@ export class MetricsShard {
 
   recordRoute(slot: number, route: number): void {
     this.cells[slot * SLOT_WIDTH + ROUTES + route]!++;
+  }
+
+  /** An answer the rollout checks count (see libs/rollout judge.ts): the version's error or not. */
+  recordJudged(slot: number, error: boolean, durationSeconds: number): void {
+    const base = slot * SLOT_WIDTH;
+    this.cells[base + JUDGED + (error ? 1 : 0)]!++;
+    observe(this.cells, base + JUDGED_DURATION, DURATION_BUCKETS, durationSeconds);
   }
 
   recordShed(slot: number, reason: number): void {
@@ -177,6 +190,8 @@ export interface SlotTotals {
   shed: { reason: ShedReason; value: number }[];
   batches: number;
   routes: { route: (typeof ROUTE_NAMES)[number]; value: number }[];
+  /** Answers the rollout checks count: ok and errors, and their request durations. */
+  judged: { ok: number; errors: number; duration: HistogramTotals };
 }
 
 export interface HistogramTotals {
@@ -225,6 +240,11 @@ export function readSlotTotals(buffer: SharedArrayBuffer, slot: number): SlotTot
     routes: ROUTE_NAMES.map((route, index) => ({ route, value: sum(ROUTES + index) })).filter(
       (entry) => entry.value > 0,
     ),
+    judged: {
+      ok: sum(JUDGED),
+      errors: sum(JUDGED + 1),
+      duration: histogram(JUDGED_DURATION, DURATION_BUCKETS),
+    },
   };
 }
 
