@@ -22,7 +22,14 @@ import type { Admission } from './admission';
 import { Rejection, SHED, UNROUTED_SLOT } from './admission';
 import type { Answers } from './answers';
 import { EpochOrder } from './epoch-order';
-import { forwardControl, httpClientKey, openExchange, readBody, writeJson } from './http-exchange';
+import {
+  type AdminRefusals,
+  forwardControl,
+  httpClientKey,
+  openExchange,
+  readBody,
+  writeJson,
+} from './http-exchange';
 import type { ControlRequest, ControlResponse, NodeStartOptions } from './ipc';
 import type { NodeStatus } from './node-status';
 import type { PendingRequests } from './pending';
@@ -53,7 +60,12 @@ export class Gateway implements RoomsTransport {
   private readonly hardFrameLimit: number;
   private backpressure: ResolvedBackpressureOptions;
   private readonly httpClients: ClientTable<string>;
-  readonly transportCounters = { slowConsumerWarnings: 0, slowConsumerCloses: 0 };
+  readonly transportCounters = {
+    slowConsumerWarnings: 0,
+    slowConsumerCloses: 0,
+    /** Admin requests refused from their headers, before a body was read (http-exchange.ts forwardControl). */
+    adminRefusals: { unauthorized: 0, forbidden: 0, unsupported_media_type: 0 } as AdminRefusals,
+  };
   /** Every uWS callback runs behind it: an exception answers 500 / closes one socket, never the node. */
   readonly guard: TransportGuard;
   private readonly replies: Replies;
@@ -162,7 +174,16 @@ export class Gateway implements RoomsTransport {
       this.app.any(
         pattern,
         guard.http(route, (res, req) =>
-          forwardControl(res, req, route, this.options.maxPayloadBytes, guard, this.hooks.forwardControl),
+          forwardControl(
+            res,
+            req,
+            route,
+            this.options.maxPayloadBytes,
+            guard,
+            this.hooks.forwardControl,
+            this.options.admin,
+            this.transportCounters.adminRefusals,
+          ),
         ),
       );
     }

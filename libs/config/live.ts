@@ -21,6 +21,7 @@ export const LIVE_SETTINGS: ReadonlySet<SettingKey> = new Set<SettingKey>([
   'maxPayloadBytes',
   'requestTimeoutMs',
   'adminToken',
+  'adminAllowedOrigins',
   'shutdownTimeoutMs',
   'reloadStepTimeoutMs',
   'logLevel',
