@@ -213,6 +213,12 @@ class LaneHost {
           version: lane.version,
           error: error.stack ?? error.message,
         });
+        // A lane whose loop ended would keep its version loaded and answer none of its requests (issue 24: one
+        // version went silent for good). The thread dies instead, and the node replaces it: lanes reloaded,
+        // the requests it held answered.
+        setImmediate(() => {
+          throw new Error(`lane loop of ${lane.model} v${lane.version} failed: ${error.message}`);
+        });
       });
       const event: WorkerEvent = {
         type: 'loaded',
