@@ -69,7 +69,7 @@ export class ProxyTrust {
     for (let hops = 0; hops < MAX_HOPS && end > 0; hops++) {
       const comma = forwardedFor.lastIndexOf(',', end - 1);
       const hop = forwardedFor.slice(comma + 1, end).trim();
-      end = comma < 0 ? 0 : comma;
+      end = Math.max(comma, 0);
       if (hop === '') continue;
       const bytes = parseIp(hop);
       if (bytes === undefined) return hop.slice(0, MAX_KEY_TEXT);
