@@ -86,12 +86,7 @@ export class Gateway implements RoomsTransport {
   private proxies: ProxyTrust;
   /** Open WebSocket connections per client address (for maxConnectionsPerIp). */
   private readonly openByAddress = new Map<string, number>();
-  readonly transportCounters = {
-    slowConsumerWarnings: 0,
-    slowConsumerCloses: 0,
-    protocolViolationCloses: 0,
-    refusedUpgrades: 0,
-  };
+  readonly transportCounters = { slowConsumerWarnings: 0, slowConsumerCloses: 0 };
   /** Every uWS callback runs behind it: an exception answers 500 / closes one socket, never the node. */
   readonly guard: TransportGuard;
   private readonly replies: Replies;
@@ -404,7 +399,6 @@ export class Gateway implements RoomsTransport {
         CONNECTION_RETRY_MS,
       );
     }
-    this.transportCounters.refusedUpgrades++;
     writeJson(res, status, body, true, CONNECTION_RETRY_MS);
     return true;
   }
@@ -468,7 +462,6 @@ export class Gateway implements RoomsTransport {
   private closeForViolations(ws: uWS.WebSocket<Connection>, connection: Connection): void {
     const limit = this.options.backpressure.maxProtocolErrorsPerSecond;
     connection.closed = true;
-    this.transportCounters.protocolViolationCloses++;
     this.metrics.recordShed(UNROUTED_SLOT, SHED.protocol_violation);
     this.logger.warn(
       { connection: connection.id, address: connection.address, limit },
