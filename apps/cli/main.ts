@@ -43,6 +43,16 @@ const SERVE_FLAGS: Array<[string, string, string]> = [
     'the same cap, by its older name (STREAMINFER_MAX_QUEUE_SIZE)',
   ],
   ['--rate-limit-rps <n>', 'rateLimitRps', 'per-client request rate'],
+  ['--rate-limit-key <key>', 'rateLimitKey', 'connection | ip: what a rate limit belongs to'],
+  ['--trusted-proxies <cidrs>', 'trustedProxies', 'proxies whose X-Forwarded-For is believed (CIDR list)'],
+  ['--max-connections <n>', 'maxConnections', 'per node: open WebSocket connections (0 = no cap)'],
+  ['--max-connections-per-ip <n>', 'maxConnectionsPerIp', 'per node and address (0 = no cap)'],
+  [
+    '--max-protocol-errors-per-second <n>',
+    'maxProtocolErrorsPerSecond',
+    'close a WebSocket (1008) past this many protocol errors a second (0 = never)',
+  ],
+  ['--error-coalesce-ms <ms>', 'errorCoalesceMs', 'answer identical id-less errors once per window'],
   [
     '--model-error-penalty <n>',
     'modelErrorPenalty',

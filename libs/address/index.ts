@@ -1,0 +1,13 @@
+export type { Cidr, CidrListResult, IpBytes } from './ip';
+export {
+  canonicalAddress,
+  cidrContains,
+  clientKey,
+  formatCidr,
+  formatCidrList,
+  formatIp,
+  parseCidr,
+  parseCidrList,
+  parseIp,
+} from './ip';
+export { ProxyTrust } from './proxy-trust';
