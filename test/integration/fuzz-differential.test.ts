@@ -63,6 +63,10 @@ beforeAll(async () => {
     env: {
       STREAMINFER_MODEL_NAME: DEFAULT_MODEL,
       STREAMINFER_RING_BYTES: String(RING_BYTES),
+      // One answer per frame is checked: coalescing errors and closing a connection past N protocol errors a
+      // second (the admission limits, tested by their own suites) are turned off here.
+      STREAMINFER_MAX_PROTOCOL_ERRORS_PER_SECOND: '0',
+      STREAMINFER_ERROR_COALESCE_MS: '0',
     },
   });
 }, 60_000);
