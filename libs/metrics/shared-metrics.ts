@@ -41,8 +41,10 @@ const INFLIGHT = BATCH_SIZE + BATCH_HISTOGRAM_WIDTH;
 const SHED = INFLIGHT + 1;
 const BATCHES = SHED + SHED_REASONS.length;
 const ROUTES = BATCHES + 1;
+/** Request records a worker's check refused (answered `internal`, never computed): a decoder bug's trace. */
+const INVALID_RECORDS = ROUTES + ROUTE_NAMES.length;
 /** Batch policy state (gauges, written by each worker's lane): a flag that the lane wrote, then the values. */
-const POLICY = ROUTES + ROUTE_NAMES.length;
+const POLICY = INVALID_RECORDS + 1;
 const POLICY_FIELDS = [
   'costInterceptMs',
   'costPerItemMs',
@@ -89,6 +91,10 @@ export class MetricsShard {
 
   recordRoute(slot: number, route: number): void {
     this.cells[slot * SLOT_WIDTH + ROUTES + route]!++;
+  }
+
+  recordInvalidRecord(slot: number): void {
+    this.cells[slot * SLOT_WIDTH + INVALID_RECORDS]!++;
   }
 
   recordShed(slot: number, reason: number): void {
@@ -177,6 +183,7 @@ export interface SlotTotals {
   shed: { reason: ShedReason; value: number }[];
   batches: number;
   routes: { route: (typeof ROUTE_NAMES)[number]; value: number }[];
+  invalidRecords: number;
 }
 
 export interface HistogramTotals {
@@ -225,6 +232,7 @@ export function readSlotTotals(buffer: SharedArrayBuffer, slot: number): SlotTot
     routes: ROUTE_NAMES.map((route, index) => ({ route, value: sum(ROUTES + index) })).filter(
       (entry) => entry.value > 0,
     ),
+    invalidRecords: sum(INVALID_RECORDS),
   };
 }
 
