@@ -43,6 +43,11 @@ const SERVE_FLAGS: Array<[string, string, string]> = [
     'the same cap, by its older name (STREAMINFER_MAX_QUEUE_SIZE)',
   ],
   ['--rate-limit-rps <n>', 'rateLimitRps', 'per-client request rate'],
+  [
+    '--model-error-penalty <n>',
+    'modelErrorPenalty',
+    'extra rate-limit tokens a model_error costs its client',
+  ],
   ['--max-payload-bytes <n>', 'maxPayloadBytes', 'largest WebSocket frame or HTTP body'],
   ['--request-timeout-ms <ms>', 'requestTimeoutMs', 'default request deadline'],
   ['--admin-token <token>', 'adminToken', 'token for /api/* (else loopback only)'],

@@ -43,8 +43,12 @@ const BATCHES = SHED + SHED_REASONS.length;
 const ROUTES = BATCHES + 1;
 /** Request records a worker's check refused (answered `internal`, never computed): a decoder bug's trace. */
 const INVALID_RECORDS = ROUTES + ROUTE_NAMES.length;
+/** Model runs of a failed batch's halves (batch isolation), by the worker. */
+const ISOLATION_RUNS = INVALID_RECORDS + 1;
+/** `model_error` answers charged to their client, by the node. */
+const CLIENT_MODEL_ERRORS = ISOLATION_RUNS + 1;
 /** Batch policy state (gauges, written by each worker's lane): a flag that the lane wrote, then the values. */
-const POLICY = INVALID_RECORDS + 1;
+const POLICY = CLIENT_MODEL_ERRORS + 1;
 const POLICY_FIELDS = [
   'costInterceptMs',
   'costPerItemMs',
@@ -83,6 +87,16 @@ export class MetricsShard {
     const base = slot * SLOT_WIDTH;
     observe(this.cells, base + BATCH_SIZE, BATCH_SIZE_BUCKETS, size);
     this.cells[base + BATCHES]!++;
+  }
+
+  /** One model run of part of a batch whose full run failed (bisecting it to find the items that fail). */
+  recordIsolationRun(slot: number): void {
+    this.cells[slot * SLOT_WIDTH + ISOLATION_RUNS]!++;
+  }
+
+  /** One `model_error` answer charged to the client that sent the request. */
+  recordClientModelError(slot: number): void {
+    this.cells[slot * SLOT_WIDTH + CLIENT_MODEL_ERRORS]!++;
   }
 
   addInflight(slot: number, delta: number): void {
@@ -182,6 +196,8 @@ export interface SlotTotals {
   inflight: number;
   shed: { reason: ShedReason; value: number }[];
   batches: number;
+  isolationRuns: number;
+  clientModelErrors: number;
   routes: { route: (typeof ROUTE_NAMES)[number]; value: number }[];
   invalidRecords: number;
 }
@@ -229,6 +245,8 @@ export function readSlotTotals(buffer: SharedArrayBuffer, slot: number): SlotTot
       (entry) => entry.value > 0,
     ),
     batches: sum(BATCHES),
+    isolationRuns: sum(ISOLATION_RUNS),
+    clientModelErrors: sum(CLIENT_MODEL_ERRORS),
     routes: ROUTE_NAMES.map((route, index) => ({ route, value: sum(ROUTES + index) })).filter(
       (entry) => entry.value > 0,
     ),
