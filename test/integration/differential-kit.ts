@@ -150,6 +150,9 @@ export interface ReferenceOptions {
 }
 
 const FLOAT32_MAX = 3.4028234663852886e38;
+const INT64_TEXT = /^-?(0|[1-9][0-9]*)$/;
+const INT64_MIN = -(2n ** 63n);
+const INT64_MAX = 2n ** 63n - 1n;
 /** Below this deadline a request may expire under load: `deadline_exceeded` is then a fair answer. */
 const SHORT_DEADLINE_MS = 10_000;
 const MAX_RANK = 8;
@@ -239,6 +242,12 @@ function checkNumber(value: unknown, dtype: DType, id: RequestId): Value {
       return value as boolean;
     default:
       break;
+  }
+  // Beyond ±2^53 a JSON int64 comes as its decimal string, written as JSON writes integers (README, Security).
+  if (dtype === 'int64' && typeof value === 'string') {
+    if (!INT64_TEXT.test(value) || BigInt(value) < INT64_MIN || BigInt(value) > INT64_MAX)
+      refuse('not an int64 decimal string', id);
+    return BigInt(value);
   }
   if (typeof value !== 'number' || !Number.isFinite(value)) refuse(`${dtype} input holds a non-number`, id);
   const x = value as number;
@@ -429,9 +438,12 @@ export function referenceV2(
       const tensor = raw as Record<string, unknown>;
       if (typeof tensor.name !== 'string') refuse('input has no name', id);
       const index = inputIndex(tensor.name as string) ?? refuse('unknown input', id);
+      // Left out, the datatype is the model input's (as a binary frame's dtype).
       if (
-        V2_DATATYPES[tensor.datatype as string] !== dtype ||
-        !Object.hasOwn(V2_DATATYPES, tensor.datatype as string)
+        tensor.datatype !== undefined &&
+        (typeof tensor.datatype !== 'string' ||
+          !Object.hasOwn(V2_DATATYPES, tensor.datatype) ||
+          V2_DATATYPES[tensor.datatype] !== dtype)
       )
         refuse('datatype is not the model input dtype', id);
       const shape = tensor.shape;
