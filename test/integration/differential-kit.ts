@@ -40,6 +40,9 @@ export const FUZZ_DTYPES = Object.keys(MARKER_BYTES) as DType[];
 export const UINT8_MARK_LEAD = 0xc4;
 /** Victim strings start with this; attacker strings are lowercase, so never hold it. */
 export const STRING_CANARY = 'CANARY-';
+/** …and are padded with it: a leaked piece of a victim string holds one of the two. Attackers never send '~'. */
+export const STRING_PAD = '~';
+const STRING_PAD_MARKER = [...new TextEncoder().encode(STRING_PAD.repeat(2))];
 
 export type Value = number | bigint | boolean | string;
 
@@ -654,7 +657,10 @@ export function contains(bytes: Uint8Array, pattern: readonly number[]): boolean
 
 /** The markers found in `bytes` (the dtypes whose marker occurs). */
 export function markersIn(bytes: Uint8Array): DType[] {
-  return FUZZ_DTYPES.filter((dtype) => contains(bytes, MARKER_BYTES[dtype]));
+  return FUZZ_DTYPES.filter(
+    (dtype) =>
+      contains(bytes, MARKER_BYTES[dtype]) || (dtype === 'string' && contains(bytes, STRING_PAD_MARKER)),
+  );
 }
 
 /** Every error code whose HTTP status is a 4xx: a typed refusal. */
