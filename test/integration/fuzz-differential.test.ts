@@ -45,9 +45,9 @@ const RING_BYTES = 4 * MAX_PAYLOAD;
 const DEFAULT_MODEL = modelName('float32');
 const REFERENCE: ReferenceOptions = { defaultModel: DEFAULT_MODEL, maxElements: MAX_PAYLOAD / 4 };
 const WS_ATTACKERS = 2;
-const WS_FRAMES_PER_ATTACKER = 5000;
+const WS_FRAMES_PER_ATTACKER = 4000;
 const HTTP_ATTACKERS = 2;
-const HTTP_BODIES_PER_ATTACKER = 600;
+const HTTP_BODIES_PER_ATTACKER = 500;
 /** Frames an attacker connection keeps unanswered. */
 const WINDOW = 24;
 const VICTIM_WINDOW = 4;
