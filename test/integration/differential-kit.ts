@@ -6,10 +6,13 @@
  * model repository, greedy batching (16 items, 2 ms) so concurrent clients share batches and rings.
  *
  * Reference: what a request means if it is valid, written from the protocol's specification (binary.ts,
- * request.ts, kserve.ts headers and the issue's validation rules), not from the server's code: a tensor's dtype
- * is the model's when the frame gives none, its bytes are exactly what that dtype and its dims need (strings:
- * u32-prefixed UTF-8, every prefix inside the frame, no NUL), floats are finite. An identity model answers
- * exactly the decoded input; a request the reference calls invalid must be refused with a typed 4xx.
+ * request.ts, kserve.ts headers, README "Security" and issue 24's validation rules), not from the server's code:
+ * a tensor's dtype (binary `dtype`, v2 `datatype`) is the model's when the request gives none, its bytes are
+ * exactly what that dtype and its dims need (strings: u32-prefixed UTF-8, every prefix inside the frame, no NUL),
+ * floats are finite, JSON int64 beyond ±2^53 comes as a decimal string. Where the specification leaves a choice
+ * (bytes after the last tensor, a v2 input named twice) the reference accepts, since a 4xx is always a fair
+ * answer: an identity model answers exactly the decoded input, or a typed 4xx; a request the reference calls
+ * invalid must be refused with a typed 4xx.
  */
 import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';

@@ -1350,7 +1350,12 @@ function runWsVictim(v: number, binary: boolean, stats: Stats, done: () => boole
           id = undefined;
         }
       } else {
-        json = parseAnswer(data.toString());
+        try {
+          json = parseAnswer(data.toString());
+        } catch {
+          stats.victimWrong.push(`victim ${v}: answer is not JSON: ${clip(data.toString())}`);
+          return;
+        }
         if (json.type === 'warning') return;
         id = json.id;
       }
