@@ -164,16 +164,19 @@ export class BatchBuffers {
     return this.itemDims[inputIndex]!.reduce((product, dim) => product * dim, 1);
   }
 
-  /** Bytes of numeric input `inputIndex` for the whole batch, in a buffer ORT may read. */
-  numericBytes(inputIndex: number): Uint8Array {
+  /**
+   * Bytes of numeric input `inputIndex` for items [from, to) of the batch (default: all of it), a view into a
+   * buffer ORT may read: the items lie contiguous, so a part of the batch (batch isolation) copies nothing.
+   */
+  numericBytes(inputIndex: number, from = 0, to = this.count): Uint8Array {
     const numeric = this.numeric[inputIndex]!;
-    const spec = numeric.spec;
-    const length =
-      this.inputMask & (1 << inputIndex)
-        ? this.count * numeric.itemBytes
-        : this.count * this.itemElements(inputIndex) * bytesPerElement(spec.dtype);
+    const supplied = (this.inputMask & (1 << inputIndex)) !== 0;
+    const itemBytes = supplied
+      ? numeric.itemBytes
+      : this.itemElements(inputIndex) * bytesPerElement(numeric.spec.dtype);
+    const length = this.count * itemBytes;
     if (length > numeric.bytes.length) numeric.bytes = new Uint8Array(length);
-    if (!(this.inputMask & (1 << inputIndex))) numeric.bytes.fill(0, 0, length);
-    return numeric.bytes.subarray(0, length);
+    if (!supplied) numeric.bytes.fill(0, 0, length);
+    return numeric.bytes.subarray(from * itemBytes, to * itemBytes);
   }
 }

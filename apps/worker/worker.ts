@@ -445,53 +445,107 @@ class LaneHost {
       )
       .map((spec) => spec.name);
     try {
-      outputs = await lane.loaded.session.run(this.buildFeeds(lane, buffers), fetches);
+      outputs = await lane.loaded.session.run(this.buildFeeds(lane, buffers, 0, count), fetches);
     } catch (error) {
-      await this.failBatch(
-        lane,
-        buffers,
-        started,
-        clock() - started,
-        `model run failed: ${(error as Error).message}`,
-      );
+      if (count > 1) await this.isolate(lane, buffers, fetches, started, 0, count);
+      else await this.failRange(lane, buffers, 0, 1, started, clock() - started, runFailed(error));
       return;
     }
     const computeMs = clock() - started;
     this.metrics.recordBatch(lane.slot, count);
+    // Only a full batch's successful run teaches the cost model. Bisection runs are sized by where the failing
+    // items sit, not by the policy, and follow a failed run: learning from them would let a client that sends
+    // failing requests drag the fit, and with it every client's batch sizes and waits, where it likes.
     lane.policy.observe(count, computeMs, clock());
     this.recordPolicy(lane);
     this.logFitChange(lane);
-    await this.writeOutputs(lane, buffers, fetches, outputs, started, computeMs);
+    await this.writeOutputs(lane, buffers, fetches, outputs, 0, count, started, computeMs);
   }
 
-  private buildFeeds(lane: Lane, buffers: BatchBuffers): Record<string, ort.Tensor> {
+  /**
+   * Batch isolation: the run of items [from, to) failed, and a failure may be one item's own (an id out of
+   * range for a lookup, a length a Reshape rejects). Each half runs on its own, recursively, so only an item
+   * that fails alone is answered `model_error`; its batch-mates get their answers. k failing items of n cost
+   * about 2k·log2(n/k) extra runs, each counted in streaminfer_batch_isolation_runs_total.
+   */
+  private async isolate(
+    lane: Lane,
+    buffers: BatchBuffers,
+    fetches: string[],
+    started: number,
+    from: number,
+    to: number,
+  ): Promise<void> {
+    const middle = from + ((to - from) >> 1);
+    await this.runPart(lane, buffers, fetches, started, from, middle);
+    await this.runPart(lane, buffers, fetches, started, middle, to);
+  }
+
+  /**
+   * One bisection run of items [from, to). Its answers carry the size of this run and a compute time from the
+   * batch's start (the failed runs before it were spent on these items too); the queue time stays the ring's.
+   */
+  private async runPart(
+    lane: Lane,
+    buffers: BatchBuffers,
+    fetches: string[],
+    started: number,
+    from: number,
+    to: number,
+  ): Promise<void> {
+    this.metrics.recordIsolationRun(lane.slot);
+    let outputs: ort.InferenceSession.OnnxValueMapType;
+    try {
+      outputs = await lane.loaded.session.run(this.buildFeeds(lane, buffers, from, to), fetches);
+    } catch (error) {
+      if (to - from > 1) await this.isolate(lane, buffers, fetches, started, from, to);
+      else await this.failRange(lane, buffers, from, to, started, clock() - started, runFailed(error));
+      return;
+    }
+    await this.writeOutputs(lane, buffers, fetches, outputs, from, to, started, clock() - started);
+  }
+
+  /** ONNX Runtime feeds for items [from, to) of the batch: views over its buffers, no tensor bytes copied. */
+  private buildFeeds(
+    lane: Lane,
+    buffers: BatchBuffers,
+    from: number,
+    to: number,
+  ): Record<string, ort.Tensor> {
     const feeds: Record<string, ort.Tensor> = {};
-    const count = buffers.count;
+    const count = to - from;
     lane.signature.inputs.forEach((spec, index) => {
       const dims = [count, ...buffers.itemDims[index]!];
       if (spec.dtype === 'string') {
+        const elements = buffers.itemElements(index);
+        const all = buffers.strings[index]!;
         const strings =
           buffers.inputMask & (1 << index)
-            ? buffers.strings[index]!
-            : new Array<string>(count * buffers.itemElements(index)).fill('');
+            ? count === buffers.count
+              ? all
+              : all.slice(from * elements, to * elements)
+            : new Array<string>(count * elements).fill('');
         feeds[spec.name] = new ort.Tensor('string', strings, dims);
         return;
       }
-      const bytes = buffers.numericBytes(index);
+      const bytes = buffers.numericBytes(index, from, to);
       feeds[spec.name] = new ort.Tensor(spec.dtype, typedView(spec.dtype, bytes), dims);
     });
     return feeds;
   }
 
+  /** One response record per item of [from, to), from the outputs of the run of exactly those items. */
   private async writeOutputs(
     lane: Lane,
     buffers: BatchBuffers,
     fetches: string[],
     outputs: ort.InferenceSession.OnnxValueMapType,
+    from: number,
+    to: number,
     started: number,
     computeMs: number,
   ): Promise<void> {
-    const count = buffers.count;
+    const count = to - from;
     const specs = lane.signature.outputs;
     const tensors: ort.Tensor[] = [];
     const outputIndexes: number[] = [];
@@ -500,9 +554,12 @@ class LaneHost {
     for (const name of fetches) {
       const tensor = outputs[name] as ort.Tensor | undefined;
       if (!tensor || tensor.dims[0] !== count) {
-        await this.failBatch(
+        // Not any one item's fault: the whole run is answered alike (no bisection).
+        await this.failRange(
           lane,
           buffers,
+          from,
+          to,
           started,
           computeMs,
           `model output "${name}" has batch dimension ${tensor?.dims[0]} for a batch of ${count}`,
@@ -516,12 +573,13 @@ class LaneHost {
       itemElements.push(dims.reduce((product, dim) => product * dim, 1));
     }
     const ring = this.responses;
-    for (let item = 0; item < count; item++) {
+    for (let item = from; item < to; item++) {
+      const row = item - from;
       let length = RESPONSE_HEADER_BYTES;
       for (let t = 0; t < tensors.length; t++) {
         const tensor = tensors[t]!;
         length +=
-          outputSectionHeaderBytes(itemDims[t]!.length) + itemByteLength(tensor, item, itemElements[t]!);
+          outputSectionHeaderBytes(itemDims[t]!.length) + itemByteLength(tensor, row, itemElements[t]!);
       }
       const queueMs = started - buffers.enqueuedAt[item]!;
       const requestId = buffers.requestIds[item]!;
@@ -559,11 +617,11 @@ class LaneHost {
       for (let t = 0; t < tensors.length; t++) {
         const tensor = tensors[t]!;
         const elements = itemElements[t]!;
-        const bytes = itemByteLength(tensor, item, elements);
+        const bytes = itemByteLength(tensor, row, elements);
         at = writeOutputSectionHeader(view, at, outputIndexes[t]!, itemDims[t]!, bytes);
         if (tensor.type === 'string') {
           const data = tensor.data as string[];
-          for (let e = item * elements; e < (item + 1) * elements; e++) {
+          for (let e = row * elements; e < (row + 1) * elements; e++) {
             const text = data[e] ?? '';
             const textBytes = utf8Length(text);
             view.setUint32(at, textBytes, true);
@@ -572,7 +630,7 @@ class LaneHost {
           }
         } else {
           const data = tensor.data as TypedArray;
-          const source = new Uint8Array(data.buffer, data.byteOffset + item * bytes, bytes);
+          const source = new Uint8Array(data.buffer, data.byteOffset + row * bytes, bytes);
           ring.bytes.set(source, at);
           at += bytes;
         }
@@ -582,21 +640,23 @@ class LaneHost {
     ring.notifyConsumers();
   }
 
-  /** Every request of a batch the model could not answer gets the same typed error. */
-  private async failBatch(
+  /** Every item of [from, to), computed in one run the model could not answer, gets the same typed error. */
+  private async failRange(
     lane: Lane,
     buffers: BatchBuffers,
+    from: number,
+    to: number,
     started: number,
     computeMs: number,
     message: string,
   ): Promise<void> {
-    for (let i = 0; i < buffers.count; i++) {
+    for (let i = from; i < to; i++) {
       await this.writeError(
         lane,
         buffers.requestIds[i]!,
         started - buffers.enqueuedAt[i]!,
         computeMs,
-        buffers.count,
+        to - from,
         'model_error',
         message,
       );
@@ -642,6 +702,10 @@ class LaneHost {
     );
     this.responses.commit();
   }
+}
+
+function runFailed(error: unknown): string {
+  return `model run failed: ${(error as Error).message}`;
 }
 
 function round(value: number): number {

@@ -9,17 +9,22 @@ import { TokenBucket } from './token-bucket';
  * Created once per client and reused for every request: no method allocates.
  *
  * Per request: tryAcquire(now) → on `admit`, and once the request is really queued, onAdmitted() (send the
- * `consumer_falling_behind` warning when it returns true); when the request is answered, onCompleted().
+ * `consumer_falling_behind` warning when it returns true); when the request is answered, onCompleted(), and
+ * chargeModelError() too when the answer is `model_error`.
  */
 export class ClientState {
   private bucket: TokenBucket;
   private gauge: InflightGauge;
   private readonly consumer: SlowConsumerMonitor;
   private retryMs = 0;
+  private modelErrorPenalty: number;
+  private maxDebt: number;
 
   constructor(options: BackpressureOptions, now: number) {
     const o = validateBackpressureOptions(options);
     this.bucket = new TokenBucket(o.rateLimitRps, o.rateLimitBurst, now);
+    this.modelErrorPenalty = o.modelErrorPenalty;
+    this.maxDebt = o.modelErrorPenalty * o.rateLimitBurst;
     this.gauge = ClientState.gaugeFor(
       o.maxInflightPerClient,
       o.warnInflightFraction,
@@ -43,6 +48,8 @@ export class ClientState {
   reconfigure(options: BackpressureOptions, now: number): void {
     const o = validateBackpressureOptions(options);
     this.bucket = new TokenBucket(o.rateLimitRps, o.rateLimitBurst, now);
+    this.modelErrorPenalty = o.modelErrorPenalty;
+    this.maxDebt = o.modelErrorPenalty * o.rateLimitBurst;
     const gauge = ClientState.gaugeFor(
       o.maxInflightPerClient,
       o.warnInflightFraction,
@@ -82,6 +89,16 @@ export class ClientState {
     return this.gauge.add();
   }
 
+  /**
+   * One of this client's requests was answered `model_error`: the model failed on what it sent. It costs
+   * `modelErrorPenalty` more tokens (the bucket may go into debt, at most burst × penalty tokens), so a client
+   * whose requests keep failing the model is throttled with `rate_limited` like one that sends too fast: one
+   * whose every request fails gets rate / (1 + penalty). Nothing while rate limiting is off.
+   */
+  chargeModelError(now: number): void {
+    if (this.modelErrorPenalty > 0) this.bucket.charge(this.modelErrorPenalty, now, this.maxDebt);
+  }
+
   /** Counts one request answered (never below 0); ends the warning episode at the reset level. */
   onCompleted(): void {
     this.gauge.remove();
@@ -106,7 +123,7 @@ export class ClientState {
     return this.gauge.resetLevel;
   }
 
-  /** Tokens in the rate-limit bucket at `now` (for metrics and tests). */
+  /** Tokens in the rate-limit bucket at `now`, below 0 while a model error penalty is paid back (metrics, tests). */
   availableTokens(now: number): number {
     return this.bucket.available(now);
   }

@@ -30,7 +30,8 @@ class Entry<K> {
  *   size <= max(maxEntries, clients with requests in flight + 1), and the number of clients with requests
  *   in flight is itself bounded by the model queue bounds.
  * An evicted state is simply dropped (a client that comes back starts with a full bucket); choose
- * idleMs >= 1000 × rateLimitBurst / rateLimitRps so that expiry never forgives a client rate-limit debt.
+ * idleMs >= 1000 × (1 + modelErrorPenalty) × rateLimitBurst / rateLimitRps so that expiry never forgives a
+ * client rate-limit debt (model error penalties included).
  */
 export class ClientTable<K> {
   readonly maxEntries: number;

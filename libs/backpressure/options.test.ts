@@ -34,6 +34,7 @@ describe('validateBackpressureOptions', () => {
       slowConsumerWarnBytes: MIB,
       slowConsumerCloseBytes: 8 * MIB,
       slowConsumerResetBytes: MIB / 2,
+      modelErrorPenalty: 9,
     });
     expect(Object.isFrozen(o)).toBe(true);
     expect(validateBackpressureOptions(o)).toBe(o);
@@ -75,8 +76,10 @@ describe('validateBackpressureOptions', () => {
       slowConsumerWarnBytes: 1,
       slowConsumerCloseBytes: 2,
       slowConsumerResetBytes: 0,
+      modelErrorPenalty: 0,
     });
     expect(o.rateLimitBurst).toBe(0);
+    expect(o.modelErrorPenalty).toBe(0);
     expect(
       validateBackpressureOptions({ ...base, rateLimitRps: 0.25, rateLimitBurst: 1 }).rateLimitBurst,
     ).toBe(1);
@@ -123,6 +126,9 @@ describe('validateBackpressureOptions', () => {
     ['slowConsumerCloseBytes', { ...base, slowConsumerWarnBytes: 8 * MIB }],
     ['slowConsumerResetBytes', { ...base, slowConsumerResetBytes: MIB }],
     ['slowConsumerResetBytes', { ...base, slowConsumerResetBytes: -1 }],
+    ['modelErrorPenalty', { ...base, modelErrorPenalty: -1 }],
+    ['modelErrorPenalty', { ...base, modelErrorPenalty: Number.POSITIVE_INFINITY }],
+    ['modelErrorPenalty', { ...base, modelErrorPenalty: '9' }],
     ['rateLimt', { ...base, rateLimt: 5 }],
   ])('names %s', (option, raw) => {
     const error = optionError(raw);

@@ -42,6 +42,11 @@ export interface BackpressureOptions {
   slowConsumerCloseBytes?: number;
   /** A slow-consumer episode ends at or below this many unsent bytes (integer in [0, warn)). Default warn / 2. */
   slowConsumerResetBytes?: number;
+  /**
+   * Tokens a `model_error` answer takes from its client's rate-limit bucket, on top of the request's own
+   * (finite >= 0; 0 = none). Default 9: a client whose every request fails the model gets 1/10 of the rate.
+   */
+  modelErrorPenalty?: number;
 }
 
 /** Options after validation: every default filled in, frozen. */
@@ -57,6 +62,7 @@ export const DEFAULT_MAX_RETRY_AFTER_MS = 30_000;
 export const DEFAULT_RETRY_AFTER_MS = 1000;
 export const DEFAULT_SLOW_CONSUMER_WARN_BYTES = MIB;
 export const DEFAULT_SLOW_CONSUMER_CLOSE_BYTES = 8 * MIB;
+export const DEFAULT_MODEL_ERROR_PENALTY = 9;
 
 const KNOWN_OPTIONS: ReadonlySet<string> = new Set<keyof BackpressureOptions>([
   'rateLimitRps',
@@ -75,6 +81,7 @@ const KNOWN_OPTIONS: ReadonlySet<string> = new Set<keyof BackpressureOptions>([
   'slowConsumerWarnBytes',
   'slowConsumerCloseBytes',
   'slowConsumerResetBytes',
+  'modelErrorPenalty',
 ]);
 
 /** Objects returned by validateBackpressureOptions(): constructors skip re-validating these. */
@@ -204,6 +211,9 @@ export function validateBackpressureOptions(raw: unknown): ResolvedBackpressureO
   const slowConsumerResetBytes = given('slowConsumerResetBytes')
     ? integer('slowConsumerResetBytes', raw.slowConsumerResetBytes, 0, slowConsumerWarnBytes - 1)
     : Math.floor(slowConsumerWarnBytes / 2);
+  const modelErrorPenalty = given('modelErrorPenalty')
+    ? number('modelErrorPenalty', raw.modelErrorPenalty, 0, Number.MAX_VALUE)
+    : DEFAULT_MODEL_ERROR_PENALTY;
 
   const options: ResolvedBackpressureOptions = Object.freeze({
     rateLimitRps,
@@ -222,6 +232,7 @@ export function validateBackpressureOptions(raw: unknown): ResolvedBackpressureO
     slowConsumerWarnBytes,
     slowConsumerCloseBytes,
     slowConsumerResetBytes,
+    modelErrorPenalty,
   });
   validated.add(options);
   return options;

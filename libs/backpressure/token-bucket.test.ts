@@ -159,3 +159,82 @@ describe('token bucket (per-client rate limit)', () => {
     expect(bucket.retryAfterMs).toBe(0);
   });
 });
+
+describe('model error penalty (a client whose requests fail the model)', () => {
+  const penalized = (rateLimitRps: number, rateLimitBurst: number, modelErrorPenalty?: number): ClientState =>
+    new ClientState(
+      { rateLimitRps, rateLimitBurst, modelErrorPenalty, maxInflightPerClient: 1_000_000, maxModelQueue: 1 },
+      0,
+    );
+
+  /**
+   * A client sending as fast as it is let through for `ms` ms (one try per ms); every `failEvery`-th admitted
+   * request is answered model_error at once. Returns how many were admitted.
+   */
+  function run(state: ClientState, ms: number, failEvery: number): number {
+    let admitted = 0;
+    for (let now = 0; now < ms; now++) {
+      if (state.tryAcquire(now) !== AdmissionCode.Admit) continue;
+      admitted++;
+      if (admitted % failEvery === 0) state.chargeModelError(now);
+    }
+    return admitted;
+  }
+
+  it('holds a client whose every request fails the model to rate / (1 + penalty)', () => {
+    // 100 s at 10/s with the default penalty (9 tokens): the burst, then 1 request a second.
+    expect(run(penalized(10, 10), 100_000, 1)).toBeLessThanOrEqual(10 + 100 + 1);
+    expect(run(penalized(10, 10), 100_000, 1)).toBeGreaterThanOrEqual(100);
+    // Without a penalty the same client gets the whole rate.
+    expect(run(penalized(10, 10, 0), 100_000, 1)).toBeGreaterThanOrEqual(1_000);
+  });
+
+  it('leaves a client with an occasional model error most of its rate', () => {
+    // 1 error in 100 requests costs 109 tokens per 100: 91.7 % of the rate.
+    const admitted = run(penalized(100, 100), 10_000, 100);
+    expect(admitted).toBeGreaterThanOrEqual(0.9 * (100 + 1_000));
+  });
+
+  it('answers rate_limited with the wait until the debt is paid back', () => {
+    const state = penalized(10, 10);
+    expect(state.tryAcquire(0)).toBe(AdmissionCode.Admit);
+    state.chargeModelError(0); // 9 tokens left - 9 = 0
+    expect(state.tryAcquire(0)).toBe(AdmissionCode.RateLimited);
+    expect(state.retryAfterMs).toBe(100);
+    state.chargeModelError(0); // -9: ten tokens short of the next request
+    expect(state.tryAcquire(0)).toBe(AdmissionCode.RateLimited);
+    expect(state.retryAfterMs).toBe(1_000);
+    expect(state.tryAcquire(999)).toBe(AdmissionCode.RateLimited);
+    expect(state.tryAcquire(1_000)).toBe(AdmissionCode.Admit);
+  });
+
+  it('bounds the debt at burst × penalty tokens (the longest wait (1 + penalty) × burst / rate)', () => {
+    const state = penalized(10, 5, 3);
+    for (let i = 0; i < 1_000; i++) state.chargeModelError(0);
+    expect(state.availableTokens(0)).toBe(-15);
+    expect(state.tryAcquire(0)).toBe(AdmissionCode.RateLimited);
+    expect(state.retryAfterMs).toBe(1_600);
+  });
+
+  it('charges nothing while rate limiting is off, and reconfigure() forgives the debt', () => {
+    const unlimited = penalized(0, 0);
+    unlimited.chargeModelError(0);
+    expect(unlimited.tryAcquire(0)).toBe(AdmissionCode.Admit);
+    const state = penalized(10, 10);
+    for (let i = 0; i < 5; i++) state.chargeModelError(0);
+    state.reconfigure(
+      { rateLimitRps: 10, rateLimitBurst: 10, maxInflightPerClient: 10, maxModelQueue: 1 },
+      0,
+    );
+    expect(state.availableTokens(0)).toBe(10);
+  });
+
+  it('refills from the debt at the rate, whatever the clock does', () => {
+    const bucket = new TokenBucket(10, 10, 0);
+    bucket.charge(25, 0, 100);
+    expect(bucket.available(0)).toBe(-15);
+    expect(bucket.available(-500)).toBe(-15);
+    expect(bucket.available(1_000)).toBe(-5);
+    expect(bucket.available(10_000)).toBe(10);
+  });
+});

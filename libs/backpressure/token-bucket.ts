@@ -10,6 +10,9 @@ const TOKEN_EPSILON = 1e-9;
  * the test and the wait allow TOKEN_EPSILON of float noise, so 0.3 + 0.69 tokens (0.98999…) waits 1 ms at
  * 10/s, not 2.
  * A clock that goes backwards refills nothing and never un-refills.
+ *
+ * charge() takes extra tokens for a request that proved costly (a model error): the bucket may go below 0,
+ * down to `-maxDebt`, and the client waits until the debt is refilled.
  */
 export class TokenBucket {
   private tokens: number;
@@ -50,7 +53,14 @@ export class TokenBucket {
     return false;
   }
 
-  /** Tokens available at `now` (capacity when unlimited). */
+  /** Takes `tokens` more at `now`, down to at most `maxDebt` below 0 (nothing when unlimited). */
+  charge(tokens: number, now: number, maxDebt: number): void {
+    if (this.ratePerSecond === 0) return;
+    this.refill(now);
+    this.tokens = Math.max(this.tokens - tokens, -maxDebt);
+  }
+
+  /** Tokens available at `now` (capacity when unlimited; below 0 while a charge is being paid back). */
   available(now: number): number {
     if (this.ratePerSecond === 0) return this.capacity;
     this.refill(now);

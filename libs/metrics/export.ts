@@ -78,6 +78,8 @@ export function nodeMetricsJson(
   const shed: MetricValue<string>[] = [];
   const modelInfo: MetricValue<string>[] = [];
   const batches: MetricValue<string>[] = [];
+  const isolationRuns: MetricValue<string>[] = [];
+  const clientModelErrors: MetricValue<string>[] = [];
   const routed: MetricValue<string>[] = [];
   const policy = POLICY_GAUGES.map(() => [] as MetricValue<string>[]);
   for (const slot of slots) {
@@ -98,6 +100,8 @@ export function nodeMetricsJson(
       queueDepth.push({ value: slot.queueDepth, labels: base });
       inflight.push({ value: totals.inflight, labels: base });
       batches.push({ value: totals.batches, labels: base });
+      isolationRuns.push({ value: totals.isolationRuns, labels: base });
+      clientModelErrors.push({ value: totals.clientModelErrors, labels: base });
       modelInfo.push({
         value: 1,
         labels: { ...base, alias: slot.alias, execution_provider: slot.executionProvider },
@@ -136,6 +140,18 @@ export function nodeMetricsJson(
     ),
     metricJson('streaminfer_batch_size', 'Items per model run.', 'histogram', batchSize),
     metricJson('streaminfer_batches_total', 'Model runs.', 'counter', batches),
+    metricJson(
+      'streaminfer_batch_isolation_runs_total',
+      'Extra model runs of the halves of a batch whose run failed, to find the items that fail alone.',
+      'counter',
+      isolationRuns,
+    ),
+    metricJson(
+      'streaminfer_client_model_errors_total',
+      'model_error answers charged to the client that sent the request (each costs it modelErrorPenalty tokens).',
+      'counter',
+      clientModelErrors,
+    ),
     metricJson(
       'streaminfer_routed_requests_total',
       'Admitted requests by the route that chose their version: stable, canary (to the candidate), pinned (version named).',

@@ -41,8 +41,12 @@ const INFLIGHT = BATCH_SIZE + BATCH_HISTOGRAM_WIDTH;
 const SHED = INFLIGHT + 1;
 const BATCHES = SHED + SHED_REASONS.length;
 const ROUTES = BATCHES + 1;
+/** Model runs of a failed batch's halves (batch isolation), by the worker. */
+const ISOLATION_RUNS = ROUTES + ROUTE_NAMES.length;
+/** `model_error` answers charged to their client, by the node. */
+const CLIENT_MODEL_ERRORS = ISOLATION_RUNS + 1;
 /** Batch policy state (gauges, written by each worker's lane): a flag that the lane wrote, then the values. */
-const POLICY = ROUTES + ROUTE_NAMES.length;
+const POLICY = CLIENT_MODEL_ERRORS + 1;
 const POLICY_FIELDS = [
   'costInterceptMs',
   'costPerItemMs',
@@ -81,6 +85,16 @@ export class MetricsShard {
     const base = slot * SLOT_WIDTH;
     observe(this.cells, base + BATCH_SIZE, BATCH_SIZE_BUCKETS, size);
     this.cells[base + BATCHES]!++;
+  }
+
+  /** One model run of part of a batch whose full run failed (bisecting it to find the items that fail). */
+  recordIsolationRun(slot: number): void {
+    this.cells[slot * SLOT_WIDTH + ISOLATION_RUNS]!++;
+  }
+
+  /** One `model_error` answer charged to the client that sent the request. */
+  recordClientModelError(slot: number): void {
+    this.cells[slot * SLOT_WIDTH + CLIENT_MODEL_ERRORS]!++;
   }
 
   addInflight(slot: number, delta: number): void {
@@ -176,6 +190,8 @@ export interface SlotTotals {
   inflight: number;
   shed: { reason: ShedReason; value: number }[];
   batches: number;
+  isolationRuns: number;
+  clientModelErrors: number;
   routes: { route: (typeof ROUTE_NAMES)[number]; value: number }[];
 }
 
@@ -222,6 +238,8 @@ export function readSlotTotals(buffer: SharedArrayBuffer, slot: number): SlotTot
       (entry) => entry.value > 0,
     ),
     batches: sum(BATCHES),
+    isolationRuns: sum(ISOLATION_RUNS),
+    clientModelErrors: sum(CLIENT_MODEL_ERRORS),
     routes: ROUTE_NAMES.map((route, index) => ({ route, value: sum(ROUTES + index) })).filter(
       (entry) => entry.value > 0,
     ),
