@@ -83,6 +83,12 @@ function world(limits: Limits = {}) {
     slowConsumerWarnBytes: 1 << 20,
     slowConsumerCloseBytes: 4 << 20,
     trustForwardedFor: false,
+    trustedProxies: undefined,
+    rateLimitKey: 'connection',
+    maxConnections: 0,
+    maxConnectionsPerIp: 0,
+    maxProtocolErrorsPerSecond: 0,
+    errorCoalesceMs: 0,
   };
   const options = {
     maxPayloadBytes: limits.maxPayloadBytes ?? 64 * 1024,

@@ -224,3 +224,22 @@ describe('reconfigure (a configuration reload reaching a live client)', () => {
     expect(state.tryAcquire(0)).toBe(AdmissionCode.Admit);
   });
 });
+
+describe('charging a frame before it is decoded (takeToken), the in-flight cap after routing', () => {
+  it('every frame spends a token, whatever it turns out to be; the cap is checked apart and spends none', () => {
+    const state = new ClientState(
+      options({ rateLimitRps: 10, rateLimitBurst: 3, maxInflightPerClient: 1 }),
+      0,
+    );
+    expect(state.takeToken(0)).toBe(true);
+    expect(state.inflightFull).toBe(false);
+    state.onAdmitted();
+    expect(state.inflightFull).toBe(true);
+    expect(state.takeToken(0)).toBe(true);
+    expect(state.takeToken(0)).toBe(true);
+    expect(state.takeToken(0)).toBe(false);
+    expect(state.retryAfterMs).toBe(100);
+    expect(state.takeToken(100)).toBe(true);
+    expect(state.retryAfterMs).toBe(0);
+  });
+});

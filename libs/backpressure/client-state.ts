@@ -11,6 +11,8 @@ import { TokenBucket } from './token-bucket';
  * Per request: tryAcquire(now) → on `admit`, and once the request is really queued, onAdmitted() (send the
  * `consumer_falling_behind` warning when it returns true); when the request is answered, onCompleted(), and
  * chargeModelError() too when the answer is `model_error`.
+ * The gateway splits tryAcquire in two: takeToken(now) for every frame before decoding, inflightFull once the
+ * request is routed.
  */
 export class ClientState {
   private bucket: TokenBucket;
@@ -79,7 +81,25 @@ export class ClientState {
     return AdmissionCode.Admit;
   }
 
-  /** Wait (ms) for the last `rate_limited` answer of tryAcquire(); 0 after any other answer. */
+  /**
+   * Charges one frame or request body, before anything of it is decoded (so malformed frames and unknown
+   * models pay like valid requests): false when no token is left (`retryAfterMs` = wait until one is).
+   */
+  takeToken(now: number): boolean {
+    if (this.bucket.tryTake(now)) {
+      this.retryMs = 0;
+      return true;
+    }
+    this.retryMs = this.bucket.retryAfterMs;
+    return false;
+  }
+
+  /** True at the in-flight cap: a routed request is refused `client_queue_full` (after its token was paid). */
+  get inflightFull(): boolean {
+    return this.gauge.full;
+  }
+
+  /** Wait (ms) for the last `rate_limited` answer of tryAcquire() or takeToken(); 0 after any other answer. */
   get retryAfterMs(): number {
     return this.retryMs;
   }

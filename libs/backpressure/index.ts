@@ -11,6 +11,7 @@ export {
 } from './codes';
 export { isPastDeadline, remainingMs, resolveDeadline } from './deadline';
 export { BackpressureError } from './errors';
+export { ErrorCoalescer, ProtocolViolations } from './frame-guard';
 export { ModelQueueGuard } from './model-queue';
 export type { BackpressureOptions, ResolvedBackpressureOptions } from './options';
 export { validateBackpressureOptions } from './options';

@@ -16,4 +16,5 @@ export {
   resolveConfig,
   resolveConfigDetailed,
 } from './resolve';
-export type { LogLevel, ServerConfig, SettingKey } from './settings';
+export type { LogLevel, RateLimitKey, ServerConfig, SettingKey } from './settings';
+export { RATE_LIMIT_KEYS } from './settings';

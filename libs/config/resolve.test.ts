@@ -31,6 +31,12 @@ const ENV: Record<SettingKey, string> = {
   slowConsumerWarnBytes: 'STREAMINFER_SLOW_CONSUMER_WARN_BYTES',
   slowConsumerCloseBytes: 'STREAMINFER_SLOW_CONSUMER_CLOSE_BYTES',
   trustForwardedFor: 'STREAMINFER_TRUST_FORWARDED_FOR',
+  trustedProxies: 'STREAMINFER_TRUSTED_PROXIES',
+  rateLimitKey: 'STREAMINFER_RATE_LIMIT_KEY',
+  maxConnections: 'STREAMINFER_MAX_CONNECTIONS',
+  maxConnectionsPerIp: 'STREAMINFER_MAX_CONNECTIONS_PER_IP',
+  maxProtocolErrorsPerSecond: 'STREAMINFER_MAX_PROTOCOL_ERRORS_PER_SECOND',
+  errorCoalesceMs: 'STREAMINFER_ERROR_COALESCE_MS',
   maxPayloadBytes: 'STREAMINFER_MAX_PAYLOAD_BYTES',
   requestTimeoutMs: 'STREAMINFER_REQUEST_TIMEOUT_MS',
   adminToken: 'STREAMINFER_ADMIN_TOKEN',
@@ -68,6 +74,12 @@ describe('defaults', () => {
       slowConsumerWarnBytes: 1048576,
       slowConsumerCloseBytes: 8388608,
       trustForwardedFor: false,
+      trustedProxies: undefined,
+      rateLimitKey: 'connection',
+      maxConnections: 10000,
+      maxConnectionsPerIp: 1000,
+      maxProtocolErrorsPerSecond: 50,
+      errorCoalesceMs: 1000,
       maxPayloadBytes: 1048576,
       requestTimeoutMs: 30000,
       adminToken: undefined,
@@ -125,6 +137,19 @@ const LAYERS: {
   slowConsumerWarnBytes: [2048, '4096', 8192, 2048, 4096, 8192],
   slowConsumerCloseBytes: [2097152, '4194304', 16777216, 2097152, 4194304, 16777216],
   trustForwardedFor: [true, 'no', 'TRUE', true, false, true],
+  trustedProxies: [
+    '10.0.0.0/8',
+    '127.0.0.1, ::1',
+    '2001:DB8::/32,192.168.0.0/16',
+    '10.0.0.0/8',
+    '127.0.0.1/32,::1/128',
+    '2001:db8::/32,192.168.0.0/16',
+  ],
+  rateLimitKey: ['ip', 'CONNECTION', 'ip', 'ip', 'connection', 'ip'],
+  maxConnections: [0, '5', 100, 0, 5, 100],
+  maxConnectionsPerIp: [1, '0', '7', 1, 0, 7],
+  maxProtocolErrorsPerSecond: [0, '10', 1000, 0, 10, 1000],
+  errorCoalesceMs: [0, '250', 60000, 0, 250, 60000],
   maxPayloadBytes: [1024, '2048', 4096, 1024, 2048, 4096],
   requestTimeoutMs: [1000, '0.5', 3600000, 1000, 0.5, 3600000],
   adminToken: [
@@ -589,6 +614,32 @@ describe('slow-consumer thresholds', () => {
     expect(resolveConfig({ env: { STREAMINFER_TRUST_FORWARDED_FOR: 'yes' } }).trustForwardedFor).toBe(true);
     expect(() => resolveConfig({ env: { STREAMINFER_TRUST_FORWARDED_FOR: 'maybe' } })).toThrow(
       /STREAMINFER_TRUST_FORWARDED_FOR/,
+    );
+  });
+});
+
+describe('trusted proxies and the per-frame guards', () => {
+  it('keeps trustedProxies in canonical form and names a bad entry', () => {
+    expect(
+      resolveConfig({ env: { STREAMINFER_TRUSTED_PROXIES: ' ::ffff:10.0.0.1 , fe80::/10' } }).trustedProxies,
+    ).toBe('10.0.0.1/32,fe80::/10');
+    for (const bad of ['10.0.0.1/8', '10.0.0.0/33', 'proxy.example', '10.0.0.0/8,', '*'])
+      expect(() => resolveConfig({ file: { trustedProxies: bad } })).toThrow(
+        /trustedProxies \(config file\): expected a comma list of IPv4\/IPv6 addresses or prefixes/,
+      );
+    expect(() => resolveConfig({ file: { trustedProxies: ['10.0.0.0/8'] } })).toThrow(/trustedProxies/);
+  });
+
+  it('warns that trustForwardedFor is deprecated, and ignored next to trustedProxies', () => {
+    const legacy = resolveConfigDetailed({ env: { STREAMINFER_TRUST_FORWARDED_FOR: 'true' } });
+    expect(legacy.warnings.join('\n')).toMatch(/STREAMINFER_TRUST_FORWARDED_FOR .* is deprecated/);
+    const both = resolveConfigDetailed({ file: { trustForwardedFor: true, trustedProxies: '10.0.0.0/8' } });
+    expect(both.warnings.join('\n')).toMatch(/trustForwardedFor .* is ignored: trustedProxies is set/);
+  });
+
+  it('refuses a rate-limit key other than connection or ip', () => {
+    expect(() => resolveConfig({ env: { STREAMINFER_RATE_LIMIT_KEY: 'user' } })).toThrow(
+      /STREAMINFER_RATE_LIMIT_KEY \(environment\): expected one of connection, ip/,
     );
   });
 });

@@ -253,6 +253,14 @@ export function resolveConfigDetailed(sources: ConfigSources = {}): ResolvedConf
     );
   }
 
+  if (config.trustForwardedFor) {
+    warnings.push(
+      config.trustedProxies !== undefined
+        ? `${resolver.label('trustForwardedFor', origins.trustForwardedFor)} is ignored: trustedProxies is set`
+        : `${resolver.label('trustForwardedFor', origins.trustForwardedFor)} is deprecated: it trusts any peer as a proxy; set trustedProxies to your proxies' addresses`,
+    );
+  }
+
   if (config.maxModelQueue < config.batchSize) {
     warnings.push(
       `maxModelQueue ${config.maxModelQueue} is below batchSize ${config.batchSize}: batches can never fill`,

@@ -1,3 +1,4 @@
+import { formatCidrList, parseCidrList } from '../address';
 import { BATCH_POLICY_NAMES, type BatchPolicyName } from '../batching';
 import { decimal, flag, integer, oneOf, type Parser, powerOfTwo, text } from './coerce';
 import { type DeviceTarget, formatDeviceList, parseDeviceList } from './device';
@@ -12,6 +13,9 @@ export const LOG_LEVELS = Object.freeze([
   'silent',
 ] as const);
 export type LogLevel = (typeof LOG_LEVELS)[number];
+
+export const RATE_LIMIT_KEYS = Object.freeze(['connection', 'ip'] as const);
+export type RateLimitKey = (typeof RATE_LIMIT_KEYS)[number];
 
 /** The resolved server configuration. Every key is present; two are optional by nature (undefined = unset). */
 export interface ServerConfig {
@@ -39,8 +43,26 @@ export interface ServerConfig {
   /** Per WebSocket client: unsent bytes that earn a warning, and that close the connection (1013). */
   slowConsumerWarnBytes: number;
   slowConsumerCloseBytes: number;
-  /** Behind a proxy: identify HTTP clients by the first X-Forwarded-For address instead of the socket's. */
+  /**
+   * Deprecated (use trustedProxies): trust the socket's peer as the one proxy and key clients by the
+   * rightmost X-Forwarded-For hop. Ignored when trustedProxies is set.
+   */
   trustForwardedFor: boolean;
+  /**
+   * Canonical CIDR list of reverse proxies whose X-Forwarded-For is believed: the client is the rightmost
+   * hop that is not one of them. Unset: the socket's peer is the client.
+   */
+  trustedProxies: string | undefined;
+  /** What a rate limit and in-flight cap belong to: each WebSocket connection, or each client address. */
+  rateLimitKey: RateLimitKey;
+  /** Per node: open WebSocket connections (upgrades past it are refused 503); 0 = no cap. */
+  maxConnections: number;
+  /** Per node and client address: open WebSocket connections (refused 429); 0 = no cap. */
+  maxConnectionsPerIp: number;
+  /** A connection with more protocol errors than this in one second is closed with 1008; 0 = never. */
+  maxProtocolErrorsPerSecond: number;
+  /** Identical id-less errors on one connection within this window are answered once (ms); 0 = each. */
+  errorCoalesceMs: number;
   maxPayloadBytes: number;
   requestTimeoutMs: number;
   /** Unset: admin endpoints accept loopback clients only. */
@@ -97,6 +119,13 @@ const deviceParser: Parser<string> = (raw) => {
   if (typeof raw !== 'string') return undefined;
   const targets = parseDeviceList(raw);
   return targets === undefined ? undefined : { value: formatDeviceList(targets) };
+};
+
+/** A comma list of IPv4/IPv6 prefixes or addresses, kept in canonical form (`10.0.0.0/8,::1/128`). */
+const proxiesParser: Parser<string> = (raw) => {
+  if (typeof raw !== 'string' || raw.length > 16_384) return undefined;
+  const parsed = parseCidrList(raw);
+  return parsed.ok ? { value: formatCidrList(parsed.cidrs) } : undefined;
 };
 
 const intraOpParser: Parser<number | undefined> = (raw) => {
@@ -232,9 +261,52 @@ export const SETTINGS: { readonly [K in SettingKey]: SettingSpec<ServerConfig[K]
   trustForwardedFor: {
     env: 'STREAMINFER_TRUST_FORWARDED_FOR',
     default: false,
-    help: 'identify HTTP clients by X-Forwarded-For (only behind a trusted proxy)',
+    help: 'deprecated, use trustedProxies: trust any peer as the one proxy (client = rightmost X-Forwarded-For hop)',
     expected: 'true or false',
     parse: flag,
+  },
+  trustedProxies: {
+    env: 'STREAMINFER_TRUSTED_PROXIES',
+    default: undefined,
+    defaultText: 'unset (the socket peer is the client)',
+    help: 'reverse proxies (CIDRs) whose X-Forwarded-For is believed: client = rightmost hop not among them',
+    expected: 'a comma list of IPv4/IPv6 addresses or prefixes (10.0.0.0/8,::1), host bits clear',
+    parse: proxiesParser,
+  },
+  rateLimitKey: {
+    env: 'STREAMINFER_RATE_LIMIT_KEY',
+    default: 'connection',
+    help: 'what the rate limit and in-flight cap belong to: connection (each WebSocket) | ip (each client address)',
+    expected: `one of ${RATE_LIMIT_KEYS.join(', ')}`,
+    parse: oneOf(RATE_LIMIT_KEYS),
+  },
+  maxConnections: {
+    env: 'STREAMINFER_MAX_CONNECTIONS',
+    default: 10_000,
+    help: 'per node: open WebSocket connections; upgrades past it get 503 overloaded (0 = no cap)',
+    expected: 'an integer between 0 and 10000000 (0 = no cap)',
+    parse: integer(0, 10_000_000),
+  },
+  maxConnectionsPerIp: {
+    env: 'STREAMINFER_MAX_CONNECTIONS_PER_IP',
+    default: 1000,
+    help: 'per node and client address: open WebSocket connections; past it 429 rate_limited (0 = no cap)',
+    expected: 'an integer between 0 and 10000000 (0 = no cap)',
+    parse: integer(0, 10_000_000),
+  },
+  maxProtocolErrorsPerSecond: {
+    env: 'STREAMINFER_MAX_PROTOCOL_ERRORS_PER_SECOND',
+    default: 50,
+    help: 'a WebSocket with more malformed / unknown-model / bad requests in one second is closed 1008 (0 = never)',
+    expected: 'an integer between 0 and 1000000 (0 = never close)',
+    parse: integer(0, 1_000_000),
+  },
+  errorCoalesceMs: {
+    env: 'STREAMINFER_ERROR_COALESCE_MS',
+    default: 1000,
+    help: 'identical errors to id-less frames on one WebSocket within this window are answered once (0 = each)',
+    expected: 'a number between 0 and 60000 (0 = answer each)',
+    parse: decimal(0, 60_000),
   },
   maxPayloadBytes: {
     env: 'STREAMINFER_MAX_PAYLOAD_BYTES',

@@ -56,6 +56,13 @@ export interface NodeSettings {
     slowConsumerWarnBytes: number;
     slowConsumerCloseBytes: number;
     trustForwardedFor: boolean;
+    /** Canonical CIDR list (libs/config); undefined: no proxy is trusted (unless trustForwardedFor). */
+    trustedProxies: string | undefined;
+    rateLimitKey: 'connection' | 'ip';
+    maxConnections: number;
+    maxConnectionsPerIp: number;
+    maxProtocolErrorsPerSecond: number;
+    errorCoalesceMs: number;
   };
   shutdownTimeoutMs: number;
   logLevel: string;

@@ -1,0 +1,12 @@
+export type { Cidr, CidrListResult, IpBytes } from './ip';
+export {
+  canonicalAddress,
+  cidrContains,
+  formatCidr,
+  formatCidrList,
+  formatIp,
+  parseCidr,
+  parseCidrList,
+  parseIp,
+} from './ip';
+export { ProxyTrust } from './proxy-trust';
