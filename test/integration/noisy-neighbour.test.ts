@@ -11,7 +11,7 @@
  */
 import { ERROR_CODES } from '../../libs/protocol';
 import type { ServerHandle } from './harness';
-import { modelsSubset, postJson, startServer } from './harness';
+import { modelsSubset, postJson, startServer, WsClient } from './harness';
 import type { AttackSpec, Outcome } from './noisy-attacker';
 import {
   GATHER_COLS,
@@ -121,6 +121,24 @@ async function nodeProblems(): Promise<string[]> {
   }
 }
 
+/** Waits (at most 15 s) until the node answers ten echo requests in a row within 25 ms each. */
+async function settle(): Promise<void> {
+  const deadline = Date.now() + 15000;
+  let client: WsClient | undefined;
+  try {
+    client = await WsClient.connect(server.wsUrl);
+    for (let fast = 0, id = 0; fast < 10 && Date.now() < deadline; id++) {
+      const sentAt = performance.now();
+      await client.request({ id, model: 'echo', input: [id] }, 15000);
+      fast = performance.now() - sentAt <= 25 ? fast + 1 : 0;
+    }
+  } catch {
+    // a node that does not answer is reported by nodeProblems
+  } finally {
+    client?.close();
+  }
+}
+
 /**
  * What is wrong with the attacker's outcome: an answer code outside the known set, a connection failure other
  * than a typed refusal, or no refusal at all (`refusals`: the answer codes that count as one, besides refused
@@ -153,7 +171,8 @@ async function underAttack(
   during?: () => Promise<unknown>,
 ): Promise<{ outcome: Outcome; problems: string[] }> {
   const problems = await nodeProblems();
-  // What the last attack left behind (answers still being written, sockets closing) is not this baseline's.
+  // What the last attack left behind (a backlog still being answered, sockets closing) is not this baseline's.
+  await settle();
   await victim.run(WARMUP_MS, INTERVAL_MS, work);
   const baseline = await victim.run(BASELINE_MS, INTERVAL_MS, work);
   if (baseline.errors.length > 0) problems.push(`baseline errors: ${baseline.errors.slice(0, 3).join('; ')}`);
