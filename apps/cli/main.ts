@@ -53,6 +53,11 @@ const SERVE_FLAGS: Array<[string, string, string]> = [
     'close a WebSocket (1008) past this many protocol errors a second (0 = never)',
   ],
   ['--error-coalesce-ms <ms>', 'errorCoalesceMs', 'answer identical id-less errors once per window'],
+  [
+    '--model-error-penalty <n>',
+    'modelErrorPenalty',
+    'extra rate-limit tokens a model_error costs its client',
+  ],
   ['--max-payload-bytes <n>', 'maxPayloadBytes', 'largest WebSocket frame or HTTP body'],
   ['--request-timeout-ms <ms>', 'requestTimeoutMs', 'default request deadline'],
   ['--admin-token <token>', 'adminToken', 'token for /api/* (else loopback only)'],

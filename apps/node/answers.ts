@@ -27,6 +27,7 @@ import type { Shadow } from './shadow';
 const SWEEP_INTERVAL_MS = 1000;
 /** A request still unanswered this long after its deadline is answered by the node itself (never hangs). */
 const SWEEP_GRACE_MS = 5000;
+const MODEL_ERROR = errorCodeIndex('model_error');
 
 export class Answers {
   /** Requests answered by a worker or by the node (not shadow copies). */
@@ -204,6 +205,12 @@ export class Answers {
       const error = readErrorResponse(ring.bytes, view, offset);
       body = request.reply.error(request.id, error.code, error.message);
       httpStatus = httpStatusOf(error.code);
+      // The model failed on what this client sent (batch isolation answered it alone): the client pays, in
+      // rate-limit tokens, so one whose requests keep failing the model is throttled like a flooder.
+      if (status === MODEL_ERROR && request.client) {
+        request.client.chargeModelError(this.clock());
+        this.metrics.recordClientModelError(request.slot);
+      }
     }
     this.metrics.recordRequest(request.slot, request.peer!.protocol, status, latencyMs / 1000);
     this.answering = undefined;

@@ -456,6 +456,7 @@ function resolveOptions(options: EmbeddedNodeOptions): NodeStartOptions {
     backpressure: {
       rateLimitRps: 0,
       rateLimitBurst: 0,
+      modelErrorPenalty: 0,
       maxInflightPerClient: options.maxInflight ?? 4096,
       maxModelQueue,
       slowConsumerWarnBytes: DEFAULTS.slowConsumerWarnBytes,

@@ -480,6 +480,7 @@ function clientLimits(backpressure: NodeStartOptions['backpressure']): ResolvedB
   return validateBackpressureOptions({
     rateLimitRps: backpressure.rateLimitRps,
     rateLimitBurst: backpressure.rateLimitBurst,
+    modelErrorPenalty: backpressure.modelErrorPenalty,
     maxInflightPerClient: backpressure.maxInflightPerClient,
     maxModelQueue: backpressure.maxModelQueue,
     slowConsumerWarnBytes: backpressure.slowConsumerWarnBytes,

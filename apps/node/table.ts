@@ -298,6 +298,7 @@ export class ModelTable {
     validateBackpressureOptions({
       rateLimitRps: settings.backpressure.rateLimitRps,
       rateLimitBurst: settings.backpressure.rateLimitBurst,
+      modelErrorPenalty: settings.backpressure.modelErrorPenalty,
       maxInflightPerClient: settings.backpressure.maxInflightPerClient,
       maxModelQueue: settings.backpressure.maxModelQueue,
     });

@@ -237,6 +237,7 @@ export class Supervisor implements AdminHost, NotifyHost {
       backpressure: {
         rateLimitRps: config.rateLimitRps,
         rateLimitBurst: config.rateLimitBurst,
+        modelErrorPenalty: config.modelErrorPenalty,
         maxInflightPerClient: config.maxInflightPerClient,
         maxModelQueue: config.maxModelQueue,
         slowConsumerWarnBytes: config.slowConsumerWarnBytes,

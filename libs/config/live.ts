@@ -15,6 +15,7 @@ export const LIVE_SETTINGS: ReadonlySet<SettingKey> = new Set<SettingKey>([
   'maxInflightPerClient',
   'rateLimitRps',
   'rateLimitBurst',
+  'modelErrorPenalty',
   'maxModelQueue',
   'trustForwardedFor',
   'trustedProxies',

@@ -39,6 +39,8 @@ export interface ServerConfig {
   rateLimitRps: number;
   /** Per-client bucket size; defaults to max(1, rateLimitRps), 0 when rate limiting is disabled. */
   rateLimitBurst: number;
+  /** Extra rate-limit tokens a `model_error` answer costs its client (0 = none). */
+  modelErrorPenalty: number;
   maxModelQueue: number;
   /** Per WebSocket client: unsent bytes that earn a warning, and that close the connection (1013). */
   slowConsumerWarnBytes: number;
@@ -236,6 +238,13 @@ export const SETTINGS: { readonly [K in SettingKey]: SettingSpec<ServerConfig[K]
     help: 'per-client token bucket size (default: the rate, at least 1)',
     expected: 'a number between 1 and 10000000',
     parse: decimal(1, 10_000_000),
+  },
+  modelErrorPenalty: {
+    env: 'STREAMINFER_MODEL_ERROR_PENALTY',
+    default: 9,
+    help: 'extra rate-limit tokens a model_error answer costs its client (9: a client whose every request fails the model gets 1/10 of the rate; 0 = none)',
+    expected: 'a number between 0 and 1000000',
+    parse: decimal(0, 1_000_000),
   },
   maxModelQueue: {
     env: 'STREAMINFER_MAX_MODEL_QUEUE',

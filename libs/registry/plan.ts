@@ -51,6 +51,7 @@ export interface NodeSettings {
   backpressure: {
     rateLimitRps: number;
     rateLimitBurst: number;
+    modelErrorPenalty: number;
     maxInflightPerClient: number;
     maxModelQueue: number;
     slowConsumerWarnBytes: number;
