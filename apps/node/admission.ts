@@ -160,7 +160,7 @@ export class Admission {
     if (!model) return new Rejection(unknownModel(modelName, this.table.models.keys()), null, UNROUTED_SLOT);
     let request: InferenceRequest;
     try {
-      request = decodeV2Request(body, modelName, version, model.entry.signature);
+      request = decodeV2Request(body, modelName, version, model.entry.signature, this.bindLimits);
     } catch (error) {
       return decodeRejection(error);
     }

@@ -108,8 +108,9 @@ class FakeCluster {
     if (isBinary) {
       const copy = data.buffer.slice(data.byteOffset, data.byteOffset + data.byteLength) as ArrayBuffer;
       const decoded = decodeBinaryRequest(copy);
+      // one float32 tensor: the first of the frame's data
       const tensor = decoded.tensors[0]!;
-      const row = Array.from(new Float32Array(tensor.bytes.slice().buffer));
+      const row = Array.from(new Float32Array(decoded.data!.slice(0, 4 * tensor.dims[0]!).buffer));
       request = {
         id: decoded.id as number,
         model: decoded.model!,

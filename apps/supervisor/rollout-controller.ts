@@ -54,6 +54,7 @@ export const CLIENT_FAULT_CODES: ReadonlySet<string> = new Set([
   'unknown_version',
   'shape_mismatch',
   'type_mismatch',
+  'dtype_mismatch',
   'payload_too_large',
   'rate_limited',
   'client_queue_full',

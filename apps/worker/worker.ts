@@ -15,6 +15,7 @@ import {
   bytesPerElement,
   errorResponseBytes,
   outputSectionHeaderBytes,
+  RECORD_PROBLEMS,
   RESPONSE_HEADER_BYTES,
   readDeadlineAt,
   readEnqueuedAt,
@@ -312,6 +313,7 @@ class LaneHost {
           room -= buffers.claimMore(rings[priority]!, room);
         }
         if (buffers.expiredCount > 0) await this.answerExpired(lane, buffers);
+        if (buffers.invalidCount > 0 || buffers.droppedCount > 0) await this.answerInvalid(lane, buffers);
         if (buffers.count === 0) {
           lane.spare.push(this.sized(lane, buffers));
           continue;
@@ -402,6 +404,30 @@ class LaneHost {
         0,
         'deadline_exceeded',
         'deadline passed before the request was batched; it was not computed',
+      );
+    }
+  }
+
+  /** Records the check refused: each answered `internal` alone and counted; the batch runs without them. */
+  private async answerInvalid(lane: Lane, buffers: BatchBuffers): Promise<void> {
+    for (let i = 0; i < buffers.droppedCount; i++) this.metrics.recordInvalidRecord(lane.slot);
+    if (buffers.droppedCount > 0)
+      this.log('error', 'request records too short for a header were dropped', {
+        model: lane.model,
+        version: lane.version,
+        count: buffers.droppedCount,
+      });
+    const now = clock();
+    for (let i = 0; i < buffers.invalidCount; i++) {
+      this.metrics.recordInvalidRecord(lane.slot);
+      await this.writeError(
+        lane,
+        buffers.invalidIds[i]!,
+        now - buffers.invalidEnqueuedAt[i]!,
+        0,
+        0,
+        'internal',
+        `the worker refused this request's record (${RECORD_PROBLEMS[buffers.invalidProblems[i]!]}); it was not computed`,
       );
     }
   }

@@ -81,6 +81,7 @@ export function nodeMetricsJson(
   const isolationRuns: MetricValue<string>[] = [];
   const clientModelErrors: MetricValue<string>[] = [];
   const routed: MetricValue<string>[] = [];
+  const invalidRecords: MetricValue<string>[] = [];
   const policy = POLICY_GAUGES.map(() => [] as MetricValue<string>[]);
   for (const slot of slots) {
     const totals = readSlotTotals(buffer, slot.slot);
@@ -102,6 +103,7 @@ export function nodeMetricsJson(
       batches.push({ value: totals.batches, labels: base });
       isolationRuns.push({ value: totals.isolationRuns, labels: base });
       clientModelErrors.push({ value: totals.clientModelErrors, labels: base });
+      invalidRecords.push({ value: totals.invalidRecords, labels: base });
       modelInfo.push({
         value: 1,
         labels: { ...base, alias: slot.alias, execution_provider: slot.executionProvider },
@@ -157,6 +159,12 @@ export function nodeMetricsJson(
       'Admitted requests by the route that chose their version: stable, canary (to the candidate), pinned (version named).',
       'counter',
       routed,
+    ),
+    metricJson(
+      'streaminfer_worker_invalid_records_total',
+      "Request records a worker refused before copying them (byte lengths or dims not the model's): each answered internal alone. Always 0 unless a decoder is wrong.",
+      'counter',
+      invalidRecords,
     ),
     metricJson('streaminfer_queue_depth', 'Requests waiting for a worker.', 'gauge', queueDepth),
     metricJson('streaminfer_inflight_requests', 'Requests admitted and not yet answered.', 'gauge', inflight),

@@ -33,6 +33,24 @@ describe('shared metrics shards', () => {
     expect(readSlotTotals(buffer, 2).requests).toEqual([]);
   });
 
+  test('records a worker refused are counted by model and version, summed over nodes', async () => {
+    const nodeA = metricsBufferFor(2);
+    const nodeB = metricsBufferFor(1);
+    new MetricsShard(nodeA, 1).recordInvalidRecord(3);
+    new MetricsShard(nodeA, 0).recordInvalidRecord(3);
+    new MetricsShard(nodeB, 0).recordInvalidRecord(3);
+    expect(readSlotTotals(nodeA, 3).invalidRecords).toBe(2);
+    const slots = [
+      { slot: 3, model: 'ids', version: '1', queueDepth: 0, executionProvider: 'cpu', alias: 'stable' },
+    ];
+    const text = await aggregateToText([
+      nodeMetricsJson(nodeA, slots, { wsConnections: 0, epoch: 0 }),
+      nodeMetricsJson(nodeB, slots, { wsConnections: 0, epoch: 0 }),
+    ]);
+    expect(text).toContain('# TYPE streaminfer_worker_invalid_records_total counter');
+    expect(text).toContain('streaminfer_worker_invalid_records_total{model="ids",version="1"} 3');
+  });
+
   test('rejects a shard index outside the buffer', () => {
     expect(() => new MetricsShard(metricsBufferFor(1), 1)).toThrow(RangeError);
   });

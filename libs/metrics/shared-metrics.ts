@@ -45,8 +45,10 @@ const ROUTES = BATCHES + 1;
 const ISOLATION_RUNS = ROUTES + ROUTE_NAMES.length;
 /** `model_error` answers charged to their client, by the node. */
 const CLIENT_MODEL_ERRORS = ISOLATION_RUNS + 1;
+/** Request records a worker's check refused (answered `internal`, never computed): a decoder bug's trace. */
+const INVALID_RECORDS = CLIENT_MODEL_ERRORS + 1;
 /** Batch policy state (gauges, written by each worker's lane): a flag that the lane wrote, then the values. */
-const POLICY = CLIENT_MODEL_ERRORS + 1;
+const POLICY = INVALID_RECORDS + 1;
 const POLICY_FIELDS = [
   'costInterceptMs',
   'costPerItemMs',
@@ -103,6 +105,10 @@ export class MetricsShard {
 
   recordRoute(slot: number, route: number): void {
     this.cells[slot * SLOT_WIDTH + ROUTES + route]!++;
+  }
+
+  recordInvalidRecord(slot: number): void {
+    this.cells[slot * SLOT_WIDTH + INVALID_RECORDS]!++;
   }
 
   recordShed(slot: number, reason: number): void {
@@ -193,6 +199,7 @@ export interface SlotTotals {
   isolationRuns: number;
   clientModelErrors: number;
   routes: { route: (typeof ROUTE_NAMES)[number]; value: number }[];
+  invalidRecords: number;
 }
 
 export interface HistogramTotals {
@@ -243,6 +250,7 @@ export function readSlotTotals(buffer: SharedArrayBuffer, slot: number): SlotTot
     routes: ROUTE_NAMES.map((route, index) => ({ route, value: sum(ROUTES + index) })).filter(
       (entry) => entry.value > 0,
     ),
+    invalidRecords: sum(INVALID_RECORDS),
   };
 }
 

@@ -52,7 +52,7 @@ test('a float request round-trips and binds with raw bytes, 8-byte aligned', () 
   expect(isBinaryFrame(buffer(frame))).toBe(true);
   const request = decodeBinaryRequest(buffer(frame));
   expect(request).toMatchObject({ id: 7, model: 'digits', version: '1', priority: 'normal' });
-  expect(request.tensors[0]!.bytes.byteOffset % 8).toBe(0);
+  expect(request.data!.byteOffset % 8).toBe(0);
   const bound = bindBinaryRequest(request, digits, { maxElements: 1 << 20 });
   expect(bound.inputMask).toBe(1);
   expect(Array.from(new Float32Array(bound.inputs[0]!.raw!.slice().buffer))).toEqual(Array.from(pixels));
@@ -87,12 +87,16 @@ test.each([
   [
     'data shorter than dims say',
     () =>
-      decodeBinaryRequest(
-        buffer(
-          encodeBinaryFrame({ id: 1, inputs: [{ name: 'pixels', dims: [64] }] }, [
-            { bytes: new Uint8Array(16) },
-          ]),
+      bindBinaryRequest(
+        decodeBinaryRequest(
+          buffer(
+            encodeBinaryFrame({ id: 1, inputs: [{ name: 'pixels', dims: [64] }] }, [
+              { bytes: new Uint8Array(16) },
+            ]),
+          ),
         ),
+        digits,
+        { maxElements: 1000 },
       ),
     'shape_mismatch',
   ],
@@ -115,7 +119,7 @@ test('binding checks names, dims, dtype and finiteness', () => {
     );
   expect(code(() => bind([63], new Float32Array(63)))).toBe('shape_mismatch');
   expect(code(() => bind([64], new Float32Array(64), 'nope'))).toBe('bad_request');
-  expect(code(() => bind([64], new Float32Array(64), 'pixels', 'int32'))).toBe('type_mismatch');
+  expect(code(() => bind([64], new Float32Array(64), 'pixels', 'int32'))).toBe('dtype_mismatch');
   const nan = new Float32Array(64);
   nan[5] = Number.NaN;
   expect(code(() => bind([64], nan))).toBe('bad_request');

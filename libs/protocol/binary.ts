@@ -15,7 +15,7 @@ import { ProtocolError } from './errors';
 import type { BoundInput, BoundRequest, InferenceRequest, Priority, RequestId } from './request';
 import { inputHeaderBytes, RequestError, readEnvelope } from './request';
 import type { DType, ModelSignature } from './signature';
-import { bytesPerElement, isDType, MAX_RANK } from './signature';
+import { bytesPerElement, checkDims, isDType, MAX_DIM, MAX_RANK } from './signature';
 
 export const BINARY_MAGIC = 0x53;
 export const BINARY_VERSION = 1;
@@ -30,9 +30,15 @@ export interface BinaryTensor {
   data: ArrayBufferView | string[];
 }
 
-/** A binary request, decoded but not yet bound to a model: raw tensor bytes are views into the frame. */
+/**
+ * A binary request, decoded but not yet bound to a model. A frame's tensors are laid out only by
+ * bindBinaryRequest, from the model's dtypes (a frame may leave `dtype` out): `data` is then the frame's tensor
+ * data (a view into the frame) and each tensor's `bytes` is undefined. In-process calls give each tensor its
+ * exact `bytes` and no `data`.
+ */
 export interface BinaryRequest extends InferenceRequest {
-  tensors: Array<{ name: string; dims: number[]; dtype: DType | undefined; bytes: Uint8Array }>;
+  tensors: Array<{ name: string; dims: number[]; dtype: DType | undefined; bytes: Uint8Array | undefined }>;
+  data?: Uint8Array;
 }
 
 const encoder = new TextEncoder();
@@ -107,7 +113,7 @@ export function encodeBinaryRequest(
 function fail(
   id: RequestId,
   message: string,
-  code: 'bad_request' | 'shape_mismatch' | 'type_mismatch' = 'bad_request',
+  code: 'bad_request' | 'shape_mismatch' | 'dtype_mismatch' = 'bad_request',
 ): never {
   throw new RequestError(id, new ProtocolError(code, message));
 }
@@ -133,7 +139,11 @@ function readHeader(frame: ArrayBuffer): { header: Record<string, unknown>; data
   return { header: header as Record<string, unknown>, dataStart: align8(PREFIX_BYTES + headerLength) };
 }
 
-/** Server side: reads a request frame. The tensor views point into `frame`: use them before the callback returns. */
+/**
+ * Server side: reads a request frame's header. Nothing is sized here: without the model a tensor's dtype may be
+ * unknown, so bindBinaryRequest lays the tensors out. The views point into `frame`: use them before the
+ * callback returns.
+ */
 export function decodeBinaryRequest(frame: ArrayBuffer, defaults: { model?: string } = {}): BinaryRequest {
   const { header, dataStart } = readHeader(frame);
   const envelope = readEnvelope(header, defaults);
@@ -141,9 +151,6 @@ export function decodeBinaryRequest(frame: ArrayBuffer, defaults: { model?: stri
   if (!Array.isArray(header.inputs) || header.inputs.length === 0)
     fail(id, 'binary request needs "inputs": [{"name", "dims"}]');
   const tensors: BinaryRequest['tensors'] = [];
-  let at = dataStart;
-  const bytes = new Uint8Array(frame);
-  const view = new DataView(frame);
   for (const entry of header.inputs as unknown[]) {
     if (typeof entry !== 'object' || entry === null) fail(id, 'each entry of "inputs" must be an object');
     const spec = entry as Record<string, unknown>;
@@ -151,42 +158,22 @@ export function decodeBinaryRequest(frame: ArrayBuffer, defaults: { model?: stri
     if (
       !Array.isArray(spec.dims) ||
       spec.dims.length > MAX_RANK - 1 ||
-      !spec.dims.every((d) => Number.isInteger(d) && d >= 0)
+      !spec.dims.every((d) => Number.isInteger(d) && d >= 0 && d <= MAX_DIM)
     ) {
       fail(
         id,
-        `input "${spec.name}": "dims" must be a list of non-negative integers (per item, no batch dimension)`,
+        `input "${spec.name}": "dims" must be a list of at most ${MAX_RANK - 1} integers 0..${MAX_DIM} (per item, no batch dimension)`,
         'shape_mismatch',
       );
     }
     if (spec.dtype !== undefined && !isDType(spec.dtype))
-      fail(id, `input "${spec.name}": unknown dtype`, 'type_mismatch');
-    const dims = spec.dims as number[];
-    const elements = dims.reduce((product, dim) => product * dim, 1);
-    let length: number;
-    if (spec.dtype === 'string') {
-      length = 0;
-      for (let i = 0; i < elements; i++) {
-        if (at + length + 4 > frame.byteLength)
-          fail(id, `input "${spec.name}": string data runs past the end of the frame`);
-        length += 4 + view.getUint32(at + length, true);
-      }
-    } else {
-      length = elements * bytesPerElement((spec.dtype as DType | undefined) ?? 'float32');
-    }
-    if (at + length > frame.byteLength)
-      fail(
-        id,
-        `input "${spec.name}": ${length} data bytes expected, the frame is too short`,
-        'shape_mismatch',
-      );
+      fail(id, `input "${spec.name}": unknown dtype`, 'dtype_mismatch');
     tensors.push({
       name: spec.name,
-      dims,
+      dims: spec.dims as number[],
       dtype: spec.dtype as DType | undefined,
-      bytes: bytes.subarray(at, at + length),
+      bytes: undefined,
     });
-    at += align8(length);
   }
   const request: BinaryRequest = {
     id,
@@ -198,12 +185,19 @@ export function decodeBinaryRequest(frame: ArrayBuffer, defaults: { model?: stri
     deadlineMs: envelope.deadlineMs,
     priority: envelope.priority,
     tensors,
+    data: new Uint8Array(frame, Math.min(dataStart, frame.byteLength)),
   };
   if (envelope.routingKey !== undefined) request.routingKey = envelope.routingKey;
   return request;
 }
 
-/** Checks a binary request against the model's signature; the bound inputs carry the raw bytes to copy. */
+/**
+ * Checks a binary request against the model's signature and lays out its tensors; the bound inputs carry the
+ * raw bytes to copy. Each tensor's dtype is the model's (a frame's `dtype`, when given, must be it:
+ * dtype_mismatch), its dims are checked (checkDims) before its bytes are sized, a numeric tensor is exactly
+ * elements × bytesPerElement, string prefixes stay inside the frame, and the frame holds nothing past its
+ * tensors but their padding.
+ */
 export function bindBinaryRequest(
   request: BinaryRequest,
   signature: ModelSignature,
@@ -212,6 +206,9 @@ export function bindBinaryRequest(
   const bound: BoundInput[] = [];
   let mask = 0;
   let total = 0;
+  const data = request.data;
+  const dataView = data && new DataView(data.buffer, data.byteOffset, data.byteLength);
+  let at = 0;
   for (const tensor of request.tensors) {
     const index = signature.inputs.findIndex((spec) => spec.name === tensor.name);
     if (index < 0) {
@@ -222,40 +219,62 @@ export function bindBinaryRequest(
     }
     if (mask & (1 << index)) throw new ProtocolError('bad_request', `input "${tensor.name}" given twice`);
     const spec = signature.inputs[index]!;
-    const dtype = tensor.dtype ?? (spec.dtype === 'string' ? 'string' : spec.dtype);
-    if (dtype !== spec.dtype)
+    const dtype = spec.dtype;
+    if (tensor.dtype !== undefined && tensor.dtype !== dtype)
       throw new ProtocolError(
-        'type_mismatch',
-        `input "${spec.name}" is ${spec.dtype}, the frame says ${dtype}`,
+        'dtype_mismatch',
+        `input "${spec.name}" is ${dtype}, the frame says ${tensor.dtype}`,
       );
-    if (
-      tensor.dims.length !== spec.shape.length ||
-      spec.shape.some((dim, axis) => dim !== -1 && dim !== tensor.dims[axis])
-    ) {
-      throw new ProtocolError(
-        'shape_mismatch',
-        `input "${spec.name}" expects shape [${spec.shape.join(', ')}], got [${tensor.dims.join(', ')}]`,
-      );
+    const elements = checkDims(spec, tensor.dims, limits.maxElements);
+    let bytes: Uint8Array;
+    if (data !== undefined) {
+      const length =
+        dtype === 'string'
+          ? stringBytes(dataView!, at, data.length, elements, spec.name)
+          : elements * bytesPerElement(dtype);
+      if (at + length > data.length) {
+        throw new ProtocolError(
+          'shape_mismatch',
+          `input "${spec.name}" of ${dtype} [${tensor.dims.join(', ')}] needs ${length} data bytes, the frame holds ${Math.max(0, data.length - at)}`,
+        );
+      }
+      bytes = data.subarray(at, at + length);
+      at += align8(length);
+    } else {
+      if (tensor.bytes === undefined)
+        throw new ProtocolError('bad_request', `input "${spec.name}" has no data`);
+      bytes = tensor.bytes;
+      const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+      const length =
+        dtype === 'string'
+          ? stringBytes(view, 0, bytes.length, elements, spec.name)
+          : elements * bytesPerElement(dtype);
+      if (length !== bytes.length) {
+        throw new ProtocolError(
+          'shape_mismatch',
+          `input "${spec.name}" of ${dtype} [${tensor.dims.join(', ')}] needs ${length} data bytes, got ${bytes.length}`,
+        );
+      }
     }
-    const elements = tensor.dims.reduce((product, dim) => product * dim, 1);
-    if (elements > limits.maxElements) {
-      throw new ProtocolError(
-        'payload_too_large',
-        `input "${spec.name}" has ${elements} elements; the limit is ${limits.maxElements}`,
-      );
-    }
-    if (dtype === 'string') checkStrings(tensor.bytes, elements, spec.name);
-    else if (dtype === 'float32' || dtype === 'float64') checkFinite(tensor.bytes, dtype, spec.name);
+    if (dtype === 'string') checkStrings(bytes, elements, spec.name);
+    else if (dtype === 'float32' || dtype === 'float64') checkFinite(bytes, dtype, spec.name);
     bound.push({
       spec,
       index,
       dims: tensor.dims,
       value: undefined,
-      byteLength: tensor.bytes.length,
-      raw: tensor.bytes,
+      byteLength: bytes.length,
+      raw: bytes,
     });
     mask |= 1 << index;
-    total += inputHeaderBytes(tensor.dims.length) + tensor.bytes.length;
+    total += inputHeaderBytes(tensor.dims.length) + bytes.length;
+  }
+  // Past the last tensor only its padding: a frame with bytes no tensor accounts for was sized for other dims.
+  if (data !== undefined && data.length > at) {
+    throw new ProtocolError(
+      'shape_mismatch',
+      `the frame holds ${data.length - at} data bytes past its tensors (their dims and the model's dtypes size them)`,
+    );
   }
   signature.inputs.forEach((spec, index) => {
     if (!spec.optional && !(mask & (1 << index)))
@@ -263,6 +282,21 @@ export function bindBinaryRequest(
   });
   bound.sort((a, b) => a.index - b.index);
   return { inputs: bound, inputMask: mask, byteLength: total };
+}
+
+/**
+ * Bytes of `elements` length-prefixed strings from `start`, every prefix and string inside [start, end);
+ * bad_request when one leaves it.
+ */
+function stringBytes(view: DataView, start: number, end: number, elements: number, name: string): number {
+  let at = start;
+  for (let i = 0; i < elements; i++) {
+    if (at + 4 > end)
+      throw new ProtocolError('bad_request', `input "${name}": string data runs past its tensor`);
+    at += 4 + view.getUint32(at, true);
+    if (at > end) throw new ProtocolError('bad_request', `input "${name}": string data runs past its tensor`);
+  }
+  return at - start;
 }
 
 function checkFinite(bytes: Uint8Array, dtype: DType, name: string): void {
@@ -278,13 +312,17 @@ function checkFinite(bytes: Uint8Array, dtype: DType, name: string): void {
   }
 }
 
+/** UTF-8 and no NUL (ONNX Runtime would cut the string there) in strings already walked by stringBytes. */
 function checkStrings(bytes: Uint8Array, elements: number, name: string): void {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   let at = 0;
   for (let i = 0; i < elements; i++) {
     const length = view.getUint32(at, true);
+    const text = bytes.subarray(at + 4, at + 4 + length);
+    if (text.indexOf(0) >= 0)
+      throw new ProtocolError('bad_request', `input "${name}" holds a NUL character (U+0000)`);
     try {
-      strictDecoder.decode(bytes.subarray(at + 4, at + 4 + length));
+      strictDecoder.decode(text);
     } catch {
       throw new ProtocolError('bad_request', `input "${name}" holds invalid UTF-8`);
     }

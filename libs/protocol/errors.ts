@@ -26,6 +26,9 @@ export const ERROR_CODES = [
   'conflict',
   'cluster_unavailable',
   'fenced',
+  // Issue 24: a tensor's declared dtype (binary frame `dtype`, Open Inference Protocol `datatype`) is not the
+  // model input's. `type_mismatch` stays what it was: JSON element values of the wrong kind.
+  'dtype_mismatch',
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
@@ -52,6 +55,7 @@ const HTTP_STATUS: Record<ErrorCode, number> = {
   conflict: 409,
   cluster_unavailable: 503,
   fenced: 503,
+  dtype_mismatch: 400,
 };
 
 const STATUS_TEXT: Record<number, string> = {

@@ -39,5 +39,5 @@ export {
 export type { ShadowOutput } from './shadow';
 export { outputsAgree, readFirstOutput } from './shadow';
 export type { DType, ModelSignature, TensorSpec } from './signature';
-export { argmax, bytesPerElement, parseSignature } from './signature';
+export { argmax, bytesPerElement, checkDims, MAX_DIM, parseSignature } from './signature';
 export * from './wire';

@@ -3,7 +3,7 @@
  * JSON.stringify of the result. The text is what `JSON.stringify(decodeResult(...))` gives, with one decided
  * difference: float32 outputs print the shortest decimal that reads back to the same float32 (`0.1`, not the
  * double's `0.10000000149011612`; see float32-text.ts). float64 outputs keep the double's shortest text,
- * integers and booleans print as before, strings are JSON-escaped, NaN and ±Infinity are `null` and -0 is `0`
+ * int64 outputs their exact integer (beyond ±2^53 decodeResult gives a bigint), other integers and booleans print as before, strings are JSON-escaped, NaN and ±Infinity are `null` and -0 is `0`
  * (JSON.stringify's choices).
  */
 import { writeFloat32 } from './float32-text';
@@ -282,6 +282,16 @@ function writeScalars(
         if (i > 0) out.byte(0x2c);
         out.raw(view.getUint8(at) !== 0 ? 'true' : 'false');
         at += 1;
+      }
+      break;
+    case 'int64':
+      // The exact integer: the same text as the double's within ±2^53, its own digits beyond (not a rounded double).
+      out.room(count * NUMBER_ROOM);
+      for (let i = 0; i < count; i++) {
+        if (i > 0) out.bytes[out.at++] = 0x2c;
+        const text = String(view.getBigInt64(at, true));
+        for (let c = 0; c < text.length; c++) out.bytes[out.at++] = text.charCodeAt(c);
+        at += 8;
       }
       break;
     default: {

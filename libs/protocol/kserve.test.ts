@@ -16,6 +16,8 @@ const digits: ModelSignature = parseSignature(
   'm',
 );
 
+const limits = { maxElements: 1 << 16 };
+
 function code(fn: () => unknown): string {
   try {
     fn();
@@ -35,6 +37,7 @@ test('flat data with a batch dimension of 1 becomes the nested per-item value', 
     'm',
     '2',
     digits,
+    limits,
   );
   expect(request).toMatchObject({
     id: 'r1',
@@ -64,6 +67,7 @@ test('flat data with a batch dimension of 1 becomes the nested per-item value', 
     'm',
     undefined,
     digits,
+    limits,
   );
   expect(noBatch.inputs).toEqual({
     pixels: [
@@ -79,11 +83,11 @@ test.each([
   ['{"inputs": [{"name": "x", "shape": [4], "datatype": "FP32", "data": [1,2,3,4]}]}', 'bad_request'],
   [
     '{"inputs": [{"name": "pixels", "shape": [1,2,2], "datatype": "INT32", "data": [1,2,3,4]}]}',
-    'type_mismatch',
+    'dtype_mismatch',
   ],
   [
     '{"inputs": [{"name": "pixels", "shape": [1,2,2], "datatype": "FP16", "data": [1,2,3,4]}]}',
-    'type_mismatch',
+    'dtype_mismatch',
   ],
   [
     '{"inputs": [{"name": "pixels", "shape": [2,2,2], "datatype": "FP32", "data": [1,2,3,4,5,6,7,8]}]}',
@@ -98,7 +102,7 @@ test.each([
     'bad_request',
   ],
 ])('%s → %s', (body, expected) => {
-  expect(code(() => decodeV2Request(body, 'm', undefined, digits))).toBe(expected);
+  expect(code(() => decodeV2Request(body, 'm', undefined, digits, limits))).toBe(expected);
 });
 
 test('answers and metadata use the protocol shapes', () => {

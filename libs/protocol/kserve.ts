@@ -6,9 +6,10 @@
 
 import { ProtocolError } from './errors';
 import { float32Text } from './float32-text';
-import type { InferenceRequest } from './request';
+import type { BindLimits, InferenceRequest } from './request';
 import { parseJsonObject, RequestError } from './request';
 import type { DType, ModelSignature } from './signature';
+import { checkDims, MAX_DIM, MAX_RANK } from './signature';
 
 const TO_DTYPE: Record<string, DType> = {
   FP32: 'float32',
@@ -34,31 +35,43 @@ export function v2Datatype(dtype: DType): string {
   return TO_DATATYPE[dtype];
 }
 
-/** Rebuilds the nested per-item value the rest of the pipeline validates, from flat data and dims. */
+/** Rebuilds the nested per-item value the rest of the pipeline validates, from flat data and checked dims. */
 function nest(data: unknown[], dims: number[], offset: number, axis: number): unknown {
   if (axis === dims.length) return data[offset];
-  const stride = dims.slice(axis + 1).reduce((product, dim) => product * dim, 1);
-  return Array.from({ length: dims[axis]! }, (_, i) => nest(data, dims, offset + i * stride, axis + 1));
+  let stride = 1;
+  for (let next = axis + 1; next < dims.length; next++) stride *= dims[next]!;
+  const length = dims[axis]!;
+  const rows = new Array<unknown>(length);
+  for (let i = 0; i < length; i++) rows[i] = nest(data, dims, offset + i * stride, axis + 1);
+  return rows;
 }
 
-function flatten(value: unknown, into: unknown[]): void {
-  if (Array.isArray(value)) for (const item of value) flatten(item, into);
-  else into.push(value);
+/** Appends the leaves of `value` to `into`; false when it nests deeper than `depth` arrays (its shape's rank). */
+function flatten(value: unknown[], into: unknown[], depth: number): boolean {
+  for (let i = 0; i < value.length; i++) {
+    const item = value[i];
+    if (!Array.isArray(item)) into.push(item);
+    else if (depth <= 1 || !flatten(item, into, depth - 1)) return false;
+  }
+  return true;
 }
 
 /**
- * Parses a v2 infer body into the common request. Shapes may include a leading batch dim of 1; the tensor's
- * datatype must be the model input's. Errors are RequestErrors carrying the request's id.
+ * Parses a v2 infer body into the common request. Shapes may include a leading batch dim of 1. Each tensor is
+ * checked against the model's input before its data is touched: the datatype (absent: the model's; another:
+ * dtype_mismatch), the rank and dims (checkDims, so `[1, 2147483648, 0]` is refused at once) and `data`
+ * nested no deeper than the shape. Errors are RequestErrors carrying the request's id.
  */
 export function decodeV2Request(
   text: string,
   model: string,
   version: string | undefined,
   signature: ModelSignature,
+  limits: BindLimits,
 ): InferenceRequest {
   const record = parseJsonObject(text);
   const id = typeof record.id === 'string' ? record.id : null;
-  const fail = (code: 'bad_request' | 'shape_mismatch' | 'type_mismatch', message: string): never => {
+  const fail = (code: 'bad_request' | 'shape_mismatch' | 'dtype_mismatch', message: string): never => {
     throw new RequestError(id, new ProtocolError(code, message));
   };
   if (record.id !== undefined && typeof record.id !== 'string') fail('bad_request', '"id" must be a string');
@@ -77,14 +90,23 @@ export function decodeV2Request(
         `unknown input "${name}"; this model takes ${signature.inputs.map((s) => s.name).join(', ')}`,
       );
     const datatype = tensor.datatype;
-    if (typeof datatype !== 'string' || TO_DTYPE[datatype] === undefined) {
-      fail('type_mismatch', `input "${name}": "datatype" must be one of ${Object.keys(TO_DTYPE).join(', ')}`);
-    }
-    if (TO_DTYPE[datatype as string] !== spec!.dtype)
-      fail('type_mismatch', `input "${name}" is ${TO_DATATYPE[spec!.dtype]}, got ${datatype}`);
+    if (datatype !== undefined && (typeof datatype !== 'string' || !Object.hasOwn(TO_DTYPE, datatype)))
+      fail(
+        'dtype_mismatch',
+        `input "${name}": "datatype" must be one of ${Object.keys(TO_DTYPE).join(', ')}`,
+      );
+    if (datatype !== undefined && TO_DTYPE[datatype as string] !== spec!.dtype)
+      fail('dtype_mismatch', `input "${name}" is ${TO_DATATYPE[spec!.dtype]}, got ${datatype}`);
     const shape = tensor.shape;
-    if (!Array.isArray(shape) || !shape.every((dim) => Number.isInteger(dim) && dim >= 0)) {
-      fail('shape_mismatch', `input "${name}": "shape" must be a list of non-negative integers`);
+    if (
+      !Array.isArray(shape) ||
+      shape.length > MAX_RANK ||
+      !shape.every((dim) => Number.isInteger(dim) && dim >= 0 && dim <= MAX_DIM)
+    ) {
+      fail(
+        'shape_mismatch',
+        `input "${name}": "shape" must be a list of at most ${MAX_RANK} integers 0..${MAX_DIM}`,
+      );
     }
     let dims = shape as number[];
     // One item per request: a leading batch dimension of 1 is accepted and dropped.
@@ -93,10 +115,17 @@ export function decodeV2Request(
         fail('shape_mismatch', `input "${name}": one item per request (batch dimension 1), got ${dims[0]}`);
       dims = dims.slice(1);
     }
+    let elements = 0;
+    try {
+      elements = checkDims(spec!, dims, limits.maxElements);
+    } catch (error) {
+      if (error instanceof ProtocolError) throw new RequestError(id, error);
+      throw error;
+    }
     if (!Array.isArray(tensor.data)) fail('bad_request', `input "${name}": "data" must be an array`);
     const flat: unknown[] = [];
-    flatten(tensor.data, flat);
-    const elements = dims.reduce((product, dim) => product * dim, 1);
+    if (!flatten(tensor.data as unknown[], flat, Math.max(1, (shape as number[]).length)))
+      fail('shape_mismatch', `input "${name}": "data" nests deeper than its shape [${dims.join(', ')}]`);
     if (flat.length !== elements)
       fail(
         'shape_mismatch',
@@ -121,6 +150,7 @@ export interface V2Output {
   dtype: DType;
   /** Per item (no batch dimension). */
   dims: number[];
+  /** int64 values beyond ±2^53 are bigints (printed exactly). */
   data: unknown[];
 }
 
@@ -147,7 +177,11 @@ export function encodeV2Response(
       '","shape":' +
       JSON.stringify([1, ...output.dims]) +
       ',"data":' +
-      (output.dtype === 'float32' ? float32ListText(output.data as number[]) : JSON.stringify(output.data)) +
+      (output.dtype === 'float32'
+        ? float32ListText(output.data as number[])
+        : output.dtype === 'int64'
+          ? integerListText(output.data as Array<number | bigint>)
+          : JSON.stringify(output.data)) +
       '}';
   });
   return text + ']}';
@@ -156,6 +190,13 @@ export function encodeV2Response(
 function float32ListText(values: readonly number[]): string {
   let text = '[';
   for (let i = 0; i < values.length; i++) text += (i > 0 ? ',' : '') + float32Text(values[i]!);
+  return text + ']';
+}
+
+/** int64 data: each value's exact integer (decodeOutputsFlat gives a bigint beyond ±2^53, a number within). */
+function integerListText(values: ReadonlyArray<number | bigint>): string {
+  let text = '[';
+  for (let i = 0; i < values.length; i++) text += (i > 0 ? ',' : '') + String(values[i]!);
   return text + ']';
 }
 

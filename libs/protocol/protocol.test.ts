@@ -179,12 +179,12 @@ describe('wire records', () => {
     expect(readInputMask(view, 8)).toBe(3);
     expect(readEnqueuedAt(view, 8)).toBe(1000.5);
     expect(readDeadlineAt(view, 8)).toBe(2000.25);
-    const floats = findInputSection(view, 8, 0);
+    const floats = findInputSection(view, 8, length, 0);
     expect(sectionDim(view, floats, 0)).toBe(2);
     const data = sectionDataOffset(view, floats);
     expect([view.getFloat32(data, true), view.getFloat32(data + 4, true)]).toEqual([1.5, -2]);
     const strings: string[] = [];
-    readStrings(bytes, view, sectionDataOffset(view, findInputSection(view, 8, 1)), 1, strings);
+    expect(readStrings(bytes, view, findInputSection(view, 8, length, 1), 1, strings)).toBe(true);
     expect(strings).toEqual(['ab']);
   });
 

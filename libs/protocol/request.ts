@@ -1,7 +1,7 @@
 import { ProtocolError } from './errors';
 import { bindScanned, ScannedTensor, scanJsonInput } from './json-tensor';
 import type { DType, ModelSignature, TensorSpec } from './signature';
-import { bytesPerElement, MAX_RANK } from './signature';
+import { bytesPerElement, checkDims, MAX_RANK } from './signature';
 
 export type RequestId = number | string | null;
 
@@ -224,7 +224,8 @@ const encoder = new TextEncoder();
 
 /**
  * Checks the request's values against the model's signature (dtype, rank, fixed dims, finite numbers)
- * and measures them. Throws ProtocolError (shape_mismatch, type_mismatch, bad_request).
+ * and measures them. Throws ProtocolError (shape_mismatch, type_mismatch, payload_too_large, bad_request).
+ * int64 elements are safe-integer numbers or exact decimal strings (the whole int64 range); strings hold no NUL.
  */
 export function bindRequest(
   request: InferenceRequest,
@@ -280,13 +281,7 @@ export function bindRequest(
       value = value.materialize();
     }
     const dims = measureDims(value, spec);
-    const elements = dims.reduce((product, dim) => product * dim, 1);
-    if (elements > limits.maxElements) {
-      throw new ProtocolError(
-        'payload_too_large',
-        `input "${spec.name}" has ${elements} elements; the limit is ${limits.maxElements}`,
-      );
-    }
+    const elements = checkDims(spec, dims, limits.maxElements);
     const byteLength = measureBytes(value, spec, dims.length, elements);
     bound.push({ spec, index, dims, value, byteLength });
     mask |= 1 << index;
@@ -391,11 +386,25 @@ function checkElement(element: unknown, dtype: DType, name: string): void {
     case 'string':
       if (typeof element !== 'string')
         throw new ProtocolError('type_mismatch', `input "${name}" expects strings`);
+      // ONNX Runtime cuts a string at NUL: the model would see another text than the one sent.
+      if (element.indexOf('\u0000') >= 0)
+        throw new ProtocolError('bad_request', `input "${name}" holds a NUL character (U+0000)`);
       return;
     case 'bool':
       if (typeof element !== 'boolean')
         throw new ProtocolError('type_mismatch', `input "${name}" expects booleans`);
       return;
+    case 'int64':
+      // Beyond ±2^53 a JSON number is no longer exact: such values come as decimal strings.
+      if (typeof element === 'string') {
+        if (!isInt64Text(element))
+          throw new ProtocolError(
+            'type_mismatch',
+            `input "${name}" expects int64 integers or their decimal strings`,
+          );
+        return;
+      }
+      break;
     default:
       break;
   }
@@ -429,6 +438,17 @@ function checkElement(element: unknown, dtype: DType, name: string): void {
     default:
       return;
   }
+}
+
+const INT64_TEXT = /^-?(0|[1-9][0-9]{0,18})$/;
+const INT64_MIN = -(2n ** 63n);
+const INT64_MAX = 2n ** 63n - 1n;
+
+/** A decimal integer in int64 range, written as JSON would (no sign but `-`, no leading zeros, no spaces). */
+function isInt64Text(text: string): boolean {
+  if (!INT64_TEXT.test(text)) return false;
+  const value = BigInt(text);
+  return value >= INT64_MIN && value <= INT64_MAX;
 }
 
 export function utf8Length(text: string): number {

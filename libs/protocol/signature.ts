@@ -43,6 +43,47 @@ export function isDType(value: unknown): value is DType {
 export const MAX_INPUTS = 8;
 export const MAX_RANK = 8;
 
+/** The largest dim a request record carries (u32). */
+export const MAX_DIM = 0xffffffff;
+
+/**
+ * Per-item dims checked against an input's spec before anything is sized, copied or nested (every decoder
+ * calls it): the rank is the spec's and every fixed dim equal; the elements, and the product of the non-zero
+ * dims (so a zero dim cannot hide an absurd one such as [2147483648, 0]), are at most `maxElements`.
+ * Returns the element count. Callers have capped the rank (MAX_RANK) before, so the dims are few.
+ */
+export function checkDims(spec: TensorSpec, dims: readonly number[], maxElements: number): number {
+  const shape = spec.shape;
+  let mismatch = dims.length !== shape.length;
+  let elements = 1;
+  let extent = 1;
+  for (let axis = 0; axis < dims.length && !mismatch; axis++) {
+    const dim = dims[axis]!;
+    const expected = shape[axis]!;
+    if (!(Number.isInteger(dim) && dim >= 0 && dim <= MAX_DIM) || (expected !== -1 && expected !== dim)) {
+      mismatch = true;
+      break;
+    }
+    elements *= dim;
+    if (dim > 0) extent *= dim;
+  }
+  if (mismatch) {
+    throw new ProtocolError(
+      'shape_mismatch',
+      `input "${spec.name}" expects shape [${shape.join(', ')}], got [${dims.slice(0, MAX_RANK).join(', ')}${dims.length > MAX_RANK ? ', …' : ''}]`,
+    );
+  }
+  if (elements > maxElements || extent > maxElements) {
+    throw new ProtocolError(
+      'payload_too_large',
+      elements > maxElements
+        ? `input "${spec.name}" has ${elements} elements; the limit is ${maxElements}`
+        : `input "${spec.name}" has dims [${dims.join(', ')}]: their non-zero product ${extent} is above the limit of ${maxElements} elements`,
+    );
+  }
+  return elements;
+}
+
 /** Validates the tensor section of a model's config.json; messages name the offending field. */
 export function parseSignature(raw: unknown, where: string): ModelSignature {
   if (typeof raw !== 'object' || raw === null)

@@ -15,7 +15,7 @@ import { errorCodeFromIndex, errorCodeIndex } from './errors';
 import type { BoundRequest, Priority } from './request';
 import { inputHeaderBytes, utf8Encoder, utf8Length } from './request';
 import type { DType, ModelSignature, TensorSpec } from './signature';
-import { argmax } from './signature';
+import { argmax, bytesPerElement } from './signature';
 
 export const REQUEST_HEADER_BYTES = 24;
 export const RESPONSE_HEADER_BYTES = 24;
@@ -96,7 +96,8 @@ function writeScalar(view: DataView, bytes: Uint8Array, at: number, value: unkno
       view.setInt32(at, value as number, true);
       return at + 4;
     case 'int64':
-      view.setBigInt64(at, BigInt(value as number), true);
+      // a safe integer or a decimal string, both checked by bindRequest
+      view.setBigInt64(at, BigInt(value as number | string), true);
       return at + 8;
     case 'uint8':
       view.setUint8(at, value as number);
@@ -132,17 +133,95 @@ export function readDeadlineAt(view: DataView, offset: number): number {
   return view.getFloat64(offset + 16, true);
 }
 
-/** Offset of the section of input `inputIndex` inside a request record, or -1 when the request did not supply it. */
-export function findInputSection(view: DataView, offset: number, inputIndex: number): number {
+/**
+ * Offset of the section of input `inputIndex` inside the request record at [offset, offset + length), or -1
+ * when the request did not supply it or its sections run past the record.
+ */
+export function findInputSection(view: DataView, offset: number, length: number, inputIndex: number): number {
   const mask = view.getUint8(offset + 7);
   if ((mask & (1 << inputIndex)) === 0) return -1;
+  const end = offset + length;
   let cursor = offset + REQUEST_HEADER_BYTES;
-  for (;;) {
-    const index = view.getUint8(cursor + 5);
-    if (index === inputIndex) return cursor;
+  while (cursor + SECTION_HEADER_BYTES <= end) {
     const rank = view.getUint8(cursor + 4);
-    cursor += inputHeaderBytes(rank) + view.getUint32(cursor, true);
+    const next = cursor + inputHeaderBytes(rank) + view.getUint32(cursor, true);
+    if (next > end) return -1;
+    if (view.getUint8(cursor + 5) === inputIndex) return cursor;
+    cursor = next;
   }
+  return -1;
+}
+
+const SECTION_HEADER_BYTES = 8;
+
+/** Why checkRequestRecord refused a record (index = its result); answered with the item's `internal` error. */
+export const RECORD_PROBLEMS = [
+  '',
+  'the record is shorter than its header',
+  'its input mask names inputs the model does not have',
+  'a section runs past the record',
+  'its sections are not the inputs its mask names, in order',
+  "a section's dims differ from the model's input",
+  "a tensor's byte length is not its elements × the dtype's size",
+  'string lengths leave their section or do not fill it',
+  'the record holds bytes past its sections',
+] as const;
+
+/**
+ * The worker's check of a request record at [offset, offset + length) against the lane's signature, before
+ * anything is copied (defence in depth: bind already checked the request). 0 when sound, else an index into
+ * RECORD_PROBLEMS. Reads only inside the record; allocates nothing.
+ */
+export function checkRequestRecord(
+  view: DataView,
+  offset: number,
+  length: number,
+  signature: ModelSignature,
+): number {
+  if (length < REQUEST_HEADER_BYTES) return 1;
+  const inputs = signature.inputs;
+  const mask = view.getUint8(offset + 7);
+  if (mask >>> inputs.length !== 0) return 2;
+  const end = offset + length;
+  let cursor = offset + REQUEST_HEADER_BYTES;
+  for (let index = 0; index < inputs.length; index++) {
+    if ((mask & (1 << index)) === 0) continue;
+    if (cursor + SECTION_HEADER_BYTES > end) return 3;
+    const byteLength = view.getUint32(cursor, true);
+    const rank = view.getUint8(cursor + 4);
+    const data = cursor + inputHeaderBytes(rank);
+    if (data > end || data + byteLength > end) return 3;
+    if (view.getUint8(cursor + 5) !== index) return 4;
+    const spec = inputs[index]!;
+    if (rank !== spec.shape.length) return 5;
+    let elements = 1;
+    for (let axis = 0; axis < rank; axis++) {
+      const dim = view.getUint32(cursor + 8 + 4 * axis, true);
+      const expected = spec.shape[axis]!;
+      if (expected !== -1 && expected !== dim) return 5;
+      // past byteLength no dtype fits: stop before the product loses exactness
+      elements = elements * dim > byteLength ? byteLength + 1 : elements * dim;
+    }
+    if (spec.dtype === 'string') {
+      if (!stringsFill(view, data, byteLength, elements)) return 7;
+    } else if (elements * bytesPerElement(spec.dtype) !== byteLength) return 6;
+    cursor = data + byteLength;
+  }
+  return cursor === end ? 0 : 8;
+}
+
+/** Whether `count` length-prefixed strings lie inside [data, data + byteLength) and fill it exactly. */
+function stringsFill(view: DataView, data: number, byteLength: number, count: number): boolean {
+  // every string needs its 4-byte prefix
+  if (count * 4 > byteLength) return false;
+  const end = data + byteLength;
+  let cursor = data;
+  for (let i = 0; i < count; i++) {
+    if (cursor + 4 > end) return false;
+    cursor += 4 + view.getUint32(cursor, true);
+    if (cursor > end) return false;
+  }
+  return cursor === end;
 }
 
 export function sectionRank(view: DataView, section: number): number {
@@ -183,23 +262,30 @@ function popCount(mask: number): number {
   return count;
 }
 
-/** Decodes the strings of a string input section, appending them to `target`. */
+/**
+ * Decodes the `count` strings of the string input section at `section`, appending them to `target`; false
+ * (nothing appended) when their prefixes leave the section or do not fill it.
+ */
 export function readStrings(
   bytes: Uint8Array,
   view: DataView,
-  dataOffset: number,
+  section: number,
   count: number,
   target: string[],
-): void {
-  let cursor = dataOffset;
+): boolean {
+  const data = sectionDataOffset(view, section);
+  if (!stringsFill(view, data, view.getUint32(section, true), count)) return false;
+  let cursor = data;
   for (let i = 0; i < count; i++) {
     const length = view.getUint32(cursor, true);
     target.push(utf8Decoder.decode(bytes.subarray(cursor + 4, cursor + 4 + length)));
     cursor += 4 + length;
   }
+  return true;
 }
 
 const utf8Decoder = new TextDecoder();
+const EXACT_INTEGER = 2n ** 53n;
 
 // ---- response records, written by workers ----
 
@@ -300,7 +386,8 @@ export function readErrorResponse(
 
 /**
  * Turns the outputs of a successful response into the JSON `result`: one output → its value, several →
- * an object by output name; classifiers (signature.labels) → { label, probabilities }.
+ * an object by output name; classifiers (signature.labels) → { label, probabilities }. int64 values beyond
+ * ±2^53 are bigints (exact; json-answer.ts prints their digits).
  */
 export function decodeResult(
   bytes: Uint8Array,
@@ -372,9 +459,12 @@ function readScalar(bytes: Uint8Array, view: DataView, cursor: { at: number }, d
     case 'int32':
       cursor.at += 4;
       return view.getInt32(at, true);
-    case 'int64':
+    case 'int64': {
       cursor.at += 8;
-      return Number(view.getBigInt64(at, true));
+      // Exact: a number within ±2^53, else the bigint itself (json-answer.ts and kserve.ts print its digits).
+      const value = view.getBigInt64(at, true);
+      return value >= -EXACT_INTEGER && value <= EXACT_INTEGER ? Number(value) : value;
+    }
     case 'uint8':
       cursor.at += 1;
       return view.getUint8(at);

@@ -35,10 +35,9 @@ describe('binary bodies', () => {
       expect(req.tensors[0]!.dims).toEqual([16]);
       expect(req.tensors[0]!.dtype).toBe('float32');
     }
-    const t = decodeBinaryRequest(frameBuffer(f(7))).tensors[0]!;
-    const values = Array.from(
-      new Float32Array(t.bytes.buffer.slice(t.bytes.byteOffset, t.bytes.byteOffset + t.bytes.byteLength)),
-    );
+    // the frame's one float32 [16] tensor starts its data
+    const data = decodeBinaryRequest(frameBuffer(f(7))).data!;
+    const values = Array.from(new Float32Array(data.buffer.slice(data.byteOffset, data.byteOffset + 16 * 4)));
     expect(values).toEqual(json.input.map((x) => Math.fround(x)));
   });
 
