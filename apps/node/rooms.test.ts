@@ -5,7 +5,7 @@
  */
 import * as path from 'node:path';
 import { ClientState, ModelQueueGuard, validateBackpressureOptions } from '../../libs/backpressure';
-import { MetricsShard, metricsBufferFor } from '../../libs/metrics';
+import { MetricsShard, metricsBufferFor, readSlotTotals } from '../../libs/metrics';
 import type { ErrorCode } from '../../libs/protocol';
 import {
   decodeBinaryResponse,
@@ -133,7 +133,8 @@ function world(limits: Limits = {}) {
   const slots: Array<Slot | undefined> = [];
   slots[1] = slot;
   const table = { models: new Map([['digits', model]]), slots, epoch: 3, defaultModel: 'digits' };
-  const metrics = new MetricsShard(metricsBufferFor(1), 0);
+  const metricsBuffer = metricsBufferFor(1);
+  const metrics = new MetricsShard(metricsBuffer, 0);
   const transport = new FakeTransport();
   const replies: Replies = createReplies(transport);
   const pending = new PendingRequests(
@@ -206,6 +207,7 @@ function world(limits: Limits = {}) {
     exchange,
     newClient,
     errors,
+    metricsBuffer,
     advance: (ms: number) => {
       now += ms;
     },
@@ -422,6 +424,36 @@ describe('answers', () => {
     expect(w.transport.sent).toHaveLength(1);
     expect(w.transport.json()).toMatchObject({ id: 5, code: 'internal' });
     expect(ws.client.inflight).toBe(0);
+  });
+});
+
+describe('model errors cost their client', () => {
+  test('a model_error answer takes the model error penalty from its client; other errors do not', () => {
+    const w = world({ rateLimitRps: 10, rateLimitBurst: 10 });
+    const ws = w.connection();
+    for (const id of [1, 2])
+      expect(w.admission.admitJson(w.request(id), 0, w.replies.wsJson, ws, ws.client)).not.toBeInstanceOf(
+        Rejection,
+      );
+    const [first, second] = w.claimAll();
+    w.respond(first!, { code: 'internal', message: 'worker 0 died while computing this request; retry' });
+    w.answers.drainNow();
+    expect(readSlotTotals(w.metricsBuffer, 1).clientModelErrors).toBe(0);
+    w.respond(second!, {
+      code: 'model_error',
+      message: 'model run failed: indices element out of data bounds',
+    });
+    w.answers.drainNow();
+    expect(w.transport.json()).toMatchObject({ id: 2, code: 'model_error' });
+    expect(readSlotTotals(w.metricsBuffer, 1).clientModelErrors).toBe(1);
+    // 10 tokens - 2 requests - 9 for the model error = -1: two tokens short, 200 ms at 10/s.
+    const refusal = rejected(w.admission.admitJson(w.request(3), 0, w.replies.wsJson, ws, ws.client));
+    expect(refusal.error).toMatchObject({ code: 'rate_limited', retryAfterMs: 200 });
+    // Another client is untouched.
+    const other = w.connection();
+    expect(w.admission.admitJson(w.request(4), 0, w.replies.wsJson, other, other.client)).not.toBeInstanceOf(
+      Rejection,
+    );
   });
 });
 
