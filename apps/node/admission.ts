@@ -1,7 +1,8 @@
 /**
- * Admission, the same for every protocol: decode → route → client limits (rate, in-flight) → model queue
- * bound by priority → validate against the model → one record into the ring of the request's priority. A
- * refused request is returned as a Rejection (answered by the caller), never thrown; nothing is written then.
+ * Admission, the same for every protocol: charge the client's rate limit (every frame or body, before a byte
+ * of it is decoded) → decode → route → in-flight cap → model queue bound by priority → validate against the
+ * model → one record into the ring of the request's priority. A refused request is returned as a Rejection
+ * (answered by the caller), never thrown; nothing is written then.
  */
 import type { ClientState } from '../../libs/backpressure';
 import { AdmissionCode, CONSUMER_FALLING_BEHIND, resolveDeadline } from '../../libs/backpressure';
@@ -23,10 +24,10 @@ import {
 } from '../../libs/protocol';
 import type { RouteDecision, RouteKind } from '../../libs/registry';
 import { route, routingKeyDraw } from '../../libs/registry';
+import { sniffFrameId } from './frame-id';
 import type { NodeStartOptions } from './ipc';
 import type { ServedModel, Slot } from './models';
 import type { PendingRequests } from './pending';
-
 import type { Peer, PendingRequest, Reply } from './request';
 import { PROTOCOL_WS } from './request';
 import type { RingWriter } from './ring-writer';
@@ -88,8 +89,13 @@ export class Admission {
     this.bindLimits.maxElements = Math.floor(bytes / 4);
   }
 
-  /** An HTTP body over the payload limit (declared, or counted while reading). */
-  bodyTooLarge(): Rejection {
+  /**
+   * An HTTP body over the payload limit (declared, or counted while reading). It is charged like any
+   * request: past the rate limit it is answered `rate_limited`.
+   */
+  bodyTooLarge(client: ClientState): Rejection {
+    const limited = this.charge(client, null);
+    if (limited !== undefined) return limited;
     return new Rejection(
       new ProtocolError('payload_too_large', `body exceeds the ${this.options.maxPayloadBytes}-byte limit`),
       null,
@@ -98,8 +104,8 @@ export class Admission {
   }
 
   /**
-   * A WebSocket frame: a tensor frame (binary) or JSON. Its bytes are valid only during the uWS callback,
-   * and decoding copies them now.
+   * A WebSocket frame: a tensor frame (binary) or JSON. Charged first, valid or not; its bytes are valid only
+   * during the uWS callback, and decoding copies them now.
    */
   admitFrame(
     message: ArrayBuffer,
@@ -109,17 +115,18 @@ export class Admission {
     peer: Peer,
     client: ClientState,
   ): PendingRequest | Rejection {
+    if (!client.takeToken(this.clock())) return this.rateLimited(client, sniffFrameId(message, isBinary));
     if (message.byteLength > this.options.maxPayloadBytes) {
       return new Rejection(
         new ProtocolError(
           'payload_too_large',
           `frame of ${message.byteLength} bytes exceeds the ${this.options.maxPayloadBytes}-byte limit`,
         ),
-        isBinary ? null : sniffId(message),
+        sniffFrameId(message, isBinary),
         UNROUTED_SLOT,
       );
     }
-    if (!isBinary) return this.admitJson(decoder.decode(message), startedAt, reply, peer, client);
+    if (!isBinary) return this.decodeJson(decoder.decode(message), startedAt, reply, peer, client);
     let request: BinaryRequest;
     try {
       request = decodeBinaryRequest(message, { model: this.table.defaultModel });
@@ -129,8 +136,18 @@ export class Admission {
     return this.admitDecoded(request, request, startedAt, reply, peer, client);
   }
 
-  /** Our JSON request (WebSocket text frame or `POST /predict`). */
+  /** Our JSON request (`POST /predict`; WebSocket text frames come through admitFrame). */
   admitJson(
+    text: string,
+    startedAt: number,
+    reply: Reply,
+    peer: Peer,
+    client: ClientState,
+  ): PendingRequest | Rejection {
+    return this.charge(client, null) ?? this.decodeJson(text, startedAt, reply, peer, client);
+  }
+
+  private decodeJson(
     text: string,
     startedAt: number,
     reply: Reply,
@@ -156,6 +173,8 @@ export class Admission {
     peer: Peer,
     client: ClientState,
   ): PendingRequest | Rejection {
+    const limited = this.charge(client, null);
+    if (limited !== undefined) return limited;
     const model = this.table.models.get(modelName);
     if (!model) return new Rejection(unknownModel(modelName, this.table.models.keys()), null, UNROUTED_SLOT);
     let request: InferenceRequest;
@@ -178,7 +197,28 @@ export class Admission {
     peer: Peer,
     client: ClientState,
   ): PendingRequest | Rejection {
-    return this.admitDecoded(request, request, startedAt, reply, peer, client);
+    return (
+      this.charge(client, request.id) ?? this.admitDecoded(request, request, startedAt, reply, peer, client)
+    );
+  }
+
+  /** One token of the client's bucket, before anything is decoded; the rejection when none is left. */
+  private charge(client: ClientState, id: RequestId): Rejection | undefined {
+    return client.takeToken(this.clock()) ? undefined : this.rateLimited(client, id);
+  }
+
+  /** Counted against no model: the request was never decoded, so it was never routed. */
+  private rateLimited(client: ClientState, id: RequestId): Rejection {
+    this.metrics.recordShed(UNROUTED_SLOT, SHED.rate_limited);
+    return new Rejection(
+      new ProtocolError(
+        'rate_limited',
+        `more than ${this.options.backpressure.rateLimitRps} requests per second from this client`,
+        client.retryAfterMs,
+      ),
+      id,
+      UNROUTED_SLOT,
+    );
   }
 
   private admitDecoded(
@@ -216,20 +256,8 @@ export class Admission {
     const backpressure = this.options.backpressure;
     metrics.recordRoute(slotIndex, ROUTE_INDEX[this.decision.route]);
     const now = this.clock();
-    const clientDecision = client.tryAcquire(now);
-    if (clientDecision === AdmissionCode.RateLimited) {
-      metrics.recordShed(slotIndex, SHED.rate_limited);
-      return new Rejection(
-        new ProtocolError(
-          'rate_limited',
-          `more than ${backpressure.rateLimitRps} requests per second from this client`,
-          client.retryAfterMs,
-        ),
-        id,
-        slotIndex,
-      );
-    }
-    if (clientDecision === AdmissionCode.ClientQueueFull) {
+    // The token was paid before decoding; the in-flight cap needs a routed request.
+    if (client.inflightFull) {
       metrics.recordShed(slotIndex, SHED.client_queue_full);
       return new Rejection(
         new ProtocolError(
@@ -380,12 +408,4 @@ function decodeRejection(error: unknown): Rejection {
     error instanceof RequestError ? error.requestId : null,
     UNROUTED_SLOT,
   );
-}
-
-/** Best-effort id from the start of a frame we will not parse, so an oversize error can still be matched. */
-function sniffId(message: ArrayBuffer): RequestId {
-  const head = decoder.decode(new Uint8Array(message, 0, Math.min(256, message.byteLength)));
-  const match = /"id"\s*:\s*(-?\d+(?:\.\d+)?|"((?:[^"\\]|\\.){0,256})")/.exec(head);
-  if (!match) return null;
-  return match[2] !== undefined ? match[2] : Number(match[1]);
 }

@@ -64,7 +64,14 @@ export class Answers {
   }
 
   /** Answers a request refused before it was admitted (nothing of it is in a ring). */
-  reject(peer: Peer, reply: Reply, rejection: Rejection, startedAt: number, close = false): void {
+  reject(
+    peer: Peer,
+    reply: Reply,
+    rejection: Rejection,
+    startedAt: number,
+    close = false,
+    suppressed?: number,
+  ): void {
     const error = rejection.error;
     this.metrics.recordRequest(
       rejection.slot,
@@ -72,7 +79,7 @@ export class Answers {
       errorCodeIndex(error.code),
       (this.clock() - startedAt) / 1000,
     );
-    const body = reply.error(rejection.id, error.code, error.message, error.retryAfterMs);
+    const body = reply.error(rejection.id, error.code, error.message, error.retryAfterMs, suppressed);
     reply.send(peer, body, httpStatusOf(error.code), close, error.retryAfterMs);
   }
 

@@ -7,22 +7,33 @@
 
 import * as uWS from 'uWebSockets.js';
 import type { Logger } from 'pino';
+import { ProxyTrust } from '../../libs/address';
 import type { ResolvedBackpressureOptions } from '../../libs/backpressure';
 import {
   ClientState,
   ClientTable,
   ConsumerSignal,
+  ErrorCoalescer,
+  ProtocolViolations,
   SLOW_CONSUMER_CLOSE_CODE,
   validateBackpressureOptions,
 } from '../../libs/backpressure';
 import { MetricsShard } from '../../libs/metrics';
-import { decodePathSegment, encodeError, encodeV2Error, encodeWarning } from '../../libs/protocol';
+import {
+  decodePathSegment,
+  ERROR_CODES,
+  encodeError,
+  encodeV2Error,
+  encodeWarning,
+  errorCodeIndex,
+  httpStatusOf,
+} from '../../libs/protocol';
 import { sharedClock as clock, type RingBuffer } from '../../libs/ring';
 import type { Admission } from './admission';
 import { Rejection, SHED, UNROUTED_SLOT } from './admission';
 import type { Answers } from './answers';
 import { EpochOrder } from './epoch-order';
-import { forwardControl, httpClientKey, openExchange, readBody, writeJson } from './http-exchange';
+import { forwardControl, openExchange, readBody, remoteAddress, writeJson } from './http-exchange';
 import type { ControlRequest, ControlResponse, NodeStartOptions } from './ipc';
 import type { NodeStatus } from './node-status';
 import type { PendingRequests } from './pending';
@@ -35,9 +46,26 @@ import type { ModelTable } from './table';
 import { TransportGuard } from './transport-guard';
 
 const SERVER_VERSION: string = (require('../../../package.json') as { version: string }).version;
-/** HTTP clients (by address) whose limits are remembered; idle ones are forgotten after this long. */
-const HTTP_CLIENTS_MAX = 100_000;
-const HTTP_CLIENT_IDLE_MS = 60_000;
+/** Clients by address (HTTP, and WebSocket with rateLimitKey `ip`) whose limits are remembered; idle ones are forgotten after this long. */
+const ADDRESS_CLIENTS_MAX = 100_000;
+const ADDRESS_CLIENT_IDLE_MS = 60_000;
+/** Wire indexes of error codes: 1-based, 0 is `ok`. */
+const CODE_SLOTS = ERROR_CODES.length + 1;
+/**
+ * Protocol errors by wire index: what the client got wrong before admission (malformed frames, unknown
+ * models or versions, bad requests, oversize) — the 400, 404 and 413 codes; never rate_limited, overloaded,
+ * unavailable or the model's own failures.
+ */
+const PROTOCOL_ERROR = Uint8Array.from({ length: CODE_SLOTS }, (_, index) => {
+  const code = ERROR_CODES[index - 1];
+  if (code === undefined) return 0;
+  const status = httpStatusOf(code);
+  return status === 400 || status === 404 || status === 413 ? 1 : 0;
+});
+/** A refused upgrade's Retry-After: places free up as other connections close, which nobody can predict. */
+const CONNECTION_RETRY_MS = 1000;
+/** WebSocket close code for a connection that keeps violating the protocol (RFC 6455 "policy violation"). */
+export const PROTOCOL_VIOLATION_CLOSE_CODE = 1008;
 
 export interface GatewayHooks {
   forwardControl(request: ControlRequest, reply: (response: ControlResponse) => void): void;
@@ -52,7 +80,12 @@ export class Gateway implements RoomsTransport {
   private readonly metrics: MetricsShard;
   private readonly hardFrameLimit: number;
   private backpressure: ResolvedBackpressureOptions;
-  private readonly httpClients: ClientTable<string>;
+  /** Limits by client address: every HTTP client, and WebSocket connections with rateLimitKey `ip`. */
+  private readonly addressClients: ClientTable<string>;
+  /** Who may speak for another address (X-Forwarded-For), from trustedProxies / trustForwardedFor. */
+  private proxies: ProxyTrust;
+  /** Open WebSocket connections per client address (for maxConnectionsPerIp). */
+  private readonly openByAddress = new Map<string, number>();
   readonly transportCounters = { slowConsumerWarnings: 0, slowConsumerCloses: 0 };
   /** Every uWS callback runs behind it: an exception answers 500 / closes one socket, never the node. */
   readonly guard: TransportGuard;
@@ -71,11 +104,12 @@ export class Gateway implements RoomsTransport {
     private readonly hooks: GatewayHooks,
   ) {
     this.backpressure = clientLimits(options.backpressure);
-    this.httpClients = new ClientTable<string>(
-      HTTP_CLIENTS_MAX,
-      HTTP_CLIENT_IDLE_MS,
+    this.addressClients = new ClientTable<string>(
+      ADDRESS_CLIENTS_MAX,
+      ADDRESS_CLIENT_IDLE_MS,
       (now) => new ClientState(this.backpressure, now),
     );
+    this.proxies = proxyTrustOf(options.backpressure);
     this.metrics = new MetricsShard(metricsBuffer, 0);
     // Frames above our own limit get a typed error; only frames far above it are cut at the protocol level.
     this.hardFrameLimit = Math.max(options.maxPayloadBytes * 4, 16 * 1024 * 1024);
@@ -207,6 +241,9 @@ export class Gateway implements RoomsTransport {
             res.writeStatus('503 Service Unavailable').end('server is shutting down');
             return;
           }
+          const address = this.proxies.clientAddress(remoteAddress(res), req.getHeader('x-forwarded-for'));
+          if (this.refuseUpgrade(res, address)) return;
+          const backpressure = this.options.backpressure;
           res.upgrade<Connection>(
             {
               protocol: PROTOCOL_WS,
@@ -214,6 +251,9 @@ export class Gateway implements RoomsTransport {
               ws: undefined,
               closed: false,
               client: new ClientState(this.backpressure, clock()),
+              address,
+              coalescer: new ErrorCoalescer(backpressure.errorCoalesceMs, CODE_SLOTS),
+              violations: new ProtocolViolations(backpressure.maxProtocolErrorsPerSecond),
               order: new EpochOrder<HeldAnswer>(this.pending.holdLimits),
             },
             req.getHeader('sec-websocket-key'),
@@ -227,8 +267,10 @@ export class Gateway implements RoomsTransport {
       },
       open: (ws) => {
         try {
-          ws.getUserData().ws = ws;
+          const connection = ws.getUserData();
+          connection.ws = ws;
           this.sockets.add(ws);
+          this.openByAddress.set(connection.address, (this.openByAddress.get(connection.address) ?? 0) + 1);
         } catch (error) {
           guard.wsFailed(openRoute, ws, error);
         }
@@ -254,7 +296,11 @@ export class Gateway implements RoomsTransport {
           const connection = ws.getUserData();
           connection.closed = true;
           this.pending.connectionClosed(connection);
-          this.sockets.delete(ws);
+          if (this.sockets.delete(ws)) {
+            const open = (this.openByAddress.get(connection.address) ?? 1) - 1;
+            if (open > 0) this.openByAddress.set(connection.address, open);
+            else this.openByAddress.delete(connection.address);
+          }
         } catch (error) {
           guard.record(closeRoute, error);
         }
@@ -324,9 +370,51 @@ export class Gateway implements RoomsTransport {
 
   // ---------------------------------------------------------------- requests
 
+  /**
+   * A WebSocket upgrade past the node's cap (503 overloaded) or the address's (429 rate_limited) is refused
+   * with a typed JSON body and Retry-After; true when refused.
+   */
+  private refuseUpgrade(res: uWS.HttpResponse, address: string): boolean {
+    const { maxConnections, maxConnectionsPerIp } = this.options.backpressure;
+    let status: number;
+    let body: string;
+    if (maxConnections > 0 && this.sockets.size >= maxConnections) {
+      this.metrics.recordShed(UNROUTED_SLOT, SHED.connection_cap);
+      status = 503;
+      body = encodeError(
+        null,
+        'overloaded',
+        `this node holds its limit of ${maxConnections} WebSocket connections; retry later or on another node`,
+        CONNECTION_RETRY_MS,
+      );
+    } else {
+      const open = this.openByAddress.get(address) ?? 0;
+      if (maxConnectionsPerIp === 0 || open < maxConnectionsPerIp) return false;
+      this.metrics.recordShed(UNROUTED_SLOT, SHED.connection_cap_ip);
+      status = 429;
+      body = encodeError(
+        null,
+        'rate_limited',
+        `${address} already has ${open} WebSocket connections open here (limit ${maxConnectionsPerIp})`,
+        CONNECTION_RETRY_MS,
+      );
+    }
+    writeJson(res, status, body, true, CONNECTION_RETRY_MS);
+    return true;
+  }
+
+  /** Whose limits a frame is charged to: its connection's, or its address's (rateLimitKey `ip`). */
+  private clientOf(connection: Connection, now: number): ClientState {
+    return this.options.backpressure.rateLimitKey === 'ip'
+      ? this.addressClients.get(connection.address, now)
+      : connection.client;
+  }
+
   private onWsMessage(ws: uWS.WebSocket<Connection>, message: ArrayBuffer, isBinary: boolean): void {
-    const startedAt = clock();
     const connection = ws.getUserData();
+    // Closed for protocol violations (or as a slow consumer): what is still in flight on the wire is dropped.
+    if (connection.closed) return;
+    const startedAt = clock();
     const replies = this.replies;
     const result = this.admission.admitFrame(
       message,
@@ -334,14 +422,58 @@ export class Gateway implements RoomsTransport {
       startedAt,
       isBinary ? replies.wsBinary : replies.wsJson,
       connection,
-      connection.client,
+      this.clientOf(connection, startedAt),
     );
-    if (result instanceof Rejection) this.answers.reject(connection, replies.wsJson, result, startedAt);
+    if (result instanceof Rejection) this.rejectFrame(ws, connection, result, startedAt);
+  }
+
+  /**
+   * A refused frame: a protocol error past the connection's limit closes it (1008) unanswered; an id-less
+   * error is coalesced with identical ones (answered once per window, with the count suppressed); the rest
+   * are answered one by one. Every frame is counted in the request metrics, answered or not.
+   */
+  private rejectFrame(
+    ws: uWS.WebSocket<Connection>,
+    connection: Connection,
+    rejection: Rejection,
+    startedAt: number,
+  ): void {
+    const codeIndex = errorCodeIndex(rejection.error.code);
+    if (PROTOCOL_ERROR[codeIndex] === 1 && connection.violations.record(startedAt)) {
+      this.countUnanswered(rejection, codeIndex, startedAt);
+      this.closeForViolations(ws, connection);
+      return;
+    }
+    let suppressed = 0;
+    if (rejection.id === null) {
+      suppressed = connection.coalescer.offer(codeIndex, startedAt);
+      if (suppressed < 0) {
+        this.countUnanswered(rejection, codeIndex, startedAt);
+        return;
+      }
+    }
+    this.answers.reject(connection, this.replies.wsJson, rejection, startedAt, false, suppressed);
+  }
+
+  private countUnanswered(rejection: Rejection, codeIndex: number, startedAt: number): void {
+    this.metrics.recordRequest(rejection.slot, PROTOCOL_WS, codeIndex, (clock() - startedAt) / 1000);
+  }
+
+  private closeForViolations(ws: uWS.WebSocket<Connection>, connection: Connection): void {
+    const limit = this.options.backpressure.maxProtocolErrorsPerSecond;
+    connection.closed = true;
+    this.metrics.recordShed(UNROUTED_SLOT, SHED.protocol_violation);
+    this.logger.warn(
+      { connection: connection.id, address: connection.address, limit },
+      'connection closed for protocol violations (1008)',
+    );
+    ws.end(PROTOCOL_VIOLATION_CLOSE_CODE, `more than ${limit} protocol errors in one second`);
   }
 
   /**
    * One HTTP inference request: `/predict` (our JSON) or, with `v2`, the Open Inference Protocol's
-   * `/v2/models/{name}[/versions/{v}]/infer`. Same limits and admission as WebSocket requests.
+   * `/v2/models/{name}[/versions/{v}]/infer`. Same limits and admission as WebSocket requests; the client is
+   * its address (behind trusted proxies, the rightmost untrusted X-Forwarded-For hop).
    */
   private onHttpInfer(
     res: uWS.HttpResponse,
@@ -352,10 +484,11 @@ export class Gateway implements RoomsTransport {
     const startedAt = clock();
     const exchange = openExchange(res, route, this.guard);
     const reply = v2 ? this.replies.httpV2 : this.replies.httpJson;
-    const clientKey = httpClientKey(res, req, this.options.backpressure.trustForwardedFor);
+    const address = this.proxies.clientAddress(remoteAddress(res), req.getHeader('x-forwarded-for'));
+    const client = this.addressClients.get(address, startedAt);
     const declared = Number(req.getHeader('content-length') || '0');
     const tooLarge = (): void =>
-      this.answers.reject(exchange, reply, this.admission.bodyTooLarge(), startedAt, true);
+      this.answers.reject(exchange, reply, this.admission.bodyTooLarge(client), startedAt, true);
     if (declared > this.options.maxPayloadBytes) {
       tooLarge();
       return;
@@ -365,7 +498,6 @@ export class Gateway implements RoomsTransport {
         tooLarge();
         return;
       }
-      const client = this.httpClients.get(clientKey, clock());
       const result = v2
         ? this.admission.admitV2(body, v2.model, v2.version, startedAt, reply, exchange, client)
         : this.admission.admitJson(body, startedAt, reply, exchange, client);
@@ -464,15 +596,29 @@ export class Gateway implements RoomsTransport {
 
   /**
    * A configuration reload, at COMMIT (the node has updated its options): new rate limit and in-flight cap
-   * for every client, and the payload limit, from the next request on.
+   * for every client, the payload limit, trusted proxies, the rate-limit key, the error coalescing window
+   * and the protocol-error limit, from the next request on; the connection caps from the next upgrade on.
    */
   applySettings(): void {
     this.admission.setMaxPayloadBytes(this.options.maxPayloadBytes);
     this.backpressure = clientLimits(this.options.backpressure);
+    this.proxies = proxyTrustOf(this.options.backpressure);
+    const { errorCoalesceMs, maxProtocolErrorsPerSecond } = this.options.backpressure;
     const now = clock();
-    for (const ws of this.sockets) ws.getUserData().client.reconfigure(this.backpressure, now);
-    this.httpClients.forEachState((client) => client.reconfigure(this.backpressure, now));
+    for (const ws of this.sockets) {
+      const connection = ws.getUserData();
+      connection.client.reconfigure(this.backpressure, now);
+      connection.coalescer.setWindow(errorCoalesceMs);
+      connection.violations.setLimit(maxProtocolErrorsPerSecond);
+    }
+    this.addressClients.forEachState((client) => client.reconfigure(this.backpressure, now));
   }
+}
+
+/** trustedProxies when set; else the deprecated trustForwardedFor (any peer is the one proxy); else no one. */
+function proxyTrustOf(backpressure: NodeStartOptions['backpressure']): ProxyTrust {
+  if (backpressure.trustedProxies !== undefined) return ProxyTrust.fromText(backpressure.trustedProxies);
+  return backpressure.trustForwardedFor ? ProxyTrust.anyPeer() : ProxyTrust.none();
 }
 
 /** A client's limits (rate, in-flight cap, slow consumer) from the node's backpressure settings. */

@@ -29,19 +29,6 @@ export function remoteAddress(res: uWS.HttpResponse): string {
   return decoder.decode(res.getRemoteAddressAsText());
 }
 
-/** An HTTP client is its address, or the first X-Forwarded-For hop when the operator trusts the proxy. */
-export function httpClientKey(
-  res: uWS.HttpResponse,
-  req: uWS.HttpRequest,
-  trustForwardedFor: boolean,
-): string {
-  if (trustForwardedFor) {
-    const forwarded = req.getHeader('x-forwarded-for');
-    if (forwarded) return forwarded.split(',')[0]!.trim();
-  }
-  return remoteAddress(res);
-}
-
 /**
  * Collects a request body (copying each chunk: uWS reuses them); undefined when it exceeds `maxBytes`.
  * `done` runs inside the body callback, so it is guarded here: a failure answers `500 internal`.

@@ -57,8 +57,8 @@ class WsJsonReply implements Reply {
     );
   }
 
-  error(id: RequestId, code: ErrorCode, message: string, retryAfterMs?: number): string {
-    return encodeError(id, code, message, retryAfterMs);
+  error(id: RequestId, code: ErrorCode, message: string, retryAfterMs?: number, suppressed?: number): string {
+    return encodeError(id, code, message, retryAfterMs, suppressed);
   }
 
   send(

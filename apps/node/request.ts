@@ -4,7 +4,7 @@
  * strategy per protocol: reply.ts) over the Transport (the gateway's corked sends).
  */
 import type * as uWS from 'uWebSockets.js';
-import type { ClientState } from '../../libs/backpressure';
+import type { ClientState, ErrorCoalescer, ProtocolViolations } from '../../libs/backpressure';
 import type { ErrorCode, Priority, ProtocolError, RequestId, ShadowOutput } from '../../libs/protocol';
 import type { RingBuffer } from '../../libs/ring';
 import type { EpochOrder } from './epoch-order';
@@ -22,8 +22,17 @@ export interface Connection {
   /** Set when uWS opens the socket; frames come only after that. */
   ws: uWS.WebSocket<Connection> | undefined;
   closed: boolean;
-  /** Rate limit, in-flight cap and slow-consumer state of this connection. */
+  /**
+   * Slow-consumer state of this connection, and its rate limit and in-flight cap unless they belong to its
+   * address (rateLimitKey `ip`: the gateway's per-address table).
+   */
   client: ClientState;
+  /** The client's address: the peer, or the rightmost untrusted X-Forwarded-For hop behind trusted proxies. */
+  readonly address: string;
+  /** Identical id-less errors answered once per window. */
+  readonly coalescer: ErrorCoalescer;
+  /** Protocol errors per second: past the limit the connection is closed with 1008. */
+  readonly violations: ProtocolViolations;
   /** Answer order across a reload: newer-epoch answers held (bounded) behind this connection's older ones. */
   order: EpochOrder<HeldAnswer>;
 }
@@ -116,8 +125,11 @@ export interface Reply {
     offset: number,
     latencyMs: number,
   ): string | Uint8Array;
-  /** A typed error in this protocol's shape (`id` is the client's, null when unknown). */
-  error(id: RequestId, code: ErrorCode, message: string, retryAfterMs?: number): string;
+  /**
+   * A typed error in this protocol's shape (`id` is the client's, null when unknown); `suppressed`: identical
+   * id-less errors coalesced into this one (WebSocket JSON only).
+   */
+  error(id: RequestId, code: ErrorCode, message: string, retryAfterMs?: number, suppressed?: number): string;
   send(
     peer: Peer,
     body: string | Uint8Array,

@@ -4,7 +4,13 @@
  * a fake transport and a clock the test moves.
  */
 import * as path from 'node:path';
-import { ClientState, ModelQueueGuard, validateBackpressureOptions } from '../../libs/backpressure';
+import {
+  ClientState,
+  ErrorCoalescer,
+  ModelQueueGuard,
+  ProtocolViolations,
+  validateBackpressureOptions,
+} from '../../libs/backpressure';
 import { MetricsShard, metricsBufferFor, readSlotTotals } from '../../libs/metrics';
 import type { ErrorCode } from '../../libs/protocol';
 import {
@@ -161,6 +167,9 @@ function world(limits: Limits = {}) {
     ws: undefined,
     closed: false,
     client: newClient(),
+    address: '127.0.0.1',
+    coalescer: new ErrorCoalescer(0, 64),
+    violations: new ProtocolViolations(0),
     order: new EpochOrder<HeldAnswer>(pending.holdLimits),
   });
   const exchange = (): HttpExchange => ({ protocol: PROTOCOL_HTTP, res: undefined as never, aborted: false });
@@ -249,9 +258,58 @@ describe('admission', () => {
     const refusal = rejected(w.admission.admitJson(w.request(2), 0, w.replies.wsJson, ws, client));
     expect(refusal.error.code).toBe('rate_limited');
     expect(refusal.error.retryAfterMs).toBeGreaterThan(0);
-    expect(refusal).toMatchObject({ id: 2, slot: 1 });
+    // Charged before decoding (issue 24): never routed, so it counts against no model; a frame's id is sniffed.
+    expect(refusal).toMatchObject({ id: null, slot: 0 });
+    const frameRefusal = rejected(
+      w.admission.admitFrame(frame(w.request(3)), false, 0, w.replies.wsJson, ws, client),
+    );
+    expect(frameRefusal).toMatchObject({ id: 3, slot: 0 });
+    expect(frameRefusal.error.code).toBe('rate_limited');
     expect(w.written()).toBe(1);
     expect(w.pending.size).toBe(1);
+  });
+
+  test('every frame costs: malformed, unknown-model, oversize and binary garbage spend the bucket first', () => {
+    const w = world({ rateLimitRps: 1, rateLimitBurst: 4, maxPayloadBytes: 128 });
+    const ws = w.connection();
+    const garbage = new Uint8Array([0x53, 1, 0xff, 0xff, 1, 2]).buffer as ArrayBuffer;
+    const codes = [
+      frame('x'),
+      frame('{"id": 1, "model": "nope", "input": [1]}'),
+      frame(`{"id": 2, "input": [${'1,'.repeat(100)}1]}`),
+      garbage,
+      frame('x'),
+    ].map((message, i) =>
+      rejected(w.admission.admitFrame(message, i === 3, 0, w.replies.wsJson, ws, ws.client)),
+    );
+    expect(codes.map((refusal) => refusal.error.code)).toEqual([
+      'bad_request',
+      'unknown_model',
+      'payload_too_large',
+      'bad_request',
+      'rate_limited',
+    ]);
+    // A valid request finds the bucket empty too.
+    expect(rejected(w.admission.admitJson(w.request(5), 0, w.replies.wsJson, ws, ws.client)).error.code).toBe(
+      'rate_limited',
+    );
+    const v2 = rejected(
+      w.admission.admitV2('{', 'nope', undefined, 0, w.replies.httpV2, w.exchange(), ws.client),
+    );
+    expect(v2.error.code).toBe('rate_limited');
+    expect(w.written()).toBe(0);
+  });
+
+  test('at the in-flight cap a routed request is refused client_queue_full after paying its token', () => {
+    const w = world({ rateLimitRps: 1, rateLimitBurst: 3, maxInflightPerClient: 1 });
+    const ws = w.connection();
+    expect(w.admission.admitJson(w.request(1), 0, w.replies.wsJson, ws, ws.client)).not.toBeInstanceOf(
+      Rejection,
+    );
+    expect(rejected(w.admission.admitJson(w.request(2), 0, w.replies.wsJson, ws, ws.client)).error.code).toBe(
+      'client_queue_full',
+    );
+    expect(ws.client.availableTokens(1_000_000)).toBeLessThan(1.01);
   });
 
   test('client queue full: the client already has its cap of requests in flight', () => {
@@ -312,7 +370,7 @@ describe('admission', () => {
     );
     expect(refusal.error.code).toBe('payload_too_large');
     expect(refusal).toMatchObject({ id: 'big', slot: 0 });
-    expect(rejected(w.admission.bodyTooLarge()).error.code).toBe('payload_too_large');
+    expect(rejected(w.admission.bodyTooLarge(ws.client)).error.code).toBe('payload_too_large');
     expect(w.written()).toBe(0);
   });
 
@@ -408,7 +466,7 @@ describe('answers', () => {
     expect(w.transport.sent[0]!.retryAfterMs).toBeGreaterThan(0);
     expect(w.transport.json()).toMatchObject({ id: 3, code: 'overloaded' });
     const ws = w.connection();
-    w.answers.reject(ws, w.replies.wsJson, w.admission.bodyTooLarge(), 0);
+    w.answers.reject(ws, w.replies.wsJson, w.admission.bodyTooLarge(ws.client), 0);
     expect(w.transport.json()).toMatchObject({ id: null, type: 'error', code: 'payload_too_large' });
   });
 

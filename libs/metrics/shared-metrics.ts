@@ -22,6 +22,11 @@ export const SHED_REASONS = [
   'ring_full',
   'shutting_down',
   'fenced',
+  // Issue 24: a WebSocket closed (1008) for protocol errors; an upgrade refused at the node's or an
+  // address's connection cap.
+  'protocol_violation',
+  'connection_cap',
+  'connection_cap_ip',
 ] as const;
 export type ShedReason = (typeof SHED_REASONS)[number];
 /** How a request reached its version (registry routing). */

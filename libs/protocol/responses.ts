@@ -62,8 +62,19 @@ export function formatMilliseconds(ms: number): string {
   return whole + (fraction < 10 ? '.00' : fraction < 100 ? '.0' : '.') + fraction;
 }
 
-export function encodeError(id: RequestId, code: ErrorCode, message: string, retryAfterMs?: number): string {
+/**
+ * An error answer. `suppressed` (WebSocket, id-less errors only): how many identical errors on this connection
+ * were not answered since the previous answer of this code (they were coalesced into this one).
+ */
+export function encodeError(
+  id: RequestId,
+  code: ErrorCode,
+  message: string,
+  retryAfterMs?: number,
+  suppressed?: number,
+): string {
   const retry = retryAfterMs === undefined ? '' : ',"retry_after_ms":' + Math.max(0, Math.ceil(retryAfterMs));
+  const repeats = suppressed ? ',"suppressed":' + suppressed : '';
   return (
     '{"id":' +
     JSON.stringify(id) +
@@ -72,6 +83,7 @@ export function encodeError(id: RequestId, code: ErrorCode, message: string, ret
     '","message":' +
     JSON.stringify(message) +
     retry +
+    repeats +
     '}'
   );
 }
