@@ -182,7 +182,10 @@ async function underAttack(
     ATTACK_MS + 8000,
     INTERVAL_MS,
     work,
-    Promise.all([attacker, alongside]).catch(() => undefined),
+    // At least ATTACK_MS even when the attacker is closed early: the same window as the baseline's load.
+    Promise.all([attacker, alongside, new Promise((resolve) => setTimeout(resolve, ATTACK_MS))]).catch(
+      () => undefined,
+    ),
   );
   const outcome = await attacker;
   const baselineP99 = percentile(baseline.latencies, 99);
