@@ -1,6 +1,7 @@
 /**
  * One bounded attack on a running server, run as its own process by the noisy-neighbour suite
- * (`node noisy-attacker.js '<AttackSpec JSON>'`): it sends as fast as its sockets take, but never more than
+ * (`node noisy-attacker.js '<AttackSpec JSON>'`; it prints `ready` once started and waits for a line on stdin,
+ * so its start-up is not part of the attack): it sends as fast as its sockets take, but never more than
  * `maxFrames` per connection nor longer than `durationMs`, counts every answer by its code, every close by its
  * code and every refused upgrade by its status, and prints one JSON line (an Outcome).
  */
@@ -223,10 +224,17 @@ function shapeFrames(i: number): Uint8Array {
   ]);
 }
 
+/** Tells the suite this process is up (and its connections open), then waits for its `go` on stdin. */
+async function ready(): Promise<void> {
+  process.stdout.write('ready\n');
+  await new Promise<void>((resolve) => process.stdin.once('data', () => resolve()));
+}
+
 async function main(spec: AttackSpec): Promise<void> {
   const random = new Random(spec.seed);
   const conns: Conn[] = [];
   if (spec.kind === 'connections') {
+    await ready();
     // Opened one after the other, each kept open and used now and then, all held for the whole attack.
     const deadline = performance.now() + spec.durationMs;
     for (let c = 0; c < spec.connections && performance.now() < deadline; c++) {
@@ -249,6 +257,7 @@ async function main(spec: AttackSpec): Promise<void> {
     const conn = await open(spec);
     if (conn) conns.push(conn);
   }
+  await ready();
   if (spec.kind === 'shapes') {
     // Four HTTP callers and one WebSocket connection, each one request at a time, for the whole attack.
     const deadline = performance.now() + spec.durationMs;

@@ -160,22 +160,39 @@ export class Victim {
   }
 }
 
-/** Runs one attack in its own process (compiled noisy-attacker.js) and returns what it saw. */
-export function runAttacker(spec: AttackSpec): Promise<Outcome> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [path.join(__dirname, 'noisy-attacker.js'), JSON.stringify(spec)], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (err += chunk.toString()));
+/** An attacker process: started and idle until `go()`, then `done` gives what it saw. */
+export interface Attacker {
+  ready: Promise<void>;
+  go: () => void;
+  done: Promise<Outcome>;
+}
+
+/**
+ * Starts one attack in its own process (compiled noisy-attacker.js): its start-up (a node process, connections)
+ * happens before `go`, out of the measured window.
+ */
+export function startAttacker(spec: AttackSpec): Attacker {
+  const child = spawn(process.execPath, [path.join(__dirname, 'noisy-attacker.js'), JSON.stringify(spec)], {
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
+  let out = '';
+  let err = '';
+  let onReady: () => void = () => undefined;
+  const ready = new Promise<void>((resolve) => (onReady = resolve));
+  child.stdout.on('data', (chunk: Buffer) => {
+    out += chunk.toString();
+    if (out.startsWith('ready\n')) onReady();
+  });
+  child.stderr.on('data', (chunk: Buffer) => (err += chunk.toString()));
+  const done = new Promise<Outcome>((resolve, reject) => {
     child.on('exit', (code) => {
+      onReady();
       const line = out.trim().split('\n').pop() ?? '';
       if (code !== 0) reject(new Error(`attacker exited ${code}: ${err.slice(-2000)}`));
       else resolve(JSON.parse(line) as Outcome);
     });
   });
+  return { ready, go: () => child.stdin.write('go\n'), done };
 }
 
 export function sleep(ms: number): Promise<void> {
