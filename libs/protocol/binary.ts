@@ -207,7 +207,8 @@ export function bindBinaryRequest(
   let mask = 0;
   let total = 0;
   const data = request.data;
-  const dataView = data && new DataView(data.buffer, data.byteOffset, data.byteLength);
+  // made for the first string tensor only: numeric frames allocate no view
+  let dataView: DataView | undefined;
   let at = 0;
   for (const tensor of request.tensors) {
     const index = signature.inputs.findIndex((spec) => spec.name === tensor.name);
@@ -228,6 +229,8 @@ export function bindBinaryRequest(
     const elements = checkDims(spec, tensor.dims, limits.maxElements);
     let bytes: Uint8Array;
     if (data !== undefined) {
+      if (dtype === 'string' && dataView === undefined)
+        dataView = new DataView(data.buffer, data.byteOffset, data.byteLength);
       const length =
         dtype === 'string'
           ? stringBytes(dataView!, at, data.length, elements, spec.name)
@@ -244,10 +247,15 @@ export function bindBinaryRequest(
       if (tensor.bytes === undefined)
         throw new ProtocolError('bad_request', `input "${spec.name}" has no data`);
       bytes = tensor.bytes;
-      const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
       const length =
         dtype === 'string'
-          ? stringBytes(view, 0, bytes.length, elements, spec.name)
+          ? stringBytes(
+              new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength),
+              0,
+              bytes.length,
+              elements,
+              spec.name,
+            )
           : elements * bytesPerElement(dtype);
       if (length !== bytes.length) {
         throw new ProtocolError(

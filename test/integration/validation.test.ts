@@ -209,12 +209,16 @@ test('defect 3: zero-element v2 shapes with absurd dims are refused fast; the no
     [2147483648, 0],
     [1, 0, 4294967295, 4294967295],
   ]) {
-    const started = performance.now();
-    const response = await postJson(`${server.url}/v2/models/echo/infer`, {
-      inputs: [{ name: 'input', shape, datatype: 'FP32', data: [] }],
-    });
-    const elapsed = performance.now() - started;
-    expect([shape, response.status, response.body.code]).toEqual([shape, 400, 'shape_mismatch']);
+    // the best of 3 tries: a shared CI host may stall one; before the fix every try of [1, 1e7, 0] took seconds
+    let elapsed = Number.POSITIVE_INFINITY;
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const started = performance.now();
+      const response = await postJson(`${server.url}/v2/models/echo/infer`, {
+        inputs: [{ name: 'input', shape, datatype: 'FP32', data: [] }],
+      });
+      elapsed = Math.min(elapsed, performance.now() - started);
+      expect([shape, response.status, response.body.code]).toEqual([shape, 400, 'shape_mismatch']);
+    }
     timings.push(Math.round(elapsed * 10) / 10);
     expect(elapsed).toBeLessThan(100);
   }
