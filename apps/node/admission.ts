@@ -354,6 +354,7 @@ export class Admission {
       client,
       shadow: pair,
       shadowSide: false,
+      judged: this.decision.route !== 'pinned',
     };
     this.pending.add(requestId, admitted);
     metrics.addInflight(slotIndex, 1);

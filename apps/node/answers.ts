@@ -3,6 +3,7 @@
  * worker's, or the node's own when the worker died, the deadline passed long ago, or the node shut down).
  */
 import type { MetricsShard } from '../../libs/metrics';
+import { MAX_SLOTS } from '../../libs/metrics';
 import type { ErrorCode } from '../../libs/protocol';
 import {
   errorCodeFromIndex,
@@ -16,6 +17,7 @@ import {
   readResponseStatus,
 } from '../../libs/protocol';
 import type { RingBuffer } from '../../libs/ring';
+import { JUDGED, judgedByCode, ServiceTimes } from '../../libs/rollout';
 import type { Rejection } from './admission';
 import type { Slot } from './models';
 import type { PendingRequests } from './pending';
@@ -37,6 +39,8 @@ export class Answers {
   private drainLoopRunning = false;
   private sweepTimer: NodeJS.Timeout | undefined;
   private onIdle: (() => void) | undefined;
+  /** Each version's measured service time: the floor a deadline must reach to count in a rollout check. */
+  private readonly serviceTimes = new ServiceTimes(MAX_SLOTS);
 
   constructor(
     private readonly responses: RingBuffer,
@@ -119,12 +123,10 @@ export class Answers {
       this.finishInternal(request);
       return true;
     }
-    this.metrics.recordRequest(
-      request.slot,
-      request.peer?.protocol ?? PROTOCOL_HTTP,
-      errorCodeIndex(code),
-      (this.clock() - request.startedAt) / 1000,
-    );
+    const seconds = (this.clock() - request.startedAt) / 1000;
+    const codeIndex = errorCodeIndex(code);
+    this.metrics.recordRequest(request.slot, request.peer?.protocol ?? PROTOCOL_HTTP, codeIndex, seconds);
+    if (request.judged) this.judge(request, codeIndex, seconds);
     this.complete(request, request.reply.error(request.id, code, message), httpStatusOf(code));
     return true;
   }
@@ -203,11 +205,10 @@ export class Answers {
     let httpStatus = 200;
     if (status === 0) {
       body = request.reply.success(request, slot, ring, offset, latencyMs);
-      this.metrics.recordQueueAndCompute(
-        request.slot,
-        readQueueMs(view, offset) / 1000,
-        readComputeMs(view, offset) / 1000,
-      );
+      const queueMs = readQueueMs(view, offset);
+      const computeMs = readComputeMs(view, offset);
+      this.metrics.recordQueueAndCompute(request.slot, queueMs / 1000, computeMs / 1000);
+      this.serviceTimes.observe(request.slot, slot.model.name, slot.version, queueMs + computeMs);
     } else {
       const error = readErrorResponse(ring.bytes, view, offset);
       body = request.reply.error(request.id, error.code, error.message);
@@ -220,9 +221,24 @@ export class Answers {
       }
     }
     this.metrics.recordRequest(request.slot, request.peer!.protocol, status, latencyMs / 1000);
+    if (request.judged) this.judge(request, status, latencyMs / 1000);
     this.answering = undefined;
     this.complete(request, body, httpStatus);
     return true;
+  }
+
+  /**
+   * Counts a routed answer for the rollout checks (libs/rollout judge.ts): ok, or the version's error, or
+   * nothing. A deadline shorter than the model's measured service time is the client's fault.
+   */
+  private judge(request: PendingRequest, codeIndex: number, seconds: number): void {
+    let judged = judgedByCode[codeIndex] ?? JUDGED.excluded;
+    if (judged === JUDGED.deadline) {
+      const model = this.slots[request.slot]?.model.name;
+      const floorMs = model === undefined ? 0 : this.serviceTimes.floorMs(model);
+      judged = request.deadlineAt - request.startedAt >= floorMs ? JUDGED.error : JUDGED.excluded;
+    }
+    if (judged !== JUDGED.excluded) this.metrics.recordJudged(request.slot, judged === JUDGED.error, seconds);
   }
 
   /** Bookkeeping of an answered request (slot, client, metrics), then the answer leaves in order. */

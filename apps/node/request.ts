@@ -102,6 +102,11 @@ export interface PendingRequest {
   shadow: ShadowPair | undefined;
   /** True for the mirrored copy: computed and compared, never answered. */
   shadowSide: boolean;
+  /**
+   * The router chose its version (route stable or canary, not pinned by the client): rollout checks may count
+   * its answer (libs/rollout judge.ts). False for shadow copies (the shadow counters judge those).
+   */
+  judged: boolean;
 }
 
 /** What the transport (the gateway) does for a Reply: corked sends with their backpressure checks. */

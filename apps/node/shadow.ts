@@ -93,6 +93,7 @@ export class Shadow {
       client: undefined,
       shadow: pair,
       shadowSide: true,
+      judged: false,
     });
     this.metrics.addInflight(target.index, 1);
     return pair;

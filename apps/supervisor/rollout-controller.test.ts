@@ -26,7 +26,11 @@ function metric(name: string, type: string, values: MetricJson['values']): Metri
   return { name, help: name, type, values, aggregator: 'sum' } as unknown as MetricJson;
 }
 
-/** One node's metrics: `n` answers per version (`errors` of the candidate's failing), all under 0.5 ms. */
+/**
+ * One node's metrics: `n` judged answers per version (`errors` of the candidate's failing), all under 0.5 ms;
+ * beside them what a rollout must not count — the answers of every request (pinned ones, client faults) in
+ * `streaminfer_requests_total` and their durations, and another model's judged answers.
+ */
 function nodeMetrics(
   stable: number,
   candidate: number,
@@ -35,30 +39,32 @@ function nodeMetrics(
   disagree: number,
 ): MetricJson[] {
   const labels = (version: string) => ({ model: 'digits', version });
-  const buckets = (version: string, n: number) => [
+  const buckets = (name: string, version: string, n: number) => [
     ...DURATION_BUCKETS.map((le) => ({
-      metricName: 'streaminfer_request_duration_seconds_bucket',
+      metricName: `${name}_bucket`,
       value: n,
       labels: { ...labels(version), le },
     })),
-    {
-      metricName: 'streaminfer_request_duration_seconds_bucket',
-      value: n,
-      labels: { ...labels(version), le: '+Inf' },
-    },
+    { metricName: `${name}_bucket`, value: n, labels: { ...labels(version), le: '+Inf' } },
   ];
+  const judged = 'streaminfer_rollout_judged_duration_seconds';
+  const all = 'streaminfer_request_duration_seconds';
   return [
+    metric('streaminfer_rollout_judged_requests_total', 'counter', [
+      { value: stable, labels: { ...labels('1'), result: 'ok' } },
+      { value: 0, labels: { ...labels('1'), result: 'error' } },
+      { value: candidate - errors, labels: { ...labels('2'), result: 'ok' } },
+      { value: errors, labels: { ...labels('2'), result: 'error' } },
+      { value: 5, labels: { model: 'other', version: '2', result: 'error' } },
+    ]),
+    metric(judged, 'histogram', [...buckets(judged, '1', stable), ...buckets(judged, '2', candidate)]),
+    // pinned requests, deadlines too short, client faults: in the totals, never judged
     metric('streaminfer_requests_total', 'counter', [
-      { value: stable, labels: { ...labels('1'), protocol: 'ws', code: 'ok' } },
-      { value: candidate - errors, labels: { ...labels('2'), protocol: 'ws', code: 'ok' } },
-      { value: errors, labels: { ...labels('2'), protocol: 'http', code: 'model_error' } },
+      { value: 1000, labels: { ...labels('2'), protocol: 'ws', code: 'deadline_exceeded' } },
+      { value: 1000, labels: { ...labels('1'), protocol: 'ws', code: 'deadline_exceeded' } },
       { value: 1000, labels: { ...labels('2'), protocol: 'ws', code: 'bad_request' } },
-      { value: 5, labels: { model: 'other', version: '2', protocol: 'ws', code: 'internal' } },
     ]),
-    metric('streaminfer_request_duration_seconds', 'histogram', [
-      ...buckets('1', stable),
-      ...buckets('2', candidate),
-    ]),
+    metric(all, 'histogram', [...buckets(all, '1', 5000), ...buckets(all, '2', 5000)]),
     metric('streaminfer_shadow_comparisons_total', 'counter', [
       { value: agree, labels: { model: 'digits', agree: 'true' } },
       { value: disagree, labels: { model: 'digits', agree: 'false' } },
@@ -71,7 +77,7 @@ function nodeMetrics(
   ];
 }
 
-test('counterSample sums the nodes, leaves client faults and other models out, reads the buckets', () => {
+test("counterSample sums the nodes' judged answers, leaves every other answer and other models out", () => {
   const sample = counterSample(
     [nodeMetrics(100, 20, 2, 90, 10), nodeMetrics(50, 10, 0, 45, 5)],
     'digits',

@@ -44,25 +44,6 @@ import {
 import { ClusterError } from './cluster';
 import { RolloutConflictError, type RolloutStore } from './rollout-store';
 
-/**
- * Error codes that are the client's fault, left out of the error-rate check entirely (neither a request nor
- * an error): the candidate cannot cause them. Everything else that is not `ok` is the version's error.
- */
-export const CLIENT_FAULT_CODES: ReadonlySet<string> = new Set([
-  'bad_request',
-  'unknown_model',
-  'unknown_version',
-  'shape_mismatch',
-  'type_mismatch',
-  'dtype_mismatch',
-  'payload_too_large',
-  'rate_limited',
-  'client_queue_full',
-  'unauthorized',
-  'not_found',
-  'method_not_allowed',
-]);
-
 const BOUNDS: readonly number[] = [...DURATION_BUCKETS, Number.POSITIVE_INFINITY];
 const VERDICT_VALUE = { pass: 1, insufficient: 0, fail: -1 } as const;
 
@@ -594,7 +575,11 @@ function emptyCounters(): { requests: number; errors: number; latency: number[] 
   return { requests: 0, errors: 0, latency: BOUNDS.map(() => 0) };
 }
 
-/** The rollout's counters from every node's metrics JSON (what /metrics aggregates), summed. */
+/**
+ * The rollout's counters from every node's metrics JSON (what /metrics aggregates), summed: the judged answers
+ * (`streaminfer_rollout_judged_*`, what the nodes count per libs/rollout judge.ts: requests the router routed,
+ * less client and load faults) and the shadow comparisons. Pinned requests and client faults never reach them.
+ */
 export function counterSample(
   perNode: readonly MetricJson[][],
   model: string,
@@ -614,15 +599,14 @@ export function counterSample(
           : undefined;
   for (const metrics of perNode)
     for (const metric of metrics) {
-      if (metric.name === 'streaminfer_requests_total') {
+      if (metric.name === 'streaminfer_rollout_judged_requests_total') {
         for (const value of metric.values) {
           const side = sideOf(value.labels);
-          const code = String(value.labels.code);
-          if (!side || CLIENT_FAULT_CODES.has(code)) continue;
+          if (!side) continue;
           side.requests += value.value;
-          if (code !== 'ok') side.errors += value.value;
+          if (value.labels.result === 'error') side.errors += value.value;
         }
-      } else if (metric.name === 'streaminfer_request_duration_seconds') {
+      } else if (metric.name === 'streaminfer_rollout_judged_duration_seconds') {
         for (const value of metric.values) {
           if (!('metricName' in value) || !value.metricName?.endsWith('_bucket')) continue;
           const side = sideOf(value.labels);

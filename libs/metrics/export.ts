@@ -82,6 +82,8 @@ export function nodeMetricsJson(
   const clientModelErrors: MetricValue<string>[] = [];
   const routed: MetricValue<string>[] = [];
   const invalidRecords: MetricValue<string>[] = [];
+  const judged: MetricValue<string>[] = [];
+  const judgedDuration: MetricValueWithName<string>[] = [];
   const policy = POLICY_GAUGES.map(() => [] as MetricValue<string>[]);
   for (const slot of slots) {
     const totals = readSlotTotals(buffer, slot.slot);
@@ -97,6 +99,18 @@ export function nodeMetricsJson(
       shed.push({ value: entry.value, labels: { ...base, reason: entry.reason } });
     for (const entry of totals.routes)
       routed.push({ value: entry.value, labels: { ...base, route: entry.route } });
+    if (slot.version !== '' && totals.judged.duration.count > 0) {
+      judged.push(
+        { value: totals.judged.ok, labels: { ...base, result: 'ok' } },
+        { value: totals.judged.errors, labels: { ...base, result: 'error' } },
+      );
+      pushHistogram(
+        judgedDuration,
+        'streaminfer_rollout_judged_duration_seconds',
+        base,
+        totals.judged.duration,
+      );
+    }
     if (slot.version !== '') {
       queueDepth.push({ value: slot.queueDepth, labels: base });
       inflight.push({ value: totals.inflight, labels: base });
@@ -165,6 +179,18 @@ export function nodeMetricsJson(
       "Request records a worker refused before copying them (byte lengths or dims not the model's): each answered internal alone. Always 0 unless a decoder is wrong.",
       'counter',
       invalidRecords,
+    ),
+    metricJson(
+      'streaminfer_rollout_judged_requests_total',
+      "Answers a rollout check counts, by result (ok, error): requests the router assigned (stable or canary route, never pinned), less client and load faults and deadlines below the model's service time.",
+      'counter',
+      judged,
+    ),
+    metricJson(
+      'streaminfer_rollout_judged_duration_seconds',
+      'Time from admission to the answer, of the answers a rollout check counts.',
+      'histogram',
+      judgedDuration,
     ),
     metricJson('streaminfer_queue_depth', 'Requests waiting for a worker.', 'gauge', queueDepth),
     metricJson('streaminfer_inflight_requests', 'Requests admitted and not yet answered.', 'gauge', inflight),

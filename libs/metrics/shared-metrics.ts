@@ -52,8 +52,14 @@ const ISOLATION_RUNS = ROUTES + ROUTE_NAMES.length;
 const CLIENT_MODEL_ERRORS = ISOLATION_RUNS + 1;
 /** Request records a worker's check refused (answered `internal`, never computed): a decoder bug's trace. */
 const INVALID_RECORDS = CLIENT_MODEL_ERRORS + 1;
+/**
+ * What the rollout checks judge (libs/rollout judge.ts): answers to requests the router assigned, less client and
+ * load faults — ok count, error count, then their request-duration histogram.
+ */
+const JUDGED = INVALID_RECORDS + 1;
+const JUDGED_DURATION = JUDGED + 2;
 /** Batch policy state (gauges, written by each worker's lane): a flag that the lane wrote, then the values. */
-const POLICY = INVALID_RECORDS + 1;
+const POLICY = JUDGED_DURATION + HISTOGRAM_WIDTH;
 const POLICY_FIELDS = [
   'costInterceptMs',
   'costPerItemMs',
@@ -114,6 +120,13 @@ export class MetricsShard {
 
   recordInvalidRecord(slot: number): void {
     this.cells[slot * SLOT_WIDTH + INVALID_RECORDS]!++;
+  }
+
+  /** An answer the rollout checks count (see libs/rollout judge.ts): the version's error or not. */
+  recordJudged(slot: number, error: boolean, durationSeconds: number): void {
+    const base = slot * SLOT_WIDTH;
+    this.cells[base + JUDGED + (error ? 1 : 0)]!++;
+    observe(this.cells, base + JUDGED_DURATION, DURATION_BUCKETS, durationSeconds);
   }
 
   recordShed(slot: number, reason: number): void {
@@ -205,6 +218,8 @@ export interface SlotTotals {
   clientModelErrors: number;
   routes: { route: (typeof ROUTE_NAMES)[number]; value: number }[];
   invalidRecords: number;
+  /** Answers the rollout checks count: ok and errors, and their request durations. */
+  judged: { ok: number; errors: number; duration: HistogramTotals };
 }
 
 export interface HistogramTotals {
@@ -256,6 +271,11 @@ export function readSlotTotals(buffer: SharedArrayBuffer, slot: number): SlotTot
       (entry) => entry.value > 0,
     ),
     invalidRecords: sum(INVALID_RECORDS),
+    judged: {
+      ok: sum(JUDGED),
+      errors: sum(JUDGED + 1),
+      duration: histogram(JUDGED_DURATION, DURATION_BUCKETS),
+    },
   };
 }
 

@@ -10,6 +10,8 @@ export type {
 export { disagreementCheck, errorRateCheck, p99RatioCheck, runChecks, SampleWindow } from './analysis';
 export type { RolloutErrorCode } from './errors';
 export { RolloutError } from './errors';
+export type { Judged, JudgedRoute } from './judge';
+export { JUDGED, judgeAnswer, judgedByCode, ServiceTimes, VERSION_FAULT_CODES } from './judge';
 export type {
   ActivePhase,
   CheckStatus,
