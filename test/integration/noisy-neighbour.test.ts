@@ -235,7 +235,7 @@ async function oneTrial(
     );
   problems.push(...(await nodeProblems()));
   console.log(
-    `noisy-neighbour ${attack}: baseline p99 ${baselineP99.toFixed(2)} ms, attack p99 ${attackP99.toFixed(2)} ms, ${phase.errors.length} victim errors; attacker ${JSON.stringify(outcome)}${problems.length > 0 ? `; FAILED: ${problems.join(' | ')}` : ''}`,
+    `noisy-neighbour ${attack}: baseline p99 ${baselineP99.toFixed(2)} ms, attack p99 ${attackP99.toFixed(2)} ms (p50 ${percentile(phase.latencies, 50).toFixed(2)}, p90 ${percentile(phase.latencies, 90).toFixed(2)}, max ${percentile(phase.latencies, 100).toFixed(2)}), ${phase.errors.length} victim errors; attacker ${JSON.stringify(outcome)}${problems.length > 0 ? `; FAILED: ${problems.join(' | ')}` : ''}`,
   );
   return { outcome, problems, slow };
 }
