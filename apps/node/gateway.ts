@@ -7,7 +7,7 @@
 
 import * as uWS from 'uWebSockets.js';
 import type { Logger } from 'pino';
-import { ProxyTrust } from '../../libs/address';
+import { clientKey, ProxyTrust } from '../../libs/address';
 import type { ResolvedBackpressureOptions } from '../../libs/backpressure';
 import {
   ClientState,
@@ -241,7 +241,9 @@ export class Gateway implements RoomsTransport {
             res.writeStatus('503 Service Unavailable').end('server is shutting down');
             return;
           }
-          const address = this.proxies.clientAddress(remoteAddress(res), req.getHeader('x-forwarded-for'));
+          const address = clientKey(
+            this.proxies.clientAddress(remoteAddress(res), req.getHeader('x-forwarded-for')),
+          );
           if (this.refuseUpgrade(res, address)) return;
           const backpressure = this.options.backpressure;
           res.upgrade<Connection>(
@@ -484,7 +486,9 @@ export class Gateway implements RoomsTransport {
     const startedAt = clock();
     const exchange = openExchange(res, route, this.guard);
     const reply = v2 ? this.replies.httpV2 : this.replies.httpJson;
-    const address = this.proxies.clientAddress(remoteAddress(res), req.getHeader('x-forwarded-for'));
+    const address = clientKey(
+      this.proxies.clientAddress(remoteAddress(res), req.getHeader('x-forwarded-for')),
+    );
     const client = this.addressClients.get(address, startedAt);
     const declared = Number(req.getHeader('content-length') || '0');
     const tooLarge = (): void =>

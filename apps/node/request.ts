@@ -27,7 +27,10 @@ export interface Connection {
    * address (rateLimitKey `ip`: the gateway's per-address table).
    */
   client: ClientState;
-  /** The client's address: the peer, or the rightmost untrusted X-Forwarded-For hop behind trusted proxies. */
+  /**
+   * The client's key: its address (the peer, or the rightmost untrusted X-Forwarded-For hop behind trusted
+   * proxies); for IPv6 its /64.
+   */
   readonly address: string;
   /** Identical id-less errors answered once per window. */
   readonly coalescer: ErrorCoalescer;

@@ -1,4 +1,4 @@
-import { canonicalAddress, formatCidrList, ProxyTrust, parseCidrList, parseIp } from '.';
+import { canonicalAddress, clientKey, formatCidrList, ProxyTrust, parseCidrList, parseIp } from '.';
 
 describe('addresses', () => {
   test('IPv4, IPv6 and v4-mapped IPv6 parse to one canonical text', () => {
@@ -105,5 +105,16 @@ describe('the client address behind trusted proxies', () => {
     expect(legacy.clientAddress('192.0.2.1', '1.1.1.1, 198.51.100.7')).toBe('198.51.100.7');
     expect(legacy.clientAddress('192.0.2.1', '')).toBe('192.0.2.1');
     expect(ProxyTrust.none().clientAddress('192.0.2.1', '198.51.100.7')).toBe('192.0.2.1');
+  });
+});
+
+describe('the key a client is limited under', () => {
+  test('IPv4 as it is; IPv6 by its /64, so rotating the host part buys nothing', () => {
+    expect(clientKey('198.51.100.7')).toBe('198.51.100.7');
+    expect(clientKey('2001:db8:1:2:aaaa::1')).toBe('2001:db8:1:2::/64');
+    expect(clientKey('2001:db8:1:2:ffff:ffff:ffff:ffff')).toBe('2001:db8:1:2::/64');
+    expect(clientKey('2001:db8:1:3::1')).toBe('2001:db8:1:3::/64');
+    expect(clientKey('::1')).toBe('::/64');
+    expect(clientKey('not-an-ip')).toBe('not-an-ip');
   });
 });

@@ -2,6 +2,7 @@ export type { Cidr, CidrListResult, IpBytes } from './ip';
 export {
   canonicalAddress,
   cidrContains,
+  clientKey,
   formatCidr,
   formatCidrList,
   formatIp,

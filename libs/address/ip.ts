@@ -119,6 +119,17 @@ export function canonicalAddress(text: string): string | undefined {
   return bytes === undefined ? undefined : formatIp(bytes);
 }
 
+/**
+ * The key a client's limits are kept under: an IPv4 address itself, an IPv6 address's /64 (one subscriber's
+ * network: a host there has 2^64 addresses to rotate through); text that is not an address is its own key.
+ */
+export function clientKey(address: string): string {
+  const bytes = parseIp(address);
+  if (bytes === undefined || isV4Mapped(bytes)) return address;
+  bytes.fill(0, 8);
+  return `${formatIp(bytes)}/64`;
+}
+
 /** Parses `address/bits` or a bare address (a single host); undefined when invalid or host bits are set. */
 export function parseCidr(raw: string): Cidr | undefined {
   const text = raw.trim();

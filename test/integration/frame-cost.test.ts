@@ -5,9 +5,12 @@
  * can belong to an address instead of a connection, and behind trusted proxies the address is the rightmost
  * untrusted X-Forwarded-For hop.
  */
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
 import WebSocket from 'ws';
 import type { Answer, ServerHandle } from './harness';
-import { sleep, startServer, WsClient } from './harness';
+import { modelsSubset, sleep, startServer, WsClient } from './harness';
 
 async function metricSum(url: string, pattern: RegExp): Promise<number> {
   const text = await (await fetch(`${url}/metrics`)).text();
@@ -248,5 +251,53 @@ describe('budgets per address, caps, trusted proxies', () => {
     expect(statuses).toEqual([200, 200, 200, 429, 429]);
     // Another client behind the same proxies has its own budget.
     expect(await post('203.0.113.1, 198.51.100.31, 10.0.0.9')).toBe(200);
+  });
+});
+
+describe('configuration reload', () => {
+  test('SIGHUP applies trusted proxies, the caps and the protocol-error limit, on open connections too', async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'streaminfer-frame-cost-'));
+    const configFile = path.join(dir, 'config.json');
+    const base = { modelsDir: modelsSubset(['echo']), rateLimitRps: 0, maxProtocolErrorsPerSecond: 0 };
+    writeFileSync(configFile, JSON.stringify(base));
+    const server = await startServer({
+      args: ['--config', configFile],
+      env: { STREAMINFER_RATE_LIMIT_RPS: '' },
+    });
+    try {
+      const lastReload = async (): Promise<{ id: number; ok?: boolean; settings_applied?: string[] }> =>
+        (await (await fetch(`${server.url}/api/reload`)).json()) as { id: number };
+      const open = await RawClient.open(server.wsUrl, '198.51.100.40');
+      const first = (await lastReload()).id;
+      writeFileSync(
+        configFile,
+        JSON.stringify({
+          ...base,
+          trustedProxies: '127.0.0.1/32',
+          maxConnectionsPerIp: 1,
+          maxProtocolErrorsPerSecond: 5,
+        }),
+      );
+      process.kill(server.pid, 'SIGHUP');
+      let hup = await lastReload();
+      while (hup.id === first) {
+        await sleep(50);
+        hup = await lastReload();
+      }
+      expect(hup.ok).toBe(true);
+      expect(new Set(hup.settings_applied)).toEqual(
+        new Set(['trustedProxies', 'maxConnectionsPerIp', 'maxProtocolErrorsPerSecond']),
+      );
+      // The connection opened before the reload was counted under the peer (127.0.0.1): proxies were not
+      // trusted yet. Two connections for one proxied client: the second is refused.
+      const a = await RawClient.open(server.wsUrl, '198.51.100.41');
+      expect((await refusedUpgrade(server.wsUrl, '203.0.113.9, 198.51.100.41')).status).toBe(429);
+      // The open connection now closes at 6 protocol errors in a second.
+      for (let i = 0; i < 10; i++) open.socket.send('x');
+      expect((await withTimeout(open.closed, 5000, 'no 1008 close')).code).toBe(1008);
+      await a.close();
+    } finally {
+      expect(await server.stop()).toEqual({ code: 0, signal: null });
+    }
   });
 });
