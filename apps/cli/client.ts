@@ -23,7 +23,8 @@ export async function callServer(
   body?: unknown,
 ): Promise<{ status: number; body: unknown }> {
   const headers: Record<string, string> = { accept: 'application/json' };
-  if (body !== undefined) headers['content-type'] = 'application/json';
+  // The admin API takes JSON only (a POST without it is 415): say so even when there is no body.
+  if (method !== 'GET') headers['content-type'] = 'application/json';
   if (options.token) headers.authorization = `Bearer ${options.token}`;
   let response: Response;
   try {

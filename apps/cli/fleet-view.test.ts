@@ -1,4 +1,5 @@
 import { type FleetAnswer, renderFleet } from './fleet-view';
+import { isControlCode, visible } from './status-frame';
 
 const beat = (host: string, epoch: number, extra: Partial<FleetAnswer['hosts'][number]> = {}) => ({
   host,
@@ -63,5 +64,57 @@ describe('renderFleet', () => {
     const busy = renderFleet({ ...answer, hosts: [], coordinator: { host: 'h2', reloadId: 'r9' } });
     expect(busy).toContain('change in progress: r9 coordinated by h2');
     expect(busy).toContain('no host is heartbeating');
+  });
+});
+
+describe('renderFleet: heartbeat fields are printed with control characters visible (issue 24)', () => {
+  const ESC = '\x1b';
+  const hostile: FleetAnswer = {
+    ...answer,
+    fleet: `prod${ESC}]0;owned\x07`,
+    record: { ...answer.record, reason: `ok${ESC}[2J${ESC}[31mred`, committedBy: `h2\r\nfake line` },
+    hosts: [
+      beat('h1', 4, {
+        host: `h1${ESC}[1A${ESC}[2K`,
+        address: `http://10.0.0.1:8000\x9b31m`,
+        fenced: true,
+        fenceReason: `doubt\x7f\x00`,
+        models: [
+          {
+            name: `digits${ESC}[5m`,
+            stable: `1\x1b`,
+            candidate: '2\u0085',
+            canaryPercent: 10,
+            shadow: false,
+          },
+        ],
+      }),
+    ],
+    coordinator: { host: `h9${ESC}c`, reloadId: `r1\x08\x08` },
+  };
+  const text = renderFleet(hostile, Date.parse('2026-12-01T00:00:10.000Z'));
+
+  it('no C0 (but the line breaks it writes), C1, ESC or DEL character reaches the terminal', () => {
+    for (const line of text.split('\n'))
+      expect([...line].filter((c) => isControlCode(c.charCodeAt(0)))).toEqual([]);
+    expect(text.split('\n')).toHaveLength(3);
+  });
+
+  it('each is shown as an escape a reader can see', () => {
+    expect(text).toContain('prod\\x1b]0;owned\\x07');
+    expect(text).toContain('"ok\\x1b[2J\\x1b[31mred" by h2\\r\\nfake line');
+    expect(text).toContain('h1\\x1b[1A\\x1b[2K');
+    expect(text).toContain('http://10.0.0.1:8000\\x9b31m');
+    expect(text).toContain('FENCED (doubt\\x7f\\x00)');
+    expect(text).toContain('digits\\x1b[5m@1\\x1b (cand 2\\x85, 10%)');
+    expect(text).toContain('r1\\x08\\x08 coordinated by h9\\x1bc');
+  });
+});
+
+describe('visible', () => {
+  it('leaves printable text as it is and escapes C0, DEL and C1', () => {
+    expect(visible('digits v2 — ok ✓')).toBe('digits v2 — ok ✓');
+    expect(visible('\x00\x1f\x7f\x80\x9f\\')).toBe('\\x00\\x1f\\x7f\\x80\\x9f\\');
+    expect(visible('a\tb\nc')).toBe('a\\tb\\nc');
   });
 });

@@ -1,5 +1,6 @@
 /** `streaminfer status --fleet`: the fleet view (GET /api/fleet) as one screen. Pure: text from the answer. */
 import type { FleetView } from '../supervisor/fleet-member';
+import { visible } from './status-frame';
 
 /** GET /api/fleet as the CLI reads it. */
 export type FleetAnswer = FleetView;
@@ -21,14 +22,17 @@ function pad(text: string, width: number): string {
   return text.length >= width ? text : text + ' '.repeat(width - text.length);
 }
 
-/** One line per host; a host behind the fleet's epoch, fenced or not ready says so. */
+/**
+ * One line per host; a host behind the fleet's epoch, fenced or not ready says so. Every field comes from other
+ * hosts' heartbeats and records: each is printed through visible() (no terminal escape gets through).
+ */
 export function renderFleet(answer: FleetAnswer, now: number = Date.now()): string {
   const lines = [
     `fleet ${answer.fleet}: epoch ${answer.epoch} (revision ${answer.revision}), ${answer.hosts.length} host${answer.hosts.length === 1 ? '' : 's'}; last change "${answer.record.reason}" by ${answer.record.committedBy} at ${answer.record.committedAt}`,
     answer.coordinator
       ? `  change in progress: ${answer.coordinator.reloadId} coordinated by ${answer.coordinator.host}`
       : '  no change in progress',
-  ];
+  ].map(visible);
   const rows = answer.hosts.map((host) => {
     const state = host.fenced
       ? `FENCED (${host.fenceReason ?? 'in doubt'})`
@@ -47,7 +51,7 @@ export function renderFleet(answer: FleetAnswer, now: number = Date.now()): stri
       `${host.requestsPerSecond} req/s`,
       modelsText(host.models),
       `seen ${age}s ago`,
-    ];
+    ].map((cell) => visible(cell));
   });
   const widths =
     rows.length === 0 ? [] : rows[0]!.map((_, i) => Math.max(...rows.map((row) => row[i]!.length)));

@@ -61,6 +61,7 @@ const SERVE_FLAGS: Array<[string, string, string]> = [
   ['--max-payload-bytes <n>', 'maxPayloadBytes', 'largest WebSocket frame or HTTP body'],
   ['--request-timeout-ms <ms>', 'requestTimeoutMs', 'default request deadline'],
   ['--admin-token <token>', 'adminToken', 'token for /api/* (else loopback only)'],
+  ['--admin-allowed-origins <origins>', 'adminAllowedOrigins', 'web origins whose pages may call /api/*'],
   ['--intra-op-threads <n>', 'intraOpThreads', 'ONNX Runtime threads per session'],
   ['--ring-bytes <n>', 'ringBytes', 'bytes per request/response ring (power of two)'],
   ['--shutdown-timeout-ms <ms>', 'shutdownTimeoutMs', 'how long SIGTERM waits for admitted requests'],

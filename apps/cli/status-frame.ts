@@ -4,6 +4,31 @@
  */
 import { FRAME_WIDTH, type ModelStatus, type Quantile, type StatusSnapshot } from './status-view';
 
+const SHOWN: Record<string, string> = { '\t': '\\t', '\n': '\\n', '\r': '\\r' };
+
+/**
+ * Text from the network (heartbeats, answers) made safe to print: every C0 control, DEL and C1 control (ESC
+ * and CSI among them, which would move the cursor, clear the screen or set the window title) is written as a
+ * visible escape (`\x1b`, `\t`, …). Everything else, other Unicode included, is printed as it is.
+ */
+export function visible(text: string): string {
+  let shown = '';
+  let from = 0;
+  for (let i = 0; i < text.length; i++) {
+    const code = text.charCodeAt(i);
+    if (!isControlCode(code)) continue;
+    const c = text[i]!;
+    shown += `${text.slice(from, i)}${SHOWN[c] ?? `\\x${code.toString(16).padStart(2, '0')}`}`;
+    from = i + 1;
+  }
+  return from === 0 ? text : shown + text.slice(from);
+}
+
+/** C0 (U+0000–U+001F), DEL (U+007F) and C1 (U+0080–U+009F). */
+export function isControlCode(code: number): boolean {
+  return code <= 0x1f || (code >= 0x7f && code <= 0x9f);
+}
+
 /** Cursor home, then erase the screen: the next frame replaces the last one instead of scrolling. */
 export const CLEAR_SCREEN = '\x1b[H\x1b[2J';
 
@@ -193,5 +218,6 @@ export function renderFrame(snapshot: StatusSnapshot, width = FRAME_WIDTH): stri
   }
   lines.push('');
   lines.push('* default model. Rates, P50/P99 (request latency) and CPU: over the window; the rest: now.');
-  return lines.map((line) => clip(line, width));
+  // Names, versions and messages come from the server: no terminal escape in them gets through.
+  return lines.map((line) => clip(visible(line), width));
 }

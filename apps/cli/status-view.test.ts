@@ -1,5 +1,13 @@
 import { parsePrometheusText } from '../../libs/metrics';
-import { CLEAR_SCREEN, formatDuration, formatMs, formatRate, frameText, renderFrame } from './status-frame';
+import {
+  CLEAR_SCREEN,
+  formatDuration,
+  formatMs,
+  formatRate,
+  frameText,
+  isControlCode,
+  renderFrame,
+} from './status-frame';
 import { type HealthAnswer, readHealth, StatusError, snapshotJson, summarize } from './status-view';
 
 const NOW = Date.parse('2026-12-01T00:30:00.000Z');
@@ -243,4 +251,19 @@ describe('formatting and frames', () => {
     expect(() => readHealth('<html>')).toThrow(/not a health report/);
     expect(readHealth(HEALTH)).toBe(HEALTH);
   });
+});
+
+test('renderFrame prints control characters from the server visibly (issue 24)', () => {
+  const hostile = {
+    ...inputs,
+    health: {
+      ...HEALTH,
+      device: '\x1b]0;x\x07',
+      models: [{ ...HEALTH.models[0]!, aliases: { stable: '2\x9b1m', candidate: '3\x1b[31m' } }],
+    },
+  };
+  const lines = renderFrame(summarize(hostile));
+  for (const line of lines) expect([...line].filter((c) => isControlCode(c.charCodeAt(0)))).toEqual([]);
+  expect(lines[0]).toContain('device \\x1b]0;x\\x07');
+  expect(lines.join('\n')).toContain('stable=2\\x9b1m candidate=3\\x1b[31m');
 });

@@ -8,7 +8,7 @@ import type { Command } from 'commander';
 import { type MetricSample, parsePrometheusText } from '../../libs/metrics';
 import { ClientError, type ClientOptions, callServer } from './client';
 import { type FleetAnswer, renderFleet } from './fleet-view';
-import { frameText, renderFrame } from './status-frame';
+import { frameText, renderFrame, visible } from './status-frame';
 import {
   type HealthAnswer,
   type ReloadAnswer,
@@ -128,7 +128,10 @@ async function watch(options: ClientOptions, interval: number, json: boolean): P
       if (json) process.stdout.write(`${JSON.stringify({ url: options.url, error: message })}\n`);
       else
         process.stdout.write(
-          frameText([`streaminfer ${clock} UTC: ${message}; retrying every ${interval} s`], isTerminal()),
+          frameText(
+            [`streaminfer ${clock} UTC: ${visible(message)}; retrying every ${interval} s`],
+            isTerminal(),
+          ),
         );
     }
     // The next frame's window is `interval` from this frame's scrape, whatever the answers took.
@@ -202,7 +205,7 @@ async function fleetStatus(
       if (!(error instanceof StatusError || error instanceof ClientError)) throw error;
       text = json
         ? JSON.stringify({ url: options.url, error: error.message })
-        : `streaminfer status: ${error.message}`;
+        : `streaminfer status: ${visible(error.message)}`;
       failed = true;
     }
     if (interval === undefined) {

@@ -156,7 +156,9 @@ describe('checkAdminRequest: CSRF and DNS rebinding (issue 24, defect 7)', () =>
     expect(codeOf(checkAdminRequest(withToken, { ...post, host: 'evil.example', contentType: '' }))).toBe(
       'unauthorized',
     );
-    expect(codeOf(checkAdminRequest(loopback, { ...post, forwardedFor: '203.0.113.7' }))).toBe('unauthorized');
+    expect(codeOf(checkAdminRequest(loopback, { ...post, forwardedFor: '203.0.113.7' }))).toBe(
+      'unauthorized',
+    );
   });
 });
 

@@ -60,7 +60,7 @@ export function authorizeAdmin(
 /** What the node and the supervisor need to decide an admin request (the configuration's admin settings). */
 export interface AdminPolicy {
   /** Unset: loopback trust (no token; loopback clients only, with a loopback Host). */
-  token: string | undefined;
+  token?: string | undefined;
   /** Origins (`scheme://host[:port]`, lower case) whose pages may call the admin API; empty: none. */
   allowedOrigins: readonly string[];
 }
@@ -81,7 +81,8 @@ export type AdminDecision =
   | { ok: true }
   | { ok: false; code: 'unauthorized' | 'forbidden' | 'unsupported_media_type'; reason: string };
 
-const IPV4_LOOPBACK = /^127\.(25[0-5]|2[0-4]\d|1?\d?\d)\.(25[0-5]|2[0-4]\d|1?\d?\d)\.(25[0-5]|2[0-4]\d|1?\d?\d)$/;
+const IPV4_LOOPBACK =
+  /^127\.(25[0-5]|2[0-4]\d|1?\d?\d)\.(25[0-5]|2[0-4]\d|1?\d?\d)\.(25[0-5]|2[0-4]\d|1?\d?\d)$/;
 const PORT = /^\d{1,5}$/;
 
 /** A `Host` header that names this machine by a loopback name: localhost, 127.0.0.0/8, [::1]; optional port. */

@@ -471,5 +471,7 @@ function resolveOptions(options: EmbeddedNodeOptions): NodeStartOptions {
     },
     shutdownTimeoutMs: DEFAULTS.shutdownTimeoutMs,
     logLevel: options.logger?.level ?? 'warn',
+    // In-process: there is no admin API to reach.
+    admin: { allowedOrigins: [] },
   };
 }

@@ -33,7 +33,14 @@ import type { Admission } from './admission';
 import { Rejection, SHED, UNROUTED_SLOT } from './admission';
 import type { Answers } from './answers';
 import { EpochOrder } from './epoch-order';
-import { forwardControl, openExchange, readBody, remoteAddress, writeJson } from './http-exchange';
+import {
+  type AdminRefusals,
+  forwardControl,
+  openExchange,
+  readBody,
+  remoteAddress,
+  writeJson,
+} from './http-exchange';
 import type { ControlRequest, ControlResponse, NodeStartOptions } from './ipc';
 import type { NodeStatus } from './node-status';
 import type { PendingRequests } from './pending';
@@ -86,7 +93,12 @@ export class Gateway implements RoomsTransport {
   private proxies: ProxyTrust;
   /** Open WebSocket connections per client address (for maxConnectionsPerIp). */
   private readonly openByAddress = new Map<string, number>();
-  readonly transportCounters = { slowConsumerWarnings: 0, slowConsumerCloses: 0 };
+  readonly transportCounters = {
+    slowConsumerWarnings: 0,
+    slowConsumerCloses: 0,
+    /** Admin requests refused from their headers, before a body was read (http-exchange.ts forwardControl). */
+    adminRefusals: { unauthorized: 0, forbidden: 0, unsupported_media_type: 0 } as AdminRefusals,
+  };
   /** Every uWS callback runs behind it: an exception answers 500 / closes one socket, never the node. */
   readonly guard: TransportGuard;
   private readonly replies: Replies;
@@ -196,7 +208,16 @@ export class Gateway implements RoomsTransport {
       this.app.any(
         pattern,
         guard.http(route, (res, req) =>
-          forwardControl(res, req, route, this.options.maxPayloadBytes, guard, this.hooks.forwardControl),
+          forwardControl(
+            res,
+            req,
+            route,
+            this.options.maxPayloadBytes,
+            guard,
+            this.hooks.forwardControl,
+            this.options.admin,
+            this.transportCounters.adminRefusals,
+          ),
         ),
       );
     }

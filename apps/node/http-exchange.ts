@@ -3,7 +3,8 @@
  * the one place a response is written, and the forwarding of control requests to the supervisor.
  */
 import type * as uWS from 'uWebSockets.js';
-import { encodeError, httpStatusLine } from '../../libs/protocol';
+import { encodeError, httpStatusLine, httpStatusOf } from '../../libs/protocol';
+import { type AdminPolicy, checkAdminRequest } from './admin-auth';
 import type { ControlRequest, ControlResponse } from './ipc';
 import type { HttpExchange } from './request';
 import { PROTOCOL_HTTP } from './request';
@@ -82,7 +83,14 @@ export function writeJson(
   });
 }
 
-/** A control request (health, metrics, admin API) handed to the supervisor, its answer written back. */
+/** Admin requests the node refused from their headers, before reading a body (by code). */
+export type AdminRefusals = Record<'unauthorized' | 'forbidden' | 'unsupported_media_type', number>;
+
+/**
+ * A control request (health, metrics, admin API) handed to the supervisor, its answer written back. An admin
+ * request (`/api/*`) is decided from its headers first (admin-auth.ts): a refusal is answered here, the body
+ * left unread (the connection is closed) and nothing goes to the supervisor.
+ */
 export function forwardControl(
   res: uWS.HttpResponse,
   req: uWS.HttpRequest,
@@ -90,6 +98,8 @@ export function forwardControl(
   maxBytes: number,
   guard: TransportGuard,
   forward: (request: ControlRequest, reply: (response: ControlResponse) => void) => void,
+  admin: AdminPolicy,
+  refusals: AdminRefusals,
 ): void {
   const exchange = openExchange(res, route, guard);
   const request: ControlRequest = {
@@ -101,7 +111,32 @@ export function forwardControl(
     authorization: req.getHeader('authorization'),
     forwardedFor: req.getHeader('x-forwarded-for'),
     forwarded: req.getHeader('forwarded'),
+    host: req.getHeader('host'),
+    origin: req.getHeader('origin'),
+    contentType: req.getHeader('content-type'),
   };
+  if (request.path.startsWith('/api/')) {
+    const decision = checkAdminRequest(admin, {
+      method: request.method,
+      remoteAddress: request.remoteAddress,
+      authorization: request.authorization,
+      forwardedFor: request.forwardedFor,
+      forwarded: request.forwarded,
+      host: request.host ?? '',
+      origin: request.origin ?? '',
+      contentType: request.contentType ?? '',
+    });
+    if (!decision.ok) {
+      refusals[decision.code]++;
+      writeJson(
+        res,
+        httpStatusOf(decision.code),
+        encodeError(null, decision.code, decision.reason),
+        request.method !== 'GET' && request.method !== 'HEAD',
+      );
+      return;
+    }
+  }
   const send = (): void => {
     forward(request, (response) => {
       // Runs from the supervisor's IPC answer, outside any uWS callback: guarded the same way.

@@ -69,6 +69,10 @@ export interface ControlRequest {
   /** Proxy headers as received ('' when absent): a proxied admin call is not a loopback caller. */
   forwardedFor?: string;
   forwarded?: string;
+  /** Host, Origin and Content-Type as received ('' when absent): see apps/node/admin-auth.ts. */
+  host?: string;
+  origin?: string;
+  contentType?: string;
 }
 
 export interface ControlResponse {

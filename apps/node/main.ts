@@ -111,7 +111,8 @@ class NodeProcess {
     this.gateway!.applySettings();
     await this.table!.applySettings(settings);
     this.appliedSettings = text;
-    this.logger.info({ settings }, 'settings applied');
+    const admin = { ...settings.admin, ...(settings.admin.token ? { token: '<redacted>' } : {}) };
+    this.logger.info({ settings: { ...settings, admin } }, 'settings applied');
   }
 
   private failStart(error: Error): void {
@@ -323,6 +324,7 @@ function applyToOptions(options: NodeStartOptions, settings: NodeSettings): void
   options.requestTimeoutMs = settings.requestTimeoutMs;
   options.shutdownTimeoutMs = settings.shutdownTimeoutMs;
   options.logLevel = settings.logLevel;
+  options.admin = settings.admin;
   options.backpressure = {
     ...settings.backpressure,
     slowConsumerWarnBytes: options.backpressure.slowConsumerWarnBytes,

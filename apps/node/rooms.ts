@@ -29,7 +29,11 @@ export interface Rooms {
 /** What the rooms need of the transport that owns them. */
 export interface RoomsTransport extends Transport {
   readonly guard: TransportGuard;
-  readonly transportCounters: { slowConsumerWarnings: number; slowConsumerCloses: number };
+  readonly transportCounters: {
+    slowConsumerWarnings: number;
+    slowConsumerCloses: number;
+    adminRefusals?: Record<string, number>;
+  };
   /** Unsent bytes of a connection against the slow-consumer limits. */
   observeConsumer(connection: Connection): void;
   wsConnections(): number;

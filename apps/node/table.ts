@@ -369,6 +369,7 @@ export function nodeSettingsOf(options: NodeStartOptions): NodeSettings {
     backpressure: options.backpressure,
     shutdownTimeoutMs: options.shutdownTimeoutMs,
     logLevel: options.logLevel,
+    admin: options.admin,
   };
 }
 

@@ -8,7 +8,7 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
-import { authorizeAdmin } from '../supervisor/admin-auth';
+import { authorizeAdmin } from '../node/admin-auth';
 import type { PipelineMetrics } from './metrics';
 import type { DeliveryPipeline } from './pipeline';
 

@@ -4,7 +4,7 @@
  * registry actions, rollouts (rollout-controller.ts), the model list, and the test hooks. It shapes outcomes
  * and typed errors into responses; what a reload does is the supervisor's.
  */
-import type { Counter, Registry } from 'prom-client';
+import { Counter, type Registry } from 'prom-client';
 import type { ServerConfig } from '../../libs/config';
 import type { MetricJson } from '../../libs/metrics';
 import { aggregateToText, metricJson, PROMETHEUS_CONTENT_TYPE } from '../../libs/metrics';
@@ -16,8 +16,8 @@ import {
   ProtocolError,
 } from '../../libs/protocol';
 import { type ModelPlan, REGISTRY_ACTIONS, type RegistryAction } from '../../libs/registry';
+import { checkAdminRequest, parseAllowedOrigins } from '../node/admin-auth';
 import type { ControlRequest, ControlResponse } from '../node/ipc';
-import { authorizeAdmin } from './admin-auth';
 import { Coalescer } from './coalesce';
 import { ReloadBusyError, type ReloadOutcome, type ReloadStrategy } from './coordinator';
 import { FleetConflictError } from './fleet-member';
@@ -82,6 +82,7 @@ export class AdminApi {
   private readonly startedAt = Date.now();
   private readonly healthScrapes = new Coalescer(() => this.buildHealthReport(), SCRAPE_MIN_INTERVAL_MS);
   private readonly metricsScrapes = new Coalescer(() => this.buildMetricsText(), SCRAPE_MIN_INTERVAL_MS);
+  private readonly adminRequestsTotal: Counter;
 
   constructor(
     private readonly host: AdminHost,
@@ -89,7 +90,13 @@ export class AdminApi {
     /** The supervisor's own metrics, appended to the nodes'. */
     private readonly registry: Registry,
     private readonly fanOutsTotal: Counter<'what'>,
-  ) {}
+  ) {
+    this.adminRequestsTotal = new Counter({
+      name: 'streaminfer_admin_requests_total',
+      help: 'Admin API requests (/api/*) that reached the supervisor: a node answers those it refuses from their headers itself (streaminfer_admin_refused_total).',
+      registers: [registry],
+    });
+  }
 
   /** A control request as a node forwards it; never rejects (an unexpected error is a 500 `internal`). */
   answer(request: ControlRequest): Promise<ControlResponse> {
@@ -111,11 +118,23 @@ export class AdminApi {
       return { status: 200, contentType: PROMETHEUS_CONTENT_TYPE, body: await this.metricsScrapes.get() };
     }
     if (url.startsWith('/api/')) {
-      const auth = authorizeAdmin(this.host.config.adminToken, request.remoteAddress, request.authorization, {
-        forwardedFor: request.forwardedFor,
-        forwarded: request.forwarded,
-      });
-      if (!auth.ok) return jsonError('unauthorized', auth.reason);
+      this.adminRequestsTotal.inc();
+      // The node decided already, before reading the body; checked again with the supervisor's configuration.
+      const config = this.host.config;
+      const decision = checkAdminRequest(
+        { token: config.adminToken, allowedOrigins: parseAllowedOrigins(config.adminAllowedOrigins) },
+        {
+          method,
+          remoteAddress: request.remoteAddress,
+          authorization: request.authorization,
+          forwardedFor: request.forwardedFor,
+          forwarded: request.forwarded,
+          host: request.host ?? '',
+          origin: request.origin ?? '',
+          contentType: request.contentType ?? '',
+        },
+      );
+      if (!decision.ok) return jsonError(decision.code, decision.reason);
       return this.handleAdmin(request);
     }
     return jsonError('not_found', `no route for ${method} ${url}`);

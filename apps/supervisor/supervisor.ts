@@ -35,6 +35,7 @@ import {
   withSavedState,
   withSettings,
 } from '../../libs/registry';
+import { parseAllowedOrigins } from '../node/admin-auth';
 import type { ControlResponse, NodeStartOptions } from '../node/ipc';
 import { AdminApi, type AdminHost, outcomeResponse, type ReloadRequest, respond } from './admin-api';
 import type { FleetTable } from './cluster';
@@ -252,6 +253,7 @@ export class Supervisor implements AdminHost, NotifyHost {
       },
       shutdownTimeoutMs: config.shutdownTimeoutMs,
       logLevel: config.logLevel,
+      admin: adminPolicyOf(config),
     };
   }
 
@@ -726,4 +728,12 @@ function fleetOutcome(
 function settle<T>(planned: Planned<T>): T {
   if (!planned.ok) throw planned.error;
   return planned.value;
+}
+
+/** What a node needs to decide an admin request from its headers (the token never goes into a log). */
+export function adminPolicyOf(config: ServerConfig): NodeSettings['admin'] {
+  return {
+    ...(config.adminToken !== undefined ? { token: config.adminToken } : {}),
+    allowedOrigins: parseAllowedOrigins(config.adminAllowedOrigins),
+  };
 }

@@ -27,6 +27,7 @@ export const LIVE_SETTINGS: ReadonlySet<SettingKey> = new Set<SettingKey>([
   'maxPayloadBytes',
   'requestTimeoutMs',
   'adminToken',
+  'adminAllowedOrigins',
   'shutdownTimeoutMs',
   'reloadStepTimeoutMs',
   'logLevel',

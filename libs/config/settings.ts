@@ -69,6 +69,8 @@ export interface ServerConfig {
   requestTimeoutMs: number;
   /** Unset: admin endpoints accept loopback clients only. */
   adminToken: string | undefined;
+  /** Web origins allowed to call the admin API (comma-separated, lower case); unset: none. */
+  adminAllowedOrigins: string | undefined;
   /** Unset: auto ((cores - nodes) / (nodes × workers), at least 1). */
   intraOpThreads: number | undefined;
   ringBytes: number;
@@ -116,6 +118,22 @@ const NATS_URLS = /^(nats|tls):\/\/[^\s,]+(,(nats|tls):\/\/[^\s,]+)*$/;
 const FLEET_NAME = /^[A-Za-z0-9_-]{1,32}$/;
 const HOST_ID = /^[A-Za-z0-9_-]{1,64}$/;
 const HTTP_URL = /^https?:\/\/[^\s]+$/;
+/** A web origin as browsers send it: scheme://host[:port], nothing after. */
+const ORIGIN = /^https?:\/\/[a-z0-9.-]+(?::\d{1,5})?$|^https?:\/\/\[[0-9a-f:.]+\](?::\d{1,5})?$/;
+
+/** Origins, comma-separated (a file may give an array): written back lower case, one comma between. */
+const originsParser: Parser<string | undefined> = (raw) => {
+  const items = Array.isArray(raw) ? raw : typeof raw === 'string' ? raw.split(',') : undefined;
+  if (!items || items.length === 0 || items.length > 64) return undefined;
+  const origins: string[] = [];
+  for (const item of items) {
+    if (typeof item !== 'string') return undefined;
+    const origin = item.trim().toLowerCase();
+    if (!ORIGIN.test(origin)) return undefined;
+    origins.push(origin);
+  }
+  return { value: origins.join(',') };
+};
 
 const deviceParser: Parser<string> = (raw) => {
   if (typeof raw !== 'string') return undefined;
@@ -339,6 +357,14 @@ export const SETTINGS: { readonly [K in SettingKey]: SettingSpec<ServerConfig[K]
     expected: 'a non-empty token without whitespace',
     parse: text(SAFE_TEXT, 4096),
     secret: true,
+  },
+  adminAllowedOrigins: {
+    env: 'STREAMINFER_ADMIN_ALLOWED_ORIGINS',
+    default: undefined,
+    defaultText: 'unset (no web page may call the admin API)',
+    help: 'web origins (https://host[:port], comma-separated) whose pages may call the admin API; any other Origin is refused',
+    expected: 'http:// or https:// origins (scheme://host[:port]) separated by commas',
+    parse: originsParser,
   },
   intraOpThreads: {
     env: 'STREAMINFER_INTRA_OP_THREADS',

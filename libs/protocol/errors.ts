@@ -29,6 +29,9 @@ export const ERROR_CODES = [
   // Issue 24: a tensor's declared dtype (binary frame `dtype`, Open Inference Protocol `datatype`) is not the
   // model input's. `type_mismatch` stays what it was: JSON element values of the wrong kind.
   'dtype_mismatch',
+  // Admin API (issue 24): a page's cross-origin or DNS-rebound call, a mutating call that is not JSON.
+  'forbidden',
+  'unsupported_media_type',
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
@@ -56,16 +59,20 @@ const HTTP_STATUS: Record<ErrorCode, number> = {
   cluster_unavailable: 503,
   fenced: 503,
   dtype_mismatch: 400,
+  forbidden: 403,
+  unsupported_media_type: 415,
 };
 
 const STATUS_TEXT: Record<number, string> = {
   200: '200 OK',
   400: '400 Bad Request',
   401: '401 Unauthorized',
+  403: '403 Forbidden',
   404: '404 Not Found',
   405: '405 Method Not Allowed',
   409: '409 Conflict',
   413: '413 Payload Too Large',
+  415: '415 Unsupported Media Type',
   429: '429 Too Many Requests',
   500: '500 Internal Server Error',
   503: '503 Service Unavailable',

@@ -189,7 +189,11 @@ describe('configuration reload on a 2-node server', () => {
       expect(m4.count - m3.count).toBeLessThan(admitted.length / 2);
       // Log level warn on every node and the supervisor: a reload logs no info lines any more.
       const mark = server.logs().length;
-      const quiet = await fetch(`${url}/api/reload`, { method: 'POST', body: '{}' });
+      const quiet = await fetch(`${url}/api/reload`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: '{}',
+      });
       expect(quiet.status).toBe(200);
       await sleep(200);
       expect(server.logs().slice(mark)).not.toContain('"msg":"model table committed"');
@@ -198,6 +202,7 @@ describe('configuration reload on a 2-node server', () => {
       // An invalid configuration changes nothing and says why.
       const bad = await fetch(`${url}/api/reload`, {
         method: 'POST',
+        headers: { 'content-type': 'application/json' },
         body: JSON.stringify({ config: { ...base, batchSize: 0 } }),
       });
       expect(bad.status).toBe(400);
@@ -220,7 +225,11 @@ describe('configuration reload on a 2-node server', () => {
       process.kill(child.pid!, 'SIGHUP');
       const concurrent = await Promise.all(
         Array.from({ length: 5 }, () =>
-          fetch(`${url}/api/reload`, { method: 'POST', body: JSON.stringify({ config: withToken }) }),
+          fetch(`${url}/api/reload`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({ config: withToken }),
+          }),
         ),
       );
       for (const response of concurrent) expect([200, 401, 409]).toContain(response.status);

@@ -62,7 +62,8 @@ describe('POST /api/reload switches the default model with zero failed requests'
     expect((await postJson(`${server.url}/api/reload`, { model: 7 })).body).toMatchObject({
       code: 'bad_request',
     });
-    expect((await fetch(`${server.url}/api/reload`, { method: 'PUT' })).status).toBe(405);
+    const put = { method: 'PUT', headers: { 'content-type': 'application/json' } };
+    expect((await fetch(`${server.url}/api/reload`, put)).status).toBe(405);
     expect(await (await fetch(`${server.url}/api/reload`)).json()).toMatchObject({ result: 'committed' });
   });
 

@@ -174,6 +174,7 @@ describe('progressive delivery: automatic canary analysis', () => {
     for (const [method, url, body, status, code] of cases) {
       const response = await fetch(`${server.url}${url}`, {
         method,
+        headers: { 'content-type': 'application/json' },
         ...(body !== undefined ? { body: typeof body === 'string' ? body : JSON.stringify(body) } : {}),
       });
       const answer = (await response.json()) as { code?: string };
@@ -197,6 +198,7 @@ describe('progressive delivery: automatic canary analysis', () => {
         if (Math.random() < 0.5) body[key] = pick();
       const response = await fetch(`${server.url}/api/models/digits/rollout`, {
         method: 'POST',
+        headers: { 'content-type': 'application/json' },
         body: JSON.stringify(body),
       });
       const answer = (await response.json()) as { code?: string; rollout?: unknown };
