@@ -2,8 +2,9 @@
  * Noisy neighbours (issue 24): each attack runs against one node while a victim client on the same node sends a
  * steady 100 requests/s from its own address, measures its latency and checks every answer. Per attack the
  * victim's baseline is measured first (same victim load, same server, just before the attack), then:
- * victim p99 ≤ 3 × max(baseline p99, 10 ms) — the 10 ms floor because a sub-millisecond loopback baseline on
- * shared cores would make the bound a measure of scheduler noise —, 0 victim errors (error answers, wrong
+ * victim p99 ≤ 3 × max(baseline p99, 10 ms) — the 10 ms floor because a millisecond loopback baseline on shared
+ * cores would make the bound a measure of scheduler noise (baselines of 2–70 ms were seen with other test runs on
+ * the same 2 cores) —, 0 victim errors (error answers, wrong
  * answers, answers missing after 5 s), node pids unchanged and /health 200, and the attacker sees only typed
  * refusals (known error codes) or a 1008 close. Attackers run in their own process (noisy-attacker.ts), bounded
  * by frames and time (4 s), each from its own loopback address (127.0.0.x), so limits keyed per address see
