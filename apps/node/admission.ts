@@ -35,6 +35,8 @@ import type { Shadow } from './shadow';
 
 /** Slot 0 counts requests that never reached a model (bad JSON, unknown model). */
 export const UNROUTED_SLOT = 0;
+/** Distinct `rate_limited` waits kept (a wait is at most 1000 / rate ms, in whole ms). */
+const RATE_LIMITED_ERRORS_MAX = 4096;
 /** No client may ask for a deadline further away than this. */
 const MAX_DEADLINE_MS = 3_600_000;
 /** Shed reasons as indexes of SHED_REASONS (metrics). */
@@ -69,6 +71,9 @@ export class Admission {
   readonly counters = { inflightWarnings: 0 };
   /** Reused for every routing decision (no allocation per request). */
   private readonly decision: RouteDecision = { version: '', route: 'stable', shadowVersion: undefined };
+  /** `rate_limited` errors by wait (ms), for the rate they were made at (errors are immutable). */
+  private readonly rateLimitedErrors = new Map<number, ProtocolError>();
+  private rateLimitedRps = -1;
   /** Element cap per input: no input can hold more float32s than a maximal payload. */
   private readonly bindLimits: { maxElements: number };
 
@@ -210,15 +215,30 @@ export class Admission {
   /** Counted against no model: the request was never decoded, so it was never routed. */
   private rateLimited(client: ClientState, id: RequestId): Rejection {
     this.metrics.recordShed(UNROUTED_SLOT, SHED.rate_limited);
-    return new Rejection(
-      new ProtocolError(
+    return new Rejection(this.rateLimitedError(client.retryAfterMs), id, UNROUTED_SLOT);
+  }
+
+  /**
+   * The `rate_limited` error for a wait, made once per distinct wait and rate: under a flood past the limit,
+   * building a new error per frame was the largest cost of refusing it (1.2 µs of ~3.4 µs of JS per frame).
+   */
+  private rateLimitedError(retryAfterMs: number): ProtocolError {
+    const rps = this.options.backpressure.rateLimitRps;
+    const cache = this.rateLimitedErrors;
+    if (rps !== this.rateLimitedRps || cache.size >= RATE_LIMITED_ERRORS_MAX) {
+      cache.clear();
+      this.rateLimitedRps = rps;
+    }
+    let error = cache.get(retryAfterMs);
+    if (error === undefined) {
+      error = new ProtocolError(
         'rate_limited',
-        `more than ${this.options.backpressure.rateLimitRps} requests per second from this client`,
-        client.retryAfterMs,
-      ),
-      id,
-      UNROUTED_SLOT,
-    );
+        `more than ${rps} requests per second from this client`,
+        retryAfterMs,
+      );
+      cache.set(retryAfterMs, error);
+    }
+    return error;
   }
 
   private admitDecoded(
