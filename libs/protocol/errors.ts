@@ -26,10 +26,10 @@ export const ERROR_CODES = [
   'conflict',
   'cluster_unavailable',
   'fenced',
-  // Issue 24: a tensor's declared dtype (binary frame `dtype`, Open Inference Protocol `datatype`) is not the
-  // model input's. `type_mismatch` stays what it was: JSON element values of the wrong kind.
+  // A tensor's declared dtype (binary frame `dtype`, Open Inference Protocol `datatype`) is not the model
+  // input's. `type_mismatch` stays what it was: JSON element values of the wrong kind.
   'dtype_mismatch',
-  // Admin API (issue 24): a page's cross-origin or DNS-rebound call, a mutating call that is not JSON.
+  // Admin API: a page's cross-origin or DNS-rebound call, a mutating call that is not JSON.
   'forbidden',
   'unsupported_media_type',
 ] as const;
