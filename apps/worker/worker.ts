@@ -35,6 +35,7 @@ const FIT_LOG_CHANGE = 0.25;
 /** …and by more than a quarter of this many ms (a fit near 0 ms would otherwise log on every wobble). */
 const FIT_LOG_FLOOR_MS = 0.2;
 const DEADLINE_SHED = SHED_REASONS.indexOf('deadline');
+const EXPIRED_MESSAGE = 'deadline passed before the request was batched; it was not computed';
 const utf8 = new TextEncoder();
 
 type TypedArray = Float32Array | Float64Array | Int32Array | BigInt64Array | Uint8Array;
@@ -211,6 +212,12 @@ class LaneHost {
           model: lane.model,
           version: lane.version,
           error: error.stack ?? error.message,
+        });
+        // A lane whose loop ended would keep its version loaded and answer none of its requests (issue 24: one
+        // version went silent for good). The thread dies instead, and the node replaces it: lanes reloaded,
+        // the requests it held answered.
+        setImmediate(() => {
+          throw new Error(`lane loop of ${lane.model} v${lane.version} failed: ${error.message}`);
         });
       });
       const event: WorkerEvent = {
@@ -392,20 +399,17 @@ class LaneHost {
     return buffers.maxItems === lane.maxBatch ? buffers : new BatchBuffers(lane.signature, lane.maxBatch);
   }
 
+  /** Expired items answered `deadline_exceeded`: no promise per answer while the response ring has room. */
   private async answerExpired(lane: Lane, buffers: BatchBuffers): Promise<void> {
     const now = clock();
     for (let i = 0; i < buffers.expiredCount; i++) {
       this.metrics.recordShed(lane.slot, DEADLINE_SHED);
-      await this.writeError(
-        lane,
-        buffers.expiredIds[i]!,
-        now - buffers.expiredEnqueuedAt[i]!,
-        0,
-        0,
-        'deadline_exceeded',
-        'deadline passed before the request was batched; it was not computed',
-      );
+      const requestId = buffers.expiredIds[i]!;
+      const queueMs = now - buffers.expiredEnqueuedAt[i]!;
+      if (!this.tryWriteError(lane, requestId, queueMs, 0, 0, 'deadline_exceeded', EXPIRED_MESSAGE))
+        await this.writeError(lane, requestId, queueMs, 0, 0, 'deadline_exceeded', EXPIRED_MESSAGE);
     }
+    this.responses.notifyConsumers();
   }
 
   /** Records the check refused: each answered `internal` alone and counted; the batch runs without them. */
@@ -621,9 +625,13 @@ class LaneHost {
         );
         continue;
       }
-      // the ring almost always has room: no promise and no microtask per answer then
+      // the ring almost always has room: no promise and no microtask per answer then; never an await between
+      // reserve() and commit() (see writeError)
       let offset = ring.reserve(length);
-      if (offset < 0) offset = await this.reserve(length);
+      while (offset < 0) {
+        await this.waitForRoom(length);
+        offset = ring.reserve(length);
+      }
       const view = ring.view;
       writeResponseHeader(
         view,
@@ -689,17 +697,22 @@ class LaneHost {
     }
   }
 
-  private async reserve(length: number): Promise<number> {
-    let offset = this.responses.reserve(length);
-    while (offset < 0) {
-      // Records committed without a notify must reach the gateway before we wait for it to make room.
-      this.responses.notifyConsumers();
-      await this.responses.waitForSpace(length, IDLE_WAIT_MS);
-      offset = this.responses.reserve(length);
-    }
-    return offset;
+  /**
+   * Resolves when the response ring may have room for `length` bytes (or after a while): the caller reserves
+   * again. Never a reservation held across the wait: see writeError.
+   */
+  private async waitForRoom(length: number): Promise<void> {
+    // Records committed without a notify must reach the gateway before we wait for it to make room.
+    this.responses.notifyConsumers();
+    await this.responses.waitForSpace(length, IDLE_WAIT_MS);
   }
 
+  /**
+   * One error answer, waiting for room when the ring has none. The lanes of this thread share one response
+   * ring object, and between any two awaits of one lane's loop another lane's runs: a reservation must be
+   * reserved, written and committed in one synchronous step, or the other lane's reserve() finds it open,
+   * throws, and its lane loop ends (its version then went unanswered for good: issue 24).
+   */
   private async writeError(
     lane: Lane,
     requestId: number,
@@ -709,8 +722,23 @@ class LaneHost {
     code: ErrorCode,
     message: string,
   ): Promise<void> {
-    const length = errorResponseBytes(message);
-    const offset = await this.reserve(length);
+    while (!this.tryWriteError(lane, requestId, queueMs, computeMs, batchSize, code, message))
+      await this.waitForRoom(errorResponseBytes(message));
+    this.responses.notifyConsumers();
+  }
+
+  /** Writes one error answer if the response ring has room now (committed, consumers not notified); else false. */
+  private tryWriteError(
+    lane: Lane,
+    requestId: number,
+    queueMs: number,
+    computeMs: number,
+    batchSize: number,
+    code: ErrorCode,
+    message: string,
+  ): boolean {
+    const offset = this.responses.reserve(errorResponseBytes(message));
+    if (offset < 0) return false;
     writeErrorResponse(
       this.responses.view,
       this.responses.bytes,
@@ -726,7 +754,8 @@ class LaneHost {
       code,
       message,
     );
-    this.responses.commit();
+    this.responses.commit(undefined, false);
+    return true;
   }
 }
 
