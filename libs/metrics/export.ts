@@ -115,9 +115,9 @@ export function nodeMetricsJson(
       queueDepth.push({ value: slot.queueDepth, labels: base });
       inflight.push({ value: totals.inflight, labels: base });
       batches.push({ value: totals.batches, labels: base });
-      invalidRecords.push({ value: totals.invalidRecords, labels: base });
       isolationRuns.push({ value: totals.isolationRuns, labels: base });
       clientModelErrors.push({ value: totals.clientModelErrors, labels: base });
+      invalidRecords.push({ value: totals.invalidRecords, labels: base });
       modelInfo.push({
         value: 1,
         labels: { ...base, alias: slot.alias, execution_provider: slot.executionProvider },
