@@ -52,6 +52,11 @@ const SERVE_FLAGS: Array<[string, string, string]> = [
     'maxProtocolErrorsPerSecond',
     'close a WebSocket (1008) past this many protocol errors a second (0 = never)',
   ],
+  [
+    '--max-rate-limited-per-second <n>',
+    'maxRateLimitedPerSecond',
+    'close a WebSocket (1008) refused rate_limited more often than this a second (0 = never)',
+  ],
   ['--error-coalesce-ms <ms>', 'errorCoalesceMs', 'answer identical id-less errors once per window'],
   [
     '--model-error-penalty <n>',

@@ -467,6 +467,7 @@ function resolveOptions(options: EmbeddedNodeOptions): NodeStartOptions {
       maxConnections: 0,
       maxConnectionsPerIp: 0,
       maxProtocolErrorsPerSecond: 0,
+      maxRateLimitedPerSecond: 0,
       errorCoalesceMs: 0,
     },
     shutdownTimeoutMs: DEFAULTS.shutdownTimeoutMs,

@@ -69,6 +69,7 @@ const PROTOCOL_ERROR = Uint8Array.from({ length: CODE_SLOTS }, (_, index) => {
   const status = httpStatusOf(code);
   return status === 400 || status === 404 || status === 413 ? 1 : 0;
 });
+const RATE_LIMITED_CODE = errorCodeIndex('rate_limited');
 /** A refused upgrade's Retry-After: places free up as other connections close, which nobody can predict. */
 const CONNECTION_RETRY_MS = 1000;
 /** WebSocket close code for a connection that keeps violating the protocol (RFC 6455 "policy violation"). */
@@ -277,6 +278,7 @@ export class Gateway implements RoomsTransport {
               address,
               coalescer: new ErrorCoalescer(backpressure.errorCoalesceMs, CODE_SLOTS),
               violations: new ProtocolViolations(backpressure.maxProtocolErrorsPerSecond),
+              rateLimitViolations: new ProtocolViolations(backpressure.maxRateLimitedPerSecond),
               order: new EpochOrder<HeldAnswer>(this.pending.holdLimits),
             },
             req.getHeader('sec-websocket-key'),
@@ -464,7 +466,13 @@ export class Gateway implements RoomsTransport {
     const codeIndex = errorCodeIndex(rejection.error.code);
     if (PROTOCOL_ERROR[codeIndex] === 1 && connection.violations.record(startedAt)) {
       this.countUnanswered(rejection, codeIndex, startedAt);
-      this.closeForViolations(ws, connection);
+      this.closeForViolations(ws, connection, false);
+      return;
+    }
+    // A client that keeps sending after being told to wait: each refusal would still cost an answer.
+    if (codeIndex === RATE_LIMITED_CODE && connection.rateLimitViolations.record(startedAt)) {
+      this.countUnanswered(rejection, codeIndex, startedAt);
+      this.closeForViolations(ws, connection, true);
       return;
     }
     let suppressed = 0;
@@ -482,15 +490,29 @@ export class Gateway implements RoomsTransport {
     this.metrics.recordRequest(rejection.slot, PROTOCOL_WS, codeIndex, (clock() - startedAt) / 1000);
   }
 
-  private closeForViolations(ws: uWS.WebSocket<Connection>, connection: Connection): void {
-    const limit = this.options.backpressure.maxProtocolErrorsPerSecond;
+  private closeForViolations(
+    ws: uWS.WebSocket<Connection>,
+    connection: Connection,
+    rateLimited: boolean,
+  ): void {
+    const backpressure = this.options.backpressure;
+    const limit = rateLimited
+      ? backpressure.maxRateLimitedPerSecond
+      : backpressure.maxProtocolErrorsPerSecond;
     connection.closed = true;
-    this.metrics.recordShed(UNROUTED_SLOT, SHED.protocol_violation);
+    this.metrics.recordShed(UNROUTED_SLOT, rateLimited ? SHED.rate_limit_violation : SHED.protocol_violation);
     this.logger.warn(
       { connection: connection.id, address: connection.address, limit },
-      'connection closed for protocol violations (1008)',
+      rateLimited
+        ? 'connection closed for sending past its rate limit (1008)'
+        : 'connection closed for protocol violations (1008)',
     );
-    ws.end(PROTOCOL_VIOLATION_CLOSE_CODE, `more than ${limit} protocol errors in one second`);
+    ws.end(
+      PROTOCOL_VIOLATION_CLOSE_CODE,
+      rateLimited
+        ? `more than ${limit} requests refused by the rate limit in one second`
+        : `more than ${limit} protocol errors in one second`,
+    );
   }
 
   /**
@@ -628,13 +650,15 @@ export class Gateway implements RoomsTransport {
     this.admission.setMaxPayloadBytes(this.options.maxPayloadBytes);
     this.backpressure = clientLimits(this.options.backpressure);
     this.proxies = proxyTrustOf(this.options.backpressure);
-    const { errorCoalesceMs, maxProtocolErrorsPerSecond } = this.options.backpressure;
+    const { errorCoalesceMs, maxProtocolErrorsPerSecond, maxRateLimitedPerSecond } =
+      this.options.backpressure;
     const now = clock();
     for (const ws of this.sockets) {
       const connection = ws.getUserData();
       connection.client.reconfigure(this.backpressure, now);
       connection.coalescer.setWindow(errorCoalesceMs);
       connection.violations.setLimit(maxProtocolErrorsPerSecond);
+      connection.rateLimitViolations.setLimit(maxRateLimitedPerSecond);
     }
     this.addressClients.forEachState((client) => client.reconfigure(this.backpressure, now));
   }

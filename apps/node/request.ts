@@ -36,6 +36,8 @@ export interface Connection {
   readonly coalescer: ErrorCoalescer;
   /** Protocol errors per second: past the limit the connection is closed with 1008. */
   readonly violations: ProtocolViolations;
+  /** `rate_limited` refusals per second, past `maxRateLimitedPerSecond` the connection is closed (1008). */
+  readonly rateLimitViolations: ProtocolViolations;
   /** Answer order across a reload: newer-epoch answers held (bounded) behind this connection's older ones. */
   order: EpochOrder<HeldAnswer>;
 }

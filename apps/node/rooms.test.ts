@@ -94,6 +94,7 @@ function world(limits: Limits = {}) {
     maxConnections: 0,
     maxConnectionsPerIp: 0,
     maxProtocolErrorsPerSecond: 0,
+    maxRateLimitedPerSecond: 0,
     errorCoalesceMs: 0,
   };
   const options = {
@@ -170,6 +171,7 @@ function world(limits: Limits = {}) {
     address: '127.0.0.1',
     coalescer: new ErrorCoalescer(0, 64),
     violations: new ProtocolViolations(0),
+    rateLimitViolations: new ProtocolViolations(0),
     order: new EpochOrder<HeldAnswer>(pending.holdLimits),
   });
   const exchange = (): HttpExchange => ({ protocol: PROTOCOL_HTTP, res: undefined as never, aborted: false });

@@ -249,6 +249,7 @@ export class Supervisor implements AdminHost, NotifyHost {
         maxConnections: config.maxConnections,
         maxConnectionsPerIp: config.maxConnectionsPerIp,
         maxProtocolErrorsPerSecond: config.maxProtocolErrorsPerSecond,
+        maxRateLimitedPerSecond: config.maxRateLimitedPerSecond,
         errorCoalesceMs: config.errorCoalesceMs,
       },
       shutdownTimeoutMs: config.shutdownTimeoutMs,

@@ -23,6 +23,7 @@ export const LIVE_SETTINGS: ReadonlySet<SettingKey> = new Set<SettingKey>([
   'maxConnections',
   'maxConnectionsPerIp',
   'maxProtocolErrorsPerSecond',
+  'maxRateLimitedPerSecond',
   'errorCoalesceMs',
   'maxPayloadBytes',
   'requestTimeoutMs',

@@ -63,6 +63,8 @@ export interface ServerConfig {
   maxConnectionsPerIp: number;
   /** A connection with more protocol errors than this in one second is closed with 1008; 0 = never. */
   maxProtocolErrorsPerSecond: number;
+  /** A connection refused `rate_limited` more often than this in one second is closed with 1008; 0 = never. */
+  maxRateLimitedPerSecond: number;
   /** Identical id-less errors on one connection within this window are answered once (ms); 0 = each. */
   errorCoalesceMs: number;
   maxPayloadBytes: number;
@@ -327,6 +329,13 @@ export const SETTINGS: { readonly [K in SettingKey]: SettingSpec<ServerConfig[K]
     help: 'a WebSocket with more malformed / unknown-model / bad requests in one second is closed 1008 (0 = never)',
     expected: 'an integer between 0 and 1000000 (0 = never close)',
     parse: integer(0, 1_000_000),
+  },
+  maxRateLimitedPerSecond: {
+    env: 'STREAMINFER_MAX_RATE_LIMITED_PER_SECOND',
+    default: 2000,
+    help: 'a WebSocket refused rate_limited more often than this in one second (it ignores retry_after_ms) is closed 1008 (0 = never)',
+    expected: 'an integer between 0 and 10000000 (0 = never close)',
+    parse: integer(0, 10_000_000),
   },
   errorCoalesceMs: {
     env: 'STREAMINFER_ERROR_COALESCE_MS',

@@ -22,9 +22,10 @@ export const SHED_REASONS = [
   'ring_full',
   'shutting_down',
   'fenced',
-  // Issue 24: a WebSocket closed (1008) for protocol errors; an upgrade refused at the node's or an
-  // address's connection cap.
+  // A WebSocket closed (1008) for protocol errors, or for sending on past its rate limit; an upgrade refused
+  // at the node's or an address's connection cap.
   'protocol_violation',
+  'rate_limit_violation',
   'connection_cap',
   'connection_cap_ip',
 ] as const;

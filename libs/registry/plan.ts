@@ -63,6 +63,7 @@ export interface NodeSettings {
     maxConnections: number;
     maxConnectionsPerIp: number;
     maxProtocolErrorsPerSecond: number;
+    maxRateLimitedPerSecond: number;
     errorCoalesceMs: number;
   };
   shutdownTimeoutMs: number;

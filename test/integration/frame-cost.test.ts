@@ -154,6 +154,60 @@ describe('a connection that floods malformed frames', () => {
   });
 });
 
+describe('a connection that keeps sending past its rate limit', () => {
+  let server: ServerHandle;
+  beforeAll(async () => {
+    server = await startServer({
+      models: ['echo', 'upper'],
+      env: {
+        STREAMINFER_RATE_LIMIT_RPS: '50',
+        STREAMINFER_RATE_LIMIT_BURST: '50',
+        STREAMINFER_MAX_RATE_LIMITED_PER_SECOND: '200',
+      },
+    });
+  });
+  afterAll(async () => {
+    expect(await server.stop()).toEqual({ code: 0, signal: null });
+  });
+
+  test('valid frames with ids far past the bucket: closed with 1008, not answered one by one', async () => {
+    const victim = await WsClient.connect(server.wsUrl);
+    const attacker = await RawClient.open(server.wsUrl);
+    const FLOOD = 20_000;
+    for (let i = 0; i < FLOOD; i++) attacker.socket.send(`{"id":${i},"model":"upper","text":"a"}`);
+    const victimAnswers = Promise.all(
+      Array.from({ length: 30 }, (_, i) => victim.request({ id: i, model: 'upper', text: `v${i}` })),
+    );
+    const closed = await withTimeout(attacker.closed, 5000, 'no 1008 close');
+    expect(closed.code).toBe(1008);
+    expect(closed.reason).toMatch(/rate limit/);
+    // The burst is served, then at most the 200 refusals of one second are answered before the close.
+    const served = attacker.answers.filter((answer) => answer.type !== 'error');
+    const refused = attacker.answers.filter((answer) => answer.code === 'rate_limited');
+    expect(served.length).toBeGreaterThanOrEqual(50);
+    expect(served.length).toBeLessThanOrEqual(60);
+    expect(refused.length).toBeLessThanOrEqual(201);
+    expect(served.length + refused.length).toBe(attacker.answers.length);
+    for (const [i, answer] of (await victimAnswers).entries())
+      expect(answer).toMatchObject({ id: i, result: `V${i}` });
+    expect(await metricSum(server.url, /streaminfer_shed_total\{[^}]*reason="rate_limit_violation"/)).toBe(1);
+    victim.close();
+  });
+
+  test('a client at 3× its limit that reads its refusals stays connected', async () => {
+    const client = await RawClient.open(server.wsUrl);
+    // 150 frames per second for 2 s: 100 refusals a second, under the 200 that close a connection.
+    for (let tick = 0; tick < 20; tick++) {
+      for (let i = 0; i < 15; i++) client.socket.send(`{"id":"${tick}-${i}","model":"upper","text":"a"}`);
+      await sleep(100);
+    }
+    await client.answersAtLeast(300);
+    expect(client.answers).toHaveLength(300);
+    expect(client.socket.readyState).toBe(WebSocket.OPEN);
+    await client.close();
+  });
+});
+
 describe('budgets per address, caps, trusted proxies', () => {
   let server: ServerHandle;
   beforeAll(async () => {
