@@ -65,16 +65,16 @@ export interface AdminPolicy {
   allowedOrigins: readonly string[];
 }
 
-/** The headers of an admin request that decide it ('' when absent). */
+/** The headers of an admin request that decide it (absent or '' when not sent): a ControlRequest is one. */
 export interface AdminRequestHead {
   method: string;
   remoteAddress: string;
   authorization: string;
   forwardedFor?: string;
   forwarded?: string;
-  host: string;
-  origin: string;
-  contentType: string;
+  host?: string;
+  origin?: string;
+  contentType?: string;
 }
 
 export type AdminDecision =
@@ -134,26 +134,29 @@ export function checkAdminRequest(policy: AdminPolicy, request: AdminRequestHead
     forwarded: request.forwarded,
   });
   if (!auth.ok) return { ok: false, code: 'unauthorized', reason: auth.reason };
+  const host = request.host ?? '';
+  const rawOrigin = request.origin ?? '';
+  const contentType = request.contentType ?? '';
   const loopbackTrust = !policy.token;
-  if (loopbackTrust && !isLoopbackHost(request.host))
+  if (loopbackTrust && !isLoopbackHost(host))
     return {
       ok: false,
       code: 'forbidden',
-      reason: `admin endpoints trust loopback clients only when they name a loopback host (localhost, 127.0.0.1, [::1]); Host "${printable(request.host)}" is not one (configure an admin token to call them by another name)`,
+      reason: `admin endpoints trust loopback clients only when they name a loopback host (localhost, 127.0.0.1, [::1]); Host "${printable(host)}" is not one (configure an admin token to call them by another name)`,
     };
   const mutating = request.method !== 'GET' && request.method !== 'HEAD';
-  const origin = request.origin.trim().toLowerCase();
+  const origin = rawOrigin.trim().toLowerCase();
   if (origin !== '' && (mutating || loopbackTrust) && !policy.allowedOrigins.includes(origin))
     return {
       ok: false,
       code: 'forbidden',
-      reason: `admin requests from a web page (Origin "${printable(request.origin)}") are refused unless the origin is in adminAllowedOrigins (STREAMINFER_ADMIN_ALLOWED_ORIGINS)`,
+      reason: `admin requests from a web page (Origin "${printable(rawOrigin)}") are refused unless the origin is in adminAllowedOrigins (STREAMINFER_ADMIN_ALLOWED_ORIGINS)`,
     };
-  if (mutating && !isJsonContentType(request.contentType))
+  if (mutating && !isJsonContentType(contentType))
     return {
       ok: false,
       code: 'unsupported_media_type',
-      reason: `admin ${request.method} requests must send "Content-Type: application/json"${request.contentType ? ` (got "${printable(request.contentType)}")` : ''}`,
+      reason: `admin ${request.method} requests must send "Content-Type: application/json"${contentType ? ` (got "${printable(contentType)}")` : ''}`,
     };
   return { ok: true };
 }

@@ -116,16 +116,7 @@ export function forwardControl(
     contentType: req.getHeader('content-type'),
   };
   if (request.path.startsWith('/api/')) {
-    const decision = checkAdminRequest(admin, {
-      method: request.method,
-      remoteAddress: request.remoteAddress,
-      authorization: request.authorization,
-      forwardedFor: request.forwardedFor,
-      forwarded: request.forwarded,
-      host: request.host ?? '',
-      origin: request.origin ?? '',
-      contentType: request.contentType ?? '',
-    });
+    const decision = checkAdminRequest(admin, request);
     if (!decision.ok) {
       refusals[decision.code]++;
       writeJson(

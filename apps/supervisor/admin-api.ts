@@ -123,16 +123,7 @@ export class AdminApi {
       const config = this.host.config;
       const decision = checkAdminRequest(
         { token: config.adminToken, allowedOrigins: parseAllowedOrigins(config.adminAllowedOrigins) },
-        {
-          method,
-          remoteAddress: request.remoteAddress,
-          authorization: request.authorization,
-          forwardedFor: request.forwardedFor,
-          forwarded: request.forwarded,
-          host: request.host ?? '',
-          origin: request.origin ?? '',
-          contentType: request.contentType ?? '',
-        },
+        request,
       );
       if (!decision.ok) return jsonError(decision.code, decision.reason);
       return this.handleAdmin(request);

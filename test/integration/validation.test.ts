@@ -46,7 +46,12 @@ function writeIdsModel(dir: string): void {
 beforeAll(async () => {
   const dir = modelsSubset(['echo']);
   writeIdsModel(dir);
-  server = await startServer({ modelsDir: dir });
+  // Every refused frame must get its own typed answer here: the per-connection guards that close a connection
+  // sending bad frames (frame-cost.test.ts) would end the attacker's connection first.
+  server = await startServer({
+    modelsDir: dir,
+    env: { STREAMINFER_MAX_PROTOCOL_ERRORS_PER_SECOND: '0', STREAMINFER_ERROR_COALESCE_MS: '0' },
+  });
 }, 60000);
 
 afterAll(async () => {
