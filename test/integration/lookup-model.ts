@@ -63,12 +63,17 @@ export function lookupModelBytes(): Uint8Array {
   );
 }
 
-/** A model repository holding only `lookup` v1; returns its directory and the model file. */
-export function lookupRepository(batching: ModelConfig['batching']): { dir: string; file: string } {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'streaminfer-lookup-'));
+/** Writes `lookup` v1 into the model repository `dir`; returns the model file. */
+export function writeLookupModel(dir: string, batching: ModelConfig['batching']): string {
   mkdirSync(path.join(dir, 'lookup', '1'), { recursive: true });
   writeFileSync(path.join(dir, 'lookup', 'config.json'), serializeConfig(lookupConfig(batching)));
   const file = path.join(dir, 'lookup', '1', 'model.onnx');
   writeFileSync(file, lookupModelBytes());
-  return { dir, file };
+  return file;
+}
+
+/** A model repository holding only `lookup` v1; returns its directory and the model file. */
+export function lookupRepository(batching: ModelConfig['batching']): { dir: string; file: string } {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'streaminfer-lookup-'));
+  return { dir, file: writeLookupModel(dir, batching) };
 }

@@ -160,8 +160,8 @@ function malformed(random: Random): (i: number) => string | Uint8Array {
 /** Requests the model accepts and computes (echo, 3 floats). */
 const valid = (i: number): string => JSON.stringify({ id: i, model: 'echo', input: [i, 0.5, -1] });
 
-/** gather requests with one id out of the table: the model's run fails on them. */
-const poison = (i: number): string => JSON.stringify({ id: i, model: 'gather', input: [1, 2, 1000 + i, 3] });
+/** lookup requests with one id out of the table: the model's run fails on them. */
+const poison = (i: number): string => JSON.stringify({ id: i, model: 'lookup', input: [1, 2, 1000 + i, 3] });
 
 /** digits requests pinned to a version with a deadline no request can meet. */
 const pinned = (version: string) => {

@@ -1,55 +1,13 @@
 /**
  * What the noisy-neighbour suite shares: a victim client that sends a steady load from its own loopback address
  * and measures its latency and checks every answer, bounded attackers run in their own process
- * (noisy-attacker.ts, so their sending never delays the victim's event loop), and a test model whose run fails
- * on out-of-range ids (Gather).
+ * (noisy-attacker.ts, so their sending never delays the victim's event loop). The poison attack's model is
+ * lookup-model.ts's.
  */
 import { spawn } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
 import * as path from 'node:path';
 import WebSocket from 'ws';
-import { serializeConfig } from '../../scripts/models/config';
-import { encodeModel, floatInitializer, model, node } from '../../scripts/models/onnx-builder';
-import { valueInfo } from '../../scripts/models/types';
 import type { AttackSpec, Outcome } from './noisy-attacker';
-
-/** Rows × columns of the gather model's table: ids 0..15 are valid, anything else fails the model's run. */
-export const GATHER_ROWS = 16;
-export const GATHER_COLS = 4;
-/** Ids per request. */
-export const GATHER_IDS = 4;
-/** Table value at (row, col): integers, exact in float32. */
-export const gatherCell = (row: number, col: number): number => row * 10 + col;
-
-/** Writes `gather` (int64 ids [4] → float32 rows [4, 4], ONNX Gather) into a model repository. */
-export function writeGatherModel(modelsDir: string): void {
-  const config = {
-    name: 'gather',
-    description: 'Test model: Gather of int64 ids from a 16 × 4 table (an id out of range fails the run)',
-    inputs: [{ name: 'ids', dtype: 'int64' as const, shape: [GATHER_IDS] }],
-    outputs: [{ name: 'rows', dtype: 'float32' as const, shape: [GATHER_IDS, GATHER_COLS] }],
-    // fixed: every batch waits 5 ms for company, so the attacker's and the victim's requests share batches.
-    batching: { policy: 'fixed', max_batch_size: 64, max_queue_delay_ms: 5 },
-    default_version: '1',
-  };
-  const table = Array.from({ length: GATHER_ROWS * GATHER_COLS }, (_, i) =>
-    gatherCell(Math.floor(i / GATHER_COLS), i % GATHER_COLS),
-  );
-  const bytes = encodeModel(
-    model({
-      graph: {
-        name: 'gather',
-        inputs: [valueInfo(config.inputs[0]!)],
-        outputs: [valueInfo(config.outputs[0]!)],
-        initializers: [floatInitializer('table', [GATHER_ROWS, GATHER_COLS], table)],
-        nodes: [node('Gather', ['table', 'ids'], ['rows'], { axis: 0 })],
-      },
-    }),
-  );
-  mkdirSync(path.join(modelsDir, 'gather', '1'), { recursive: true });
-  writeFileSync(path.join(modelsDir, 'gather', 'config.json'), serializeConfig(config));
-  writeFileSync(path.join(modelsDir, 'gather', '1', 'model.onnx'), bytes);
-}
 
 /** p-th percentile (0..100) of `values`, nearest rank. */
 export function percentile(values: readonly number[], p: number): number {

@@ -13,18 +13,9 @@
 import { ERROR_CODES } from '../../libs/protocol';
 import type { ServerHandle } from './harness';
 import { modelsSubset, postJson, startServer, WsClient } from './harness';
+import { expectedVectors, LOOKUP_IDS, LOOKUP_ROWS, writeLookupModel } from './lookup-model';
 import type { AttackSpec, Outcome } from './noisy-attacker';
-import {
-  GATHER_COLS,
-  GATHER_IDS,
-  GATHER_ROWS,
-  gatherCell,
-  percentile,
-  startAttacker,
-  Victim,
-  type VictimWork,
-  writeGatherModel,
-} from './noisy-kit';
+import { percentile, startAttacker, Victim, type VictimWork } from './noisy-kit';
 import { pixels, quickPlan, type View, waitFor } from './rollout-kit';
 
 const VICTIM_ADDRESS = '127.0.0.2';
@@ -56,17 +47,14 @@ const echoWork: VictimWork = {
 };
 
 const victimIds = (seq: number): number[] =>
-  Array.from({ length: GATHER_IDS }, (_, k) => (seq * 3 + k * 5) % GATHER_ROWS);
-const gatherWork: VictimWork = {
-  body: (seq) => ({ model: 'gather', input: victimIds(seq) }),
+  Array.from({ length: LOOKUP_IDS }, (_, k) => (seq * 3 + k * 5) % LOOKUP_ROWS);
+const lookupWork: VictimWork = {
+  body: (seq) => ({ model: 'lookup', input: victimIds(seq) }),
   check: (seq, answer) => {
     const got = (answer.result as unknown[]).flat(2);
-    const want = victimIds(seq).flatMap((row) =>
-      Array.from({ length: GATHER_COLS }, (_, col) => gatherCell(row, col)),
-    );
-    return JSON.stringify(got) === JSON.stringify(want)
+    return JSON.stringify(got) === JSON.stringify(expectedVectors(victimIds(seq)))
       ? undefined
-      : `gather answered ${JSON.stringify(got)}`;
+      : `lookup answered ${JSON.stringify(got)}`;
   },
 };
 
@@ -86,7 +74,8 @@ const figures: Figures[] = [];
 
 beforeAll(async () => {
   const modelsDir = modelsSubset(['echo', 'digits']);
-  writeGatherModel(modelsDir);
+  // fixed: every batch waits 5 ms for company, so the attacker's and the victim's requests share batches.
+  writeLookupModel(modelsDir, { policy: 'fixed', max_batch_size: 64, max_queue_delay_ms: 5 });
   server = await startServer({
     modelsDir,
     args: ['--nodes', '1', '--workers', '1'],
@@ -292,7 +281,7 @@ test('valid flood from many connections of one address: the rate limit is per ad
 test('poison requests (out-of-range Gather ids) sharing batches with the victim', async () => {
   // About 200 poison requests a second next to the victim's 100 on a model whose batches wait 5 ms: most
   // victim requests share a batch with one.
-  const { outcome, problems } = await underAttack('poison requests', gatherWork, {
+  const { outcome, problems } = await underAttack('poison requests', lookupWork, {
     kind: 'poison',
     localAddress: '127.0.0.6',
     connections: 1,
