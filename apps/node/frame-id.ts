@@ -11,7 +11,7 @@ const BINARY_HEADER_AT = 4;
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
 const COLON = 0x3a;
-const latin = new TextDecoder('utf-8');
+const utf8 = new TextDecoder('utf-8');
 
 function isSpace(byte: number): boolean {
   return byte === 0x20 || byte === 0x09 || byte === 0x0a || byte === 0x0d;
@@ -43,7 +43,7 @@ function valueAt(bytes: Uint8Array, at: number, end: number): RequestId {
     for (let close = at + 1; close < end; close++) {
       const byte = bytes[close]!;
       if (byte === BACKSLASH) return null;
-      if (byte === QUOTE) return latin.decode(bytes.subarray(at + 1, close));
+      if (byte === QUOTE) return utf8.decode(bytes.subarray(at + 1, close));
     }
     return null;
   }
@@ -74,6 +74,6 @@ function valueAt(bytes: Uint8Array, at: number, end: number): RequestId {
     value = value * 10 + (byte - 0x30);
   }
   if (plain && Number.isSafeInteger(value)) return value;
-  const parsed = Number(latin.decode(bytes.subarray(at, close)));
+  const parsed = Number(utf8.decode(bytes.subarray(at, close)));
   return Number.isFinite(parsed) ? parsed : null;
 }

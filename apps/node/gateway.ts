@@ -263,9 +263,7 @@ export class Gateway implements RoomsTransport {
             res.writeStatus('503 Service Unavailable').end('server is shutting down');
             return;
           }
-          const address = clientKey(
-            this.proxies.clientAddress(remoteAddress(res), req.getHeader('x-forwarded-for')),
-          );
+          const address = this.addressOf(res, req);
           if (this.refuseUpgrade(res, address)) return;
           const backpressure = this.options.backpressure;
           res.upgrade<Connection>(
@@ -428,6 +426,11 @@ export class Gateway implements RoomsTransport {
     return true;
   }
 
+  /** The client's address as limits key it: behind trusted proxies, the rightmost untrusted XFF hop. */
+  private addressOf(res: uWS.HttpResponse, req: uWS.HttpRequest): string {
+    return clientKey(this.proxies.clientAddress(remoteAddress(res), req.getHeader('x-forwarded-for')));
+  }
+
   /** Whose limits a frame is charged to: its connection's, or its address's (rateLimitKey `ip`). */
   private clientOf(connection: Connection, now: number): ClientState {
     return this.options.backpressure.rateLimitKey === 'ip'
@@ -529,10 +532,7 @@ export class Gateway implements RoomsTransport {
     const startedAt = clock();
     const exchange = openExchange(res, route, this.guard);
     const reply = v2 ? this.replies.httpV2 : this.replies.httpJson;
-    const address = clientKey(
-      this.proxies.clientAddress(remoteAddress(res), req.getHeader('x-forwarded-for')),
-    );
-    const client = this.addressClients.get(address, startedAt);
+    const client = this.addressClients.get(this.addressOf(res, req), startedAt);
     const declared = Number(req.getHeader('content-length') || '0');
     const tooLarge = (): void =>
       this.answers.reject(exchange, reply, this.admission.bodyTooLarge(client), startedAt, true);

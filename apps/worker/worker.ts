@@ -477,8 +477,7 @@ class LaneHost {
     try {
       outputs = await lane.loaded.session.run(this.buildFeeds(lane, buffers, 0, count), fetches);
     } catch (error) {
-      if (count > 1) await this.isolate(lane, buffers, fetches, started, 0, count);
-      else await this.failRange(lane, buffers, 0, 1, started, clock() - started, runFailed(error));
+      await this.isolate(lane, buffers, fetches, started, 0, count, error);
       return;
     }
     const computeMs = clock() - started;
@@ -495,8 +494,9 @@ class LaneHost {
   /**
    * Batch isolation: the run of items [from, to) failed, and a failure may be one item's own (an id out of
    * range for a lookup, a length a Reshape rejects). Each half runs on its own, recursively, so only an item
-   * that fails alone is answered `model_error`; its batch-mates get their answers. k failing items of n cost
-   * about 2k·log2(n/k) extra runs, each counted in streaminfer_batch_isolation_runs_total.
+   * that fails alone is answered `model_error` (with `error`, its run's); its batch-mates get their answers.
+   * k failing items of n cost about 2k·log2(n/k) extra runs, each counted in
+   * streaminfer_batch_isolation_runs_total.
    */
   private async isolate(
     lane: Lane,
@@ -505,7 +505,12 @@ class LaneHost {
     started: number,
     from: number,
     to: number,
+    error: unknown,
   ): Promise<void> {
+    if (to - from === 1) {
+      await this.failRange(lane, buffers, from, to, started, clock() - started, runFailed(error));
+      return;
+    }
     const middle = from + ((to - from) >> 1);
     await this.runPart(lane, buffers, fetches, started, from, middle);
     await this.runPart(lane, buffers, fetches, started, middle, to);
@@ -528,8 +533,7 @@ class LaneHost {
     try {
       outputs = await lane.loaded.session.run(this.buildFeeds(lane, buffers, from, to), fetches);
     } catch (error) {
-      if (to - from > 1) await this.isolate(lane, buffers, fetches, started, from, to);
-      else await this.failRange(lane, buffers, from, to, started, clock() - started, runFailed(error));
+      await this.isolate(lane, buffers, fetches, started, from, to, error);
       return;
     }
     await this.writeOutputs(lane, buffers, fetches, outputs, from, to, started, clock() - started);

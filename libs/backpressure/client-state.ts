@@ -73,12 +73,7 @@ export class ClientState {
       this.retryMs = 0;
       return AdmissionCode.ClientQueueFull;
     }
-    if (!this.bucket.tryTake(now)) {
-      this.retryMs = this.bucket.retryAfterMs;
-      return AdmissionCode.RateLimited;
-    }
-    this.retryMs = 0;
-    return AdmissionCode.Admit;
+    return this.takeToken(now) ? AdmissionCode.Admit : AdmissionCode.RateLimited;
   }
 
   /**

@@ -16,6 +16,7 @@ import type { BoundInput, BoundRequest, InferenceRequest, Priority, RequestId } 
 import { inputHeaderBytes, RequestError, readEnvelope } from './request';
 import type { DType, ModelSignature } from './signature';
 import { bytesPerElement, checkDims, isDType, MAX_DIM, MAX_RANK } from './signature';
+import { stringsEnd } from './wire';
 
 export const BINARY_MAGIC = 0x53;
 export const BINARY_VERSION = 1;
@@ -207,8 +208,6 @@ export function bindBinaryRequest(
   let mask = 0;
   let total = 0;
   const data = request.data;
-  // made for the first string tensor only: numeric frames allocate no view
-  let dataView: DataView | undefined;
   let at = 0;
   for (const tensor of request.tensors) {
     const index = signature.inputs.findIndex((spec) => spec.name === tensor.name);
@@ -229,12 +228,7 @@ export function bindBinaryRequest(
     const elements = checkDims(spec, tensor.dims, limits.maxElements);
     let bytes: Uint8Array;
     if (data !== undefined) {
-      if (dtype === 'string' && dataView === undefined)
-        dataView = new DataView(data.buffer, data.byteOffset, data.byteLength);
-      const length =
-        dtype === 'string'
-          ? stringBytes(dataView!, at, data.length, elements, spec.name)
-          : elements * bytesPerElement(dtype);
+      const length = tensorLength(data, at, dtype, elements, spec.name);
       if (at + length > data.length) {
         throw new ProtocolError(
           'shape_mismatch',
@@ -247,16 +241,7 @@ export function bindBinaryRequest(
       if (tensor.bytes === undefined)
         throw new ProtocolError('bad_request', `input "${spec.name}" has no data`);
       bytes = tensor.bytes;
-      const length =
-        dtype === 'string'
-          ? stringBytes(
-              new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength),
-              0,
-              bytes.length,
-              elements,
-              spec.name,
-            )
-          : elements * bytesPerElement(dtype);
+      const length = tensorLength(bytes, 0, dtype, elements, spec.name);
       if (length !== bytes.length) {
         throw new ProtocolError(
           'shape_mismatch',
@@ -293,18 +278,21 @@ export function bindBinaryRequest(
 }
 
 /**
- * Bytes of `elements` length-prefixed strings from `start`, every prefix and string inside [start, end);
- * bad_request when one leaves it.
+ * Bytes of a tensor of `elements` × `dtype` at `start` of `bytes`: numeric tensors by their size, strings walked
+ * by their prefixes, every one inside `bytes` (bad_request when one leaves it).
  */
-function stringBytes(view: DataView, start: number, end: number, elements: number, name: string): number {
-  let at = start;
-  for (let i = 0; i < elements; i++) {
-    if (at + 4 > end)
-      throw new ProtocolError('bad_request', `input "${name}": string data runs past its tensor`);
-    at += 4 + view.getUint32(at, true);
-    if (at > end) throw new ProtocolError('bad_request', `input "${name}": string data runs past its tensor`);
-  }
-  return at - start;
+function tensorLength(
+  bytes: Uint8Array,
+  start: number,
+  dtype: DType,
+  elements: number,
+  name: string,
+): number {
+  if (dtype !== 'string') return elements * bytesPerElement(dtype);
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const end = stringsEnd(view, start, bytes.length, elements);
+  if (end < 0) throw new ProtocolError('bad_request', `input "${name}": string data runs past its tensor`);
+  return end - start;
 }
 
 function checkFinite(bytes: Uint8Array, dtype: DType, name: string): void {
@@ -320,7 +308,7 @@ function checkFinite(bytes: Uint8Array, dtype: DType, name: string): void {
   }
 }
 
-/** UTF-8 and no NUL (ONNX Runtime would cut the string there) in strings already walked by stringBytes. */
+/** UTF-8 and no NUL (ONNX Runtime would cut the string there) in strings already walked by tensorLength. */
 function checkStrings(bytes: Uint8Array, elements: number, name: string): void {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   let at = 0;

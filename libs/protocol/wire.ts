@@ -210,18 +210,25 @@ export function checkRequestRecord(
   return cursor === end ? 0 : 8;
 }
 
+/**
+ * Where `count` length-prefixed strings (u32 byteLength · utf8) from `start` end, or -1 when a prefix or a
+ * string leaves [start, end). The one walk of the string layout: bind, the worker's check and its reader.
+ */
+export function stringsEnd(view: DataView, start: number, end: number, count: number): number {
+  // every string needs its 4-byte prefix
+  if (count * 4 > end - start) return -1;
+  let cursor = start;
+  for (let i = 0; i < count; i++) {
+    if (cursor + 4 > end) return -1;
+    cursor += 4 + view.getUint32(cursor, true);
+    if (cursor > end) return -1;
+  }
+  return cursor;
+}
+
 /** Whether `count` length-prefixed strings lie inside [data, data + byteLength) and fill it exactly. */
 function stringsFill(view: DataView, data: number, byteLength: number, count: number): boolean {
-  // every string needs its 4-byte prefix
-  if (count * 4 > byteLength) return false;
-  const end = data + byteLength;
-  let cursor = data;
-  for (let i = 0; i < count; i++) {
-    if (cursor + 4 > end) return false;
-    cursor += 4 + view.getUint32(cursor, true);
-    if (cursor > end) return false;
-  }
-  return cursor === end;
+  return stringsEnd(view, data, data + byteLength, count) === data + byteLength;
 }
 
 export function sectionRank(view: DataView, section: number): number {
