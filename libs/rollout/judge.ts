@@ -39,25 +39,20 @@ export function judgeAnswer(
   serviceFloorMs: number,
 ): Judged {
   if (route === 'pinned') return JUDGED.excluded;
+  const judged = judgedCode(code);
+  if (judged !== JUDGED.deadline) return judged;
+  return budgetMs >= serviceFloorMs ? JUDGED.error : JUDGED.excluded;
+}
+
+/** The rule for a routed answer's code; `deadline`: compare the deadline with the service floor. */
+function judgedCode(code: ErrorCode | 'ok'): Judged {
   if (code === 'ok') return JUDGED.ok;
-  if (code === 'deadline_exceeded') return budgetMs >= serviceFloorMs ? JUDGED.error : JUDGED.excluded;
+  if (code === 'deadline_exceeded') return JUDGED.deadline;
   return VERSION_FAULT_CODES.has(code) ? JUDGED.error : JUDGED.excluded;
 }
 
-/**
- * judgeAnswer for a routed answer by wire code index (0 = ok, i = ERROR_CODES[i − 1]), for the answer path:
- * `deadline` means "compare the deadline with the service floor".
- */
-export const judgedByCode: Uint8Array = Uint8Array.from([
-  JUDGED.ok,
-  ...ERROR_CODES.map((code) =>
-    code === 'deadline_exceeded'
-      ? JUDGED.deadline
-      : VERSION_FAULT_CODES.has(code)
-        ? JUDGED.error
-        : JUDGED.excluded,
-  ),
-]);
+/** judgedCode by wire code index (0 = ok, i = ERROR_CODES[i − 1]), for the answer path. */
+export const judgedByCode: Uint8Array = Uint8Array.from(['ok' as const, ...ERROR_CODES].map(judgedCode));
 
 /** Weight of one new measurement in the running mean: about the last 32 answers. */
 const WEIGHT = 1 / 32;
