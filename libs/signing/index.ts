@@ -1,0 +1,22 @@
+export type {
+  ArtifactManifest,
+  ManifestFile,
+  ManifestSignature,
+  RefusalReason,
+  TrustedKeys,
+  Verdict,
+} from './manifest';
+export {
+  canonicalManifest,
+  checkFile,
+  keyIdOf,
+  MANIFEST_FORMAT,
+  parseManifest,
+  parseSigningKey,
+  parseTrustedKeys,
+  publicKeyPem,
+  REFUSAL_REASONS,
+  SigningKeyError,
+  signManifest,
+  verifyManifest,
+} from './manifest';
