@@ -10,6 +10,7 @@ import { SystemdNotifier } from '../supervisor/notify';
 import { Supervisor } from '../supervisor/supervisor';
 import { type BenchModelOptions, benchModel, formatBenchModel } from './bench-model';
 import { ClientError, callServer, defaultUrl } from './client';
+import { registerModelsKeygen } from './models-keygen';
 import { registerModelsPush } from './models-push';
 import { registerRollout } from './rollout';
 import { registerSimulate } from './simulate';
@@ -75,6 +76,11 @@ const SERVE_FLAGS: Array<[string, string, string]> = [
   ['--fleet <name>', 'fleet', 'the fleet to join (with --cluster)'],
   ['--host-id <id>', 'hostId', "this host's name in its fleet (default <hostname>-<port>)"],
   ['--advertise-url <url>', 'advertiseUrl', 'how other hosts and operators reach this host'],
+  [
+    '--trusted-keys <file>',
+    'trustedKeysFile',
+    'PEM Ed25519 public keys pulled model versions must be signed by',
+  ],
 ];
 
 const serve = program.command('serve').description('start the server: a supervisor and its node processes');
@@ -541,6 +547,7 @@ addClientOptions(
 ).action((name: string, flags: ClientFlags) => registryCommand(flags, name, 'rollback', {}));
 
 registerModelsPush(models, fail);
+registerModelsKeygen(models, fail);
 registerRollout(models, { addClientOptions, clientOptions, fail });
 
 const bench = program.command('bench').description('measure without a server');

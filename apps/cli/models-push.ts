@@ -1,11 +1,15 @@
 /**
  * `streaminfer models push <name> <version>`: uploads a version's model.onnx (and the model's config.json) to the
  * fleet's model store, where a host that lacks it fetches it — checksum verified — before it prepares a reload
- * that loads it. Talks to NATS directly: no host needs to be running.
+ * that loads it. Talks to NATS directly: no host needs to be running. With `--signing-key` the version's
+ * manifest is signed (Ed25519): hosts started with `--trusted-keys` pull only what a trusted key signed.
  */
+import type { KeyObject } from 'node:crypto';
+import { readFileSync, statSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Command } from 'commander';
+import { parseSigningKey } from '../../libs/signing';
 import { ClusterError, connectCluster, ModelArtifacts } from '../supervisor/cluster';
 
 interface PushFlags {
@@ -13,7 +17,26 @@ interface PushFlags {
   fleet?: string;
   modelsDir?: string;
   file?: string;
+  signingKey?: string;
   json?: boolean;
+}
+
+/** The Ed25519 private key to sign with; a bad file is a bad option (exit 2), named, its content never shown. */
+function readSigningKey(file: string, fail: (message: string) => never): KeyObject {
+  const source = `signing key file ${file}`;
+  try {
+    const stats = statSync(file);
+    if (stats.size > 64 * 1024) fail(`${source}: larger than 64 KiB; not a key`);
+    if ((stats.mode & 0o077) !== 0)
+      console.error(`streaminfer models push: warning: ${source} is readable by others (chmod 600 it)`);
+    return parseSigningKey(readFileSync(file, 'utf8'), source);
+  } catch (error) {
+    fail(
+      (error as NodeJS.ErrnoException).code
+        ? `${source}: ${(error as NodeJS.ErrnoException).code}`
+        : (error as Error).message,
+    );
+  }
 }
 
 export function registerModelsPush(models: Command, fail: (message: string) => never): void {
@@ -28,6 +51,10 @@ export function registerModelsPush(models: Command, fail: (message: string) => n
       './models',
     )
     .option('--file <model.onnx>', 'the model file (default: <models-dir>/<name>/<version>/model.onnx)')
+    .option(
+      '--signing-key <file>',
+      'sign the version with this Ed25519 private key, PEM PKCS#8 (default: STREAMINFER_SIGNING_KEY)',
+    )
     .option('--json', 'machine-readable output')
     .action(async (name: string, version: string, flags: PushFlags) => {
       const cluster = flags.cluster ?? process.env.STREAMINFER_CLUSTER;
@@ -36,6 +63,8 @@ export function registerModelsPush(models: Command, fail: (message: string) => n
       const modelDir = path.resolve(flags.modelsDir ?? './models', name);
       const onnx = path.resolve(flags.file ?? path.join(modelDir, version, 'model.onnx'));
       const config = path.join(modelDir, 'config.json');
+      const keyFile = flags.signingKey ?? (process.env.STREAMINFER_SIGNING_KEY?.trim() || undefined);
+      const signingKey = keyFile === undefined ? undefined : readSigningKey(keyFile, fail);
       const hostId = `push-${os
         .hostname()
         .replace(/[^A-Za-z0-9_-]/g, '-')
@@ -44,11 +73,13 @@ export function registerModelsPush(models: Command, fail: (message: string) => n
         const connection = await connectCluster({ servers: cluster.split(','), fleet, hostId });
         try {
           const artifacts = await ModelArtifacts.open(connection);
-          const pushed = await artifacts.push(name, version, onnx, config);
+          const pushed = await artifacts.push(name, version, onnx, config, signingKey);
           if (flags.json) console.log(JSON.stringify({ fleet, model: name, version, ...pushed }));
           else
             console.log(
-              `pushed ${name} ${version} to fleet ${fleet}: ${pushed.bytes} bytes, sha256 ${pushed.sha256}`,
+              `pushed ${name} ${version} to fleet ${fleet}: ${pushed.bytes} bytes, sha256 ${pushed.sha256}, ${
+                pushed.keyId ? `signed by key ${pushed.keyId}` : 'unsigned'
+              }`,
             );
         } finally {
           await connection.close();

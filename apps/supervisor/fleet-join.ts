@@ -6,9 +6,11 @@
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Logger } from 'pino';
-import type { Registry } from 'prom-client';
+import { Counter, Gauge, type Registry } from 'prom-client';
 import type { ServerConfig } from '../../libs/config';
+import { REFUSAL_REASONS, type TrustedKeys } from '../../libs/signing';
 import {
+  type ArtifactTrust,
   ClusterError,
   CoordinatorLease,
   connectCluster,
@@ -31,6 +33,8 @@ export interface JoinOptions {
   logger: Logger;
   testHooks: boolean;
   registry: Registry;
+  /** The keys pulled artifacts must be signed by, as read now (--trusted-keys; they rotate on SIGHUP). */
+  trustedKeys: () => TrustedKeys | undefined;
 }
 
 export function hostIdOf(config: ServerConfig): string {
@@ -78,7 +82,12 @@ export async function joinFleet(options: JoinOptions): Promise<{ member: FleetMe
     }
   }
   const modelsDir = path.resolve(config.modelsDir);
-  const artifacts = await ModelArtifacts.open(connection);
+  const artifacts = await ModelArtifacts.open(connection, artifactTrust(options));
+  if (options.trustedKeys() === undefined)
+    logger.warn(
+      { fleet },
+      'fleet: model artifacts pulled from the fleet store are not signature-verified (no --trusted-keys): checksum only',
+    );
   await ensureArtifacts(artifacts, modelsDir, base.record.table, logger);
   const member = new FleetMember({
     fleet,
@@ -108,6 +117,36 @@ export async function joinFleet(options: JoinOptions): Promise<{ member: FleetMe
     'fleet: joined; starting on the fleet’s table',
   );
   return { member, record: base.record };
+}
+
+/** Verification of pulled artifacts: a refusal is logged and counted by reason. */
+function artifactTrust(options: JoinOptions): ArtifactTrust {
+  const registers = [options.registry];
+  const refusals = new Counter({
+    name: 'streaminfer_fleet_artifacts_refused_total',
+    help: 'Model versions pulled from the fleet store and refused (unsigned, untrusted key, bad signature, tampered…), by reason.',
+    labelNames: ['reason'],
+    registers,
+  });
+  for (const reason of REFUSAL_REASONS) refusals.inc({ reason }, 0);
+  new Gauge({
+    name: 'streaminfer_fleet_trusted_keys',
+    help: 'Public keys this host trusts for model artifacts pulled from the fleet (0: not verified, checksum only).',
+    registers,
+    collect() {
+      this.set(options.trustedKeys()?.size ?? 0);
+    },
+  });
+  return {
+    keys: options.trustedKeys,
+    refused: (error) => {
+      refusals.inc({ reason: error.reason });
+      options.logger.error(
+        { model: error.model, version: error.version, reason: error.reason, detail: error.detail },
+        'fleet: artifact refused',
+      );
+    },
+  };
 }
 
 async function connectWaiting(servers: string, fleet: string, hostId: string, logger: Logger) {

@@ -269,8 +269,9 @@ export class FleetMember {
       if (error.code === 'cluster_unavailable') throw new ProtocolError('cluster_unavailable', error.message);
       // This host coordinates another change already (its lease is held here): the same answer as elsewhere.
       if (error.code === 'conflict') throw new FleetConflictError(error.message, this.latest);
-      // A pushed file that does not match its checksum is the fleet's fault, not the caller's.
-      if (error.code === 'checksum_mismatch') throw new ProtocolError('reload_failed', error.message);
+      // A pushed file that does not match its checksum, or its signature, is the fleet's fault, not the caller's.
+      if (error.code === 'checksum_mismatch' || error.code === 'artifact_refused')
+        throw new ProtocolError('reload_failed', error.message);
       throw new ProtocolError('bad_request', error.message);
     }
   }
@@ -598,8 +599,10 @@ export async function ensureArtifacts(
       }
       if (got.fetched)
         logger.info(
-          { model: model.name, version, sha256: got.sha256, bytes: got.bytes },
-          'fleet: fetched a model version from the fleet store (checksum verified)',
+          { model: model.name, version, sha256: got.sha256, bytes: got.bytes, keyId: got.keyId },
+          got.keyId === undefined
+            ? 'fleet: fetched a model version from the fleet store (checksum verified)'
+            : 'fleet: fetched a model version from the fleet store (signature and checksum verified)',
         );
     }
   }

@@ -35,6 +35,7 @@ import {
   withSavedState,
   withSettings,
 } from '../../libs/registry';
+import type { TrustedKeys } from '../../libs/signing';
 import { parseAllowedOrigins } from '../node/admin-auth';
 import type { ControlResponse, NodeStartOptions } from '../node/ipc';
 import { AdminApi, type AdminHost, outcomeResponse, type ReloadRequest, respond } from './admin-api';
@@ -48,6 +49,7 @@ import { NodeSet } from './node-set';
 import type { NodeHeartbeat, NotifyHost, SystemdNotifier } from './notify';
 import { type RolloutAction, RolloutController, type RolloutRouting } from './rollout-controller';
 import { FileRolloutStore, FleetRolloutStore } from './rollout-store';
+import { readTrustedKeys } from './trusted-keys';
 
 export interface SupervisorOptions {
   config: ServerConfig;
@@ -87,6 +89,8 @@ export class Supervisor implements AdminHost, NotifyHost {
   private readonly lastDefaults = new Map<string, string>();
   /** The configuration the processes were started with (fixes what a configuration reload can change). */
   private readonly startedConfig: ServerConfig;
+  /** --trusted-keys as last read: what model versions pulled from the fleet must be signed by. */
+  private trustedKeys: TrustedKeys | undefined;
   /** The configuration a running configuration reload installs once it commits. */
   private pendingConfig:
     | {
@@ -102,6 +106,8 @@ export class Supervisor implements AdminHost, NotifyHost {
     private readonly logger: Logger,
   ) {
     registerProcessMetrics(this.registry, 'streaminfer_supervisor_');
+    // A bad trusted-keys file stops the start here (the CLI exits 2 with the file named).
+    this.readTrustedKeys(options.config, 'start');
     this.currentDefaultModel = options.config.defaultModel;
     this.startedConfig = options.config;
     this.reloadsTotal = new Counter({
@@ -329,6 +335,7 @@ export class Supervisor implements AdminHost, NotifyHost {
         logger: this.logger,
         testHooks: this.options.testHooks,
         registry: this.registry,
+        trustedKeys: () => this.trustedKeys,
       });
       this.member = joined.member;
       table = { ...joined.record.table, settings: initial.settings };
@@ -603,9 +610,6 @@ export class Supervisor implements AdminHost, NotifyHost {
     reason: string,
     strategy?: ReloadStrategy,
   ): Promise<ReloadOutcome> {
-    // Refused before anything is staged: the pending configuration belongs to the reload that runs next.
-    const running = this.coordinator!.current;
-    if (running) throw new ReloadBusyError(running);
     const sources = this.options.sources ?? { flags: {}, env: {} };
     let resolved: ReturnType<typeof resolveConfigDetailed>;
     try {
@@ -615,11 +619,17 @@ export class Supervisor implements AdminHost, NotifyHost {
         ...(file !== undefined ? { file } : {}),
         ...(filePath !== undefined ? { filePath } : {}),
       });
+      // The trusted keys are this host's, not the fleet table's: they rotate at once, even when the reload that
+      // follows is refused (busy) or fails elsewhere in the fleet.
+      this.readTrustedKeys(resolved.config, reason);
     } catch (error) {
       const message = error instanceof ConfigError ? error.message : (error as Error).message;
       this.logger.error({ reason, err: message }, 'configuration rejected; still serving the previous one');
       throw new ProtocolError('bad_request', message);
     }
+    // Refused before anything is staged: the pending configuration belongs to the reload that runs next.
+    const running = this.coordinator!.current;
+    if (running) throw new ReloadBusyError(running);
     for (const warning of resolved.warnings) this.logger.warn({ reason }, warning);
     const change = planConfigChange(this.options.config, resolved.config, this.startedConfig);
     const explicit: ExplicitBatch = {
@@ -650,6 +660,27 @@ export class Supervisor implements AdminHost, NotifyHost {
     } finally {
       this.pendingConfig = undefined;
     }
+  }
+
+  /** Reads `config.trustedKeysFile` (throws SigningKeyError naming it; the keys held stay) and logs what it holds. */
+  private readTrustedKeys(config: ServerConfig, reason: string): void {
+    const file = config.trustedKeysFile;
+    if (file === undefined) {
+      if (this.trustedKeys !== undefined)
+        this.logger.warn(
+          { reason },
+          'fleet: trusted keys unset; pulled artifacts are checked by checksum only',
+        );
+      this.trustedKeys = undefined;
+      return;
+    }
+    this.trustedKeys = readTrustedKeys(file);
+    this.logger.info({ reason, file, keys: [...this.trustedKeys.keys()] }, 'fleet: trusted keys read');
+    if (config.cluster === undefined)
+      this.logger.warn(
+        { file },
+        'trusted keys are set but this host is not in a fleet (--cluster): nothing is pulled',
+      );
   }
 
   /** reloadConfig as the API answers it (SIGHUP uses it too). */

@@ -32,6 +32,7 @@ export const LIVE_SETTINGS: ReadonlySet<SettingKey> = new Set<SettingKey>([
   'shutdownTimeoutMs',
   'reloadStepTimeoutMs',
   'logLevel',
+  'trustedKeysFile',
 ]);
 
 const MIB = 1024 * 1024;

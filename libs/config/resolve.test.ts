@@ -53,6 +53,7 @@ const ENV: Record<SettingKey, string> = {
   fleet: 'STREAMINFER_FLEET',
   hostId: 'STREAMINFER_HOST_ID',
   advertiseUrl: 'STREAMINFER_ADVERTISE_URL',
+  trustedKeysFile: 'STREAMINFER_TRUSTED_KEYS',
 };
 
 describe('defaults', () => {
@@ -99,6 +100,7 @@ describe('defaults', () => {
       fleet: 'default',
       hostId: undefined,
       advertiseUrl: undefined,
+      trustedKeysFile: undefined,
     });
     expect(Object.isFrozen(DEFAULTS)).toBe(true);
     expect(resolveConfig({})).toEqual(DEFAULTS);
@@ -200,6 +202,7 @@ const LAYERS: {
     'https://a.example:443',
     'http://b:8000/',
   ],
+  trustedKeysFile: ['/etc/si/keys.pem', 'keys.pem', './k.pem', '/etc/si/keys.pem', 'keys.pem', './k.pem'],
 };
 
 describe('precedence: flags > env > file > defaults', () => {
@@ -419,6 +422,7 @@ describe('validation', () => {
     ['hostId', 'h*'],
     ['advertiseUrl', 'ftp://x'],
     ['advertiseUrl', '10.0.0.1:8000'],
+    ['trustedKeysFile', ''],
   ];
 
   it.each(INVALID)('rejects %s = %j', (key, value) => {

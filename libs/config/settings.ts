@@ -89,6 +89,8 @@ export interface ServerConfig {
   hostId: string | undefined;
   /** How other hosts and operators reach this host; unset: http://<host, or the hostname>:<port>. */
   advertiseUrl: string | undefined;
+  /** PEM file of Ed25519 public keys model artifacts pulled from the fleet must be signed by; unset: checksum only. */
+  trustedKeysFile: string | undefined;
 }
 
 /** Keys that can be set (everything but derived values). */
@@ -448,6 +450,14 @@ export const SETTINGS: { readonly [K in SettingKey]: SettingSpec<ServerConfig[K]
     help: 'how other hosts and operators reach this host (the fleet view lists it)',
     expected: 'an http:// or https:// URL',
     parse: text(HTTP_URL, 4096),
+  },
+  trustedKeysFile: {
+    env: 'STREAMINFER_TRUSTED_KEYS',
+    default: undefined,
+    defaultText: 'unset (artifacts pulled from the fleet are checked by checksum only)',
+    help: 'PEM file of Ed25519 public keys: a model version pulled from the fleet must be signed by one (re-read on SIGHUP)',
+    expected: 'a file path',
+    parse: text(PATH_TEXT, 4096),
   },
 };
 

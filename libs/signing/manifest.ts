@@ -43,7 +43,9 @@ export const REFUSAL_REASONS = Object.freeze([
 ] as const);
 export type RefusalReason = (typeof REFUSAL_REASONS)[number];
 
-export type Verdict = { ok: true; manifest: ArtifactManifest } | { ok: false; reason: RefusalReason; detail: string };
+export type Verdict =
+  | { ok: true; manifest: ArtifactManifest }
+  | { ok: false; reason: RefusalReason; detail: string };
 
 /** A key file that is not what it must be; the message names the file, never its content. */
 export class SigningKeyError extends Error {
@@ -59,6 +61,8 @@ export type TrustedKeys = ReadonlyMap<string, KeyObject>;
 const SHA256_HEX = /^[0-9a-f]{64}$/;
 const KEY_ID = /^[0-9a-f]{16}$/;
 const FILE_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
+// Fleet, model and version names (a fleet may start with _ or -).
+const NAME = /^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$/;
 const MAX_MANIFEST_CHARS = 64 * 1024;
 const PEM_BLOCK = /-----BEGIN ([A-Z0-9 ]+)-----[\s\S]*?-----END \1-----/g;
 
@@ -81,8 +85,9 @@ function manifestProblem(manifest: unknown): string | undefined {
   if (keys !== 'files,fleet,format,model,version') return `fields are ${keys}`;
   if (m.format !== MANIFEST_FORMAT) return `format ${String(m.format)} is not ${MANIFEST_FORMAT}`;
   for (const key of ['fleet', 'model', 'version'] as const)
-    if (typeof m[key] !== 'string' || !FILE_NAME.test(m[key] as string)) return `${key} is not a name`;
-  if (typeof m.files !== 'object' || m.files === null || Array.isArray(m.files)) return 'files is not an object';
+    if (typeof m[key] !== 'string' || !NAME.test(m[key] as string)) return `${key} is not a name`;
+  if (typeof m.files !== 'object' || m.files === null || Array.isArray(m.files))
+    return 'files is not an object';
   const files = Object.entries(m.files as Record<string, unknown>);
   if (files.length === 0) return 'files is empty';
   for (const [name, file] of files) {
@@ -91,7 +96,8 @@ function manifestProblem(manifest: unknown): string | undefined {
     if (typeof f !== 'object' || f === null || Object.keys(f).sort().join(',') !== 'bytes,sha256')
       return `file ${name} is not {sha256, bytes}`;
     if (typeof f.sha256 !== 'string' || !SHA256_HEX.test(f.sha256)) return `file ${name}: sha256 is not hex`;
-    if (!Number.isSafeInteger(f.bytes) || (f.bytes as number) < 0) return `file ${name}: bytes is not a count`;
+    if (!Number.isSafeInteger(f.bytes) || (f.bytes as number) < 0)
+      return `file ${name}: bytes is not a count`;
   }
   return undefined;
 }
@@ -167,7 +173,8 @@ export function parseTrustedKeys(pem: string, source: string): TrustedKeys {
       throw new SigningKeyError(`${source}: public key ${index} is ${key.asymmetricKeyType}, not Ed25519`);
     keys.set(keyIdOf(key), key);
   }
-  if (keys.size === 0) throw new SigningKeyError(`${source}: no PEM public key ("-----BEGIN PUBLIC KEY-----")`);
+  if (keys.size === 0)
+    throw new SigningKeyError(`${source}: no PEM public key ("-----BEGIN PUBLIC KEY-----")`);
   return keys;
 }
 
@@ -206,9 +213,14 @@ export function verifyManifest(
     valid = false;
   }
   if (!valid)
-    return { ok: false, reason: 'bad_signature', detail: `the signature does not verify with key ${signed.keyId}` };
+    return {
+      ok: false,
+      reason: 'bad_signature',
+      detail: `the signature does not verify with key ${signed.keyId}`,
+    };
   const manifest = parseManifest(signed.manifest);
-  if (typeof manifest === 'string') return { ok: false, reason: 'bad_manifest', detail: `the manifest is ${manifest}` };
+  if (typeof manifest === 'string')
+    return { ok: false, reason: 'bad_manifest', detail: `the manifest is ${manifest}` };
   for (const key of ['fleet', 'model', 'version'] as const)
     if (manifest[key] !== expected[key])
       return {

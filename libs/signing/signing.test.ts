@@ -43,7 +43,13 @@ describe('canonical manifest', () => {
     expect(text).toBe(
       `{"files":{"config.json":{"bytes":200,"sha256":"${'b'.repeat(64)}"},"model.onnx":{"bytes":1000,"sha256":"${'a'.repeat(64)}"}},"fleet":"blue","format":1,"model":"digits","version":"3"}`,
     );
-    const reordered = { version: '3', model: 'digits', fleet: 'blue', format: 1 as const, files: manifest().files };
+    const reordered = {
+      version: '3',
+      model: 'digits',
+      fleet: 'blue',
+      format: 1 as const,
+      files: manifest().files,
+    };
     expect(canonicalManifest(reordered)).toBe(text);
     expect(parseManifest(text)).toEqual(manifest());
     // The same meaning in another spelling is refused: a signature covers exactly one text.
@@ -147,7 +153,10 @@ describe('key files', () => {
       ['', /keys\.pem: no PEM public key/],
       [privatePem, /keys\.pem: block 1 is a private key/],
       [publicKeyPem(rsa), /keys\.pem: public key 1 is rsa, not Ed25519/],
-      ['-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n', /keys\.pem: public key 1 cannot be read/],
+      [
+        '-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n',
+        /keys\.pem: public key 1 cannot be read/,
+      ],
     ];
     for (const [text, message] of cases) {
       let error: unknown;

@@ -11,7 +11,16 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { Objm } from '@nats-io/obj';
 import { type ClusterConnection, connectCluster } from '../../apps/supervisor/cluster';
-import { admin, type FleetHost, health, pixels, startFleetHost, stopHost, waitFor } from './fleet-kit';
+import {
+  admin,
+  FLEET_TOKEN,
+  type FleetHost,
+  health,
+  pixels,
+  startFleetHost,
+  stopHost,
+  waitFor,
+} from './fleet-kit';
 import { MODELS_DIR, runCliToExit, WsClient } from './harness';
 import { createFleetNet, type FleetNet } from './netns-kit';
 
@@ -83,6 +92,15 @@ async function refusedEverywhere(version: string, reason: RegExp): Promise<void>
   }
 }
 
+/** One sample of the host's /metrics. */
+async function metric(host: FleetHost, series: string): Promise<number | undefined> {
+  const response = await fetch(`${host.url}/metrics`, {
+    headers: { authorization: `Bearer ${FLEET_TOKEN}` },
+  });
+  const line = (await response.text()).split('\n').find((l) => l.startsWith(`${series} `));
+  return line === undefined ? undefined : Number(line.slice(series.length + 1));
+}
+
 /** SIGHUP to every host, one after the other, each once it logged the trusted keys it now holds. */
 async function rotate(pubs: string[], ids: string[]): Promise<void> {
   writeFileSync(trustedFile, pubs.map((pub) => readFileSync(pub, 'utf8')).join('\n'));
@@ -132,7 +150,8 @@ afterAll(async () => {
   await Promise.all(hosts.map((host) => stopHost(host)));
   await nats?.close();
   await net?.destroy();
-  rmSync(dir, { recursive: true, force: true });
+  for (const left of [dir, ...hosts.map((host) => host.modelsDir)])
+    rmSync(left, { recursive: true, force: true });
 });
 
 describe('signed model artifacts in a fleet', () => {
@@ -143,12 +162,17 @@ describe('signed model artifacts in a fleet', () => {
     const candidate = await admin(hosts[0]!.url, 'POST', '/api/models/digits/candidate', { version: '3' });
     expect(candidate.status).toBe(200);
     await waitFor(
-      async () => (await Promise.all(hosts.map((h) => health(h.url)))).every((a) => a?.body.epoch === candidate.body.epoch),
+      async () =>
+        (await Promise.all(hosts.map((h) => health(h.url)))).every(
+          (a) => a?.body.epoch === candidate.body.epoch,
+        ),
       20_000,
       () => 'hosts did not reach the candidate epoch',
     );
     for (const host of hosts) {
-      expect(sha256(readFileSync(path.join(host.modelsDir, 'digits', '3', 'model.onnx')))).toBe(pushed.sha256);
+      expect(sha256(readFileSync(path.join(host.modelsDir, 'digits', '3', 'model.onnx')))).toBe(
+        pushed.sha256,
+      );
       expect(await versionServed(host, '3')).toBe('3');
     }
   });
@@ -158,7 +182,10 @@ describe('signed model artifacts in a fleet', () => {
     // A NATS writer puts other bytes (version 1's model) under the signed object, keeping its metadata.
     const store = await new Objm(nats.js).open(nats.names.modelsBucket);
     const info = await store.info('digits/7/model.onnx');
-    await store.putBlob({ name: 'digits/7/model.onnx', ...(info?.metadata ? { metadata: info.metadata } : {}) }, V1_BYTES);
+    await store.putBlob(
+      { name: 'digits/7/model.onnx', ...(info?.metadata ? { metadata: info.metadata } : {}) },
+      V1_BYTES,
+    );
     await refusedEverywhere('7', /tampered: model\.onnx is \d+ bytes with sha256 [0-9a-f]{64}; signed were/);
   });
 
@@ -172,6 +199,29 @@ describe('signed model artifacts in a fleet', () => {
     const signed = await store.info('digits/3/model.onnx');
     await store.putBlob({ name: 'digits/6/model.onnx', metadata: signed!.metadata! }, V2_BYTES);
     await refusedEverywhere('6', /wrong_artifact: it was signed for fleet \S+, model digits, version 3/);
+    for (const host of hosts) {
+      expect(await metric(host, 'streaminfer_fleet_artifacts_refused_total{reason="unsigned"}')).toBe(1);
+      expect(await metric(host, 'streaminfer_fleet_artifacts_refused_total{reason="untrusted_key"}')).toBe(1);
+      expect(await metric(host, 'streaminfer_fleet_trusted_keys')).toBe(1);
+    }
+  });
+
+  test('a version already in a host’s own repository is not pulled there; a host that must pull it refuses it in PREPARE', async () => {
+    // The operator put version 10 into host 0's repository; the store holds it unsigned.
+    cpSync(path.join(MODELS_DIR, 'digits', '2'), path.join(hosts[0]!.modelsDir, 'digits', '10'), {
+      recursive: true,
+    });
+    await push('10');
+    const before = await revision();
+    const answer = await admin(hosts[0]!.url, 'POST', '/api/models/digits/candidate', { version: '10' });
+    expect(answer.status).toBeGreaterThanOrEqual(400);
+    expect(answer.body.message).toMatch(
+      /prepare failed, nothing changed: host h1: model digits version 10 refused: unsigned/,
+    );
+    expect(answer.body.message).not.toMatch(/host h0/);
+    expect(await revision()).toBe(before);
+    expect(existsSync(path.join(hosts[1]!.modelsDir, 'digits', '10'))).toBe(false);
+    for (const host of hosts) expect(await versionServed(host, '3')).toBe('3');
   });
 
   test('key rotation on SIGHUP: the new key is trusted once added, the old one refused once removed', async () => {
@@ -204,7 +254,9 @@ describe('signed model artifacts in a fleet', () => {
     for (const host of hosts) {
       const answer = await admin(host.url, 'POST', '/api/models/digits/candidate', { version: '9' });
       expect(answer.status).toBeGreaterThanOrEqual(400);
-      expect(answer.body.message).toMatch(`model digits version 9 refused: untrusted_key: signed by key ${a}`);
+      expect(answer.body.message).toMatch(
+        `model digits version 9 refused: untrusted_key: signed by key ${a}`,
+      );
     }
     expect(await revision()).toBe(before);
     for (const host of hosts) expect(await versionServed(host, '8')).toBe('8');

@@ -5,8 +5,16 @@
  * also accepts hex after the prefix, so both are read here). This module speaks lowercase hex SHA-256.
  * A fetched file is written beside its target, hashed as it is written, and renamed into place only when its
  * hash is the store's digest: a host never loads a half-written or corrupted model.
+ *
+ * Signed artifacts (issue 25): `push` with a signing key puts the version's signed manifest (libs/signing: fleet,
+ * model, version, sha256 and size of model.onnx and config.json) in model.onnx's object metadata, written in the
+ * same meta record as the digest, and a copy of config.json at `<model>/<version>/config.json` (the model-level
+ * one is replaced by every push of any version). A host with trusted keys verifies what it pulls before it is
+ * renamed into place: the signature by a trusted key, the manifest naming this fleet, model and version, and the
+ * bytes matching its digests; else ArtifactRefusedError. The trust boundary is NATS: bytes already in the host's
+ * repository (put there by the operator, or pulled and verified before) are not re-verified.
  */
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash, type KeyObject, randomBytes } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
 import { mkdir, readFile, rename, rm, stat } from 'node:fs/promises';
 import * as path from 'node:path';
@@ -14,6 +22,15 @@ import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { type ObjectInfo, type ObjectStore, Objm } from '@nats-io/obj';
+import {
+  type ArtifactManifest,
+  checkFile,
+  type ManifestSignature,
+  type RefusalReason,
+  signManifest,
+  type TrustedKeys,
+  verifyManifest,
+} from '../../../libs/signing';
 import type { ClusterConnection } from './connection';
 import { ClusterError } from './errors';
 
@@ -44,6 +61,43 @@ export function modelObject(model: string, version: string): string {
   return `${requireName('model', model)}/${requireName('version', version)}/model.onnx`;
 }
 
+/** The config.json a version was pushed (and signed) with. */
+export function versionConfigObject(model: string, version: string): string {
+  return `${requireName('model', model)}/${requireName('version', version)}/config.json`;
+}
+
+// model.onnx's object metadata: the signed manifest, its signature (base64) and the signer's key id.
+const META_MANIFEST = 'streaminfer-manifest';
+const META_SIGNATURE = 'streaminfer-signature';
+const META_KEY_ID = 'streaminfer-key-id';
+
+function signatureOf(info: ObjectInfo): ManifestSignature | undefined {
+  const meta = info.metadata ?? {};
+  const [manifest, signature, keyId] = [meta[META_MANIFEST], meta[META_SIGNATURE], meta[META_KEY_ID]];
+  if (manifest === undefined && signature === undefined && keyId === undefined) return undefined;
+  return { manifest: manifest ?? '', signature: signature ?? '', keyId: keyId ?? '' };
+}
+
+/** A pulled version that is not signed as it must be: refused by name, nothing written. */
+export class ArtifactRefusedError extends ClusterError {
+  constructor(
+    readonly model: string,
+    readonly version: string,
+    readonly reason: RefusalReason,
+    readonly detail: string,
+  ) {
+    super('artifact_refused', `model ${model} version ${version} refused: ${reason}: ${detail}`);
+  }
+}
+
+/** What a host checks pulled artifacts against. */
+export interface ArtifactTrust {
+  /** The keys a pulled version must be signed by, read now (they rotate); undefined: checksum only. */
+  keys(): TrustedKeys | undefined;
+  /** Told of every refusal before it is thrown (the log line and the metric). */
+  refused?(error: ArtifactRefusedError): void;
+}
+
 export async function fileSha256(file: string): Promise<string> {
   const hash = createHash('sha256');
   await pipeline(createReadStream(file), hash);
@@ -56,6 +110,14 @@ export interface ArtifactDigest {
   bytes: number;
 }
 
+/** A fetched file must also be the one a verified manifest pins. */
+interface Pinned {
+  manifest: ArtifactManifest;
+  file: string;
+  model: string;
+  version: string;
+}
+
 /** ok: the local file is the pushed one. mismatch: it differs. missing: no local file. not_pushed: none in the store. */
 export type LocalVerdict = 'ok' | 'mismatch' | 'missing' | 'not_pushed';
 
@@ -63,29 +125,67 @@ export class ModelArtifacts {
   private constructor(
     private readonly conn: ClusterConnection,
     private readonly store: ObjectStore,
+    private readonly trust: ArtifactTrust | undefined,
   ) {}
 
-  /** Opens the fleet's model store, creating it when missing. */
-  static async open(conn: ClusterConnection): Promise<ModelArtifacts> {
+  /** Opens the fleet's model store, creating it when missing. With `trust`, pulled versions are verified. */
+  static async open(conn: ClusterConnection, trust?: ArtifactTrust): Promise<ModelArtifacts> {
     const bucket = conn.names.modelsBucket;
     const store = await conn.call(`object store ${bucket}`, () => new Objm(conn.js).create(bucket));
-    return new ModelArtifacts(conn, store);
+    return new ModelArtifacts(conn, store, trust);
   }
 
-  /** Uploads config.json and model.onnx (replacing what is there); returns the model's digest. */
-  async push(model: string, version: string, onnxPath: string, configPath: string): Promise<ArtifactDigest> {
+  /**
+   * Uploads config.json and model.onnx (replacing what is there); returns the model's digest. With a signing key
+   * (Ed25519), the version's manifest is signed and stored in model.onnx's metadata; without, none is (a
+   * signature left by an earlier push of the version is replaced with the object).
+   */
+  async push(
+    model: string,
+    version: string,
+    onnxPath: string,
+    configPath: string,
+    signingKey?: KeyObject,
+  ): Promise<ArtifactDigest & { keyId?: string }> {
     const name = modelObject(model, version);
     const config = await readFile(configPath);
     const local = await fileSha256(onnxPath);
+    const size = (await stat(onnxPath)).size;
+    const signed =
+      signingKey &&
+      signManifest(
+        {
+          format: 1,
+          fleet: this.conn.fleet,
+          model,
+          version,
+          files: {
+            'config.json': {
+              sha256: createHash('sha256').update(config).digest('hex'),
+              bytes: config.length,
+            },
+            'model.onnx': { sha256: local, bytes: size },
+          },
+        },
+        signingKey,
+      );
     return this.conn.call(`push ${name}`, async () => {
       await this.store.putBlob({ name: configObject(model) }, config);
+      await this.store.putBlob({ name: versionConfigObject(model, version) }, config);
       const web = Readable.toWeb(createReadStream(onnxPath)) as unknown as ReadableStream<Uint8Array>;
-      const info = await this.store.put({ name }, web);
+      const metadata = signed
+        ? {
+            [META_MANIFEST]: signed.manifest,
+            [META_SIGNATURE]: signed.signature,
+            [META_KEY_ID]: signed.keyId,
+          }
+        : undefined;
+      const info = await this.store.put(metadata ? { name, metadata } : { name }, web);
       const sha256 = digestHex(info.digest);
       // The file changed while it was read (a build still writing it): the store holds neither version.
-      if (sha256 !== local)
+      if (sha256 !== local || info.size !== size)
         throw new ClusterError('checksum_mismatch', `${onnxPath} changed during the upload of ${name}`);
-      return { sha256, bytes: info.size };
+      return { sha256, bytes: info.size, ...(signed ? { keyId: signed.keyId } : {}) };
     });
   }
 
@@ -108,24 +208,57 @@ export class ModelArtifacts {
    * Puts the pushed model at `<modelsDir>/<model>/<version>/model.onnx` (and the model's config.json when the
    * host has none), verified against the store's digest. Already there and identical: nothing is fetched.
    * Not pushed: artifact_missing. Bytes that do not hash to the digest: checksum_mismatch, nothing left behind.
+   * With trusted keys, whatever is pulled is verified first: ArtifactRefusedError, nothing written.
    */
   async fetchInto(
     modelsDir: string,
     model: string,
     version: string,
-  ): Promise<ArtifactDigest & { fetched: boolean }> {
+  ): Promise<ArtifactDigest & { fetched: boolean; keyId?: string }> {
     const name = modelObject(model, version);
     const info = await this.info(name);
     const expected = info ? digestHex(info.digest) : undefined;
     if (!info || expected === undefined)
       throw new ClusterError('artifact_missing', `${name} is not in ${this.conn.names.modelsBucket}`);
     const configFile = path.join(modelsDir, model, 'config.json');
-    if (!(await exists(configFile))) await this.fetchFile(configObject(model), configFile);
     const file = path.join(modelsDir, model, version, 'model.onnx');
-    if ((await exists(file)) && (await fileSha256(file)) === expected)
-      return { sha256: expected, bytes: info.size, fetched: false };
-    const written = await this.fetchFile(name, file);
-    return { ...written, fetched: true };
+    const haveConfig = await exists(configFile);
+    const haveModel = (await exists(file)) && (await fileSha256(file)) === expected;
+    const keys = this.trust?.keys();
+    if (keys === undefined) {
+      if (!haveConfig) await this.fetchFile(configObject(model), configFile);
+      if (haveModel) return { sha256: expected, bytes: info.size, fetched: false };
+      return { ...(await this.fetchFile(name, file)), fetched: true };
+    }
+    // Nothing to pull: the bytes on disk are the host's own (the trust boundary is NATS).
+    if (haveConfig && haveModel) return { sha256: expected, bytes: info.size, fetched: false };
+    const signed = signatureOf(info);
+    const verdict = verifyManifest(signed, { fleet: this.conn.fleet, model, version }, keys);
+    if (!verdict.ok) throw this.refuse(model, version, verdict.reason, verdict.detail);
+    const pin = (file: string): Pinned => ({ manifest: verdict.manifest, file, model, version });
+    // The store's object must be the signed bytes before any of it is read.
+    const stored = checkFile(verdict.manifest, 'model.onnx', { sha256: expected, bytes: info.size });
+    if (!stored.ok) throw this.refuse(model, version, stored.reason, stored.detail);
+    if (!haveConfig) {
+      const configName = versionConfigObject(model, version);
+      if (!(await this.info(configName)))
+        throw this.refuse(model, version, 'tampered', `${configName}, signed with it, is not in the store`);
+      await this.fetchFile(configName, configFile, pin('config.json'));
+    }
+    const keyId = signed!.keyId;
+    if (haveModel) return { sha256: expected, bytes: info.size, fetched: false, keyId };
+    return { ...(await this.fetchFile(name, file, pin('model.onnx'))), fetched: true, keyId };
+  }
+
+  private refuse(
+    model: string,
+    version: string,
+    reason: RefusalReason,
+    detail: string,
+  ): ArtifactRefusedError {
+    const error = new ArtifactRefusedError(model, version, reason, detail);
+    this.trust?.refused?.(error);
+    return error;
   }
 
   private async info(name: string): Promise<ObjectInfo | undefined> {
@@ -134,7 +267,7 @@ export class ModelArtifacts {
   }
 
   /** Streams one object to `target` through a temp file in the same directory, then renames it. */
-  private async fetchFile(name: string, target: string): Promise<ArtifactDigest> {
+  private async fetchFile(name: string, target: string, pinned?: Pinned): Promise<ArtifactDigest> {
     await mkdir(path.dirname(target), { recursive: true });
     const temp = `${target}.${randomBytes(4).toString('hex')}.part`;
     try {
@@ -169,6 +302,10 @@ export class ModelArtifacts {
             'checksum_mismatch',
             `${name}: fetched bytes hash to ${sha256}, the store's digest is ${expected}`,
           );
+        if (pinned) {
+          const check = checkFile(pinned.manifest, pinned.file, { sha256, bytes });
+          if (!check.ok) throw this.refuse(pinned.model, pinned.version, check.reason, check.detail);
+        }
         await rename(temp, target);
         return { sha256, bytes };
       });

@@ -1,6 +1,15 @@
 /** The fleet's NATS JetStream I/O (issue 15, fleet-design.md): registry, heartbeats, lease, steps, artifacts. */
 export type { ArtifactDigest, LocalVerdict } from './artifacts';
-export { configObject, digestHex, fileSha256, ModelArtifacts, modelObject } from './artifacts';
+export {
+  ArtifactRefusedError,
+  type ArtifactTrust,
+  configObject,
+  digestHex,
+  fileSha256,
+  ModelArtifacts,
+  modelObject,
+  versionConfigObject,
+} from './artifacts';
 export type { ClusterOptions, NatsConnection } from './connection';
 export { ClusterConnection, connectCluster, isTransportError } from './connection';
 export type { CoordinatorLeaseOptions, LeaseAcquire, LeaseHolder } from './coordinator-lease';
