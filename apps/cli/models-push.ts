@@ -24,19 +24,25 @@ interface PushFlags {
 /** The Ed25519 private key to sign with; a bad file is a bad option (exit 2), named, its content never shown. */
 function readSigningKey(file: string, fail: (message: string) => never): KeyObject {
   const source = `signing key file ${file}`;
+  let text: string;
+  let mode: number;
   try {
     const stats = statSync(file);
     if (stats.size > 64 * 1024) fail(`${source}: larger than 64 KiB; not a key`);
-    if ((stats.mode & 0o077) !== 0)
-      console.error(`streaminfer models push: warning: ${source} is readable by others (chmod 600 it)`);
-    return parseSigningKey(readFileSync(file, 'utf8'), source);
+    mode = stats.mode;
+    text = readFileSync(file, 'utf8');
   } catch (error) {
-    fail(
-      (error as NodeJS.ErrnoException).code
-        ? `${source}: ${(error as NodeJS.ErrnoException).code}`
-        : (error as Error).message,
-    );
+    fail(`${source}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
   }
+  let key: KeyObject;
+  try {
+    key = parseSigningKey(text, source);
+  } catch (error) {
+    fail((error as Error).message);
+  }
+  if ((mode & 0o077) !== 0)
+    console.error(`streaminfer models push: warning: ${source} is readable by others (chmod 600 it)`);
+  return key;
 }
 
 export function registerModelsPush(models: Command, fail: (message: string) => never): void {

@@ -6,7 +6,7 @@
  * the reason, and the hosts keep serving what they had; the trusted keys rotate on SIGHUP.
  */
 import { createHash, generateKeyPairSync, randomBytes } from 'node:crypto';
-import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { Objm } from '@nats-io/obj';
@@ -130,14 +130,12 @@ async function rotate(pubs: string[], ids: string[]): Promise<void> {
 
 beforeAll(async () => {
   cpSync(path.join(MODELS_DIR, 'digits'), path.join(operator, 'digits'), { recursive: true });
-  for (const name of ['a', 'b'] as const) {
-    const pair = generateKeyPairSync('ed25519');
-    const key = path.join(dir, `${name}.pem`);
-    writeFileSync(key, pair.privateKey.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600 });
-    const pub = path.join(dir, `${name}.pub`);
-    writeFileSync(pub, pair.publicKey.export({ type: 'spki', format: 'pem' }));
-    keys[name] = { key, pub };
-  }
+  // Key a from node:crypto; key b from `models keygen` (its own test).
+  const pair = generateKeyPairSync('ed25519');
+  keys.a = { key: path.join(dir, 'a.pem'), pub: path.join(dir, 'a.pub') };
+  writeFileSync(keys.a.key, pair.privateKey.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600 });
+  writeFileSync(keys.a.pub, pair.publicKey.export({ type: 'spki', format: 'pem' }));
+  keys.b = { key: path.join(dir, 'b.pem'), pub: path.join(dir, 'b.pem.pub') };
   writeFileSync(trustedFile, readFileSync(keys.a.pub));
   net = await createFleetNet({ hosts: 2, prefix: 'sig', isolation: 'loopback' });
   await net.startNats();
@@ -155,6 +153,25 @@ afterAll(async () => {
 });
 
 describe('signed model artifacts in a fleet', () => {
+  test('models keygen writes a private key (mode 0600) and its public key, and never overwrites them', async () => {
+    const made = await runCliToExit(['models', 'keygen', '--out', keys.b.key, '--json']);
+    expect(made.code).toBe(0);
+    const out = JSON.parse(made.out.trim()) as { privateKey: string; publicKey: string; keyId: string };
+    expect(out).toEqual({
+      privateKey: keys.b.key,
+      publicKey: keys.b.pub,
+      keyId: expect.stringMatching(/^[0-9a-f]{16}$/),
+    });
+    expect(statSync(keys.b.key).mode & 0o777).toBe(0o600);
+    expect(readFileSync(keys.b.key, 'utf8')).toMatch(/^-----BEGIN PRIVATE KEY-----/);
+    expect(readFileSync(keys.b.pub, 'utf8')).toMatch(/^-----BEGIN PUBLIC KEY-----/);
+    const before = readFileSync(keys.b.key, 'utf8');
+    const again = await runCliToExit(['models', 'keygen', '--out', keys.b.key]);
+    expect(again.code).toBe(2);
+    expect(again.out).toContain(`cannot write ${keys.b.key}: EEXIST`);
+    expect(readFileSync(keys.b.key, 'utf8')).toBe(before);
+  });
+
   test('a version signed by a trusted key is fetched, verified and served by every host', async () => {
     const pushed = await push('3', 'a');
     expect(pushed.sha256).toBe(sha256(V2_BYTES));
@@ -260,5 +277,44 @@ describe('signed model artifacts in a fleet', () => {
     }
     expect(await revision()).toBe(before);
     for (const host of hosts) expect(await versionServed(host, '8')).toBe('8');
+
+    // A private key where the public keys belong: the reload is rejected, naming the file; key b stays trusted.
+    writeFileSync(trustedFile, readFileSync(keys.a.key));
+    const seen = hosts[0]!.logs().length;
+    process.kill(hosts[0]!.child.pid!, 'SIGHUP');
+    await waitFor(
+      () => hosts[0]!.logs().slice(seen).includes('"msg":"configuration rejected'),
+      15_000,
+      () => 'no rejection logged',
+    );
+    expect(hosts[0]!.logs().slice(seen)).toContain(
+      `trusted keys file ${trustedFile}: block 1 is a private key`,
+    );
+    await push('11', 'b');
+    const candidate11 = await admin(hosts[0]!.url, 'POST', '/api/models/digits/candidate', { version: '11' });
+    expect(candidate11.status).toBe(200);
+    // No key material in any host's output.
+    const body = (pem: string) => readFileSync(pem, 'utf8').split('\n')[1]!;
+    for (const host of hosts)
+      for (const pem of [keys.a.key, keys.b.key]) expect(host.logs()).not.toContain(body(pem));
+  });
+
+  test('a host whose trusted-keys file is not public keys does not start (exit 2, the file named)', async () => {
+    const started = await runCliToExit(
+      ['serve', '--port', '0', '--cluster', net.natsUrl, '--fleet', FLEET, '--trusted-keys', keys.a.key],
+      STEP_ENV,
+    );
+    expect(started.code).toBe(2);
+    expect(started.out).toContain(`streaminfer: trusted keys file ${keys.a.key}: block 1 is a private key`);
+    expect(started.out).not.toContain(readFileSync(keys.a.key, 'utf8').split('\n')[1]!);
+    const missing = await runCliToExit([
+      'serve',
+      '--port',
+      '0',
+      '--trusted-keys',
+      path.join(dir, 'none.pem'),
+    ]);
+    expect(missing.code).toBe(2);
+    expect(missing.out).toContain(`trusted keys file ${path.join(dir, 'none.pem')}: ENOENT`);
   });
 });
