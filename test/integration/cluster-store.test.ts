@@ -4,7 +4,7 @@
  * for the watch resume and the fail-fast while NATS is down.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import * as os from 'node:os';
@@ -12,6 +12,7 @@ import * as path from 'node:path';
 import { Kvm } from '@nats-io/kv';
 import { Objm } from '@nats-io/obj';
 import {
+  ArtifactRefusedError,
   type ClusterConnection,
   ClusterError,
   CoordinatorLease,
@@ -25,6 +26,7 @@ import {
   RegistryStore,
   serveHostSteps,
 } from '../../apps/supervisor/cluster';
+import { keyIdOf } from '../../libs/signing';
 
 const NATS_URL = process.env['STREAMINFER_TEST_NATS'] ?? 'nats://127.0.0.1:4222';
 const NATS_SERVER = process.env['STREAMINFER_TEST_NATS_SERVER'] ?? '/usr/sbin/nats-server';
@@ -363,6 +365,48 @@ describe('model artifacts', () => {
     const mismatch = await errorOf(artifacts.fetchInto(fresh, 'digits', '2'));
     expect(mismatch.code).toBe('checksum_mismatch');
     expect(readdirSync(path.join(fresh, 'digits/2'))).toEqual([]);
+  });
+});
+
+describe('signed model artifacts', () => {
+  it('a fresh host pulls a signed version and its signed config.json; a replaced config.json is refused, nothing written', async () => {
+    const fleet = newFleet();
+    const conn = await open(fleet);
+    const signer = generateKeyPairSync('ed25519');
+    const trusted = new Map([[keyIdOf(signer.publicKey), signer.publicKey]]);
+    const refused: ArtifactRefusedError[] = [];
+    const pusher = await ModelArtifacts.open(conn);
+    const host = await ModelArtifacts.open(conn, { keys: () => trusted, refused: (e) => refused.push(e) });
+    const src = tempDir('cluster-src-');
+    const onnx = path.join(src, 'model.onnx');
+    const config = path.join(src, 'config.json');
+    writeFileSync(onnx, randomBytes(200_000));
+    writeFileSync(config, JSON.stringify({ name: 'digits' }));
+    const pushed = await pusher.push('digits', '2', onnx, config, signer.privateKey);
+    expect(pushed.keyId).toBe(keyIdOf(signer.publicKey));
+    const dir = tempDir('cluster-models-');
+    expect(await host.fetchInto(dir, 'digits', '2')).toMatchObject({ fetched: true, keyId: pushed.keyId });
+    expect(readFileSync(path.join(dir, 'digits/config.json'), 'utf8')).toBe(readFileSync(config, 'utf8'));
+
+    // A NATS writer replaces the config.json signed with version 2: a host without one refuses the version.
+    const store = await new Objm(conn.js).open(conn.names.modelsBucket);
+    await store.putBlob(
+      { name: 'digits/2/config.json' },
+      new TextEncoder().encode('{"name":"digits","x":1}'),
+    );
+    const fresh = tempDir('cluster-models-');
+    const error = await errorOf(host.fetchInto(fresh, 'digits', '2'));
+    expect(error).toBeInstanceOf(ArtifactRefusedError);
+    expect(error.message).toMatch(/^model digits version 2 refused: tampered: config\.json is 23 bytes/);
+    expect(refused.map((e) => e.reason)).toEqual(['tampered']);
+    expect(readdirSync(path.join(fresh, 'digits'))).toEqual([]);
+    // A host that has a config.json of its own (its repository) pulls only the model, which verifies.
+    writeFileSync(path.join(fresh, 'digits', 'config.json'), '{"name":"digits"}');
+    expect(await host.fetchInto(fresh, 'digits', '2')).toMatchObject({ fetched: true });
+    // Without trusted keys: the checksum only, as before.
+    const unverified = tempDir('cluster-models-');
+    expect(await pusher.fetchInto(unverified, 'digits', '2')).toMatchObject({ fetched: true });
+    expect(await pusher.fetchInto(unverified, 'digits', '2')).not.toHaveProperty('keyId');
   });
 });
 
