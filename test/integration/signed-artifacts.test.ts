@@ -119,13 +119,21 @@ async function rotate(pubs: string[], ids: string[]): Promise<void> {
       15_000,
       () => `host ${host.id} did not re-read its trusted keys:\n${host.logs().slice(seen).slice(-2000)}`,
     );
-    // The configuration reload rides on a fleet change: the next host's waits for it to end.
+    // The configuration reload rides on a fleet change (the keys are read either way): it ends before the next.
     await waitFor(
-      () => /"msg":"(reload committed|reload failed|configuration rejected)/.test(host.logs().slice(seen)),
+      () =>
+        /"msg":"(reload committed|reload failed|configuration rejected|SIGHUP refused)/.test(
+          host.logs().slice(seen),
+        ),
       15_000,
       () => `host ${host.id}: no reload outcome after SIGHUP`,
     );
   }
+  await waitFor(
+    async () => (await admin(hosts[0]!.url, 'GET', '/api/fleet')).body.coordinator === null,
+    15_000,
+    () => 'a fleet change still runs after the SIGHUPs',
+  );
 }
 
 beforeAll(async () => {
