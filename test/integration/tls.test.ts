@@ -61,6 +61,13 @@ function peerFingerprint(port: number): Promise<string> {
   });
 }
 
+/** The fingerprints `count` new connections are given (two nodes share the port: several, to reach both). */
+async function fingerprintsSeen(port: number, count = 6): Promise<Set<string>> {
+  const seen = new Set<string>();
+  for (let i = 0; i < count; i++) seen.add(await peerFingerprint(port));
+  return seen;
+}
+
 /** How many configuration reloads the supervisor has logged as committed. */
 function reloadsLogged(server: ServerHandle): number {
   return server
@@ -93,7 +100,7 @@ describe('TLS on the data port', () => {
     server = await startServer({
       models: ['echo'],
       tls: true,
-      args: ['--tls-cert', live.cert, '--tls-key', live.key],
+      args: ['--nodes', '2', '--tls-cert', live.cert, '--tls-key', live.key],
     });
   });
   afterAll(async () => {
@@ -143,7 +150,7 @@ describe('TLS on the data port', () => {
     expect(await old.request({ id: 'before', model: 'echo', input: [1] })).toMatchObject({ result: [1] });
     const second = kit.issue('second', ca, { certPath: live.cert, keyPath: live.key });
     await sighupAndWait(server);
-    expect(await peerFingerprint(server.port)).toBe(fingerprintOf(second.cert));
+    expect(await fingerprintsSeen(server.port)).toEqual(new Set([fingerprintOf(second.cert)]));
     expect(fingerprintOf(second.cert)).not.toBe(fingerprintOf(first.cert));
     // The connection made before the swap is still served, several times over.
     for (let i = 0; i < 3; i++)
@@ -157,13 +164,29 @@ describe('TLS on the data port', () => {
     fresh.close();
   });
 
+  it('takes new files on a rolling `reload --config`, the CLI over https trusting the CA through NODE_EXTRA_CA_CERTS', async () => {
+    const third = kit.issue('third', ca, { certPath: live.cert, keyPath: live.key });
+    const configFile = path.join(kit.dir, 'reload.json');
+    writeFileSync(configFile, '{}\n');
+    const reload = ['reload', '--config', configFile, '--strategy', 'rolling', '--url', server.url, '--json'];
+    const untrusted = await runCliToExit(reload);
+    expect(untrusted.code).not.toBe(0);
+    expect(untrusted.out).toContain('set NODE_EXTRA_CA_CERTS');
+    const trusted = await runCliToExit(reload, { NODE_EXTRA_CA_CERTS: ca.cert });
+    expect(trusted.code).toBe(0);
+    // Each node stopped listening for its roll and listened again: on the new certificate, every one.
+    expect(await fingerprintsSeen(server.port)).toEqual(new Set([fingerprintOf(third.cert)]));
+    const predict = await httpsCall(`${server.url}/predict`, 'POST', { id: 9, model: 'echo', input: [9] });
+    expect(predict.status).toBe(200);
+  });
+
   it('keeps serving the certificate it has when the swapped files do not pass, and says so', async () => {
     const serving = await peerFingerprint(server.port);
     const stray = kit.issue('stray', ca);
     // A certificate whose key is not the one on disk: the pair does not match.
     copyFileSync(stray.cert, live.cert);
     await sighupAndWait(server);
-    expect(await peerFingerprint(server.port)).toBe(serving);
+    expect(await fingerprintsSeen(server.port)).toEqual(new Set([serving]));
     expect(server.logs()).toMatch(/TLS certificate not reloaded: invalid tlsKey file .*does not match/);
     const predict = await httpsCall(`${server.url}/predict`, 'POST', { id: 8, model: 'echo', input: [5] });
     expect(predict.status).toBe(200);
