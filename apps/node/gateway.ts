@@ -86,7 +86,7 @@ export class Gateway implements RoomsTransport {
   private tls: NodeTls | undefined;
   /**
    * Apps replaced by a certificate reload: their listen sockets are closed, their open connections still
-   * served. Kept referenced for as long as the node lives (one per reload, a few KiB each).
+   * served. Kept referenced for as long as the node lives (one per certificate reload).
    */
   private readonly retiredApps: uWS.TemplatedApp[] = [];
   private listenSocket: uWS.us_listen_socket | undefined;
@@ -165,7 +165,10 @@ export class Gateway implements RoomsTransport {
     }
   }
 
-  /** A plain app, or a TLS one on the given files (client certificates verified with clientCaFile), with every route. */
+  /**
+   * A plain app, or a TLS one on the given files, with every route. With clientCaFile a presented client
+   * certificate is verified against it at the handshake (uSockets cannot require one, see README TLS).
+   */
   private makeApp(tls: NodeTls | undefined): uWS.TemplatedApp {
     const app = tls
       ? uWS.SSLApp({
