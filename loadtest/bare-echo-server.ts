@@ -3,7 +3,8 @@
  * parses each JSON request and answers at once with a response of the same shape the real
  * server sends: `{"id","model","version":"1","result":<input>,"latency_ms":0}`.
  *
- *   node dist/loadtest/bare-echo-server.js [port]      (port 0 / absent = any free port)
+ *   node dist/loadtest/bare-echo-server.js [port] [cert.pem key.pem]
+ *                                      (port 0 / absent = any free port; cert and key: TLS, uWS SSLApp)
  *
  * Reports `{type:'listening', port}` over IPC when forked, and prints `LISTENING <port>` on
  * stdout. `GET /health` answers 200. SIGTERM/SIGINT close the listen socket and exit.
@@ -18,12 +19,15 @@ export function uwsIsNative(): boolean {
 
 const decoder = new TextDecoder();
 
-export function startBareEcho(port: number, onListen: (port: number) => void): () => void {
+export function startBareEcho(
+  port: number,
+  onListen: (port: number) => void,
+  tls?: { cert: string; key: string },
+): () => void {
   let listenSocket: uWS.us_listen_socket | undefined;
   let connections = 0;
   let served = 0;
-  const app = uWS
-    .App()
+  const app = (tls ? uWS.SSLApp({ cert_file_name: tls.cert, key_file_name: tls.key }) : uWS.App())
     .ws('/ws', {
       compression: uWS.DISABLED,
       maxPayloadLength: 16 * 1024 * 1024,
@@ -89,10 +93,15 @@ if (require.main === module) {
     process.stderr.write(`bare-echo: invalid port ${arg}\n`);
     process.exit(1);
   }
-  const stop = startBareEcho(port, (p) => {
-    process.stdout.write(`LISTENING ${p}\n`);
-    process.send?.({ type: 'listening', port: p });
-  });
+  const [cert, key] = [process.argv[3], process.argv[4]];
+  const stop = startBareEcho(
+    port,
+    (p) => {
+      process.stdout.write(`LISTENING ${p}\n`);
+      process.send?.({ type: 'listening', port: p });
+    },
+    cert && key ? { cert, key } : undefined,
+  );
   const shutdown = (): void => {
     stop();
     process.exit(0);

@@ -7,6 +7,7 @@
 import { type ChildProcess, fork, spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as http from 'node:http';
+import * as https from 'node:https';
 import * as net from 'node:net';
 import * as path from 'node:path';
 
@@ -24,9 +25,9 @@ export interface ServerHandle {
   label: string;
   pid: number;
   port: number;
-  /** http://127.0.0.1:PORT */
+  /** http://127.0.0.1:PORT (https:// with TLS) */
   baseUrl: string;
-  /** ws://127.0.0.1:PORT/ws */
+  /** ws://127.0.0.1:PORT/ws (wss:// with TLS) */
   wsUrl: string;
   /** argv used to start it (for the report) */
   command: string[];
@@ -60,9 +61,11 @@ export interface HttpAnswer {
   headers: http.IncomingHttpHeaders;
 }
 
-export function httpGet(url: string, timeoutMs = 5000): Promise<HttpAnswer> {
+/** `ca`: the PEM CA an https:// server's certificate must chain to. */
+export function httpGet(url: string, timeoutMs = 5000, ca?: Buffer): Promise<HttpAnswer> {
   return new Promise((resolve, reject) => {
-    const req = http.get(url, { agent: false, timeout: timeoutMs }, (res) => {
+    const get = url.startsWith('https:') ? https.get : http.get;
+    const req = get(url, { agent: false, timeout: timeoutMs, ...(ca ? { ca } : {}) }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
       res.on('end', () =>
@@ -261,7 +264,7 @@ function tailForError(err: TailBuffer, out: TailBuffer): string {
 }
 
 /** Poll `GET url` until it answers 200; fail fast if the process exits. */
-async function waitHealthy(url: string, proc: ChildProcess, timeoutMs: number): Promise<void> {
+async function waitHealthy(url: string, proc: ChildProcess, timeoutMs: number, ca?: Buffer): Promise<void> {
   const until = Date.now() + timeoutMs;
   let last = 'no answer yet';
   while (Date.now() < until) {
@@ -271,7 +274,7 @@ async function waitHealthy(url: string, proc: ChildProcess, timeoutMs: number): 
       );
     }
     try {
-      const r = await httpGet(url, 2000);
+      const r = await httpGet(url, 2000, ca);
       if (r.status === 200) return;
       last = `HTTP ${r.status}: ${r.body.slice(0, 200)}`;
     } catch (e) {
@@ -293,6 +296,15 @@ export interface StreamInferOptions {
   /** environment overrides (e.g. STREAMINFER_BATCH_SIZE) */
   env?: Record<string, string>;
   healthTimeoutMs?: number;
+  /** Serve TLS (https, wss) with these PEM files; `ca` is what the health probe trusts. */
+  tls?: TlsFiles;
+}
+
+/** A server's certificate and key, and the CA that signed it (PEM files). */
+export interface TlsFiles {
+  cert: string;
+  key: string;
+  ca: string;
 }
 
 /** Start `node dist/apps/cli/main.js serve ...` and wait for `GET /health` = 200. */
@@ -309,6 +321,7 @@ export async function startStreamInfer(o: StreamInferOptions): Promise<ServerHan
     String(o.nodes ?? 1),
     '--workers',
     String(o.workers ?? 1),
+    ...(o.tls ? ['--tls-cert', o.tls.cert, '--tls-key', o.tls.key] : []),
     ...(o.args ?? []),
   ];
   const env = o.env ?? {};
@@ -323,9 +336,11 @@ export async function startStreamInfer(o: StreamInferOptions): Promise<ServerHan
   const err = new TailBuffer();
   track(proc, out, err, true);
   const stop = makeStop(proc, true);
-  const baseUrl = `http://127.0.0.1:${port}`;
+  const scheme = o.tls ? 's' : '';
+  const baseUrl = `http${scheme}://127.0.0.1:${port}`;
+  const ca = o.tls ? fs.readFileSync(o.tls.ca) : undefined;
   try {
-    await waitHealthy(`${baseUrl}/health`, proc, o.healthTimeoutMs ?? 60_000);
+    await waitHealthy(`${baseUrl}/health`, proc, o.healthTimeoutMs ?? 60_000, ca);
   } catch (e) {
     await stop(3000);
     const msg = e instanceof Error ? e.message : String(e);
@@ -337,7 +352,7 @@ export async function startStreamInfer(o: StreamInferOptions): Promise<ServerHan
     pid: proc.pid!,
     port,
     baseUrl,
-    wsUrl: `ws://127.0.0.1:${port}/ws`,
+    wsUrl: `ws${scheme}://127.0.0.1:${port}/ws`,
     command: ['node', path.relative(o.repoRoot, main), ...args.slice(1)],
     env,
     stdoutTail: () => out.text(),
@@ -354,13 +369,16 @@ export interface BareEchoOptions {
   /** compiled bare-echo-server.js (default: next to this file) */
   script?: string;
   timeoutMs?: number;
+  /** Serve TLS (uWS SSLApp) with these PEM files. */
+  tls?: TlsFiles;
 }
 
 /** Fork the bare uWS echo server and wait until it listens and answers /health. */
 export async function startBareEcho(o: BareEchoOptions = {}): Promise<ServerHandle> {
   const script = o.script ?? path.join(__dirname, 'bare-echo-server.js');
   const port = o.port ?? (await freePort());
-  const proc = fork(script, [String(port)], { stdio: ['ignore', 'pipe', 'pipe', 'ipc'] });
+  const tlsArgs = o.tls ? [o.tls.cert, o.tls.key] : [];
+  const proc = fork(script, [String(port), ...tlsArgs], { stdio: ['ignore', 'pipe', 'pipe', 'ipc'] });
   const out = new TailBuffer();
   const err = new TailBuffer();
   track(proc, out, err, false);
@@ -383,7 +401,8 @@ export async function startBareEcho(o: BareEchoOptions = {}): Promise<ServerHand
         reject(new Error(`bare echo server exited (code ${code})`));
       });
     });
-    await waitHealthy(`http://127.0.0.1:${listening}/health`, proc, timeoutMs);
+    const ca = o.tls ? fs.readFileSync(o.tls.ca) : undefined;
+    await waitHealthy(`http${o.tls ? 's' : ''}://127.0.0.1:${listening}/health`, proc, timeoutMs, ca);
   } catch (e) {
     await stop(2000);
     const msg = e instanceof Error ? e.message : String(e);
@@ -394,9 +413,9 @@ export async function startBareEcho(o: BareEchoOptions = {}): Promise<ServerHand
     label: o.label ?? 'bare uWS echo',
     pid: proc.pid!,
     port,
-    baseUrl: `http://127.0.0.1:${port}`,
-    wsUrl: `ws://127.0.0.1:${port}/ws`,
-    command: ['node', path.relative(process.cwd(), script), String(port)],
+    baseUrl: `http${o.tls ? 's' : ''}://127.0.0.1:${port}`,
+    wsUrl: `ws${o.tls ? 's' : ''}://127.0.0.1:${port}/ws`,
+    command: ['node', path.relative(process.cwd(), script), String(port), ...tlsArgs],
     env: {},
     stdoutTail: () => out.text(),
     stderrTail: () => err.text(),

@@ -1,9 +1,20 @@
-/** Small HTTP client for the CLI's control commands (status, reload, models). */
+/**
+ * Small HTTP client for the CLI's control commands (status, reload, models). `https://` URLs work; a private
+ * CA is trusted through NODE_EXTRA_CA_CERTS, which Node applies to fetch and to ws alike.
+ */
 export interface ClientOptions {
   url: string;
   token?: string;
   timeoutMs?: number;
 }
+
+/** node:tls codes of a server certificate the client does not trust. */
+const TLS_TRUST_CODES = new Set([
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+]);
 
 export class ClientError extends Error {
   constructor(
@@ -35,8 +46,12 @@ export async function callServer(
     // fetch says only "fetch failed"; the reason (ECONNREFUSED, ENOTFOUND, ...) is in its cause.
     const cause = (error as Error).cause as (Error & { code?: string }) | undefined;
     const why = cause?.message || cause?.code;
+    // A server certificate from a private CA: Node trusts it through NODE_EXTRA_CA_CERTS (fetch and ws alike).
+    const hint = TLS_TRUST_CODES.has(cause?.code ?? '')
+      ? '; if the server uses a private CA, set NODE_EXTRA_CA_CERTS to its PEM file'
+      : '';
     throw new ClientError(
-      `cannot reach StreamInfer at ${options.url}: ${(error as Error).message}${why ? ` (${why})` : ''}`,
+      `cannot reach StreamInfer at ${options.url}: ${(error as Error).message}${why ? ` (${why})` : ''}${hint}`,
     );
   }
   const text = await response.text();

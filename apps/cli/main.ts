@@ -4,8 +4,9 @@ import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import { Command, Option } from 'commander';
 import pino from 'pino';
-import { ConfigError, describeSettings, resolveConfig } from '../../libs/config';
+import { ConfigError, describeSettings, resolveConfigDetailed } from '../../libs/config';
 import { assertNativeUws } from '../../libs/inference/uws-check';
+import { type LoadedTls, loadTls } from '../node/tls-files';
 import { SystemdNotifier } from '../supervisor/notify';
 import { Supervisor } from '../supervisor/supervisor';
 import { type BenchModelOptions, benchModel, formatBenchModel } from './bench-model';
@@ -66,6 +67,9 @@ const SERVE_FLAGS: Array<[string, string, string]> = [
   ],
   ['--max-payload-bytes <n>', 'maxPayloadBytes', 'largest WebSocket frame or HTTP body'],
   ['--request-timeout-ms <ms>', 'requestTimeoutMs', 'default request deadline'],
+  ['--tls-cert <file>', 'tlsCert', 'PEM certificate (chain): the data port speaks https and wss'],
+  ['--tls-key <file>', 'tlsKey', 'PEM private key of --tls-cert'],
+  ['--tls-client-ca <file>', 'tlsClientCa', 'PEM CA: verify client certificates against it (mutual TLS)'],
   ['--admin-token <token>', 'adminToken', 'token for /api/* (else loopback only)'],
   ['--admin-allowed-origins <origins>', 'adminAllowedOrigins', 'web origins whose pages may call /api/*'],
   ['--intra-op-threads <n>', 'intraOpThreads', 'ONNX Runtime threads per session'],
@@ -111,16 +115,21 @@ serve
     } catch (error) {
       fail(`cannot read config file ${filePath}: ${(error as Error).message}`);
     }
-    let config: ReturnType<typeof resolveConfig>;
+    let resolved: ReturnType<typeof resolveConfigDetailed>;
+    let tls: LoadedTls | undefined;
     try {
-      config = resolveConfig(
+      resolved = resolveConfigDetailed(
         filePath ? { flags, env: process.env, file, filePath } : { flags, env: process.env },
       );
+      // The certificate files are read and checked before anything forks (a broken one: exit 2, named).
+      tls = loadTls(resolved.config, Date.now(), resolved.origins);
       assertNativeUws();
     } catch (error) {
       fail(error instanceof ConfigError ? error.message : (error as Error).message);
     }
+    const config = resolved.config;
     const logger = pino({ level: config.logLevel, base: { component: 'supervisor', pid: process.pid } });
+    for (const warning of [...resolved.warnings, ...(tls?.warnings ?? [])]) logger.warn(warning);
     // Read (and removed from the environment the nodes inherit) before anything forks.
     const notifier = SystemdNotifier.fromEnv(process.env, logger);
     const explicit = (key: string, env: string): boolean =>
@@ -136,6 +145,7 @@ serve
         testHooks: process.env.STREAMINFER_TEST_HOOKS === '1',
         cores: os.availableParallelism(),
         ...(notifier ? { notifier } : {}),
+        ...(tls ? { tls: tls.tls } : {}),
         // Flags and environment given at start keep winning over the file on every configuration reload.
         sources: filePath ? { flags, env: { ...process.env }, filePath } : { flags, env: { ...process.env } },
       },

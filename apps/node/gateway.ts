@@ -28,6 +28,7 @@ import {
   errorCodeIndex,
   httpStatusOf,
 } from '../../libs/protocol';
+import type { NodeTls } from '../../libs/registry';
 import { sharedClock as clock, type RingBuffer } from '../../libs/ring';
 import type { Admission } from './admission';
 import { Rejection, SHED, UNROUTED_SLOT } from './admission';
@@ -80,7 +81,14 @@ export interface GatewayHooks {
 }
 
 export class Gateway implements RoomsTransport {
-  private readonly app: uWS.TemplatedApp;
+  /** The app taking new connections: plain, or TLS with the certificate last loaded (see useTls). */
+  private app: uWS.TemplatedApp;
+  private tls: NodeTls | undefined;
+  /**
+   * Apps replaced by a certificate reload: their listen sockets are closed, their open connections still
+   * served. Kept referenced for as long as the node lives (one per certificate reload).
+   */
+  private readonly retiredApps: uWS.TemplatedApp[] = [];
   private listenSocket: uWS.us_listen_socket | undefined;
   private listenPort = 0;
   private readonly sockets = new Set<uWS.WebSocket<Connection>>();
@@ -133,8 +141,8 @@ export class Gateway implements RoomsTransport {
     this.admission = rooms.admission;
     this.answers = rooms.answers;
     this.status = rooms.status;
-    this.app = uWS.App();
-    this.routes();
+    this.tls = options.tls;
+    this.app = this.makeApp(options.tls);
   }
 
   wsConnections(): number {
@@ -148,39 +156,71 @@ export class Gateway implements RoomsTransport {
   // ---------------------------------------------------------------- listening
 
   listen(host: string, port: number): Promise<number> {
-    return new Promise((resolve, reject) => {
-      this.app.listen(host, port, (socket) => {
-        if (!socket) {
-          reject(
-            new Error(
-              `could not listen on ${host}:${port} (port in use by a non-reusable socket, or permission denied)`,
-            ),
-          );
-          return;
-        }
-        this.listenSocket = socket;
-        this.listenPort = uWS.us_socket_local_port(socket);
-        resolve(this.listenPort);
-      });
-    });
+    try {
+      this.listenSocket = bind(this.app, host, port);
+      this.listenPort = uWS.us_socket_local_port(this.listenSocket);
+      return Promise.resolve(this.listenPort);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /**
+   * A plain app, or a TLS one on the given files, with every route. With clientCaFile a presented client
+   * certificate is verified against it at the handshake (uSockets cannot require one, see README TLS).
+   */
+  private makeApp(tls: NodeTls | undefined): uWS.TemplatedApp {
+    const app = tls
+      ? uWS.SSLApp({
+          cert_file_name: tls.certFile,
+          key_file_name: tls.keyFile,
+          ...(tls.clientCaFile !== undefined ? { ca_file_name: tls.clientCaFile } : {}),
+        })
+      : uWS.App();
+    this.routes(app);
+    return app;
+  }
+
+  /** The TLS files this node serves now (undefined: plain). */
+  get tlsInUse(): NodeTls | undefined {
+    return this.tls;
+  }
+
+  /**
+   * A certificate reload: a fresh app on the new files, with the same routes, listens on the same port
+   * (SO_REUSEPORT) before the old listen socket closes, so no connection attempt finds the port closed;
+   * connections the old app holds stay open and keep being served, new ones get the new certificate.
+   * While the node does not listen (a roll, a drain, not started yet) only the app is replaced: the next
+   * listen uses it. The caller has checked the files; should the new listen fail, the old app stays.
+   */
+  useTls(tls: NodeTls | undefined): void {
+    const fresh = this.makeApp(tls);
+    const oldSocket = this.listenSocket;
+    if (oldSocket) {
+      this.listenSocket = bind(fresh, this.options.host, this.listenPort);
+      uWS.us_listen_socket_close(oldSocket);
+    }
+    this.retiredApps.push(this.app);
+    this.app = fresh;
+    this.tls = tls;
   }
 
   startAnswering(): void {
     this.answers.start();
   }
 
-  private routes(): void {
+  private routes(app: uWS.TemplatedApp): void {
     const guard = this.guard;
-    this.app.ws<Connection>(
+    app.ws<Connection>(
       '/ws',
       this.wsBehavior('/ws', (ws, message, isBinary) => this.onWsMessage(ws, message, isBinary)),
     );
-    this.app.post(
+    app.post(
       '/predict',
       guard.http('POST /predict', (res, req) => this.onHttpInfer(res, req, undefined, 'POST /predict')),
     );
     for (const pattern of ['/v2/models/:name/infer', '/v2/models/:name/versions/:version/infer'])
-      this.v2Route('post', pattern, (res, req, name, version, route) =>
+      this.v2Route(app, 'post', pattern, (res, req, name, version, route) =>
         this.onHttpInfer(res, req, { model: name, version }, route),
       );
     for (const [pattern, ready] of [
@@ -189,24 +229,24 @@ export class Gateway implements RoomsTransport {
       ['/v2/models/:name/versions/:version', false],
       ['/v2/models/:name/versions/:version/ready', true],
     ] as const) {
-      this.v2Route('get', pattern, (res, _req, name, version) => {
+      this.v2Route(app, 'get', pattern, (res, _req, name, version) => {
         const { status, body } = this.status.v2Model(name, version, ready, this.draining);
         this.replyHttp(res, status, body);
       });
     }
     const serverMetadata = JSON.stringify({ name: 'streaminfer', version: SERVER_VERSION, extensions: [] });
-    this.app.get(
+    app.get(
       '/v2',
       guard.http('GET /v2', (res) => this.replyHttp(res, 200, serverMetadata)),
     );
     const usePost = encodeError(null, 'method_not_allowed', 'use POST /predict');
-    this.app.any(
+    app.any(
       '/predict',
       guard.http('ANY /predict', (res) => this.replyHttp(res, 405, usePost)),
     );
     for (const pattern of ['/health', '/metrics', '/api/*', '/v2/health/*']) {
       const route = `ANY ${pattern}`;
-      this.app.any(
+      app.any(
         pattern,
         guard.http(route, (res, req) =>
           forwardControl(
@@ -222,8 +262,8 @@ export class Gateway implements RoomsTransport {
         ),
       );
     }
-    if (this.options.testHooks) this.testRoutes();
-    this.app.any(
+    if (this.options.testHooks) this.testRoutes(app);
+    app.any(
       '/*',
       guard.http('ANY /*', (res, req) => {
         const path = req.getUrl();
@@ -336,6 +376,7 @@ export class Gateway implements RoomsTransport {
    * one helper, and a malformed escape is `400 bad_request`, never an exception.
    */
   private v2Route(
+    app: uWS.TemplatedApp,
     method: 'get' | 'post',
     pattern: string,
     handler: (
@@ -348,7 +389,7 @@ export class Gateway implements RoomsTransport {
   ): void {
     const route = `${method.toUpperCase()} ${pattern}`;
     const hasVersion = pattern.includes(':version');
-    this.app[method](
+    app[method](
       pattern,
       this.guard.http(route, (res, req) => {
         const name = decodePathSegment(req.getParameter(0));
@@ -372,8 +413,8 @@ export class Gateway implements RoomsTransport {
    * up. `/debug/throw` throws in the route handler (GET) or in the body callback (POST); `/debug/ws` throws
    * on every message.
    */
-  private testRoutes(): void {
-    this.app.any(
+  private testRoutes(app: uWS.TemplatedApp): void {
+    app.any(
       '/debug/throw',
       this.guard.http('ANY /debug/throw', (res, req) => {
         if (req.getMethod() !== 'post') throw new Error('test hook: thrown in a route handler');
@@ -383,7 +424,7 @@ export class Gateway implements RoomsTransport {
         });
       }),
     );
-    this.app.ws<Connection>(
+    app.ws<Connection>(
       '/debug/ws',
       this.wsBehavior('/debug/ws', () => {
         throw new Error('test hook: thrown in a WebSocket message handler');
@@ -662,6 +703,19 @@ export class Gateway implements RoomsTransport {
     }
     this.addressClients.forEachState((client) => client.reconfigure(this.backpressure, now));
   }
+}
+
+/** Listens (uWS calls back at once); throws when the port cannot be bound. */
+function bind(app: uWS.TemplatedApp, host: string, port: number): uWS.us_listen_socket {
+  const bound: { socket?: uWS.us_listen_socket } = {};
+  app.listen(host, port, (socket) => {
+    if (socket) bound.socket = socket;
+  });
+  if (!bound.socket)
+    throw new Error(
+      `could not listen on ${host}:${port} (port in use by a non-reusable socket, or permission denied)`,
+    );
+  return bound.socket;
 }
 
 /** trustedProxies when set; else the deprecated trustForwardedFor (any peer is the one proxy); else no one. */

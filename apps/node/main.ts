@@ -9,11 +9,12 @@ import { Registry } from 'prom-client';
 import { assertNativeUws } from '../../libs/inference/uws-check';
 import { labelledProcessJson, metricsBufferFor, registerProcessMetrics } from '../../libs/metrics';
 import { encodeError, httpStatusOf } from '../../libs/protocol';
-import type { NodeSettings } from '../../libs/registry';
+import type { NodeSettings, NodeTls } from '../../libs/registry';
 import { RingBuffer } from '../../libs/ring';
 import { Gateway } from './gateway';
 import type { ControlResponse, NodeMessage, NodeStartOptions, SupervisorMessage } from './ipc';
 import { ModelTable, nodeSettingsOf } from './table';
+import { reloadTls } from './tls-files';
 import { WorkerThreads } from './worker-threads';
 
 function send(message: NodeMessage): void {
@@ -73,6 +74,8 @@ class NodeProcess {
     this.threads.start();
     const table = new ModelTable(options, this.threads, this.metrics, this.logger);
     this.table = table;
+    // uWS loads certificate files without a word when they are broken: check them here first.
+    if (options.tls) options.tls = this.checkedTls(options.tls);
     this.gateway = new Gateway(options, table, responseRing, this.metrics, this.logger, {
       forwardControl: (request, reply) => {
         const requestId = this.nextControlId++;
@@ -109,10 +112,42 @@ class NodeProcess {
     this.logger.level = settings.logLevel;
     applyToOptions(this.options!, settings);
     this.gateway!.applySettings();
+    this.applyTls(settings.tls);
     await this.table!.applySettings(settings);
     this.appliedSettings = text;
     const admin = { ...settings.admin, ...(settings.admin.token ? { token: '<redacted>' } : {}) };
     this.logger.info({ settings: { ...settings, admin } }, 'settings applied');
+  }
+
+  /** The files re-read and checked (libs/config checkTlsMaterial); its warnings logged. Throws ConfigError. */
+  private checkedTls(tls: NodeTls): NodeTls {
+    const loaded = reloadTls(tls, Date.now());
+    for (const warning of loaded.warnings) this.logger.warn(warning);
+    return loaded.tls;
+  }
+
+  /**
+   * A reload's TLS files, when they differ from those served (other paths, or a file swapped on disk: a new
+   * fingerprint): re-read and checked here, then a fresh listener takes new connections while open ones stay
+   * (Gateway.useTls). A file that does not pass keeps the certificate served now: logged, never fatal.
+   */
+  private applyTls(wanted: NodeTls | undefined): void {
+    const gateway = this.gateway!;
+    if (canonicalJson(wanted) === canonicalJson(gateway.tlsInUse)) return;
+    try {
+      const tls = wanted ? this.checkedTls(wanted) : undefined;
+      gateway.useTls(tls);
+      this.options!.tls = tls;
+      this.logger.info(
+        { certFingerprint: tls?.certFingerprint, clientCa: tls?.clientCaFile },
+        'TLS certificate reloaded: new connections get it, open ones stay',
+      );
+    } catch (error) {
+      this.logger.error(
+        { err: (error as Error).message, certFingerprint: gateway.tlsInUse?.certFingerprint },
+        'TLS certificate not reloaded; still serving the previous one',
+      );
+    }
   }
 
   private failStart(error: Error): void {

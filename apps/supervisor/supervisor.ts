@@ -7,7 +7,7 @@
 import * as path from 'node:path';
 import type { Logger } from 'pino';
 import { Counter, Histogram, Registry } from 'prom-client';
-import type { ServerConfig } from '../../libs/config';
+import type { ConfigChange, ServerConfig, SettingKey } from '../../libs/config';
 import { ConfigError, planConfigChange, resolveConfigDetailed } from '../../libs/config';
 import { defaultIntraOpThreads } from '../../libs/inference';
 import { registerProcessMetrics } from '../../libs/metrics';
@@ -19,6 +19,7 @@ import {
   type ModelEntry,
   type ModelPlan,
   type NodeSettings,
+  type NodeTls,
   type Planned,
   type RegistryAction,
   readModel,
@@ -38,6 +39,7 @@ import {
 import type { TrustedKeys } from '../../libs/signing';
 import { parseAllowedOrigins } from '../node/admin-auth';
 import type { ControlResponse, NodeStartOptions } from '../node/ipc';
+import { loadTls } from '../node/tls-files';
 import { AdminApi, type AdminHost, outcomeResponse, type ReloadRequest, respond } from './admin-api';
 import type { FleetTable } from './cluster';
 import type { ReloadOutcome, ReloadStrategy } from './coordinator';
@@ -62,6 +64,8 @@ export interface SupervisorOptions {
   cores: number;
   /** systemd notify and watchdog (NOTIFY_SOCKET set); see notify.ts. */
   notifier?: SystemdNotifier;
+  /** The data port's certificate files as checked at start (apps/node/tls-files.ts); absent: plain. */
+  tls?: NodeTls;
 }
 
 /** Batch settings the operator gave explicitly: they override every model's config.json. */
@@ -98,6 +102,9 @@ export class Supervisor implements AdminHost, NotifyHost {
         explicit: ExplicitBatch;
         applied: string[];
         restartRequired: string[];
+        tls: NodeTls | undefined;
+        /** Said in the outcome: TLS files that did not pass (the certificate served stays). */
+        warning: string | undefined;
       }
     | undefined;
 
@@ -227,7 +234,11 @@ export class Supervisor implements AdminHost, NotifyHost {
   }
 
   /** The node settings a configuration asks for (see NodeSettings: what a configuration reload changes). */
-  private nodeSettingsFor(config: ServerConfig, explicit: ExplicitBatch): NodeSettings {
+  private nodeSettingsFor(
+    config: ServerConfig,
+    explicit: ExplicitBatch,
+    tls: NodeTls | undefined = this.options.tls,
+  ): NodeSettings {
     return {
       batch: {
         policy: config.batchPolicy,
@@ -261,6 +272,7 @@ export class Supervisor implements AdminHost, NotifyHost {
       shutdownTimeoutMs: config.shutdownTimeoutMs,
       logLevel: config.logLevel,
       admin: adminPolicyOf(config),
+      ...(tls ? { tls } : {}),
     };
   }
 
@@ -374,12 +386,15 @@ export class Supervisor implements AdminHost, NotifyHost {
         applied: outcome.result === 'failed' ? [] : pending.applied,
         restartRequired: pending.restartRequired,
       };
+      if (pending.warning) outcome.warnings = [...(outcome.warnings ?? []), pending.warning];
       if (outcome.result !== 'failed') {
         // Supervisor-side settings (admin token, log level, step timeout) and what restarted nodes get.
         this.options.config = pending.config;
         this.options.explicitBatchSize = pending.explicit.size;
         this.options.explicitBatchTimeout = pending.explicit.timeout;
         this.options.explicitBatchPolicy = pending.explicit.policy;
+        if (pending.tls) this.options.tls = pending.tls;
+        else delete this.options.tls;
         this.logger.level = pending.config.logLevel;
       }
     }
@@ -642,21 +657,28 @@ export class Supervisor implements AdminHost, NotifyHost {
         { reason, restart_required: change.restartRequired },
         'configuration reload: these settings take effect only after a restart',
       );
+    const tls = this.reloadedTls(change, resolved.origins, reason);
     this.pendingConfig = {
       config: change.next,
       explicit,
       applied: change.applied,
       restartRequired: change.restartRequired,
+      tls: tls.tls,
+      warning: tls.warning,
     };
     try {
       const request: { defaultModel?: string; settings: NodeSettings; strategy?: ReloadStrategy } = {
-        settings: this.nodeSettingsFor(change.next, explicit),
+        settings: this.nodeSettingsFor(change.next, explicit, tls.tls),
       };
       // The configured default model applies when the configuration changed it; otherwise the one being
       // served stays (it may come from `reload --model`).
       if (change.applied.includes('defaultModel')) request.defaultModel = change.next.defaultModel;
       if (strategy) request.strategy = strategy;
-      return await this.reload(request, reason);
+      const outcome = await this.reload(request, reason);
+      // A fleet reload answers with the fleet's outcome: this host's TLS warning joins it here.
+      if (tls.warning && !outcome.warnings?.includes(tls.warning))
+        outcome.warnings = [...(outcome.warnings ?? []), tls.warning];
+      return outcome;
     } finally {
       this.pendingConfig = undefined;
     }
@@ -681,6 +703,40 @@ export class Supervisor implements AdminHost, NotifyHost {
         { file },
         'trusted keys are set but this host is not in a fleet (--cluster): nothing is pulled',
       );
+  }
+
+  /**
+   * Every configuration reload re-reads the data port's certificate files (the same names, or new ones), so a
+   * certificate renewed on disk reaches the nodes (a new fingerprint is a changed setting). Files that do not
+   * pass change nothing: the nodes keep the certificate they serve, the file settings keep their running
+   * values, and the outcome says why in its warnings. TLS turned on or off waits for a restart.
+   */
+  private reloadedTls(
+    change: ConfigChange,
+    origins: ReturnType<typeof resolveConfigDetailed>['origins'],
+    reason: string,
+  ): { tls: NodeTls | undefined; warning?: string } {
+    const running = this.options.tls;
+    if (change.next.tlsCert === undefined || change.restartRequired.includes('tlsCert'))
+      return { tls: running };
+    try {
+      const loaded = loadTls(change.next, Date.now(), origins);
+      for (const warning of loaded!.warnings) this.logger.warn({ reason }, warning);
+      return { tls: loaded!.tls };
+    } catch (error) {
+      const message = (error as Error).message;
+      this.logger.error(
+        { reason, err: message },
+        'TLS files rejected; the nodes keep serving the previous certificate',
+      );
+      const next = change.next as unknown as Record<string, unknown>;
+      for (const key of TLS_FILE_SETTINGS) next[key] = this.options.config[key];
+      change.applied = change.applied.filter((key) => !TLS_FILE_SETTINGS.includes(key));
+      return {
+        tls: running,
+        warning: `TLS certificate not reloaded: ${message}; still serving the previous one`,
+      };
+    }
   }
 
   /** reloadConfig as the API answers it (SIGHUP uses it too). */
@@ -710,6 +766,8 @@ export class Supervisor implements AdminHost, NotifyHost {
     await this.options.notifier?.close();
   }
 }
+
+const TLS_FILE_SETTINGS: readonly SettingKey[] = ['tlsCert', 'tlsKey', 'tlsClientCa'];
 
 /** Requests per second between two samples of a growing count (the fleet heartbeat's load figure). */
 class RateSampler {

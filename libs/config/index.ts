@@ -18,3 +18,11 @@ export {
 } from './resolve';
 export type { LogLevel, RateLimitKey, ServerConfig, SettingKey } from './settings';
 export { RATE_LIMIT_KEYS } from './settings';
+export {
+  checkTlsMaterial,
+  TLS_EXPIRY_WARNING_MS,
+  type TlsFilesText,
+  type TlsFileText,
+  type TlsMaterial,
+  type TlsSettingKey,
+} from './tls';

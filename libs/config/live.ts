@@ -27,6 +27,9 @@ export const LIVE_SETTINGS: ReadonlySet<SettingKey> = new Set<SettingKey>([
   'errorCoalesceMs',
   'maxPayloadBytes',
   'requestTimeoutMs',
+  'tlsCert',
+  'tlsKey',
+  'tlsClientCa',
   'adminToken',
   'adminAllowedOrigins',
   'shutdownTimeoutMs',
@@ -36,6 +39,7 @@ export const LIVE_SETTINGS: ReadonlySet<SettingKey> = new Set<SettingKey>([
 ]);
 
 const MIB = 1024 * 1024;
+const TLS_SETTINGS: ReadonlySet<SettingKey> = new Set<SettingKey>(['tlsCert', 'tlsKey', 'tlsClientCa']);
 
 /**
  * The largest payload limit a running server can take without a restart: its rings (sized at start) hold
@@ -58,7 +62,8 @@ export interface ConfigChange {
 /**
  * Splits the difference between the running configuration and the wanted one. `started` is the configuration
  * the processes were started with (it fixes the payload ceiling). A live setting whose new value the running
- * processes cannot take (a payload limit above the ceiling) is reported as needing a restart, not applied.
+ * processes cannot take (a payload limit above the ceiling, TLS turned on or off) is reported as needing a
+ * restart, not applied.
  */
 export function planConfigChange(
   running: ServerConfig,
@@ -70,9 +75,11 @@ export function planConfigChange(
   const next: Record<string, unknown> = { ...running };
   for (const key of Object.keys(wanted) as Array<keyof ServerConfig>) {
     if (key === 'devices' || wanted[key] === running[key]) continue;
+    // New certificate files are taken live; turning TLS on or off changes the port's scheme: a restart.
     const live =
       LIVE_SETTINGS.has(key) &&
-      (key !== 'maxPayloadBytes' || wanted.maxPayloadBytes <= livePayloadCeiling(started));
+      (key !== 'maxPayloadBytes' || wanted.maxPayloadBytes <= livePayloadCeiling(started)) &&
+      (!TLS_SETTINGS.has(key) || (wanted.tlsCert === undefined) === (running.tlsCert === undefined));
     if (live) {
       applied.push(key);
       next[key] = wanted[key];

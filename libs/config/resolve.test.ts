@@ -41,6 +41,9 @@ const ENV: Record<SettingKey, string> = {
   errorCoalesceMs: 'STREAMINFER_ERROR_COALESCE_MS',
   maxPayloadBytes: 'STREAMINFER_MAX_PAYLOAD_BYTES',
   requestTimeoutMs: 'STREAMINFER_REQUEST_TIMEOUT_MS',
+  tlsCert: 'STREAMINFER_TLS_CERT',
+  tlsKey: 'STREAMINFER_TLS_KEY',
+  tlsClientCa: 'STREAMINFER_TLS_CLIENT_CA',
   adminToken: 'STREAMINFER_ADMIN_TOKEN',
   adminAllowedOrigins: 'STREAMINFER_ADMIN_ALLOWED_ORIGINS',
   intraOpThreads: 'STREAMINFER_INTRA_OP_THREADS',
@@ -162,6 +165,9 @@ const LAYERS: {
   errorCoalesceMs: [0, '250', 60000, 0, 250, 60000],
   maxPayloadBytes: [1024, '2048', 4096, 1024, 2048, 4096],
   requestTimeoutMs: [1000, '0.5', 3600000, 1000, 0.5, 3600000],
+  tlsCert: ['/etc/si/cert.pem', 'c2.pem', './c3.pem', '/etc/si/cert.pem', 'c2.pem', './c3.pem'],
+  tlsKey: ['/etc/si/key.pem', 'k2.pem', './k3.pem', '/etc/si/key.pem', 'k2.pem', './k3.pem'],
+  tlsClientCa: ['/etc/si/ca.pem', 'ca2.pem', 'ca 3.pem', '/etc/si/ca.pem', 'ca2.pem', 'ca 3.pem'],
   adminToken: [
     'file-token-0123456789',
     'env-token-0123456789',
@@ -209,10 +215,18 @@ describe('precedence: flags > env > file > defaults', () => {
   // ringBytes 4096 needs a payload limit of at most 2048, and several nodes need one device or one per node.
   const base = { maxPayloadBytes: 1024 };
   const keys = Object.keys(LAYERS) as SettingKey[];
+  // A TLS file setting needs its partners (certificate and key together; a client CA with both).
+  const companions: Partial<Record<SettingKey, Record<string, string>>> = {
+    tlsCert: { tlsKey: 'k.pem' },
+    tlsKey: { tlsCert: 'c.pem' },
+    tlsClientCa: { tlsCert: 'c.pem', tlsKey: 'k.pem' },
+  };
 
   it.each(keys)('%s', (key) => {
     const [fileValue, envValue, flagValue, fromFile, fromEnv, fromFlag] = LAYERS[key];
-    const file = key === 'maxPayloadBytes' ? { [key]: fileValue } : { ...base, [key]: fileValue };
+    const partners = companions[key] ?? {};
+    const file =
+      key === 'maxPayloadBytes' ? { [key]: fileValue } : { ...base, ...partners, [key]: fileValue };
     const env = { [ENV[key]]: envValue };
     const flags = { [key]: flagValue };
     const fileOnly = resolveConfigDetailed({ file });
@@ -224,7 +238,7 @@ describe('precedence: flags > env > file > defaults', () => {
     const flagOverAll = resolveConfigDetailed({ file, env, flags });
     expect(flagOverAll.config[key]).toEqual(fromFlag);
     expect(flagOverAll.origins[key]).toBe('flag');
-    const flagOverDefault = resolveConfigDetailed({ flags });
+    const flagOverDefault = resolveConfigDetailed({ flags, file: partners });
     expect(flagOverDefault.origins[key]).toBe('flag');
     const none = resolveConfigDetailed({});
     expect(none.origins[key]).toBe('default');

@@ -261,6 +261,30 @@ export function resolveConfigDetailed(sources: ConfigSources = {}): ResolvedConf
     );
   }
 
+  // TLS: a certificate goes with its key; client certificates are asked for only on a TLS port.
+  if ((config.tlsCert === undefined) !== (config.tlsKey === undefined)) {
+    const [set, missing]: [SettingKey, SettingKey] =
+      config.tlsCert === undefined ? ['tlsKey', 'tlsCert'] : ['tlsCert', 'tlsKey'];
+    throw new ConfigError(
+      `invalid configuration: ${resolver.label(set, origins[set])} is set but ${missing} is not; give both the certificate and its key, or neither`,
+      missing,
+      origins[set],
+    );
+  }
+  if (config.tlsClientCa !== undefined && config.tlsCert === undefined) {
+    throw new ConfigError(
+      `invalid configuration: ${resolver.label('tlsClientCa', origins.tlsClientCa)} needs tlsCert and tlsKey (client certificates are asked for only on a TLS port)`,
+      'tlsClientCa',
+      origins.tlsClientCa,
+    );
+  }
+  if (config.tlsClientCa !== undefined) {
+    warnings.push(
+      `${resolver.label('tlsClientCa', origins.tlsClientCa)}: a client certificate is verified against this CA at the handshake, ` +
+        'but this uWebSockets.js build cannot require one: a client that presents no certificate is still served',
+    );
+  }
+
   if (config.maxModelQueue < config.batchSize) {
     warnings.push(
       `maxModelQueue ${config.maxModelQueue} is below batchSize ${config.batchSize}: batches can never fill`,

@@ -69,6 +69,12 @@ export interface ServerConfig {
   errorCoalesceMs: number;
   maxPayloadBytes: number;
   requestTimeoutMs: number;
+  /** PEM certificate (chain) of the data port; with tlsKey the port speaks only TLS (https, wss). */
+  tlsCert: string | undefined;
+  /** PEM private key of tlsCert (unencrypted). */
+  tlsKey: string | undefined;
+  /** PEM CA certificate(s): a client certificate presented on the data port must be signed by one. */
+  tlsClientCa: string | undefined;
   /** Unset: admin endpoints accept loopback clients only. */
   adminToken: string | undefined;
   /** Web origins allowed to call the admin API (comma-separated, lower case); unset: none. */
@@ -359,6 +365,30 @@ export const SETTINGS: { readonly [K in SettingKey]: SettingSpec<ServerConfig[K]
     help: 'default request deadline (ms)',
     expected: 'a number greater than 0 and at most 3600000',
     parse: decimal(0, HOUR_MS, { exclusiveMin: true }),
+  },
+  tlsCert: {
+    env: 'STREAMINFER_TLS_CERT',
+    default: undefined,
+    defaultText: 'unset (plain http and ws)',
+    help: 'PEM certificate (chain) file for the data port: with tlsKey it speaks only https and wss; re-read on reload',
+    expected: 'a file path',
+    parse: text(PATH_TEXT, 4096),
+  },
+  tlsKey: {
+    env: 'STREAMINFER_TLS_KEY',
+    default: undefined,
+    defaultText: 'unset',
+    help: 'PEM private key file of tlsCert (unencrypted; keep it mode 0600)',
+    expected: 'a file path',
+    parse: text(PATH_TEXT, 4096),
+  },
+  tlsClientCa: {
+    env: 'STREAMINFER_TLS_CLIENT_CA',
+    default: undefined,
+    defaultText: 'unset (no client certificates asked)',
+    help: 'PEM CA file: clients are asked for a certificate and one not signed by this CA is refused at the handshake',
+    expected: 'a file path',
+    parse: text(PATH_TEXT, 4096),
   },
   adminToken: {
     env: 'STREAMINFER_ADMIN_TOKEN',

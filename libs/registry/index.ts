@@ -3,6 +3,7 @@ export { argmax } from '../protocol';
 export type {
   ModelPlan,
   NodeSettings,
+  NodeTls,
   PlanNotice,
   Planned,
   RegistryAction,

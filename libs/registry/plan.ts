@@ -73,6 +73,20 @@ export interface NodeSettings {
    * (apps/node/admin-auth.ts): the token (unset: loopback trust) and the web origins allowed to call it.
    */
   admin: { token?: string; allowedOrigins: string[] };
+  /** The data port's TLS (absent: plain http/ws); see NodeTls. */
+  tls?: NodeTls;
+}
+
+/**
+ * The data port's certificate files (absolute paths), with the fingerprints they had when checked: a file
+ * swapped on disk under the same name is a change, so a reload re-reads it on every node.
+ */
+export interface NodeTls {
+  certFile: string;
+  keyFile: string;
+  clientCaFile?: string;
+  certFingerprint: string;
+  clientCaFingerprint?: string;
 }
 
 /** What the plan needs of a repository scan: each model's versions and config.json's default. */

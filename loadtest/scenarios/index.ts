@@ -16,9 +16,11 @@ import { streamChaos } from './stream-chaos';
 import { streamScale } from './stream-scale';
 import { sweep } from './sweep';
 import { wsEcho } from './ws-echo';
+import { wsEchoTls } from './ws-echo-tls';
 
 export const SCENARIOS: readonly Scenario[] = [
   wsEcho,
+  wsEchoTls,
   batching,
   runaway,
   overload,

@@ -33,6 +33,8 @@ export interface StartOptions {
   timeoutMs?: number;
   /** The config file (in `args`) names host and port: no `--port 0 --host 127.0.0.1` flags of our own. */
   addressFromConfig?: boolean;
+  /** The data port speaks TLS (`--tls-cert` in `args`): the handle's URLs are https:// and wss://. */
+  tls?: boolean;
 }
 
 export function modelsSubset(models: string[], copy: string[] = []): string {
@@ -119,8 +121,8 @@ export async function startServer(options: StartOptions = {}): Promise<ServerHan
   const { port, nodePids } = await ready;
   return {
     port,
-    url: `http://127.0.0.1:${port}`,
-    wsUrl: `ws://127.0.0.1:${port}/ws`,
+    url: `${options.tls ? 'https' : 'http'}://127.0.0.1:${port}`,
+    wsUrl: `${options.tls ? 'wss' : 'ws'}://127.0.0.1:${port}/ws`,
     pid: child.pid!,
     nodePids,
     child,
@@ -177,9 +179,10 @@ export class WsClient {
     );
   }
 
-  static connect(url: string): Promise<WsClient> {
+  /** `options`: more ws client options (a CA, a client certificate for wss://). */
+  static connect(url: string, options: WebSocket.ClientOptions = {}): Promise<WsClient> {
     return new Promise((resolve, reject) => {
-      const socket = new WebSocket(url, { maxPayload: 64 * 1024 * 1024 });
+      const socket = new WebSocket(url, { maxPayload: 64 * 1024 * 1024, ...options });
       socket.once('open', () => resolve(new WsClient(socket)));
       socket.once('error', reject);
     });
