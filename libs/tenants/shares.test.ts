@@ -62,8 +62,10 @@ class Host {
 
   /** A connection attempt on `node`: admitted while the node is under its share of the cap. */
   upgrade(node: number): boolean {
-    this.upgrades[node]!++;
-    if (this.open[node]! >= this.caps[node]!) return false;
+    if (this.open[node]! >= this.caps[node]!) {
+      this.upgrades[node]!++;
+      return false;
+    }
     this.open[node]!++;
     return true;
   }

@@ -31,7 +31,10 @@ export interface Share {
   connections: number;
 }
 
-/** What a node says of one tenant, since its previous report: its demand and its open connections. */
+/**
+ * What a node says of one tenant, since its previous report: requests that asked for a token, upgrades it
+ * refused at its share of the connection cap, and its open connections now.
+ */
 export interface TenantDemand {
   attempts: number;
   upgrades: number;
@@ -150,7 +153,10 @@ export class ShareSplitter {
     for (const limits of this.limits.values()) {
       const entries = order.map((node) => this.entry(this.nodes.get(node)!, limits.name));
       const rateWeights = this.weights(entries.map((entry) => entry.demandRate));
-      const upgradeWeights = this.weights(entries.map((entry) => entry.upgradeRate));
+      // The kernel spreads connections evenly over the nodes (SO_REUSEPORT): free places are split evenly,
+      // half of them moving to the nodes that had to refuse upgrades.
+      const refused = this.weights(entries.map((entry) => entry.upgradeRate));
+      const upgradeWeights = refused.map((weight) => 0.5 / refused.length + 0.5 * weight);
       const n = order.length;
       const rate = allocate(
         limits.rateLimitRps,
