@@ -8,6 +8,7 @@ import { ConfigError, describeSettings, resolveConfig } from '../../libs/config'
 import { assertNativeUws } from '../../libs/inference/uws-check';
 import { SystemdNotifier } from '../supervisor/notify';
 import { Supervisor } from '../supervisor/supervisor';
+import { readTenantFile } from '../supervisor/tenant-shares';
 import { type BenchModelOptions, benchModel, formatBenchModel } from './bench-model';
 import { ClientError, callServer, defaultUrl } from './client';
 import { registerModelsPush } from './models-push';
@@ -67,6 +68,7 @@ const SERVE_FLAGS: Array<[string, string, string]> = [
   ['--request-timeout-ms <ms>', 'requestTimeoutMs', 'default request deadline'],
   ['--admin-token <token>', 'adminToken', 'token for /api/* (else loopback only)'],
   ['--admin-allowed-origins <origins>', 'adminAllowedOrigins', 'web origins whose pages may call /api/*'],
+  ['--api-keys <file>', 'apiKeysFile', 'tenants and the SHA-256 of their API keys (JSON); keys required'],
   ['--intra-op-threads <n>', 'intraOpThreads', 'ONNX Runtime threads per session'],
   ['--ring-bytes <n>', 'ringBytes', 'bytes per request/response ring (power of two)'],
   ['--shutdown-timeout-ms <ms>', 'shutdownTimeoutMs', 'how long SIGTERM waits for admitted requests'],
@@ -106,10 +108,13 @@ serve
       fail(`cannot read config file ${filePath}: ${(error as Error).message}`);
     }
     let config: ReturnType<typeof resolveConfig>;
+    let tenants: ReturnType<typeof readTenantFile> | undefined;
     try {
       config = resolveConfig(
         filePath ? { flags, env: process.env, file, filePath } : { flags, env: process.env },
       );
+      // Validated whole before anything starts: a bad entry stops the start (exit 2) naming file and entry.
+      if (config.apiKeysFile !== undefined) tenants = readTenantFile(config.apiKeysFile);
       assertNativeUws();
     } catch (error) {
       fail(error instanceof ConfigError ? error.message : (error as Error).message);
@@ -130,6 +135,7 @@ serve
         testHooks: process.env.STREAMINFER_TEST_HOOKS === '1',
         cores: os.availableParallelism(),
         ...(notifier ? { notifier } : {}),
+        ...(tenants ? { tenants } : {}),
         // Flags and environment given at start keep winning over the file on every configuration reload.
         sources: filePath ? { flags, env: { ...process.env }, filePath } : { flags, env: { ...process.env } },
       },

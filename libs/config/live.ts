@@ -29,6 +29,7 @@ export const LIVE_SETTINGS: ReadonlySet<SettingKey> = new Set<SettingKey>([
   'requestTimeoutMs',
   'adminToken',
   'adminAllowedOrigins',
+  'apiKeysFile',
   'shutdownTimeoutMs',
   'reloadStepTimeoutMs',
   'logLevel',
