@@ -370,6 +370,7 @@ export function nodeSettingsOf(options: NodeStartOptions): NodeSettings {
     shutdownTimeoutMs: options.shutdownTimeoutMs,
     logLevel: options.logLevel,
     admin: options.admin,
+    ...(options.tenants ? { tenants: options.tenants } : {}),
   };
 }
 

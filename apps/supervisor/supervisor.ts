@@ -35,6 +35,7 @@ import {
   withSavedState,
   withSettings,
 } from '../../libs/registry';
+import type { TenantSpec } from '../../libs/tenants';
 import { parseAllowedOrigins } from '../node/admin-auth';
 import type { ControlResponse, NodeStartOptions } from '../node/ipc';
 import { AdminApi, type AdminHost, outcomeResponse, type ReloadRequest, respond } from './admin-api';
@@ -48,6 +49,7 @@ import { NodeSet } from './node-set';
 import type { NodeHeartbeat, NotifyHost, SystemdNotifier } from './notify';
 import { type RolloutAction, RolloutController, type RolloutRouting } from './rollout-controller';
 import { FileRolloutStore, FleetRolloutStore } from './rollout-store';
+import { readTenantFile, TenantShares } from './tenant-shares';
 
 export interface SupervisorOptions {
   config: ServerConfig;
@@ -60,6 +62,8 @@ export interface SupervisorOptions {
   cores: number;
   /** systemd notify and watchdog (NOTIFY_SOCKET set); see notify.ts. */
   notifier?: SystemdNotifier;
+  /** The API keys file's tenants, read and validated at start (`apiKeysFile`); absent: anonymous clients. */
+  tenants?: readonly TenantSpec[];
 }
 
 /** Batch settings the operator gave explicitly: they override every model's config.json. */
@@ -82,6 +86,9 @@ export class Supervisor implements AdminHost, NotifyHost {
   private readonly reloadDuration: Histogram<'strategy'>;
   private readonly registry = new Registry();
   private readonly requestRate = new RateSampler();
+  /** The tenants in force (the API keys file as the last committed configuration read it). */
+  private tenants: readonly TenantSpec[] | undefined;
+  private readonly tenantShares: TenantShares;
   private currentDefaultModel: string;
   /** config.json's default version per model at the last scan: a rescan keeps an API-chosen stable unless it moved. */
   private readonly lastDefaults = new Map<string, string>();
@@ -94,6 +101,7 @@ export class Supervisor implements AdminHost, NotifyHost {
         explicit: ExplicitBatch;
         applied: string[];
         restartRequired: string[];
+        tenants: readonly TenantSpec[] | undefined;
       }
     | undefined;
 
@@ -104,6 +112,8 @@ export class Supervisor implements AdminHost, NotifyHost {
     registerProcessMetrics(this.registry, 'streaminfer_supervisor_');
     this.currentDefaultModel = options.config.defaultModel;
     this.startedConfig = options.config;
+    this.tenants = options.tenants;
+    this.tenantShares = new TenantShares((node, message) => this.nodeSet.sendToNode(node, message));
     this.reloadsTotal = new Counter({
       name: 'streaminfer_reloads_total',
       help: 'Model table reloads, by result (committed, failed, unchanged) and strategy.',
@@ -136,6 +146,7 @@ export class Supervisor implements AdminHost, NotifyHost {
       host: () => this.coordinator!,
       startOptions: (index) => this.startOptions(index),
       control: (request) => this.admin.answer(request),
+      tenants: this.tenantShares,
     });
     this.admin = new AdminApi(this, this.nodeSet, this.registry, fanOutsTotal);
     this.rollouts = new RolloutController({
@@ -221,8 +232,13 @@ export class Supervisor implements AdminHost, NotifyHost {
   }
 
   /** The node settings a configuration asks for (see NodeSettings: what a configuration reload changes). */
-  private nodeSettingsFor(config: ServerConfig, explicit: ExplicitBatch): NodeSettings {
+  private nodeSettingsFor(
+    config: ServerConfig,
+    explicit: ExplicitBatch,
+    tenants: readonly TenantSpec[] | undefined = this.tenants,
+  ): NodeSettings {
     return {
+      ...(tenants ? { tenants } : {}),
       batch: {
         policy: config.batchPolicy,
         maxBatchSize: config.batchSize,
@@ -346,6 +362,7 @@ export class Supervisor implements AdminHost, NotifyHost {
     // What the host serves from now on, including a configured default model that won over the saved one.
     this.persist(table);
     this.options.notifier?.begin(this);
+    this.tenantShares.setTenants(this.tenants);
     const port = await this.nodeSet.start(
       this.options.config.nodes,
       this.options.config.port,
@@ -374,6 +391,9 @@ export class Supervisor implements AdminHost, NotifyHost {
         this.options.explicitBatchTimeout = pending.explicit.timeout;
         this.options.explicitBatchPolicy = pending.explicit.policy;
         this.logger.level = pending.config.logLevel;
+        // The nodes hold the new tenants since COMMIT: their shares follow at once.
+        this.tenants = pending.tenants;
+        this.tenantShares.setTenants(pending.tenants);
       }
     }
     this.reloadsTotal.inc({ result: outcome.result, strategy: outcome.strategy });
@@ -627,6 +647,18 @@ export class Supervisor implements AdminHost, NotifyHost {
       timeout: resolved.origins.batchTimeoutMs !== 'default',
       policy: resolved.origins.batchPolicy !== 'default',
     };
+    // The API keys file is read again on every configuration reload: a bad one keeps the tenants in force.
+    let tenants: readonly TenantSpec[] | undefined;
+    try {
+      tenants = change.next.apiKeysFile === undefined ? undefined : readTenantFile(change.next.apiKeysFile);
+    } catch (error) {
+      const message = (error as Error).message;
+      this.logger.error(
+        { reason, err: message },
+        'API keys file rejected; still serving the previous tenants',
+      );
+      throw new ProtocolError('bad_request', message);
+    }
     if (change.restartRequired.length > 0)
       this.logger.warn(
         { reason, restart_required: change.restartRequired },
@@ -637,10 +669,11 @@ export class Supervisor implements AdminHost, NotifyHost {
       explicit,
       applied: change.applied,
       restartRequired: change.restartRequired,
+      tenants,
     };
     try {
       const request: { defaultModel?: string; settings: NodeSettings; strategy?: ReloadStrategy } = {
-        settings: this.nodeSettingsFor(change.next, explicit),
+        settings: this.nodeSettingsFor(change.next, explicit, tenants),
       };
       // The configured default model applies when the configuration changed it; otherwise the one being
       // served stays (it may come from `reload --model`).
@@ -670,6 +703,7 @@ export class Supervisor implements AdminHost, NotifyHost {
   async shutdown(): Promise<void> {
     if (this.nodeSet.stopping) return;
     this.rollouts.stop();
+    this.tenantShares.stop();
     this.options.notifier?.stopping();
     // Out of the fleet first: no coordinator counts on a host that is going away.
     await this.member?.close();
