@@ -323,7 +323,7 @@ export class Gateway implements RoomsTransport {
               encodeError(
                 null,
                 'rate_limited',
-                `tenant "${tenant.name}" holds its limit of ${tenant.spec.maxConnections} WebSocket connections on this host`,
+                `tenant "${tenant.name}" is at its limit of ${tenant.spec.maxConnections} WebSocket connections on this host (this node's share is in use); retry later`,
                 CONNECTION_RETRY_MS,
               ),
               true,

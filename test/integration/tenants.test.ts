@@ -88,6 +88,20 @@ async function open(url: string, key: string): Promise<WebSocket> {
   return result.socket;
 }
 
+/**
+ * Near a tenant's connection cap an upgrade may land on the node whose share is in use (429): the refusal
+ * moves free places there, so a retry soon finds one.
+ */
+async function openRetrying(url: string, key: string): Promise<WebSocket> {
+  for (let attempt = 0; attempt < 40; attempt++) {
+    const result = await upgrade(url, { key });
+    if (result.socket) return result.socket;
+    expect(result.status).toBe(429);
+    await sleep(60);
+  }
+  throw new Error('no place under the tenant connection cap after 40 tries');
+}
+
 /** Sends `perSecond` frames on each socket for `ms`, and counts the answers by code (ok or the error's). */
 async function drive(
   sockets: WebSocket[],
@@ -206,16 +220,7 @@ describe('tenants with API keys (--api-keys, --nodes 2)', () => {
 
   test('a tenant never holds more connections than its cap over both nodes', async () => {
     const held: WebSocket[] = [];
-    // Near the cap an upgrade may land on the node whose share is spent: refused 429, the share moves.
-    for (let attempt = 0; held.length < SOLO_CAP && attempt < 60; attempt++) {
-      const result = await upgrade(server.wsUrl, { key: KEY_SOLO });
-      if (result.socket) held.push(result.socket);
-      else {
-        expect(result.status).toBe(429);
-        await sleep(60);
-      }
-    }
-    expect(held).toHaveLength(SOLO_CAP);
+    for (let i = 0; i < SOLO_CAP; i++) held.push(await openRetrying(server.wsUrl, KEY_SOLO));
     for (let attempt = 0; attempt < 5; attempt++) {
       const over = await upgrade(server.wsUrl, { key: KEY_SOLO });
       over.socket?.terminate();
@@ -321,5 +326,33 @@ describe('tenants with API keys (--api-keys, --nodes 2)', () => {
     expect(JSON.parse(answer)).toMatchObject({ id: 'after' });
     expect(server.logs()).not.toContain(KEY_ALPHA);
     expect(server.logs()).not.toContain(KEY_BETA);
+  }, 30_000);
+
+  test('reload --config re-reads the file too: a bad one is refused with the reason, a good one applies', async () => {
+    const config = path.join(dir, 'config.json');
+    writeFileSync(config, '{}');
+    const keyDelta = newKey();
+    const good = tenantsFile(false) as { tenants: Record<string, unknown> };
+    writeFileSync(
+      keysFile,
+      JSON.stringify({ tenants: { ...good.tenants, delta: { keys: [digest(keyDelta)], rateLimitRps: -5 } } }),
+    );
+    const refused = await runCliToExit(['reload', '--config', config, '--url', server.url]);
+    expect(refused.code).not.toBe(0);
+    expect(refused.out).toContain('tenants.delta.rateLimitRps: expected');
+    expect((await upgrade(server.wsUrl, { key: keyDelta })).status).toBe(401);
+    writeFileSync(
+      keysFile,
+      JSON.stringify({
+        tenants: {
+          ...good.tenants,
+          delta: { keys: [digest(keyDelta)], rateLimitRps: 5, maxConnections: 1, models: '*' },
+        },
+      }),
+    );
+    const applied = await runCliToExit(['reload', '--config', config, '--url', server.url]);
+    expect(applied.code).toBe(0);
+    const delta = await openRetrying(server.wsUrl, keyDelta);
+    sockets.push(delta);
   }, 30_000);
 });
