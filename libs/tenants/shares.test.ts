@@ -17,7 +17,8 @@ class Host {
   constructor(
     nodes: number,
     limits: { rateLimitRps: number; rateLimitBurst: number; maxConnections: number },
-    private readonly latencyMs = 3,
+    /** One latency for every node, or one per node (a slow node's messages arrive late). */
+    private readonly latencyMs: number | number[] = 3,
     private readonly periodMs = 50,
   ) {
     this.splitter.setLimits([{ name: 't', ...limits }]);
@@ -35,18 +36,19 @@ class Host {
     if (this.now % this.periodMs === 0)
       for (const [node, message] of this.splitter.plan())
         this.toNodes.push({
-          at: this.now + this.latencyMs,
+          at: this.now + this.latency(node),
           node,
           seq: message.seq,
           share: message.shares.t!,
         });
-    while (this.toNodes.length > 0 && this.toNodes[0]!.at <= this.now) {
-      const { node, seq, share } = this.toNodes.shift()!;
+    for (const message of this.toNodes.filter((sent) => sent.at <= this.now)) {
+      this.toNodes.splice(this.toNodes.indexOf(message), 1);
+      const { node, seq, share } = message;
       const bucket = this.buckets[node]!;
       bucket.setShare(share.rate, share.burst, this.now);
       this.caps[node] = share.connections;
       this.toSupervisor.push({
-        at: this.now + this.latencyMs,
+        at: this.now + this.latency(node),
         node,
         seq,
         demand: { attempts: bucket.attempts, upgrades: this.upgrades[node]!, open: this.open[node]! },
@@ -54,10 +56,14 @@ class Host {
       bucket.attempts = 0;
       this.upgrades[node] = 0;
     }
-    while (this.toSupervisor.length > 0 && this.toSupervisor[0]!.at <= this.now) {
-      const { node, seq, demand } = this.toSupervisor.shift()!;
-      this.splitter.report(node, seq, { t: demand }, this.now);
+    for (const report of this.toSupervisor.filter((sent) => sent.at <= this.now)) {
+      this.toSupervisor.splice(this.toSupervisor.indexOf(report), 1);
+      this.splitter.report(report.node, report.seq, { t: report.demand }, this.now);
     }
+  }
+
+  private latency(node: number): number {
+    return typeof this.latencyMs === 'number' ? this.latencyMs : this.latencyMs[node]!;
   }
 
   /** A connection attempt on `node`: admitted while the node is under its share of the cap. */
@@ -104,8 +110,9 @@ describe('ShareSplitter', () => {
     for (const count of perPhase) expect(count).toBeGreaterThan(0.8 * 2 * rate);
   });
 
-  it('keeps the sum of shares within the limits at every step, with three nodes and a node restart', () => {
-    const host = new Host(3, { rateLimitRps: 90, rateLimitBurst: 30, maxConnections: 6 }, 7, 20);
+  it('keeps the sum of shares within the limits at every step: three nodes, one slow, a node restart', () => {
+    // Node 2's messages take 40 ms each way (two periods): a raise elsewhere must wait for its acknowledged cut.
+    const host = new Host(3, { rateLimitRps: 90, rateLimitBurst: 30, maxConnections: 6 }, [1, 7, 40], 20);
     for (let t = 0; t < 3000; t++) {
       host.step();
       if (t === 1500) {
@@ -146,6 +153,21 @@ describe('ShareSplitter', () => {
     expect(host.open[1]).toBe(cap);
     expect(refusedAtEnd).toBeGreaterThan(0);
     expect(host.splitter.bound(0, 't').connections).toBe(0);
+  });
+
+  it('a lowered limit (a reload) is what the nodes hold within two periods', () => {
+    const host = new Host(2, { rateLimitRps: 100, rateLimitBurst: 50, maxConnections: 0 });
+    for (let t = 0; t < 500; t++) {
+      host.step();
+      host.buckets[t % 2]!.tryTake(host.now);
+    }
+    host.splitter.setLimits([{ name: 't', rateLimitRps: 10, rateLimitBurst: 4, maxConnections: 0 }]);
+    for (let t = 0; t < 120; t++) host.step();
+    const rate = host.buckets.reduce((sum, bucket) => sum + bucket.ratePerSecond, 0);
+    const burst = host.buckets.reduce((sum, bucket) => sum + bucket.size, 0);
+    expect(rate).toBeLessThanOrEqual(10 + 1e-9);
+    expect(burst).toBeLessThanOrEqual(4 + 1e-9);
+    expect(rate).toBeGreaterThan(9);
   });
 
   it('gives a limit nothing when unlimited, and forgets a tenant no longer listed', () => {
