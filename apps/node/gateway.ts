@@ -62,14 +62,14 @@ const ADDRESS_CLIENT_IDLE_MS = 60_000;
 const CODE_SLOTS = ERROR_CODES.length + 1;
 /**
  * Protocol errors by wire index: what the client got wrong before admission (malformed frames, unknown
- * models or versions, bad requests, oversize) — the 400, 404 and 413 codes; never rate_limited, overloaded,
- * unavailable or the model's own failures.
+ * models or versions, bad requests, oversize, a model its tenant may not use) — the 400, 403, 404 and 413
+ * codes; never rate_limited, overloaded, unavailable or the model's own failures.
  */
 const PROTOCOL_ERROR = Uint8Array.from({ length: CODE_SLOTS }, (_, index) => {
   const code = ERROR_CODES[index - 1];
   if (code === undefined) return 0;
   const status = httpStatusOf(code);
-  return status === 400 || status === 404 || status === 413 ? 1 : 0;
+  return status === 400 || status === 403 || status === 404 || status === 413 ? 1 : 0;
 });
 const RATE_LIMITED_CODE = errorCodeIndex('rate_limited');
 const UNAUTHORIZED_CODE = errorCodeIndex('unauthorized');
