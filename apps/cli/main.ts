@@ -9,6 +9,7 @@ import { assertNativeUws } from '../../libs/inference/uws-check';
 import { type LoadedTls, loadTls } from '../node/tls-files';
 import { SystemdNotifier } from '../supervisor/notify';
 import { Supervisor } from '../supervisor/supervisor';
+import { readTenantFile } from '../supervisor/tenant-shares';
 import { type BenchModelOptions, benchModel, formatBenchModel } from './bench-model';
 import { ClientError, callServer, defaultUrl } from './client';
 import { registerModelsKeygen } from './models-keygen';
@@ -72,6 +73,7 @@ const SERVE_FLAGS: Array<[string, string, string]> = [
   ['--tls-client-ca <file>', 'tlsClientCa', 'PEM CA: verify client certificates against it (mutual TLS)'],
   ['--admin-token <token>', 'adminToken', 'token for /api/* (else loopback only)'],
   ['--admin-allowed-origins <origins>', 'adminAllowedOrigins', 'web origins whose pages may call /api/*'],
+  ['--api-keys <file>', 'apiKeysFile', 'tenants and the SHA-256 of their API keys (JSON); keys required'],
   ['--intra-op-threads <n>', 'intraOpThreads', 'ONNX Runtime threads per session'],
   ['--ring-bytes <n>', 'ringBytes', 'bytes per request/response ring (power of two)'],
   ['--shutdown-timeout-ms <ms>', 'shutdownTimeoutMs', 'how long SIGTERM waits for admitted requests'],
@@ -117,12 +119,15 @@ serve
     }
     let resolved: ReturnType<typeof resolveConfigDetailed>;
     let tls: LoadedTls | undefined;
+    let tenants: ReturnType<typeof readTenantFile> | undefined;
     try {
       resolved = resolveConfigDetailed(
         filePath ? { flags, env: process.env, file, filePath } : { flags, env: process.env },
       );
       // The certificate files are read and checked before anything forks (a broken one: exit 2, named).
       tls = loadTls(resolved.config, Date.now(), resolved.origins);
+      // Validated whole before anything starts: a bad entry stops the start (exit 2) naming file and entry.
+      if (resolved.config.apiKeysFile !== undefined) tenants = readTenantFile(resolved.config.apiKeysFile);
       assertNativeUws();
     } catch (error) {
       fail(error instanceof ConfigError ? error.message : (error as Error).message);
@@ -146,6 +151,7 @@ serve
         cores: os.availableParallelism(),
         ...(notifier ? { notifier } : {}),
         ...(tls ? { tls: tls.tls } : {}),
+        ...(tenants ? { tenants } : {}),
         // Flags and environment given at start keep winning over the file on every configuration reload.
         sources: filePath ? { flags, env: { ...process.env }, filePath } : { flags, env: { ...process.env } },
       },

@@ -24,6 +24,7 @@ import {
 } from '../../libs/protocol';
 import type { RouteDecision, RouteKind } from '../../libs/registry';
 import { route, routingKeyDraw } from '../../libs/registry';
+import { clampPriority } from '../../libs/tenants';
 import { sniffFrameId } from './frame-id';
 import type { NodeStartOptions } from './ipc';
 import type { ServedModel, Slot } from './models';
@@ -98,8 +99,8 @@ export class Admission {
    * An HTTP body over the payload limit (declared, or counted while reading). It is charged like any
    * request: past the rate limit it is answered `rate_limited`.
    */
-  bodyTooLarge(client: ClientState): Rejection {
-    const limited = this.charge(client, null);
+  bodyTooLarge(client: ClientState, peer: Peer): Rejection {
+    const limited = this.charge(client, null, peer);
     if (limited !== undefined) return limited;
     return new Rejection(
       new ProtocolError('payload_too_large', `body exceeds the ${this.options.maxPayloadBytes}-byte limit`),
@@ -120,7 +121,12 @@ export class Admission {
     peer: Peer,
     client: ClientState,
   ): PendingRequest | Rejection {
-    if (!client.takeToken(this.clock())) return this.rateLimited(client, sniffFrameId(message, isBinary));
+    const now = this.clock();
+    if (!client.takeToken(now)) return this.rateLimited(client, sniffFrameId(message, isBinary), peer);
+    // The tenant's share after the client's own limit: one client past its own rate spends none of it.
+    const tenant = peer.tenant;
+    if (tenant !== undefined && !tenant.takeToken(now))
+      return this.tenantRateLimited(peer, sniffFrameId(message, isBinary));
     if (message.byteLength > this.options.maxPayloadBytes) {
       return new Rejection(
         new ProtocolError(
@@ -149,7 +155,7 @@ export class Admission {
     peer: Peer,
     client: ClientState,
   ): PendingRequest | Rejection {
-    return this.charge(client, null) ?? this.decodeJson(text, startedAt, reply, peer, client);
+    return this.charge(client, null, peer) ?? this.decodeJson(text, startedAt, reply, peer, client);
   }
 
   private decodeJson(
@@ -178,7 +184,7 @@ export class Admission {
     peer: Peer,
     client: ClientState,
   ): PendingRequest | Rejection {
-    const limited = this.charge(client, null);
+    const limited = this.charge(client, null, peer);
     if (limited !== undefined) return limited;
     const model = this.table.models.get(modelName);
     if (!model) return new Rejection(unknownModel(modelName, this.table.models.keys()), null, UNROUTED_SLOT);
@@ -203,19 +209,33 @@ export class Admission {
     client: ClientState,
   ): PendingRequest | Rejection {
     return (
-      this.charge(client, request.id) ?? this.admitDecoded(request, request, startedAt, reply, peer, client)
+      this.charge(client, request.id, peer) ??
+      this.admitDecoded(request, request, startedAt, reply, peer, client)
     );
   }
 
-  /** One token of the client's bucket, before anything is decoded; the rejection when none is left. */
-  private charge(client: ClientState, id: RequestId): Rejection | undefined {
-    return client.takeToken(this.clock()) ? undefined : this.rateLimited(client, id);
+  /**
+   * One token of the client's bucket, then one of its tenant's share, before anything is decoded; the
+   * rejection when either has none left.
+   */
+  private charge(client: ClientState, id: RequestId, peer: Peer): Rejection | undefined {
+    const now = this.clock();
+    if (!client.takeToken(now)) return this.rateLimited(client, id, peer);
+    const tenant = peer.tenant;
+    return tenant === undefined || tenant.takeToken(now) ? undefined : this.tenantRateLimited(peer, id);
   }
 
   /** Counted against no model: the request was never decoded, so it was never routed. */
-  private rateLimited(client: ClientState, id: RequestId): Rejection {
-    this.metrics.recordShed(UNROUTED_SLOT, SHED.rate_limited);
+  private rateLimited(client: ClientState, id: RequestId, peer: Peer): Rejection {
+    this.metrics.recordShed(UNROUTED_SLOT, SHED.rate_limited, peer.tenant?.metricsIndex ?? 0);
     return new Rejection(this.rateLimitedError(client.retryAfterMs), id, UNROUTED_SLOT);
+  }
+
+  /** Past the tenant's rate over the host (its share on this node is spent). */
+  private tenantRateLimited(peer: Peer, id: RequestId): Rejection {
+    const tenant = peer.tenant!;
+    this.metrics.recordShed(UNROUTED_SLOT, SHED.tenant_rate_limited, tenant.metricsIndex);
+    return new Rejection(tenant.rateLimitedError(), id, UNROUTED_SLOT);
   }
 
   /**
@@ -250,8 +270,10 @@ export class Admission {
     client: ClientState,
   ): PendingRequest | Rejection {
     const id = request.id;
+    const tenant = peer.tenant;
+    const tenantIndex = tenant?.metricsIndex ?? 0;
     if (this.draining) {
-      this.metrics.recordShed(UNROUTED_SLOT, SHED.shutting_down);
+      this.metrics.recordShed(UNROUTED_SLOT, SHED.shutting_down, tenantIndex);
       return new Rejection(
         new ProtocolError('unavailable', 'server is shutting down; retry on another instance'),
         id,
@@ -259,7 +281,7 @@ export class Admission {
       );
     }
     if (this.fence !== undefined) {
-      this.metrics.recordShed(UNROUTED_SLOT, SHED.fenced);
+      this.metrics.recordShed(UNROUTED_SLOT, SHED.fenced, tenantIndex);
       return new Rejection(
         new ProtocolError(
           'fenced',
@@ -268,6 +290,18 @@ export class Admission {
         id,
         UNROUTED_SLOT,
       );
+    }
+    let priority = request.priority;
+    if (tenant !== undefined) {
+      const name = request.model ?? this.table.defaultModel;
+      // Whether the model exists or not: a tenant learns nothing of the models it may not use.
+      if (!tenant.allows(name))
+        return new Rejection(
+          new ProtocolError('forbidden', `tenant "${tenant.name}" may not use model "${name}"`),
+          id,
+          UNROUTED_SLOT,
+        );
+      priority = clampPriority(priority, tenant.spec.maxPriority);
     }
     const slot = this.resolve(request);
     if (slot instanceof ProtocolError) return new Rejection(slot, id, UNROUTED_SLOT);
@@ -278,7 +312,7 @@ export class Admission {
     const now = this.clock();
     // The token was paid before decoding; the in-flight cap needs a routed request.
     if (client.inflightFull) {
-      metrics.recordShed(slotIndex, SHED.client_queue_full);
+      metrics.recordShed(slotIndex, SHED.client_queue_full, tenantIndex);
       return new Rejection(
         new ProtocolError(
           'client_queue_full',
@@ -288,12 +322,12 @@ export class Admission {
         slotIndex,
       );
     }
-    if (slot.guard.tryAdmit(slot.admitted, request.priority, now) === AdmissionCode.ModelQueueFull) {
-      metrics.recordShed(slotIndex, SHED.model_queue_full);
+    if (slot.guard.tryAdmit(slot.admitted, priority, now) === AdmissionCode.ModelQueueFull) {
+      metrics.recordShed(slotIndex, SHED.model_queue_full, tenantIndex);
       return new Rejection(
         new ProtocolError(
           'overloaded',
-          `model ${slot.model.name} version ${slot.version} is at its queue limit for ${request.priority} priority`,
+          `model ${slot.model.name} version ${slot.version} is at its queue limit for ${priority} priority`,
           slot.guard.retryAfterMs,
         ),
         id,
@@ -309,7 +343,7 @@ export class Admission {
       return new Rejection(asProtocolError(error), id, slotIndex);
     }
     const length = requestRecordBytes(bound);
-    const ring = slot.rings[PRIORITY_CODE[request.priority]]!;
+    const ring = slot.rings[PRIORITY_CODE[priority]]!;
     if (length > ring.maxRecordBytes) {
       return new Rejection(
         new ProtocolError('payload_too_large', `request of ${length} bytes exceeds the model's record limit`),
@@ -319,7 +353,7 @@ export class Admission {
     }
     const offset = ring.reserve(length);
     if (offset < 0) {
-      metrics.recordShed(slotIndex, SHED.ring_full);
+      metrics.recordShed(slotIndex, SHED.ring_full, tenantIndex);
       return new Rejection(
         new ProtocolError(
           'overloaded',
@@ -342,7 +376,7 @@ export class Admission {
         ring,
         offset,
         slot.doorbell,
-        { requestId, slot: slotIndex, priority: request.priority, enqueuedAt: startedAt, deadlineAt },
+        { requestId, slot: slotIndex, priority, enqueuedAt: startedAt, deadlineAt },
         bound,
       );
     } catch (error) {
@@ -365,7 +399,7 @@ export class Admission {
     const admitted: PendingRequest = {
       id,
       slot: slotIndex,
-      priority: request.priority,
+      priority,
       epoch: this.table.epoch,
       startedAt,
       deadlineAt,

@@ -3,7 +3,7 @@
  * worker's, or the node's own when the worker died, the deadline passed long ago, or the node shut down).
  */
 import type { MetricsShard } from '../../libs/metrics';
-import { MAX_SLOTS } from '../../libs/metrics';
+import { MAX_SLOTS, SHED_REASONS } from '../../libs/metrics';
 import type { ErrorCode } from '../../libs/protocol';
 import {
   errorCodeFromIndex,
@@ -30,6 +30,8 @@ const SWEEP_INTERVAL_MS = 1000;
 /** A request still unanswered this long after its deadline is answered by the node itself (never hangs). */
 const SWEEP_GRACE_MS = 5000;
 const MODEL_ERROR = errorCodeIndex('model_error');
+const DEADLINE_EXCEEDED = errorCodeIndex('deadline_exceeded');
+const DEADLINE_SHED = SHED_REASONS.indexOf('deadline');
 
 export class Answers {
   /** Requests answered by a worker or by the node (not shadow copies). */
@@ -82,6 +84,7 @@ export class Answers {
       peer.protocol,
       errorCodeIndex(error.code),
       (this.clock() - startedAt) / 1000,
+      peer.tenant?.metricsIndex ?? 0,
     );
     const body = reply.error(rejection.id, error.code, error.message, error.retryAfterMs, suppressed);
     reply.send(peer, body, httpStatusOf(error.code), close, error.retryAfterMs);
@@ -125,7 +128,13 @@ export class Answers {
     }
     const seconds = (this.clock() - request.startedAt) / 1000;
     const codeIndex = errorCodeIndex(code);
-    this.metrics.recordRequest(request.slot, request.peer?.protocol ?? PROTOCOL_HTTP, codeIndex, seconds);
+    this.metrics.recordRequest(
+      request.slot,
+      request.peer?.protocol ?? PROTOCOL_HTTP,
+      codeIndex,
+      seconds,
+      request.peer?.tenant?.metricsIndex ?? 0,
+    );
     if (request.judged) this.judge(request, codeIndex, seconds);
     this.complete(request, request.reply.error(request.id, code, message), httpStatusOf(code));
     return true;
@@ -188,6 +197,9 @@ export class Answers {
     const latencyMs = this.clock() - request.startedAt;
     const status = readResponseStatus(view, offset);
     const slot = this.slots[request.slot]!;
+    // A request the worker found past its deadline (never computed): counted here, where its tenant is known.
+    if (status === DEADLINE_EXCEEDED)
+      this.metrics.recordShed(request.slot, DEADLINE_SHED, request.peer?.tenant?.metricsIndex ?? 0);
     if (request.shadow) {
       this.shadow.settle(
         request.shadow,
@@ -220,7 +232,14 @@ export class Answers {
         this.metrics.recordClientModelError(request.slot);
       }
     }
-    this.metrics.recordRequest(request.slot, request.peer!.protocol, status, latencyMs / 1000);
+    const peer = request.peer!;
+    this.metrics.recordRequest(
+      request.slot,
+      peer.protocol,
+      status,
+      latencyMs / 1000,
+      peer.tenant?.metricsIndex ?? 0,
+    );
     if (request.judged) this.judge(request, status, latencyMs / 1000);
     this.answering = undefined;
     this.complete(request, body, httpStatus);

@@ -30,6 +30,7 @@ import {
 } from '../../libs/protocol';
 import type { NodeTls } from '../../libs/registry';
 import { sharedClock as clock, type RingBuffer } from '../../libs/ring';
+import { answeredSubprotocol, bearerKey, hashKey, subprotocolKey } from '../../libs/tenants';
 import type { Admission } from './admission';
 import { Rejection, SHED, UNROUTED_SLOT } from './admission';
 import type { Answers } from './answers';
@@ -47,10 +48,11 @@ import type { NodeStatus } from './node-status';
 import type { PendingRequests } from './pending';
 import type { Replies } from './reply';
 import type { Connection, HeldAnswer, HttpExchange } from './request';
-import { PROTOCOL_WS } from './request';
+import { PROTOCOL_HTTP, PROTOCOL_WS } from './request';
 import type { RoomsTransport } from './rooms';
 import { createRooms } from './rooms';
 import type { ModelTable } from './table';
+import { type TenantState, Tenants } from './tenants';
 import { TransportGuard } from './transport-guard';
 
 const SERVER_VERSION: string = (require('../../../package.json') as { version: string }).version;
@@ -61,16 +63,22 @@ const ADDRESS_CLIENT_IDLE_MS = 60_000;
 const CODE_SLOTS = ERROR_CODES.length + 1;
 /**
  * Protocol errors by wire index: what the client got wrong before admission (malformed frames, unknown
- * models or versions, bad requests, oversize) — the 400, 404 and 413 codes; never rate_limited, overloaded,
- * unavailable or the model's own failures.
+ * models or versions, bad requests, oversize, a model its tenant may not use) — the 400, 403, 404 and 413
+ * codes; never rate_limited, overloaded, unavailable or the model's own failures.
  */
 const PROTOCOL_ERROR = Uint8Array.from({ length: CODE_SLOTS }, (_, index) => {
   const code = ERROR_CODES[index - 1];
   if (code === undefined) return 0;
   const status = httpStatusOf(code);
-  return status === 400 || status === 404 || status === 413 ? 1 : 0;
+  return status === 400 || status === 403 || status === 404 || status === 413 ? 1 : 0;
 });
 const RATE_LIMITED_CODE = errorCodeIndex('rate_limited');
+const UNAUTHORIZED_CODE = errorCodeIndex('unauthorized');
+const FORBIDDEN_CODE = errorCodeIndex('forbidden');
+/** WebSocket close code and reason for a connection whose key a reload removed. */
+export const KEY_REVOKED_CLOSE_CODE = 1008;
+const MISSING_KEY =
+  'an API key is required: send Authorization: Bearer <key> (browsers: the subprotocols "streaminfer" and "bearer.<key>")';
 /** A refused upgrade's Retry-After: places free up as other connections close, which nobody can predict. */
 const CONNECTION_RETRY_MS = 1000;
 /** WebSocket close code for a connection that keeps violating the protocol (RFC 6455 "policy violation"). */
@@ -115,6 +123,8 @@ export class Gateway implements RoomsTransport {
   readonly admission: Admission;
   readonly answers: Answers;
   readonly status: NodeStatus;
+  /** Tenants of the API keys file (none: anonymous traffic, as without `--api-keys`). */
+  readonly tenants: Tenants;
 
   constructor(
     private readonly options: NodeStartOptions,
@@ -132,6 +142,8 @@ export class Gateway implements RoomsTransport {
     );
     this.proxies = proxyTrustOf(options.backpressure);
     this.metrics = new MetricsShard(metricsBuffer, 0);
+    this.tenants = new Tenants(this.metrics, clock);
+    this.tenants.apply(options.tenants);
     // Frames above our own limit get a typed error; only frames far above it are cut at the protocol level.
     this.hardFrameLimit = Math.max(options.maxPayloadBytes * 4, 16 * 1024 * 1024);
     this.guard = new TransportGuard(logger);
@@ -147,6 +159,10 @@ export class Gateway implements RoomsTransport {
 
   wsConnections(): number {
     return this.sockets.size;
+  }
+
+  tenantNames(): ReadonlyArray<string | undefined> {
+    return this.tenants.names;
   }
 
   private get draining(): boolean {
@@ -229,7 +245,21 @@ export class Gateway implements RoomsTransport {
       ['/v2/models/:name/versions/:version', false],
       ['/v2/models/:name/versions/:version/ready', true],
     ] as const) {
-      this.v2Route(app, 'get', pattern, (res, _req, name, version) => {
+      this.v2Route(app, 'get', pattern, (res, req, name, version) => {
+        if (this.tenants.enabled) {
+          // A model's metadata and readiness are the tenant's business only for the models it may use.
+          const tenant = this.httpTenant(res, req, true);
+          if (tenant === undefined) return;
+          if (!tenant.allows(name)) {
+            this.metrics.recordRequest(UNROUTED_SLOT, PROTOCOL_HTTP, FORBIDDEN_CODE, 0, tenant.metricsIndex);
+            this.replyHttp(
+              res,
+              403,
+              encodeV2Error('forbidden', `tenant "${tenant.name}" may not use model "${name}"`),
+            );
+            return;
+          }
+        }
         const { status, body } = this.status.v2Model(name, version, ready, this.draining);
         this.replyHttp(res, status, body);
       });
@@ -304,7 +334,43 @@ export class Gateway implements RoomsTransport {
             return;
           }
           const address = this.addressOf(res, req);
+          const protocols = req.getHeader('sec-websocket-protocol');
+          let tenant: TenantState | undefined;
+          let keyHash = '';
+          if (this.tenants.enabled) {
+            // Hashed once here; the connection's frames only read its tenant.
+            const key = bearerKey(req.getHeader('authorization')) ?? subprotocolKey(protocols);
+            if (key !== undefined) keyHash = hashKey(key);
+            tenant = key === undefined ? undefined : this.tenants.ofHash(keyHash);
+            if (tenant === undefined) {
+              this.metrics.recordRequest(UNROUTED_SLOT, PROTOCOL_WS, UNAUTHORIZED_CODE, 0);
+              writeJson(
+                res,
+                401,
+                encodeError(null, 'unauthorized', key === undefined ? MISSING_KEY : 'unknown API key'),
+                true,
+              );
+              return;
+            }
+          }
           if (this.refuseUpgrade(res, address)) return;
+          if (tenant !== undefined && !tenant.underConnectionCap) {
+            tenant.upgrades++;
+            this.metrics.recordShed(UNROUTED_SLOT, SHED.tenant_connection_cap, tenant.metricsIndex);
+            writeJson(
+              res,
+              429,
+              encodeError(
+                null,
+                'rate_limited',
+                `tenant "${tenant.name}" is at its limit of ${tenant.spec.maxConnections} WebSocket connections on this host (this node's share is in use); retry later`,
+                CONNECTION_RETRY_MS,
+              ),
+              true,
+              CONNECTION_RETRY_MS,
+            );
+            return;
+          }
           const backpressure = this.options.backpressure;
           res.upgrade<Connection>(
             {
@@ -318,9 +384,12 @@ export class Gateway implements RoomsTransport {
               violations: new ProtocolViolations(backpressure.maxProtocolErrorsPerSecond),
               rateLimitViolations: new ProtocolViolations(backpressure.maxRateLimitedPerSecond),
               order: new EpochOrder<HeldAnswer>(this.pending.holdLimits),
+              tenant,
+              keyHash,
             },
             req.getHeader('sec-websocket-key'),
-            req.getHeader('sec-websocket-protocol'),
+            // Never a `bearer.<key>` entry: the browser form of a key is answered `streaminfer`.
+            answeredSubprotocol(protocols),
             req.getHeader('sec-websocket-extensions'),
             context,
           );
@@ -333,6 +402,7 @@ export class Gateway implements RoomsTransport {
           const connection = ws.getUserData();
           connection.ws = ws;
           this.sockets.add(ws);
+          if (connection.tenant) connection.tenant.open++;
           this.openByAddress.set(connection.address, (this.openByAddress.get(connection.address) ?? 0) + 1);
         } catch (error) {
           guard.wsFailed(openRoute, ws, error);
@@ -360,6 +430,7 @@ export class Gateway implements RoomsTransport {
           connection.closed = true;
           this.pending.connectionClosed(connection);
           if (this.sockets.delete(ws)) {
+            if (connection.tenant) connection.tenant.open--;
             const open = (this.openByAddress.get(connection.address) ?? 1) - 1;
             if (open > 0) this.openByAddress.set(connection.address, open);
             else this.openByAddress.delete(connection.address);
@@ -571,12 +642,18 @@ export class Gateway implements RoomsTransport {
     route: string,
   ): void {
     const startedAt = clock();
+    let tenant: TenantState | undefined;
+    if (this.tenants.enabled) {
+      tenant = this.httpTenant(res, req, v2 !== undefined);
+      if (tenant === undefined) return;
+    }
     const exchange = openExchange(res, route, this.guard);
+    exchange.tenant = tenant;
     const reply = v2 ? this.replies.httpV2 : this.replies.httpJson;
     const client = this.addressClients.get(this.addressOf(res, req), startedAt);
     const declared = Number(req.getHeader('content-length') || '0');
     const tooLarge = (): void =>
-      this.answers.reject(exchange, reply, this.admission.bodyTooLarge(client), startedAt, true);
+      this.answers.reject(exchange, reply, this.admission.bodyTooLarge(client, exchange), startedAt, true);
     if (declared > this.options.maxPayloadBytes) {
       tooLarge();
       return;
@@ -591,6 +668,27 @@ export class Gateway implements RoomsTransport {
         : this.admission.admitJson(body, startedAt, reply, exchange, client);
       if (result instanceof Rejection) this.answers.reject(exchange, reply, result, startedAt);
     });
+  }
+
+  /**
+   * The tenant of an HTTP request, from its `Authorization: Bearer` key (hashed per request: about a
+   * microsecond, see the README); undefined when refused — answered 401 from the headers, the body unread
+   * and the connection closed.
+   */
+  private httpTenant(res: uWS.HttpResponse, req: uWS.HttpRequest, v2: boolean): TenantState | undefined {
+    const key = bearerKey(req.getHeader('authorization'));
+    const tenant = this.tenants.lookup(key);
+    if (tenant !== undefined) return tenant;
+    this.metrics.recordRequest(UNROUTED_SLOT, PROTOCOL_HTTP, UNAUTHORIZED_CODE, 0);
+    const message =
+      key === undefined ? 'an API key is required: send Authorization: Bearer <key>' : 'unknown API key';
+    writeJson(
+      res,
+      401,
+      v2 ? encodeV2Error('unauthorized', message) : encodeError(null, 'unauthorized', message),
+      true,
+    );
+    return undefined;
   }
 
   /** An answer with no request behind it (metadata, 404, 405). */
@@ -688,6 +786,7 @@ export class Gateway implements RoomsTransport {
    * and the protocol-error limit, from the next request on; the connection caps from the next upgrade on.
    */
   applySettings(): void {
+    this.applyTenants();
     this.admission.setMaxPayloadBytes(this.options.maxPayloadBytes);
     this.backpressure = clientLimits(this.options.backpressure);
     this.proxies = proxyTrustOf(this.options.backpressure);
@@ -703,6 +802,43 @@ export class Gateway implements RoomsTransport {
     }
     this.addressClients.forEachState((client) => client.reconfigure(this.backpressure, now));
   }
+  /** A reload's tenants (see revocationOf). */
+  private applyTenants(): void {
+    this.tenants.apply(this.options.tenants);
+    for (const ws of [...this.sockets]) {
+      const connection = ws.getUserData();
+      if (connection.closed) continue;
+      const outcome = revocationOf(connection, this.tenants);
+      if ('close' in outcome) {
+        connection.closed = true;
+        this.logger.info(
+          { connection: connection.id, tenant: connection.tenant?.name, reason: outcome.close },
+          'connection closed: its API key is no longer valid (1008)',
+        );
+        ws.end(KEY_REVOKED_CLOSE_CODE, outcome.close);
+        continue;
+      }
+      if (outcome.tenant === connection.tenant) continue;
+      if (connection.tenant) connection.tenant.open--;
+      connection.tenant = outcome.tenant;
+      if (outcome.tenant) outcome.tenant.open++;
+    }
+  }
+}
+
+/**
+ * The tenants of a reload, for one open connection: a connection whose key no tenant holds any more is closed (1008 "key
+ * revoked"), as is an anonymous one once keys are required; a key moved to another tenant moves its
+ * connection with it. New keys work for the next upgrade.
+ */
+function revocationOf(
+  connection: Connection,
+  tenants: Tenants,
+): { close: string } | { tenant: TenantState | undefined } {
+  if (!tenants.enabled) return { tenant: undefined };
+  if (connection.tenant === undefined) return { close: 'an API key is now required' };
+  const tenant = tenants.ofHash(connection.keyHash ?? '');
+  return tenant === undefined ? { close: 'key revoked' } : { tenant };
 }
 
 /** Listens (uWS calls back at once); throws when the port cannot be bound. */

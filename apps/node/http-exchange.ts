@@ -14,7 +14,7 @@ const decoder = new TextDecoder();
 
 /** One HTTP exchange, marked aborted when the client goes away (guarded like every uWS callback). */
 export function openExchange(res: uWS.HttpResponse, route: string, guard: TransportGuard): HttpExchange {
-  const exchange: HttpExchange = { protocol: PROTOCOL_HTTP, res, aborted: false };
+  const exchange: HttpExchange = { protocol: PROTOCOL_HTTP, res, aborted: false, tenant: undefined };
   res.onAborted(() => {
     try {
       exchange.aborted = true;

@@ -2,6 +2,7 @@
 import type { DeviceTarget } from '../../libs/config';
 import type { MetricJson } from '../../libs/metrics';
 import type { NodeSettings, TablePlan } from '../../libs/registry';
+import type { Share, TenantDemand } from '../../libs/tenants';
 
 /** How a node process starts: its own place in the host, then the live settings (see NodeSettings). */
 export interface NodeStartOptions extends NodeSettings {
@@ -103,6 +104,8 @@ export type SupervisorMessage =
   | { type: 'block'; ms: number }
   /** The host was fenced from its fleet (reason) or rejoined it (null). */
   | { type: 'fence'; reason: string | null }
+  /** Tenants (--api-keys): this node's share of each tenant's limits from now on; answered by `tenant-report`. */
+  | { type: 'tenant-shares'; seq: number; shares: Record<string, Share> }
   | { type: 'shutdown' };
 
 /** node → supervisor */
@@ -117,4 +120,6 @@ export type NodeMessage =
   | { type: 'command-result'; requestId: number; ok: boolean; error?: string; data?: unknown }
   | { type: 'drained'; nodeIndex: number; answered: number; abandoned: number }
   /** The answer to `ping`, with the requests this node has answered so far (for STATUS= requests/s). */
-  | { type: 'pong'; seq: number; answered: number };
+  | { type: 'pong'; seq: number; answered: number }
+  /** The answer to `tenant-shares` (applied): each known tenant's demand since the last report, open connections. */
+  | { type: 'tenant-report'; seq: number; tenants: Record<string, TenantDemand> };

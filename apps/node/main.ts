@@ -116,7 +116,9 @@ class NodeProcess {
     await this.table!.applySettings(settings);
     this.appliedSettings = text;
     const admin = { ...settings.admin, ...(settings.admin.token ? { token: '<redacted>' } : {}) };
-    this.logger.info({ settings: { ...settings, admin } }, 'settings applied');
+    // Tenants by name only: their key digests stay out of the log.
+    const tenants = settings.tenants?.map((tenant) => tenant.name);
+    this.logger.info({ settings: { ...settings, admin, tenants } }, 'settings applied');
   }
 
   /** The files re-read and checked (libs/config checkTlsMaterial); its warnings logged. Throws ConfigError. */
@@ -289,6 +291,12 @@ class NodeProcess {
           Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, message.ms);
         }
         return;
+      case 'tenant-shares': {
+        const tenants = this.gateway?.tenants;
+        tenants?.applyShares(message.shares);
+        send({ type: 'tenant-report', seq: message.seq, tenants: tenants?.report() ?? {} });
+        return;
+      }
       case 'fence':
         if (this.gateway) this.gateway.admission.fence = message.reason ?? undefined;
         if (message.reason) this.logger.warn({ reason: message.reason }, 'fenced from the fleet');
@@ -360,6 +368,9 @@ function applyToOptions(options: NodeStartOptions, settings: NodeSettings): void
   options.shutdownTimeoutMs = settings.shutdownTimeoutMs;
   options.logLevel = settings.logLevel;
   options.admin = settings.admin;
+  // Absent: no API keys file (anonymous traffic).
+  if (settings.tenants) options.tenants = settings.tenants;
+  else delete options.tenants;
   options.backpressure = {
     ...settings.backpressure,
     slowConsumerWarnBytes: options.backpressure.slowConsumerWarnBytes,

@@ -18,6 +18,8 @@ const UNROUTED_SLOT = 0;
 export interface LiveCounters {
   inflight(): number;
   wsConnections(): number;
+  /** Tenant names by metrics index (`--api-keys`); index 0 (anonymous) has none. */
+  tenantNames(): ReadonlyArray<string | undefined>;
   admission: { inflightWarnings: number };
   transport: {
     slowConsumerWarnings: number;
@@ -126,10 +128,12 @@ export class NodeStatus {
         alias: this.table.models.get(slot.model.name)?.stable === slot.version ? 'stable' : '',
       });
     }
-    const metrics = nodeMetricsJson(buffer, slots, {
-      wsConnections: this.live.wsConnections(),
-      epoch: this.table.epoch,
-    });
+    const metrics = nodeMetricsJson(
+      buffer,
+      slots,
+      { wsConnections: this.live.wsConnections(), epoch: this.table.epoch },
+      this.live.tenantNames(),
+    );
     metrics.push(
       metricJson(
         'streaminfer_client_warnings_total',

@@ -9,6 +9,7 @@ import type { ErrorCode, Priority, ProtocolError, RequestId, ShadowOutput } from
 import type { RingBuffer } from '../../libs/ring';
 import type { EpochOrder } from './epoch-order';
 import type { Slot } from './models';
+import type { TenantState } from './tenants';
 
 /** Metrics protocol label of a peer. */
 export const PROTOCOL_WS = 0;
@@ -40,6 +41,10 @@ export interface Connection {
   readonly rateLimitViolations: ProtocolViolations;
   /** Answer order across a reload: newer-epoch answers held (bounded) behind this connection's older ones. */
   order: EpochOrder<HeldAnswer>;
+  /** Its tenant (`--api-keys`), from the key at the upgrade; undefined for anonymous traffic. */
+  tenant?: TenantState | undefined;
+  /** SHA-256 of the key it presented ('' when anonymous): a reload that drops it closes the connection. */
+  keyHash?: string;
 }
 
 /** One HTTP exchange: its response, and whether the client went away. */
@@ -47,6 +52,8 @@ export interface HttpExchange {
   readonly protocol: typeof PROTOCOL_HTTP;
   res: uWS.HttpResponse;
   aborted: boolean;
+  /** Its tenant (`--api-keys`), from this request's key; undefined for anonymous traffic. */
+  tenant?: TenantState | undefined;
 }
 
 /**
@@ -62,6 +69,8 @@ export interface InProcessCall {
   failure: ProtocolError | undefined;
   /** Called exactly once, after `output` or `failure` is set: resolves or rejects the caller's promise. */
   settle(): void;
+  /** In-process calls are anonymous. */
+  readonly tenant?: undefined;
 }
 
 export type Peer = Connection | HttpExchange | InProcessCall;

@@ -372,7 +372,7 @@ describe('admission', () => {
     );
     expect(refusal.error.code).toBe('payload_too_large');
     expect(refusal).toMatchObject({ id: 'big', slot: 0 });
-    expect(rejected(w.admission.bodyTooLarge(ws.client)).error.code).toBe('payload_too_large');
+    expect(rejected(w.admission.bodyTooLarge(ws.client, ws)).error.code).toBe('payload_too_large');
     expect(w.written()).toBe(0);
   });
 
@@ -468,7 +468,7 @@ describe('answers', () => {
     expect(w.transport.sent[0]!.retryAfterMs).toBeGreaterThan(0);
     expect(w.transport.json()).toMatchObject({ id: 3, code: 'overloaded' });
     const ws = w.connection();
-    w.answers.reject(ws, w.replies.wsJson, w.admission.bodyTooLarge(ws.client), 0);
+    w.answers.reject(ws, w.replies.wsJson, w.admission.bodyTooLarge(ws.client, ws), 0);
     expect(w.transport.json()).toMatchObject({ id: null, type: 'error', code: 'payload_too_large' });
   });
 

@@ -37,6 +37,8 @@ export interface RoomsTransport extends Transport {
   /** Unsent bytes of a connection against the slow-consumer limits. */
   observeConsumer(connection: Connection): void;
   wsConnections(): number;
+  /** Tenant names by metrics index (absent in-process: no tenants). */
+  tenantNames?(): ReadonlyArray<string | undefined>;
 }
 
 export function createRooms(
@@ -70,6 +72,7 @@ export function createRooms(
   const status = new NodeStatus(table, {
     inflight: () => pending.size,
     wsConnections: () => transport.wsConnections(),
+    tenantNames: () => transport.tenantNames?.() ?? [],
     admission: admission.counters,
     transport: transport.transportCounters,
     order: pending.counters,

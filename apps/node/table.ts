@@ -371,6 +371,7 @@ export function nodeSettingsOf(options: NodeStartOptions): NodeSettings {
     logLevel: options.logLevel,
     admin: options.admin,
     ...(options.tls ? { tls: options.tls } : {}),
+    ...(options.tenants ? { tenants: options.tenants } : {}),
   };
 }
 

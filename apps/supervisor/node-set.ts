@@ -10,6 +10,7 @@ import * as path from 'node:path';
 import type { Logger } from 'pino';
 import type { RequestCount } from '../../libs/notify';
 import type { TablePlan } from '../../libs/registry';
+import type { TenantDemand } from '../../libs/tenants';
 import type {
   ControlRequest,
   ControlResponse,
@@ -80,6 +81,13 @@ export interface NodeSetOptions {
   startOptions: (index: number) => Omit<NodeStartOptions, 'port' | 'restarts'>;
   /** Answers a control request a node received (never rejects). */
   control: (request: ControlRequest) => Promise<ControlResponse>;
+  /** Tenants (--api-keys): a node process started, exited, is about to listen, reported its demand. */
+  tenants?: {
+    nodeStarted(node: number): void;
+    nodeGone(node: number): void;
+    beforeListen(): void;
+    report(node: number, seq: number, tenants: Record<string, TenantDemand>): void;
+  };
 }
 
 export class NodeSet {
@@ -138,6 +146,7 @@ export class NodeSet {
       answered: undefined,
     };
     this.nodes[index] = handle;
+    this.options.tenants?.nodeStarted(index);
     return new Promise<void>((resolve, reject) => {
       const timer = setTimeout(
         () => reject(new Error(`node ${index} did not become ready within ${START_TIMEOUT_MS / 1000}s`)),
@@ -174,6 +183,7 @@ export class NodeSet {
         handle.ready = false;
         this.failWaitersOf(index);
         if (this.nodes[index] !== handle) return;
+        this.options.tenants?.nodeGone(index);
         if (this.stoppingNow) return;
         reject(new Error(`node ${index} exited during start (code ${code}, signal ${signal})`));
         logger.error({ node: index, code, signal }, 'node exited; restarting');
@@ -215,6 +225,7 @@ export class NodeSet {
       if (epoch === host.epoch) {
         handle.ready = true;
         handle.readySince = Date.now();
+        this.options.tenants?.beforeListen();
         this.sendTo(handle, { type: 'listen', port: this.portNumber });
         return;
       }
@@ -259,6 +270,9 @@ export class NodeSet {
         waiter?.answer(message);
         return;
       }
+      case 'tenant-report':
+        this.options.tenants?.report(handle.index, message.seq, message.tenants);
+        return;
       case 'pong':
         handle.pongSeen = Math.max(handle.pongSeen, message.seq);
         handle.answered = message.answered;
@@ -288,6 +302,14 @@ export class NodeSet {
 
   private sendTo(handle: NodeHandle, message: SupervisorMessage): void {
     if (handle.child.connected) handle.child.send(message);
+  }
+
+  /** A message to one node process; false when there is none to reach. */
+  sendToNode(index: number, message: SupervisorMessage): boolean {
+    const handle = this.nodes[index];
+    if (!handle?.child.connected) return false;
+    handle.child.send(message);
+    return true;
   }
 
   /** Asks one node and waits for its answer; undefined on timeout or when the node dies first. */

@@ -37,6 +37,7 @@ import {
   withSettings,
 } from '../../libs/registry';
 import type { TrustedKeys } from '../../libs/signing';
+import type { TenantSpec } from '../../libs/tenants';
 import { parseAllowedOrigins } from '../node/admin-auth';
 import type { ControlResponse, NodeStartOptions } from '../node/ipc';
 import { loadTls } from '../node/tls-files';
@@ -52,6 +53,7 @@ import type { NodeHeartbeat, NotifyHost, SystemdNotifier } from './notify';
 import { type RolloutAction, RolloutController, type RolloutRouting } from './rollout-controller';
 import { FileRolloutStore, FleetRolloutStore } from './rollout-store';
 import { readTrustedKeys } from './trusted-keys';
+import { readTenantFile, TenantShares } from './tenant-shares';
 
 export interface SupervisorOptions {
   config: ServerConfig;
@@ -66,6 +68,8 @@ export interface SupervisorOptions {
   notifier?: SystemdNotifier;
   /** The data port's certificate files as checked at start (apps/node/tls-files.ts); absent: plain. */
   tls?: NodeTls;
+  /** The API keys file's tenants, read and validated at start (`apiKeysFile`); absent: anonymous clients. */
+  tenants?: readonly TenantSpec[];
 }
 
 /** Batch settings the operator gave explicitly: they override every model's config.json. */
@@ -88,6 +92,9 @@ export class Supervisor implements AdminHost, NotifyHost {
   private readonly reloadDuration: Histogram<'strategy'>;
   private readonly registry = new Registry();
   private readonly requestRate = new RateSampler();
+  /** The tenants in force (the API keys file as the last committed configuration read it). */
+  private tenants: readonly TenantSpec[] | undefined;
+  private readonly tenantShares: TenantShares;
   private currentDefaultModel: string;
   /** config.json's default version per model at the last scan: a rescan keeps an API-chosen stable unless it moved. */
   private readonly lastDefaults = new Map<string, string>();
@@ -105,6 +112,7 @@ export class Supervisor implements AdminHost, NotifyHost {
         tls: NodeTls | undefined;
         /** Said in the outcome: TLS files that did not pass (the certificate served stays). */
         warning: string | undefined;
+        tenants: readonly TenantSpec[] | undefined;
       }
     | undefined;
 
@@ -117,6 +125,8 @@ export class Supervisor implements AdminHost, NotifyHost {
     this.readTrustedKeys(options.config, 'start');
     this.currentDefaultModel = options.config.defaultModel;
     this.startedConfig = options.config;
+    this.tenants = options.tenants;
+    this.tenantShares = new TenantShares((node, message) => this.nodeSet.sendToNode(node, message));
     this.reloadsTotal = new Counter({
       name: 'streaminfer_reloads_total',
       help: 'Model table reloads, by result (committed, failed, unchanged) and strategy.',
@@ -149,6 +159,7 @@ export class Supervisor implements AdminHost, NotifyHost {
       host: () => this.coordinator!,
       startOptions: (index) => this.startOptions(index),
       control: (request) => this.admin.answer(request),
+      tenants: this.tenantShares,
     });
     this.admin = new AdminApi(this, this.nodeSet, this.registry, fanOutsTotal);
     this.rollouts = new RolloutController({
@@ -238,8 +249,10 @@ export class Supervisor implements AdminHost, NotifyHost {
     config: ServerConfig,
     explicit: ExplicitBatch,
     tls: NodeTls | undefined = this.options.tls,
+    tenants: readonly TenantSpec[] | undefined = this.tenants,
   ): NodeSettings {
     return {
+      ...(tenants ? { tenants } : {}),
       batch: {
         policy: config.batchPolicy,
         maxBatchSize: config.batchSize,
@@ -365,6 +378,7 @@ export class Supervisor implements AdminHost, NotifyHost {
     // What the host serves from now on, including a configured default model that won over the saved one.
     this.persist(table);
     this.options.notifier?.begin(this);
+    this.tenantShares.setTenants(this.tenants);
     const port = await this.nodeSet.start(
       this.options.config.nodes,
       this.options.config.port,
@@ -396,6 +410,9 @@ export class Supervisor implements AdminHost, NotifyHost {
         if (pending.tls) this.options.tls = pending.tls;
         else delete this.options.tls;
         this.logger.level = pending.config.logLevel;
+        // The nodes hold the new tenants since COMMIT: their shares follow at once.
+        this.tenants = pending.tenants;
+        this.tenantShares.setTenants(pending.tenants);
       }
     }
     this.reloadsTotal.inc({ result: outcome.result, strategy: outcome.strategy });
@@ -652,6 +669,18 @@ export class Supervisor implements AdminHost, NotifyHost {
       timeout: resolved.origins.batchTimeoutMs !== 'default',
       policy: resolved.origins.batchPolicy !== 'default',
     };
+    // The API keys file is read again on every configuration reload: a bad one keeps the tenants in force.
+    let tenants: readonly TenantSpec[] | undefined;
+    try {
+      tenants = change.next.apiKeysFile === undefined ? undefined : readTenantFile(change.next.apiKeysFile);
+    } catch (error) {
+      const message = (error as Error).message;
+      this.logger.error(
+        { reason, err: message },
+        'API keys file rejected; still serving the previous tenants',
+      );
+      throw new ProtocolError('bad_request', message);
+    }
     if (change.restartRequired.length > 0)
       this.logger.warn(
         { reason, restart_required: change.restartRequired },
@@ -665,10 +694,11 @@ export class Supervisor implements AdminHost, NotifyHost {
       restartRequired: change.restartRequired,
       tls: tls.tls,
       warning: tls.warning,
+      tenants,
     };
     try {
       const request: { defaultModel?: string; settings: NodeSettings; strategy?: ReloadStrategy } = {
-        settings: this.nodeSettingsFor(change.next, explicit, tls.tls),
+        settings: this.nodeSettingsFor(change.next, explicit, tls.tls, tenants),
       };
       // The configured default model applies when the configuration changed it; otherwise the one being
       // served stays (it may come from `reload --model`).
@@ -757,6 +787,7 @@ export class Supervisor implements AdminHost, NotifyHost {
   async shutdown(): Promise<void> {
     if (this.nodeSet.stopping) return;
     this.rollouts.stop();
+    this.tenantShares.stop();
     this.options.notifier?.stopping();
     // Out of the fleet first: no coordinator counts on a host that is going away.
     await this.member?.close();

@@ -9,7 +9,7 @@ import type { BatchPolicy } from '../../libs/batching';
 import { createBatchPolicy } from '../../libs/batching';
 import type { LoadedSession } from '../../libs/inference';
 import { compareSignature, loadSession, ort } from '../../libs/inference';
-import { MetricsShard, SHED_REASONS } from '../../libs/metrics';
+import { MetricsShard } from '../../libs/metrics';
 import type { ErrorCode, ModelSignature } from '../../libs/protocol';
 import {
   bytesPerElement,
@@ -34,7 +34,6 @@ const IDLE_WAIT_MS = 250;
 const FIT_LOG_CHANGE = 0.25;
 /** …and by more than a quarter of this many ms (a fit near 0 ms would otherwise log on every wobble). */
 const FIT_LOG_FLOOR_MS = 0.2;
-const DEADLINE_SHED = SHED_REASONS.indexOf('deadline');
 const EXPIRED_MESSAGE = 'deadline passed before the request was batched; it was not computed';
 const utf8 = new TextEncoder();
 
@@ -403,7 +402,6 @@ class LaneHost {
   private async answerExpired(lane: Lane, buffers: BatchBuffers): Promise<void> {
     const now = clock();
     for (let i = 0; i < buffers.expiredCount; i++) {
-      this.metrics.recordShed(lane.slot, DEADLINE_SHED);
       const requestId = buffers.expiredIds[i]!;
       const queueMs = now - buffers.expiredEnqueuedAt[i]!;
       if (!this.tryWriteError(lane, requestId, queueMs, 0, 0, 'deadline_exceeded', EXPIRED_MESSAGE))

@@ -32,6 +32,7 @@ export const LIVE_SETTINGS: ReadonlySet<SettingKey> = new Set<SettingKey>([
   'tlsClientCa',
   'adminToken',
   'adminAllowedOrigins',
+  'apiKeysFile',
   'shutdownTimeoutMs',
   'reloadStepTimeoutMs',
   'logLevel',

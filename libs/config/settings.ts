@@ -79,6 +79,8 @@ export interface ServerConfig {
   adminToken: string | undefined;
   /** Web origins allowed to call the admin API (comma-separated, lower case); unset: none. */
   adminAllowedOrigins: string | undefined;
+  /** The API keys file (tenants, libs/tenants); unset: anonymous clients. Re-read on every configuration reload. */
+  apiKeysFile: string | undefined;
   /** Unset: auto ((cores - nodes) / (nodes × workers), at least 1). */
   intraOpThreads: number | undefined;
   ringBytes: number;
@@ -406,6 +408,14 @@ export const SETTINGS: { readonly [K in SettingKey]: SettingSpec<ServerConfig[K]
     help: 'web origins (https://host[:port], comma-separated) whose pages may call the admin API; any other Origin is refused',
     expected: 'http:// or https:// origins (scheme://host[:port]) separated by commas',
     parse: originsParser,
+  },
+  apiKeysFile: {
+    env: 'STREAMINFER_API_KEYS_FILE',
+    default: undefined,
+    defaultText: 'unset (anonymous clients, no keys)',
+    help: 'API keys file (JSON: tenants, the SHA-256 of each key, limits): clients send Authorization: Bearer <key>; re-read on SIGHUP',
+    expected: 'a file path',
+    parse: text(PATH_TEXT, 4096),
   },
   intraOpThreads: {
     env: 'STREAMINFER_INTRA_OP_THREADS',

@@ -1,7 +1,7 @@
 import type { MetricObjectWithValues, MetricValue, MetricValueWithName } from 'prom-client';
 import { AggregatorRegistry, Registry } from 'prom-client';
 import type { HistogramTotals, PolicyField } from './shared-metrics';
-import { readPolicyState, readSlotTotals } from './shared-metrics';
+import { readPolicyState, readSlotTotals, readTenantTotals } from './shared-metrics';
 
 export type MetricJson = MetricObjectWithValues<MetricValue<string> | MetricValueWithName<string>>;
 
@@ -67,6 +67,11 @@ export function nodeMetricsJson(
   buffer: SharedArrayBuffer,
   slots: SlotDescription[],
   gauges: NodeGauges,
+  /**
+   * The node's tenant names by tenant index (index 0, anonymous, has none): their request and shed series
+   * carry `tenant`; anonymous ones carry no tenant label (`tenant=""` to Prometheus).
+   */
+  tenants: ReadonlyArray<string | undefined> = [],
 ): MetricJson[] {
   const requests: MetricValue<string>[] = [];
   const requestDuration: MetricValueWithName<string>[] = [];
@@ -97,6 +102,17 @@ export function nodeMetricsJson(
     pushHistogram(batchSize, 'streaminfer_batch_size', base, totals.batchSize);
     for (const entry of totals.shed)
       shed.push({ value: entry.value, labels: { ...base, reason: entry.reason } });
+    tenants.forEach((tenant, index) => {
+      if (tenant === undefined || index === 0) return;
+      const own = readTenantTotals(buffer, slot.slot, index);
+      for (const entry of own.requests)
+        requests.push({
+          value: entry.value,
+          labels: { ...base, tenant, protocol: entry.protocol, code: entry.code },
+        });
+      for (const entry of own.shed)
+        shed.push({ value: entry.value, labels: { ...base, tenant, reason: entry.reason } });
+    });
     for (const entry of totals.routes)
       routed.push({ value: entry.value, labels: { ...base, route: entry.route } });
     if (slot.version !== '' && totals.judged.duration.count > 0) {
@@ -132,7 +148,7 @@ export function nodeMetricsJson(
   return [
     metricJson(
       'streaminfer_requests_total',
-      'Requests answered, by model, version, protocol and result code.',
+      'Requests answered, by model, version, tenant (--api-keys; none for anonymous traffic), protocol and result code.',
       'counter',
       requests,
     ),
@@ -196,7 +212,7 @@ export function nodeMetricsJson(
     metricJson('streaminfer_inflight_requests', 'Requests admitted and not yet answered.', 'gauge', inflight),
     metricJson(
       'streaminfer_shed_total',
-      'Requests refused or dropped to protect the server, by reason.',
+      'Requests refused or dropped to protect the server, by tenant (--api-keys; none for anonymous traffic) and reason.',
       'counter',
       shed,
     ),

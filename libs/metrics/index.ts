@@ -17,14 +17,23 @@ export {
   seriesKey,
   sumSamples,
 } from './prom-text';
-export type { HistogramTotals, PolicyField, ProtocolName, ShedReason, SlotTotals } from './shared-metrics';
+export type {
+  HistogramTotals,
+  PolicyField,
+  ProtocolName,
+  ShedReason,
+  SlotTotals,
+  TenantSlotTotals,
+} from './shared-metrics';
 export {
   DURATION_BUCKETS,
   MAX_SLOTS,
+  MAX_TENANT_INDEX,
   MetricsShard,
   metricsBufferFor,
   readPolicyState,
   readSlotTotals,
+  readTenantTotals,
   resetSlot,
   SHED_REASONS,
 } from './shared-metrics';

@@ -1,4 +1,11 @@
-import { aggregateToText, lintExposition, MetricsShard, metricsBufferFor, nodeMetricsJson } from './index';
+import {
+  aggregateToText,
+  lintExposition,
+  MetricsShard,
+  metricsBufferFor,
+  nodeMetricsJson,
+  SHED_REASONS,
+} from './index';
 import { readSlotTotals } from './shared-metrics';
 
 describe('shared metrics shards', () => {
@@ -53,6 +60,40 @@ describe('shared metrics shards', () => {
 
   test('rejects a shard index outside the buffer', () => {
     expect(() => new MetricsShard(metricsBufferFor(1), 1)).toThrow(RangeError);
+  });
+
+  test('tenants: request and shed counts by tenant, merged by name over nodes whose indexes differ', async () => {
+    const nodeA = metricsBufferFor(2);
+    const nodeB = metricsBufferFor(2);
+    const gatewayA = new MetricsShard(nodeA, 0);
+    const gatewayB = new MetricsShard(nodeB, 0);
+    gatewayA.recordRequest(1, 0, 0, 0.01, 1); // alpha is index 1 on node A…
+    gatewayB.recordRequest(1, 0, 0, 0.01, 2); // …and 2 on node B
+    gatewayB.recordRequest(1, 0, 0, 0.01); // anonymous
+    const shedTenant = SHED_REASONS.indexOf('tenant_rate_limited');
+    gatewayA.recordShed(0, shedTenant, 1);
+    const slots = [
+      { slot: 0, model: '', version: '', queueDepth: 0, executionProvider: '', alias: '' },
+      { slot: 1, model: 'echo', version: '1', queueDepth: 0, executionProvider: 'cpu', alias: 'stable' },
+    ];
+    const text = await aggregateToText([
+      nodeMetricsJson(nodeA, slots, { wsConnections: 0, epoch: 0 }, [undefined, 'alpha']),
+      nodeMetricsJson(nodeB, slots, { wsConnections: 0, epoch: 0 }, [undefined, 'beta', 'alpha']),
+    ]);
+    expect(text).toContain(
+      'streaminfer_requests_total{model="echo",version="1",tenant="alpha",protocol="ws",code="ok"} 2',
+    );
+    expect(text).toContain('streaminfer_requests_total{model="echo",version="1",protocol="ws",code="ok"} 1');
+    expect(text).toContain(
+      'streaminfer_shed_total{model="",version="",tenant="alpha",reason="tenant_rate_limited"} 1',
+    );
+    expect(text).not.toContain('tenant="beta"');
+    // The duration histogram counts every tenant's requests, and a worker shard has no tenant block.
+    expect(readSlotTotals(nodeB, 1).requestDuration.count).toBe(2);
+    expect(lintExposition(text)).toEqual([]);
+    gatewayA.resetTenant(1);
+    const reset = nodeMetricsJson(nodeA, slots, { wsConnections: 0, epoch: 0 }, [undefined, 'gamma']);
+    expect(JSON.stringify(reset)).not.toContain('gamma');
   });
 
   test('two nodes aggregate into one Prometheus text: counters and histograms sum', async () => {

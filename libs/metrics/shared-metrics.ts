@@ -28,6 +28,9 @@ export const SHED_REASONS = [
   'rate_limit_violation',
   'connection_cap',
   'connection_cap_ip',
+  // Tenants (--api-keys): past the tenant's rate over the host, an upgrade past its connection cap.
+  'tenant_rate_limited',
+  'tenant_connection_cap',
 ] as const;
 export type ShedReason = (typeof SHED_REASONS)[number];
 /** How a request reached its version (registry routing). */
@@ -70,22 +73,58 @@ const POLICY_FIELDS = [
 ] as const;
 const SLOT_WIDTH = POLICY + 1 + POLICY_FIELDS.length;
 const SHARD_WIDTH = MAX_SLOTS * SLOT_WIDTH;
+/**
+ * Named tenants (`--api-keys`) a node can count: indexes 1..MAX_TENANT_INDEX (0 is anonymous traffic, counted
+ * in the shards' own cells). Their request and shed counters sit in one block after the shards, written only by
+ * the gateway thread (shard 0), the only writer of request and shed counts that knows a request's tenant.
+ */
+export const MAX_TENANT_INDEX = 64;
+const TENANT_REQUESTS = 0;
+const TENANT_SHED = TENANT_REQUESTS + PROTOCOLS.length * CODE_COUNT;
+const TENANT_WIDTH = TENANT_SHED + SHED_REASONS.length;
+const TENANT_SLOT_WIDTH = MAX_TENANT_INDEX * TENANT_WIDTH;
+const TENANT_BLOCK = MAX_SLOTS * TENANT_SLOT_WIDTH;
+
+function shardCount(cells: number): number {
+  return (cells - TENANT_BLOCK) / SHARD_WIDTH;
+}
+
+/** Where one tenant's cells of one slot start in the tenant block. */
+function tenantBase(slot: number, tenant: number): number {
+  return slot * TENANT_SLOT_WIDTH + (tenant - 1) * TENANT_WIDTH;
+}
 
 export class MetricsShard {
   private readonly cells: Float64Array;
+  /** The tenant block: shard 0's (the gateway's) alone; other shards never count by tenant. */
+  private readonly tenantCells: Float64Array;
 
   constructor(buffer: SharedArrayBuffer, shardIndex: number) {
-    const shards = buffer.byteLength / (SHARD_WIDTH * 8);
+    const shards = shardCount(buffer.byteLength / 8);
     if (!Number.isInteger(shardIndex) || shardIndex < 0 || shardIndex >= shards) {
       throw new RangeError(`metrics shard ${shardIndex} out of range (0..${shards - 1})`);
     }
     this.cells = new Float64Array(buffer, shardIndex * SHARD_WIDTH * 8, SHARD_WIDTH);
+    this.tenantCells =
+      shardIndex === 0
+        ? new Float64Array(buffer, shards * SHARD_WIDTH * 8, TENANT_BLOCK)
+        : new Float64Array(0);
   }
 
-  /** codeIndex: 0 for success, else the protocol's error code index (1-based). */
-  recordRequest(slot: number, protocol: number, codeIndex: number, durationSeconds: number): void {
+  /**
+   * codeIndex: 0 for success, else the protocol's error code index (1-based). tenant: 0 for anonymous
+   * traffic, else the node's index of the request's tenant (gateway shard only).
+   */
+  recordRequest(
+    slot: number,
+    protocol: number,
+    codeIndex: number,
+    durationSeconds: number,
+    tenant = 0,
+  ): void {
     const base = slot * SLOT_WIDTH;
-    this.cells[base + REQUESTS + protocol * CODE_COUNT + codeIndex]!++;
+    if (tenant === 0) this.cells[base + REQUESTS + protocol * CODE_COUNT + codeIndex]!++;
+    else this.tenantCells[tenantBase(slot, tenant) + TENANT_REQUESTS + protocol * CODE_COUNT + codeIndex]!++;
     observe(this.cells, base + REQUEST_DURATION, DURATION_BUCKETS, durationSeconds);
   }
 
@@ -130,8 +169,18 @@ export class MetricsShard {
     observe(this.cells, base + JUDGED_DURATION, DURATION_BUCKETS, durationSeconds);
   }
 
-  recordShed(slot: number, reason: number): void {
-    this.cells[slot * SLOT_WIDTH + SHED + reason]!++;
+  /** tenant: as in recordRequest. */
+  recordShed(slot: number, reason: number, tenant = 0): void {
+    if (tenant === 0) this.cells[slot * SLOT_WIDTH + SHED + reason]!++;
+    else this.tenantCells[tenantBase(slot, tenant) + TENANT_SHED + reason]!++;
+  }
+
+  /** Zeroes a tenant index before the node gives it to another tenant (the gateway is its only writer). */
+  resetTenant(tenant: number): void {
+    for (let slot = 0; slot < MAX_SLOTS; slot++) {
+      const base = tenantBase(slot, tenant);
+      this.tenantCells.fill(0, base, base + TENANT_WIDTH);
+    }
   }
 
   /** The lane's batch policy state now; `a` and `b` NaN when the policy has no cost model. */
@@ -172,7 +221,7 @@ export function readPolicyState(
   slot: number,
 ): Partial<Record<PolicyField, number>> | undefined {
   const cells = new Float64Array(buffer);
-  const shards = cells.length / SHARD_WIDTH;
+  const shards = shardCount(cells.length);
   const result: Partial<Record<PolicyField, number>> = {};
   let lanes = 0;
   POLICY_FIELDS.forEach((field, index) => {
@@ -202,7 +251,7 @@ function observe(cells: Float64Array, at: number, bounds: readonly number[], val
 }
 
 export function metricsBufferFor(shards: number): SharedArrayBuffer {
-  return new SharedArrayBuffer(shards * SHARD_WIDTH * 8);
+  return new SharedArrayBuffer((shards * SHARD_WIDTH + TENANT_BLOCK) * 8);
 }
 
 /** Sums every shard of one slot into plain numbers, at scrape time. */
@@ -232,7 +281,7 @@ export interface HistogramTotals {
 
 export function readSlotTotals(buffer: SharedArrayBuffer, slot: number): SlotTotals {
   const cells = new Float64Array(buffer);
-  const shards = cells.length / SHARD_WIDTH;
+  const shards = shardCount(cells.length);
   const sum = (offset: number): number => {
     let total = 0;
     for (let shard = 0; shard < shards; shard++)
@@ -283,9 +332,35 @@ export function readSlotTotals(buffer: SharedArrayBuffer, slot: number): SlotTot
 /** Zeroes one slot in every shard, before the slot is reused for another model version (no writer holds it). */
 export function resetSlot(buffer: SharedArrayBuffer, slot: number): void {
   const cells = new Float64Array(buffer);
-  const shards = cells.length / SHARD_WIDTH;
+  const shards = shardCount(cells.length);
   for (let shard = 0; shard < shards; shard++) {
     const base = shard * SHARD_WIDTH + slot * SLOT_WIDTH;
     cells.fill(0, base, base + SLOT_WIDTH);
   }
+  const tenants = shards * SHARD_WIDTH + slot * TENANT_SLOT_WIDTH;
+  cells.fill(0, tenants, tenants + TENANT_SLOT_WIDTH);
+}
+
+/** One tenant's request and shed counts of one slot (non-zero ones), at scrape time. */
+export interface TenantSlotTotals {
+  requests: { protocol: ProtocolName; code: string; value: number }[];
+  shed: { reason: ShedReason; value: number }[];
+}
+
+export function readTenantTotals(buffer: SharedArrayBuffer, slot: number, tenant: number): TenantSlotTotals {
+  const cells = new Float64Array(buffer);
+  const base = shardCount(cells.length) * SHARD_WIDTH + tenantBase(slot, tenant);
+  const requests: TenantSlotTotals['requests'] = [];
+  PROTOCOLS.forEach((protocol, protocolIndex) => {
+    for (let code = 0; code < CODE_COUNT; code++) {
+      const value = cells[base + TENANT_REQUESTS + protocolIndex * CODE_COUNT + code]!;
+      if (value > 0) requests.push({ protocol, code: code === 0 ? 'ok' : ERROR_CODES[code - 1]!, value });
+    }
+  });
+  const shed: TenantSlotTotals['shed'] = [];
+  SHED_REASONS.forEach((reason, index) => {
+    const value = cells[base + TENANT_SHED + index]!;
+    if (value > 0) shed.push({ reason, value });
+  });
+  return { requests, shed };
 }

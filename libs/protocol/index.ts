@@ -28,7 +28,14 @@ export {
   v2ModelMetadata,
 } from './kserve';
 export type { BindLimits, BoundInput, BoundRequest, InferenceRequest, Priority, RequestId } from './request';
-export { bindRequest, decodeJsonRequest, decodeRequest, RequestError, utf8Length } from './request';
+export {
+  bindRequest,
+  decodeJsonRequest,
+  decodeRequest,
+  PRIORITIES,
+  RequestError,
+  utf8Length,
+} from './request';
 export {
   encodeError,
   encodeResult,

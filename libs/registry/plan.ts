@@ -4,6 +4,7 @@
  * supervisor does the reading, the logging and the epoch barrier; nothing here touches a file or a process.
  */
 import { type ErrorCode, ProtocolError, unknownModel } from '../protocol';
+import type { TenantSpec } from '../tenants';
 import type { ModelEntry } from './repository';
 import type { ModelState, RegistryState } from './state';
 
@@ -73,6 +74,8 @@ export interface NodeSettings {
    * (apps/node/admin-auth.ts): the token (unset: loopback trust) and the web origins allowed to call it.
    */
   admin: { token?: string; allowedOrigins: string[] };
+  /** Tenants of the API keys file (`--api-keys`), re-read on every configuration reload; absent: anonymous. */
+  tenants?: readonly TenantSpec[];
   /** The data port's TLS (absent: plain http/ws); see NodeTls. */
   tls?: NodeTls;
 }

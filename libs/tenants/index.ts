@@ -1,0 +1,26 @@
+export {
+  answeredSubprotocol,
+  BEARER_PROTOCOL_PREFIX,
+  bearerKey,
+  hashKey,
+  MAX_KEY_LENGTH,
+  SUBPROTOCOL,
+  subprotocolKey,
+} from './credentials';
+export {
+  MAX_KEYS_PER_TENANT,
+  MAX_TENANTS,
+  parseTenantFile,
+  TENANT_NAME,
+  TenantFileError,
+  type TenantSpec,
+} from './file';
+export { clampPriority } from './priority';
+export { REBALANCE_RETRY_MS, ShareBucket } from './share-bucket';
+export {
+  type Share,
+  type ShareOptions,
+  ShareSplitter,
+  type TenantDemand,
+  type TenantLimits,
+} from './shares';
