@@ -240,7 +240,8 @@ export async function tokenServer(dir: string): Promise<AuthServer> {
         env: {},
         pipeline: { tokenFile },
       }),
-      // The producer takes the token from the environment.
+      // The pipeline has it in its URL (shown redacted in /api/pipeline), the producer in its environment.
+      pipeline: { url: `nats://${token}@127.0.0.1:${port}`, args: [], env: {}, pipeline: {} },
       producer: {
         url: `nats://127.0.0.1:${port}`,
         args: [],

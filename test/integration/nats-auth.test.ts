@@ -194,6 +194,8 @@ async function pipelinePart(s: AuthServer, captured: Captured): Promise<void> {
     );
     captured.add('/api/pipeline', status);
     expect(status.nats).toMatchObject({ servers: expect.stringContaining(`127.0.0.1:${s.port}`) });
+    if (s.pipeline.url.includes('@'))
+      expect(status.nats).toMatchObject({ servers: `nats://<redacted>@127.0.0.1:${s.port}`, auth: 'token' });
   } finally {
     stream.child.kill('SIGTERM');
     await stream.exited;
