@@ -278,17 +278,22 @@ export async function nkeyServer(dir: string): Promise<AuthServer> {
   );
 }
 
-export async function tlsServer(dir: string, certs: Certificates): Promise<AuthServer> {
+/**
+ * TLS with a client certificate (`verify: true`). `first`: the server wants the handshake before its greeting
+ * (`handshake_first`, nats-server ≥ 2.10.4: the current release); else the Debian 2.9 server upgrades after it.
+ */
+export async function tlsServer(dir: string, certs: Certificates, first: boolean): Promise<AuthServer> {
   const key = readFileSync(certs.clientKey, 'utf8');
   // A line from the middle of the client key's PEM body: enough to find it anywhere.
   const keyLine = key.split('\n').filter((l) => l && !l.startsWith('-----'))[0]!;
+  const firstArgs = first ? ['--nats-tls-first'] : [];
   return startServer(
-    'tls',
-    CURRENT_NATS,
+    first ? 'tls-first' : 'tls',
+    first ? CURRENT_NATS : DEBIAN_NATS,
     dir,
     (port, store) =>
       `listen: 127.0.0.1:${port}\njetstream { store_dir: "${store}" }\n` +
-      `tls { cert_file: "${certs.serverCert}", key_file: "${certs.serverKey}", ca_file: "${certs.ca}", verify: true, handshake_first: true }\n`,
+      `tls { cert_file: "${certs.serverCert}", key_file: "${certs.serverKey}", ca_file: "${certs.ca}", verify: true${first ? ', handshake_first: true' : ''} }\n`,
     {},
     (port) => ({
       ...same({
@@ -300,11 +305,11 @@ export async function tlsServer(dir: string, certs: Certificates): Promise<AuthS
           certs.clientCert,
           '--nats-tls-key',
           certs.clientKey,
-          '--nats-tls-first',
+          ...firstArgs,
         ],
         env: {},
         pipeline: {
-          tls: { ca: certs.ca, cert: certs.clientCert, key: certs.clientKey, handshakeFirst: true },
+          tls: { ca: certs.ca, cert: certs.clientCert, key: certs.clientKey, handshakeFirst: first },
         },
       }),
       // The producer sets TLS through the environment.
@@ -315,7 +320,7 @@ export async function tlsServer(dir: string, certs: Certificates): Promise<AuthS
           STREAMINFER_NATS_TLS_CA: certs.ca,
           STREAMINFER_NATS_TLS_CERT: certs.clientCert,
           STREAMINFER_NATS_TLS_KEY: certs.clientKey,
-          STREAMINFER_NATS_TLS_FIRST: 'true',
+          STREAMINFER_NATS_TLS_FIRST: String(first),
         },
         pipeline: {},
       },

@@ -51,7 +51,8 @@ beforeAll(async () => {
     userPasswordServer(dir),
     tokenServer(dir),
     nkeyServer(dir),
-    tlsServer(dir, certs),
+    tlsServer(dir, certs, false),
+    tlsServer(dir, certs, true),
     accountsServer(dir),
     credsServer(dir),
   ]);
@@ -187,10 +188,14 @@ async function pipelinePart(s: AuthServer, captured: Captured): Promise<void> {
       async () => {
         const response = await fetch(`http://127.0.0.1:${adminPort}/api/pipeline`);
         status = (await response.json()) as Record<string, unknown>;
-        return ((status.counts as Record<string, number>)?.predictions ?? 0) > 0;
+        // Predictions made, and a checkpoint written (object store and KV pointer, under this identity).
+        const checkpoint = status.checkpoint as { last_id: number | null } | undefined;
+        return (
+          ((status.counts as Record<string, number>)?.predictions ?? 0) > 0 && (checkpoint?.last_id ?? 0) > 0
+        );
       },
       30_000,
-      () => `the pipeline made no prediction: ${JSON.stringify(status)}`,
+      () => `the pipeline made no prediction or checkpoint: ${JSON.stringify(status)}`,
     );
     captured.add('/api/pipeline', status);
     expect(status.nats).toMatchObject({ servers: expect.stringContaining(`127.0.0.1:${s.port}`) });
@@ -203,18 +208,21 @@ async function pipelinePart(s: AuthServer, captured: Captured): Promise<void> {
   }
 }
 
-describe.each(['user', 'token', 'nkey', 'tls', 'accounts', 'creds'])('NATS auth mode %s', (mode) => {
-  it('a two-host fleet serves, the pipeline processes simulated events, and no secret leaks', async () => {
-    const s = server(mode);
-    const captured = new Captured();
-    const started = Date.now();
-    await Promise.all([fleetPart(s, captured), pipelinePart(s, captured)]);
-    console.log(
-      `NATS auth mode ${mode} (${s.binary}): fleet + pipeline + simulate in ${Date.now() - started} ms`,
-    );
-    captured.expectNoSecret(s.secrets);
-  });
-});
+describe.each(['user', 'token', 'nkey', 'tls', 'tls-first', 'accounts', 'creds'])(
+  'NATS auth mode %s',
+  (mode) => {
+    it('a two-host fleet serves, the pipeline processes simulated events, and no secret leaks', async () => {
+      const s = server(mode);
+      const captured = new Captured();
+      const started = Date.now();
+      await Promise.all([fleetPart(s, captured), pipelinePart(s, captured)]);
+      console.log(
+        `NATS auth mode ${mode} (${s.binary}): fleet + pipeline + simulate in ${Date.now() - started} ms`,
+      );
+      captured.expectNoSecret(s.secrets);
+    });
+  },
+);
 
 describe('refusals fail fast and name the server', () => {
   it('serve --cluster with a wrong password stops the start (exit 2), not retrying', async () => {
@@ -283,7 +291,7 @@ describe('refusals fail fast and name the server', () => {
   });
 
   it('a CA that did not sign the server certificate fails the TLS handshake at once (exit 2)', async () => {
-    const s = server('tls');
+    const s = server('tls-first');
     const args = s.fleet.args.map((a) => (a === certs.ca ? certs.otherCa : a));
     const { code, out } = await runCliToExit([
       'simulate',
