@@ -1,6 +1,6 @@
 import { formatCidrList, parseCidrList } from '../address';
 import { BATCH_POLICY_NAMES, type BatchPolicyName } from '../batching';
-import { redactNatsUrls } from '../nats-auth/redact';
+import { redactNatsUrls } from '../nats-auth';
 import { decimal, flag, integer, oneOf, type Parser, powerOfTwo, text } from './coerce';
 import { type DeviceTarget, formatDeviceList, parseDeviceList } from './device';
 
