@@ -252,7 +252,7 @@ describe('refusals fail fast and name the server', () => {
     expect(out).not.toContain('wrong-pw-9f3k');
   });
 
-  it('serve --cluster with a wrong token stops the start (exit 2)', async () => {
+  it('serve --cluster and models push with a wrong token stop at once (exit 2)', async () => {
     const s = server('token');
     const wrong = path.join(dir, 'wrong.token');
     writeFileSync(wrong, 'wrong-token-4k2j\n');
@@ -272,6 +272,20 @@ describe('refusals fail fast and name the server', () => {
     expect(code).toBe(2);
     expect(out).toContain(`NATS at nats://127.0.0.1:${s.port} refused the credentials`);
     expect(out).not.toContain('wrong-token-4k2j');
+    const push = await runCliToExit([
+      'models',
+      'push',
+      'digits',
+      '1',
+      '--models-dir',
+      MODELS_DIR,
+      '--cluster',
+      s.fleet.url,
+      '--nats-token-file',
+      wrong,
+    ]);
+    expect(push.code).toBe(2);
+    expect(push.out).toContain(`NATS at nats://127.0.0.1:${s.port} refused the credentials`);
   });
 
   it('simulate and stream with a wrong password in the URL exit 2, the URL redacted', async () => {
