@@ -7,6 +7,9 @@ import pino from 'pino';
 import { ConfigError, describeSettings, resolveConfigDetailed } from '../../libs/config';
 import { assertNativeUws } from '../../libs/inference/uws-check';
 import { type LoadedTls, loadTls } from '../node/tls-files';
+import { type NatsAuth, NatsAuthError } from '../../libs/nats-auth';
+import { ClusterError } from '../supervisor/cluster';
+import { loadClusterNats } from '../supervisor/fleet-join';
 import { SystemdNotifier } from '../supervisor/notify';
 import { Supervisor } from '../supervisor/supervisor';
 import { readTenantFile } from '../supervisor/tenant-shares';
@@ -79,6 +82,19 @@ const SERVE_FLAGS: Array<[string, string, string]> = [
   ['--shutdown-timeout-ms <ms>', 'shutdownTimeoutMs', 'how long SIGTERM waits for admitted requests'],
   ['--log-level <level>', 'logLevel', 'pino log level'],
   ['--cluster <urls>', 'cluster', 'NATS URL(s): join a fleet of hosts sharing registry and epochs'],
+  [
+    '--nats-user <user>',
+    'natsUser',
+    'NATS user (password: --nats-password-file or STREAMINFER_NATS_PASSWORD)',
+  ],
+  ['--nats-password-file <file>', 'natsPasswordFile', 'file holding the NATS password'],
+  ['--nats-token-file <file>', 'natsTokenFile', 'file holding a NATS token (or STREAMINFER_NATS_TOKEN)'],
+  ['--nats-nkey-file <file>', 'natsNkeyFile', 'file holding an nkey user seed (SU…)'],
+  ['--nats-creds <file>', 'natsCreds', 'NATS .creds file (user JWT and seed)'],
+  ['--nats-tls-ca <file>', 'natsTlsCa', "PEM CA that verifies the NATS server's certificate"],
+  ['--nats-tls-cert <file>', 'natsTlsCert', 'PEM client certificate for NATS (with --nats-tls-key)'],
+  ['--nats-tls-key <file>', 'natsTlsKey', 'PEM key of the NATS client certificate'],
+  ['--nats-tls-first', 'natsTlsFirst', 'TLS before the NATS greeting (server handshake_first)'],
   ['--fleet <name>', 'fleet', 'the fleet to join (with --cluster)'],
   ['--host-id <id>', 'hostId', "this host's name in its fleet (default <hostname>-<port>)"],
   ['--advertise-url <url>', 'advertiseUrl', 'how other hosts and operators reach this host'],
@@ -133,6 +149,13 @@ serve
       fail(error instanceof ConfigError ? error.message : (error as Error).message);
     }
     const config = resolved.config;
+    // The fleet's NATS files (password, token, seed, creds, certificates) are read and checked now.
+    let nats: NatsAuth | undefined;
+    try {
+      if (config.cluster !== undefined) nats = loadClusterNats(config);
+    } catch (error) {
+      fail(error instanceof NatsAuthError ? error.message : (error as Error).message);
+    }
     const logger = pino({ level: config.logLevel, base: { component: 'supervisor', pid: process.pid } });
     for (const warning of [...resolved.warnings, ...(tls?.warnings ?? [])]) logger.warn(warning);
     // Read (and removed from the environment the nodes inherit) before anything forks.
@@ -152,6 +175,7 @@ serve
         ...(notifier ? { notifier } : {}),
         ...(tls ? { tls: tls.tls } : {}),
         ...(tenants ? { tenants } : {}),
+        ...(nats ? { nats } : {}),
         // Flags and environment given at start keep winning over the file on every configuration reload.
         sources: filePath ? { flags, env: { ...process.env }, filePath } : { flags, env: { ...process.env } },
       },
@@ -206,7 +230,8 @@ serve
     } catch (error) {
       logger.error({ err: (error as Error).message }, 'start failed');
       await supervisor.shutdown();
-      process.exit(1);
+      // NATS refused the credentials or the TLS handshake: a setting to fix (2), not a failure to retry (1).
+      process.exit(error instanceof ClusterError && error.code === 'nats_refused' ? 2 : 1);
     }
   });
 

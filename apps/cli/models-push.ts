@@ -10,9 +10,11 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Command } from 'commander';
 import { parseSigningKey } from '../../libs/signing';
+import { type NatsAuth, NatsAuthError } from '../../libs/nats-auth';
 import { ClusterError, connectCluster, ModelArtifacts } from '../supervisor/cluster';
+import { addNatsOptions, loadCommandNats, type NatsFlags } from './nats-options';
 
-interface PushFlags {
+interface PushFlags extends NatsFlags {
   cluster?: string;
   fleet?: string;
   modelsDir?: string;
@@ -46,8 +48,7 @@ function readSigningKey(file: string, fail: (message: string) => never): KeyObje
 }
 
 export function registerModelsPush(models: Command, fail: (message: string) => never): void {
-  models
-    .command('push <name> <version>')
+  addNatsOptions(models.command('push <name> <version>'))
     .description("upload a version to the fleet's model store (hosts lacking it fetch it, checksum verified)")
     .option('--cluster <urls>', 'NATS URL(s) of the fleet (default: STREAMINFER_CLUSTER)')
     .option('--fleet <name>', 'the fleet (default: STREAMINFER_FLEET, else "default")')
@@ -65,6 +66,13 @@ export function registerModelsPush(models: Command, fail: (message: string) => n
     .action(async (name: string, version: string, flags: PushFlags) => {
       const cluster = flags.cluster ?? process.env.STREAMINFER_CLUSTER;
       if (!cluster) fail('give the fleet with --cluster nats://… (or STREAMINFER_CLUSTER)');
+      let auth: NatsAuth;
+      try {
+        auth = loadCommandNats(cluster, '--cluster (STREAMINFER_CLUSTER)', flags);
+      } catch (error) {
+        if (error instanceof NatsAuthError) fail(error.message);
+        throw error;
+      }
       const fleet = flags.fleet ?? process.env.STREAMINFER_FLEET ?? 'default';
       const modelDir = path.resolve(flags.modelsDir ?? './models', name);
       const onnx = path.resolve(flags.file ?? path.join(modelDir, version, 'model.onnx'));
@@ -76,7 +84,7 @@ export function registerModelsPush(models: Command, fail: (message: string) => n
         .replace(/[^A-Za-z0-9_-]/g, '-')
         .slice(0, 40)}-${process.pid}`;
       try {
-        const connection = await connectCluster({ servers: cluster.split(','), fleet, hostId });
+        const connection = await connectCluster({ auth, fleet, hostId });
         try {
           const artifacts = await ModelArtifacts.open(connection);
           const pushed = await artifacts.push(name, version, onnx, config, signingKey);
@@ -95,7 +103,8 @@ export function registerModelsPush(models: Command, fail: (message: string) => n
         if (!(error instanceof ClusterError) && (error as NodeJS.ErrnoException).code !== 'ENOENT')
           throw error;
         console.error(`streaminfer models push: ${(error as Error).message}`);
-        process.exitCode = 1;
+        // NATS refused the credentials or TLS settings: a setting to fix (2), like a bad flag.
+        process.exitCode = error instanceof ClusterError && error.code === 'nats_refused' ? 2 : 1;
       }
     });
 }

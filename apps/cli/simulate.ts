@@ -14,6 +14,7 @@
  * few seconds to reach its rate at once.
  */
 import type { Command } from 'commander';
+import { type NatsAuth, NatsAuthError } from '../../libs/nats-auth';
 import {
   DEFAULT_RAMP_MS,
   deliveriesForRate,
@@ -34,9 +35,13 @@ import {
   StreamIoError,
   streamLayout,
 } from '../stream';
+import { addNatsOptions, loadCommandNats, type NatsFlags } from './nats-options';
 
 export interface SimulateConfig {
+  /** The server list (--nats). */
   nats: string;
+  /** The NATS settings loaded (identity, TLS; libs/nats-auth); without them `nats` is connected to as it is. */
+  auth?: NatsAuth;
   rate: number;
   /** Concurrent deliveries: --deliveries, or deliveriesForRate(rate) when not given. */
   deliveries: number;
@@ -242,7 +247,11 @@ export async function runSimulate(
     eventsStream: config.eventsStream,
     duplicateWindowMs: config.duplicateWindowMs,
   });
-  const nats = await connectNats({ servers: config.nats, name: 'streaminfer-simulate' });
+  const nats = await connectNats({
+    ...(config.auth ? { auth: config.auth } : { servers: config.nats }),
+    name: 'streaminfer-simulate',
+    onProblem: (message) => hooks.progress?.(`simulate: ${message}`),
+  });
   try {
     await provisionStreams(nats.jsm, [layout.events]);
     // A producer outlasts a broker busy for a while (a consumer catching up floods it with its own
@@ -457,8 +466,7 @@ export function describeSimulateError(err: unknown): string {
 
 /** Declares `simulate` on the CLI. Bad flags exit 2 (via `fail`); an I/O failure exits 1; a signal stops it cleanly. */
 export function registerSimulate(program: Command, fail: (message: string) => never): void {
-  program
-    .command('simulate')
+  addNatsOptions(program.command('simulate'))
     .description('publish the reference delivery workload (GPS, status, traffic events) to NATS JetStream')
     .option('--rate <events/s>', 'target events per second (GPS interval = deliveries / rate)')
     .option(
@@ -480,7 +488,7 @@ export function registerSimulate(program: Command, fail: (message: string) => ne
     .option('--too-late-delay-s <s>', 'how late a too-late event arrives', '300')
     .option('--invalid <f>', 'fraction of GPS events replaced by a malformed payload', '0')
     .option('--seed <n>', 'simulator seed (same seed, same workload shape)', '1')
-    .option('--nats <url>', 'NATS server', DEFAULT_NATS_URL)
+    .option('--nats <url>', 'NATS server(s), nats:// or tls://', DEFAULT_NATS_URL)
     .option(
       '--subject-root <tokens>',
       'prefix of the subjects (<root>.delivery.events.<partition>.<delivery_id>)',
@@ -499,8 +507,10 @@ export function registerSimulate(program: Command, fail: (message: string) => ne
       let config: SimulateConfig;
       try {
         config = parseSimulateFlags(flags);
+        config.auth = loadCommandNats(config.nats, '--nats', flags as NatsFlags);
       } catch (err) {
-        if (err instanceof SimulateOptionError) fail(`simulate: ${err.message}`);
+        if (err instanceof SimulateOptionError || err instanceof NatsAuthError)
+          fail(`simulate: ${err.message}`);
         throw err;
       }
       let onSignal: (signal: 'SIGINT' | 'SIGTERM') => void = () => undefined;
@@ -527,7 +537,8 @@ export function registerSimulate(program: Command, fail: (message: string) => ne
         }
       } catch (err) {
         console.error(`streaminfer: simulate: ${describeSimulateError(err)}`);
-        process.exitCode = 1;
+        // NATS refused the credentials or TLS settings: a setting to fix (2), like a bad flag.
+        process.exitCode = err instanceof StreamIoError && err.code === 'nats_refused' ? 2 : 1;
       } finally {
         process.off('SIGINT', handlers.SIGINT);
         process.off('SIGTERM', handlers.SIGTERM);

@@ -4,10 +4,13 @@
  */
 import type { Command } from 'commander';
 import pino from 'pino';
+import { mergeNatsSettings, NatsAuthError, natsSettingsFromEnv } from '../../libs/nats-auth';
 import { PipelineConfigError } from '../stream/config';
+import { pipelineNatsAuth } from '../stream/connection';
 import { loadPipelineConfig, superviseStream } from '../stream/supervise';
+import { addNatsOptions, type NatsFlags, natsFlagSettings } from './nats-options';
 
-interface StreamFlags {
+interface StreamFlags extends NatsFlags {
   config?: string;
   nats?: string;
   mode?: string;
@@ -25,14 +28,31 @@ function intFlag(name: string, value: string, fail: (message: string) => never):
   return n;
 }
 
-/** Flags as a config override (only the flags given). */
+/**
+ * Flags (and the STREAMINFER_NATS_* file and user settings, under the flags) as a config override: only what
+ * is given. A password or token stays in the environment; the pipeline process reads it there.
+ */
 export function streamOverrides(
   flags: StreamFlags,
   fail: (message: string) => never,
+  env: Readonly<Record<string, string | undefined>> = process.env,
 ): Record<string, unknown> {
   const o: Record<string, unknown> = {};
   const inference: Record<string, unknown> = {};
-  if (flags.nats) o.nats = flags.nats;
+  let fromEnv: ReturnType<typeof natsSettingsFromEnv>;
+  try {
+    fromEnv = natsSettingsFromEnv(env);
+  } catch (err) {
+    fail((err as Error).message);
+  }
+  const {
+    servers: _,
+    password: _p,
+    token: _t,
+    ...nats
+  } = mergeNatsSettings('', natsFlagSettings(flags), fromEnv);
+  if (flags.nats) o.nats = { ...nats, servers: flags.nats };
+  else if (Object.keys(nats).length > 0) o.nats = nats;
   if (flags.subjectRoot !== undefined) o.subjectRoot = flags.subjectRoot;
   if (flags.logLevel) o.logLevel = flags.logLevel;
   if (flags.mode) inference.mode = flags.mode;
@@ -45,13 +65,12 @@ export function streamOverrides(
 }
 
 export function registerStream(program: Command, fail: (message: string) => never): void {
-  program
-    .command('stream')
+  addNatsOptions(program.command('stream'))
     .description(
       'run the delivery pipeline on NATS JetStream: events → event-time features → delay-risk → predictions and alerts',
     )
     .option('--config <file>', 'pipeline config (JSON; see deploy/pipeline.json); flags override it')
-    .option('--nats <url>', 'NATS server (default nats://127.0.0.1:4222)')
+    .option('--nats <urls>', 'NATS server(s), nats:// or tls:// (default nats://127.0.0.1:4222)')
     .option('--mode <mode>', 'inference: embedded (own worker pool) or external (a StreamInfer server)')
     .option('--url <ws-url>', 'external mode: the server WebSocket endpoint (default ws://127.0.0.1:8000/ws)')
     .option('--models-dir <dir>', 'embedded mode: model repository (default ./models)')
@@ -62,8 +81,11 @@ export function registerStream(program: Command, fail: (message: string) => neve
     .action(async (flags: StreamFlags) => {
       const overrides = streamOverrides(flags, fail);
       try {
-        loadPipelineConfig(flags.config, overrides);
+        // The NATS files (password, token, seed, creds, certificates) are read and checked now, once more
+        // by the pipeline process.
+        pipelineNatsAuth(loadPipelineConfig(flags.config, overrides).nats);
       } catch (err) {
+        if (err instanceof NatsAuthError) fail(err.message);
         fail(err instanceof PipelineConfigError ? `config ${err.message}` : (err as Error).message);
       }
       const logger = pino({ base: { component: 'stream-supervisor', pid: process.pid } });

@@ -27,7 +27,27 @@ describe('pipeline config', () => {
       { inference: { url: 'ws://h:1/ws' }, nats: 'nats://x:1' },
     );
     expect(c.inference).toMatchObject({ mode: 'external', url: 'ws://h:1/ws', modelsDir: './models' });
-    expect(c.nats).toBe('nats://x:1');
+    expect(c.nats).toEqual({ servers: 'nats://x:1' });
+  });
+
+  test('nats: the string form sets the servers; a later URL (--nats) keeps the identity and TLS', () => {
+    const file = {
+      nats: { servers: 'nats://a:1', user: 'pipeline', passwordFile: '/run/pw', tls: { ca: '/etc/ca.pem' } },
+    };
+    expect(resolvePipelineConfig(file, { nats: 'tls://b:2,tls://c:3' }).nats).toEqual({
+      servers: 'tls://b:2,tls://c:3',
+      user: 'pipeline',
+      passwordFile: '/run/pw',
+      tls: { ca: '/etc/ca.pem' },
+    });
+    expect(resolvePipelineConfig({ nats: 'nats://x:1' }).nats).toEqual({ servers: 'nats://x:1' });
+  });
+
+  test('a refused server list is shown without its credentials', () => {
+    const err = refused({ nats: 'nats://u:hunter2@a:1 b' });
+    expect(err.path).toBe('nats.servers');
+    expect(err.message).not.toContain('hunter2');
+    expect(err.message).toContain('<redacted>@');
   });
 
   test.each([
@@ -41,7 +61,9 @@ describe('pipeline config', () => {
     [{ inference: { mode: 'magic' } }, 'inference.mode'],
     [{ inference: { mode: 'external', url: 'http://x' } }, 'inference.url'],
     [{ alertThreshold: 1.2 }, 'alertThreshold'],
-    [{ nats: 'localhost:4222' }, 'nats'],
+    [{ nats: 'localhost:4222' }, 'nats.servers'],
+    [{ nats: { servers: 'nats://a:1', password: 'inline' } }, 'nats.password'],
+    [{ nats: { servers: 'nats://a:1', tls: { handshakeFirst: 'yes' } } }, 'nats.tls.handshakeFirst'],
     [{ subjectRoot: 'a..b' }, 'subjectRoot'],
     [{ streams: { events: 'has space' } }, 'streams.events'],
     [{ model: { version: '../1' } }, 'model.version'],

@@ -4,6 +4,8 @@
  * Unknown keys and bad values are refused up front with the path of the culprit, before any I/O.
  */
 
+import { redactNatsUrls } from '../../libs/nats-auth';
+
 export class PipelineConfigError extends Error {
   readonly code = 'ERR_PIPELINE_CONFIG' as const;
   constructor(
@@ -15,8 +17,24 @@ export class PipelineConfigError extends Error {
   }
 }
 
+/**
+ * The pipeline's NATS (libs/nats-auth's option set; files are read when the pipeline starts). A password or
+ * token only through STREAMINFER_NATS_PASSWORD / STREAMINFER_NATS_TOKEN or a file, never in this config.
+ */
+export interface PipelineNats {
+  /** nats:// or tls:// URLs, comma-separated (userinfo accepted, and redacted wherever printed). */
+  servers: string;
+  user?: string;
+  passwordFile?: string;
+  tokenFile?: string;
+  nkeyFile?: string;
+  creds?: string;
+  tls?: { ca?: string; cert?: string; key?: string; handshakeFirst?: boolean };
+}
+
 export interface PipelineConfig {
-  nats: string;
+  /** `"nats://…"` in a file is short for `{ "servers": "nats://…" }`. */
+  nats: PipelineNats;
   /** Prepended to every subject (tenants, tests). */
   subjectRoot: string;
   streams: { events: string; predictions: string; side: string; duplicateWindowMs: number };
@@ -76,7 +94,7 @@ export interface PipelineConfig {
 }
 
 export const DEFAULT_PIPELINE_CONFIG: PipelineConfig = {
-  nats: 'nats://127.0.0.1:4222',
+  nats: { servers: 'nats://127.0.0.1:4222' },
   subjectRoot: '',
   streams: {
     events: 'DELIVERY_EVENTS',
@@ -122,7 +140,15 @@ export const DEFAULT_PIPELINE_CONFIG: PipelineConfig = {
 type Shape = { [key: string]: 'string' | 'int' | 'number' | 'boolean' | Shape | readonly string[] };
 
 const SHAPE: Shape = {
-  nats: 'string',
+  nats: {
+    servers: 'string',
+    user: 'string',
+    passwordFile: 'string',
+    tokenFile: 'string',
+    nkeyFile: 'string',
+    creds: 'string',
+    tls: { ca: 'string', cert: 'string', key: 'string', handshakeFirst: 'boolean' },
+  },
   subjectRoot: 'string',
   streams: { events: 'string', predictions: 'string', side: 'string', duplicateWindowMs: 'int' },
   consumer: {
@@ -171,6 +197,11 @@ function merge(
   for (const [key, value] of Object.entries(over)) {
     const at = path ? `${path}.${key}` : key;
     const kind = shape[key];
+    // The older form: `"nats": "nats://host:4222"` sets the servers only.
+    if (at === 'nats' && typeof value === 'string') {
+      out[key] = { ...(base[key] as Record<string, unknown>), servers: value };
+      continue;
+    }
     if (kind === undefined)
       throw new PipelineConfigError(at, `unknown setting (known: ${Object.keys(shape).join(', ')})`);
     if (Array.isArray(kind)) {
@@ -194,7 +225,7 @@ function merge(
         throw new PipelineConfigError(at, `must be a number (got ${JSON.stringify(value)})`);
       out[key] = value;
     } else {
-      out[key] = merge(kind as Shape, base[key] as Record<string, unknown>, value, at);
+      out[key] = merge(kind as Shape, (base[key] ?? {}) as Record<string, unknown>, value, at);
     }
   }
   return out;
@@ -209,8 +240,11 @@ export function resolvePipelineConfig(...overrides: unknown[]): PipelineConfig {
   let config = DEFAULT_PIPELINE_CONFIG as unknown as Record<string, unknown>;
   for (const over of overrides) if (over !== undefined) config = merge(SHAPE, config, over, '');
   const c = config as unknown as PipelineConfig;
-  if (!/^(nats|tls):\/\/[^\s]+$/.test(c.nats))
-    throw new PipelineConfigError('nats', `not a nats:// URL: ${c.nats}`);
+  if (!/^(nats|tls):\/\/[^\s,]+(,(nats|tls):\/\/[^\s,]+)*$/.test(c.nats.servers))
+    throw new PipelineConfigError(
+      'nats.servers',
+      `not nats:// or tls:// URLs: ${JSON.stringify(redactNatsUrls(c.nats.servers))}`,
+    );
   if (c.subjectRoot !== '' && !/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/.test(c.subjectRoot))
     throw new PipelineConfigError('subjectRoot', 'must be plain subject tokens separated by dots');
   for (const key of ['events', 'predictions', 'side'] as const) {

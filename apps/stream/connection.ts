@@ -1,6 +1,22 @@
-/** One NATS connection for the pipeline; an unreachable server is a typed error that names the URL. */
+/**
+ * One NATS connection for the pipeline; an unreachable server is a typed error that names the URL (its
+ * credentials redacted), a refusal of the credentials or the TLS handshake another (`nats_refused`).
+ */
 import { type JetStreamClient, type JetStreamManager, jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
+import {
+  describeRefusal,
+  describeStatusProblem,
+  flagNames,
+  loadNatsAuth,
+  NATS_ENV,
+  type NatsAuth,
+  type NatsAuthSettings,
+  natsConnectionOptions,
+  natsRefusal,
+  redactNatsUrls,
+} from '../../libs/nats-auth';
+import type { PipelineNats } from './config';
 import { requirePositiveInt, StreamIoError } from './errors';
 
 export const DEFAULT_NATS_URL = 'nats://127.0.0.1:4222';
@@ -9,7 +25,12 @@ export const DEFAULT_NATS_URL = 'nats://127.0.0.1:4222';
 export type NatsConnection = Awaited<ReturnType<typeof connect>>;
 
 export interface NatsOptions {
+  /** nats:// URL(s) without an identity; `auth` instead for credentials and TLS. */
   servers?: string;
+  /** The loaded NATS settings (libs/nats-auth): servers, identity, TLS. Wins over `servers`. */
+  auth?: NatsAuth;
+  /** A live-connection problem an operator must see (a permissions violation, expired credentials). */
+  onProblem?: (message: string) => void;
   /** Connection name as the server's monitoring shows it. */
   name?: string;
   connectTimeoutMs?: number;
@@ -22,6 +43,32 @@ export interface NatsOptions {
   asyncTraces?: boolean;
 }
 
+const PIPELINE_KEYS: Record<string, string> = {
+  tlsCa: 'tls.ca',
+  tlsCert: 'tls.cert',
+  tlsKey: 'tls.key',
+  tlsFirst: 'tls.handshakeFirst',
+};
+
+/**
+ * The pipeline's NATS settings loaded (files read and checked; throws NatsAuthError naming the key): the
+ * config's `nats` section, and the password or token from the environment (never from the config).
+ */
+export function pipelineNatsAuth(
+  nats: PipelineNats,
+  env: Readonly<Record<string, string | undefined>> = process.env,
+): NatsAuth {
+  const settings: NatsAuthSettings = { ...nats };
+  const password = env[NATS_ENV.password];
+  const token = env[NATS_ENV.token];
+  if (password !== undefined && password !== '') settings.password = password;
+  if (token !== undefined && token !== '') settings.token = token;
+  const names = flagNames('nats.servers (--nats)', (name) =>
+    name === 'password' || name === 'token' ? undefined : `nats.${PIPELINE_KEYS[name] ?? name}`,
+  );
+  return loadNatsAuth(settings, names);
+}
+
 export interface NatsHandle {
   nc: NatsConnection;
   js: JetStreamClient;
@@ -30,22 +77,34 @@ export interface NatsHandle {
 }
 
 export async function connectNats(options: NatsOptions = {}): Promise<NatsHandle> {
-  const servers = options.servers ?? DEFAULT_NATS_URL;
+  let auth: NatsAuth;
+  try {
+    auth = options.auth ?? loadNatsAuth({ servers: options.servers ?? DEFAULT_NATS_URL });
+  } catch (err) {
+    throw new StreamIoError('invalid_options', (err as Error).message, { cause: err });
+  }
+  const servers = auth.shown;
   const connectTimeoutMs = requirePositiveInt('connectTimeoutMs', options.connectTimeoutMs ?? 5000);
   const apiTimeoutMs = requirePositiveInt('apiTimeoutMs', options.apiTimeoutMs ?? 5000);
   let nc: NatsConnection;
   try {
     nc = await connect({
-      servers,
+      ...natsConnectionOptions(auth),
       name: options.name ?? 'streaminfer-stream',
       timeout: connectTimeoutMs,
       noAsyncTraces: !(options.asyncTraces ?? false),
     });
   } catch (err) {
-    throw new StreamIoError('nats_unreachable', `NATS is not reachable at ${servers}: ${String(err)}`, {
-      cause: err,
-    });
+    const refusal = natsRefusal(err);
+    if (refusal)
+      throw new StreamIoError('nats_refused', describeRefusal(refusal, servers, err), { cause: err });
+    throw new StreamIoError(
+      'nats_unreachable',
+      `NATS is not reachable at ${servers}: ${redactNatsUrls(String(err))}`,
+      { cause: err },
+    );
   }
+  if (options.onProblem) void followProblems(nc, servers, options.onProblem);
   try {
     // jetstreamManager() checks that JetStream is enabled: a plain nats-server fails here, not later.
     const jsm = await jetstreamManager(nc, { timeout: apiTimeoutMs });
@@ -53,8 +112,21 @@ export async function connectNats(options: NatsOptions = {}): Promise<NatsHandle
     return { nc, js, jsm, close: () => nc.close() };
   } catch (err) {
     await nc.close().catch(() => undefined);
+    if ((err as Error).message.includes('Permissions Violation'))
+      throw new StreamIoError(
+        'nats_refused',
+        `NATS at ${servers} refused this user the JetStream API ($JS.API.>): ${(err as Error).message}`,
+        { cause: err },
+      );
     throw new StreamIoError('nats_unreachable', `JetStream is not enabled at ${servers}: ${String(err)}`, {
       cause: err,
     });
+  }
+}
+
+async function followProblems(nc: NatsConnection, servers: string, report: (message: string) => void) {
+  for await (const status of nc.status()) {
+    const problem = describeStatusProblem(status);
+    if (problem) report(`${problem} (NATS at ${servers})`);
   }
 }

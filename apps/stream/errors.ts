@@ -2,6 +2,8 @@
 export type StreamIoErrorCode =
   | 'invalid_options'
   | 'nats_unreachable'
+  /** NATS answered no: bad or expired credentials, a TLS mismatch, no JetStream permission. Not retried. */
+  | 'nats_refused'
   | 'stream_mismatch'
   | 'stream_provision_failed'
   | 'consumer_provision_failed'
@@ -37,3 +39,6 @@ export function requireName(name: string, value: string): string {
   }
   return value;
 }
+
+/** The pipeline process's exit status when NATS refused its settings (credentials, TLS): not restarted. */
+export const EXIT_NATS_REFUSED = 2;

@@ -7,6 +7,7 @@
  */
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
+import type { NatsAuth } from '../../libs/nats-auth';
 import { requirePositiveInt, StreamIoError } from './errors';
 import {
   type FromThread,
@@ -21,8 +22,11 @@ import {
 import { checkLeaseOptions, type LeaseChange, type LeaseHandlers, type LeaseOptions } from './leases';
 
 export interface LeaseKeeperOptions extends Omit<LeaseOptions, 'nats' | 'mayRenew' | 'onValidity'> {
-  /** NATS URL: the thread opens its own connection (a busy main connection must not delay renewals). */
-  servers: string;
+  /**
+   * The NATS settings, loaded (libs/nats-auth): the thread opens its own connection (a busy main connection
+   * must not delay renewals). They cross as workerData, a copy in memory: never argv or the environment.
+   */
+  auth: NatsAuth;
   /** Renewals stop once the main thread has not beaten for this long (> ttlMs). Default 60 s. */
   maxStallMs?: number;
 }
@@ -59,7 +63,7 @@ export class LeaseKeeper {
     // Beats well inside maxStallMs; unref: a beat alone never keeps the process up.
     this.beat = setInterval(() => this.beatNow(), Math.min(1000, options.maxStallMs / 10)).unref();
     const init: ThreadInit = {
-      servers: options.servers,
+      auth: options.auth,
       connectionName: `streaminfer-leases-${options.instanceId}`,
       bucket: options.bucket,
       group: options.group,
@@ -93,8 +97,8 @@ export class LeaseKeeper {
         'invalid_options',
         `maxStallMs must be greater than ttlMs (${options.ttlMs}), got ${maxStallMs}`,
       );
-    if (typeof options.servers !== 'string' || options.servers === '')
-      throw new StreamIoError('invalid_options', 'servers must be a NATS URL');
+    if (typeof options.auth !== 'object' || options.auth === null || options.auth.servers.length === 0)
+      throw new StreamIoError('invalid_options', 'auth must be loaded NATS settings (libs/nats-auth)');
     const keeper = new LeaseKeeper({ ...options, maxStallMs });
     await new Promise<void>((resolve, reject) => {
       keeper.opened = { resolve, reject };

@@ -67,7 +67,11 @@ function mainAlive(): boolean {
 
 async function open(): Promise<void> {
   try {
-    nats = await connectNats({ servers: init.servers, name: init.connectionName });
+    nats = await connectNats({
+      auth: init.auth,
+      name: init.connectionName,
+      onProblem: (message) => logger.error({ servers: init.auth.shown }, message),
+    });
     leases = await PartitionLeases.open({
       nats,
       bucket: init.bucket,

@@ -4,6 +4,7 @@
  * per-message fence reads the slots.
  */
 
+import type { NatsAuth } from '../../libs/nats-auth';
 import { StreamIoError, type StreamIoErrorCode } from './errors';
 import type { LeaseChange, ReleaseReason } from './leases';
 
@@ -19,7 +20,8 @@ export function slotBuffer(partitions: number): SharedArrayBuffer {
 }
 
 export interface ThreadInit {
-  servers: string;
+  /** Plain strings only (structured clone): the thread builds its own authenticators from them. */
+  auth: NatsAuth;
   connectionName: string;
   bucket: string;
   group: string;

@@ -5,9 +5,11 @@
  * the supervisor) or on the admin API.
  */
 import pino from 'pino';
+import { NatsAuthError } from '../../libs/nats-auth';
 import { PipelineAdmin } from './admin';
 import { createBackend } from './backends';
 import { type PipelineConfig, resolvePipelineConfig } from './config';
+import { EXIT_NATS_REFUSED, StreamIoError } from './errors';
 import { PipelineMetrics } from './metrics';
 import { DeliveryPipeline } from './pipeline';
 
@@ -88,6 +90,9 @@ main().catch((err: unknown) => {
   // pino may not exist yet (bad config): stderr is the one place that always works.
   process.stderr.write(`streaminfer stream: ${message}\n`);
   send({ type: 'failed', error: message });
-  process.exitCode = 1;
-  setTimeout(() => process.exit(1), 100).unref();
+  const refused =
+    err instanceof NatsAuthError || (err instanceof StreamIoError && err.code === 'nats_refused');
+  const code = refused ? EXIT_NATS_REFUSED : 1;
+  process.exitCode = code;
+  setTimeout(() => process.exit(code), 100).unref();
 });

@@ -10,8 +10,9 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { Logger } from 'pino';
+import type { NatsAuth, NatsAuthMode } from '../../libs/nats-auth';
 import type { PipelineConfig } from './config';
-import { connectNats, type NatsHandle } from './connection';
+import { connectNats, type NatsHandle, pipelineNatsAuth } from './connection';
 import { EpochLog, type EpochRecord } from './epochs';
 import type { InferenceBackend, ModelPin } from './inference';
 import { type StreamLayout, streamLayout } from './layout';
@@ -65,11 +66,15 @@ export interface PipelineStatus {
   /** This instance among the pipeline's: its id, the live ones, the partitions it works. */
   instance: { id: string; live: string[]; partitions_total: number; owned: number[] };
   partitions: PartitionStatus[];
+  /** Where it connects and how (never a secret: userinfo in the URLs redacted). */
+  nats: { servers: string; auth: NatsAuthMode; tls: boolean };
   error?: string;
 }
 
 export interface PipelineDeps {
   config: PipelineConfig;
+  /** The NATS settings loaded; default: loaded (files read) from config.nats and the environment. */
+  nats?: NatsAuth;
   backend: InferenceBackend;
   metrics: PipelineMetrics;
   logger: Logger;
@@ -96,6 +101,8 @@ export class DeliveryPipeline {
   private readonly clock: () => number;
   private readonly onEpoch: ((pin: ModelPin, epoch: number) => void) | undefined;
   private readonly onFatal: ((err: Error) => void) | undefined;
+  /** Servers, identity and TLS of every connection (the lease thread's too); files read at construction. */
+  private readonly natsAuth: NatsAuth;
   private nats: NatsHandle | undefined;
   private checkpointNats: NatsHandle | undefined;
   private epochs: EpochLog | undefined;
@@ -128,6 +135,7 @@ export class DeliveryPipeline {
 
   constructor(deps: PipelineDeps) {
     this.config = deps.config;
+    this.natsAuth = deps.nats ?? pipelineNatsAuth(deps.config.nats);
     this.backend = deps.backend;
     this.metrics = deps.metrics;
     this.logger = deps.logger;
@@ -155,14 +163,14 @@ export class DeliveryPipeline {
   }
 
   async start(): Promise<void> {
-    const nats = await connectNats({
-      servers: this.config.nats,
-      name: `streaminfer-stream-${this.instanceId}`,
-    });
+    const auth = this.natsAuth;
+    const onProblem = (message: string) => this.logger.error({ servers: auth.shown }, message);
+    const nats = await connectNats({ auth, onProblem, name: `streaminfer-stream-${this.instanceId}` });
     this.nats = nats;
     if (this.config.checkpoint.enabled)
       this.checkpointNats = await connectNats({
-        servers: this.config.nats,
+        auth,
+        onProblem,
         name: `streaminfer-stream-${this.instanceId}-checkpoints`,
       });
     await provisionStreams(nats.jsm, [this.layout.events, this.layout.predictions, this.layout.side]);
@@ -174,7 +182,7 @@ export class DeliveryPipeline {
     });
     this.epochs = new EpochLog(nats.jsm, sink, this.layout, this.clock);
     const leases = await LeaseKeeper.open({
-      servers: this.config.nats,
+      auth,
       bucket: this.config.instance.leaseBucket,
       group: this.config.consumer.durable,
       instanceId: this.instanceId,
@@ -409,6 +417,7 @@ export class DeliveryPipeline {
         owned: this.ownedPartitions(),
       },
       partitions,
+      nats: { servers: this.natsAuth.shown, auth: this.natsAuth.mode, tls: this.natsAuth.tls !== undefined },
       ...(this.error ? { error: this.error } : {}),
     };
   }

@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { nextCrashStreak, restartDelayMs } from '../supervisor/node-set';
 import { type PipelineConfig, resolvePipelineConfig } from './config';
+import { EXIT_NATS_REFUSED } from './errors';
 import type { PipelineChildMessage, PipelineParentMessage } from './main';
 import { instanceHost } from './pipeline';
 
@@ -78,6 +79,12 @@ export async function superviseStream(options: SuperviseOptions): Promise<number
       if (child === c) child = undefined;
       if (stopping) {
         resolveExit(code ?? 0);
+        return;
+      }
+      if (code === EXIT_NATS_REFUSED && readyAt === undefined) {
+        // Refused credentials or TLS settings fail the same way on every restart: stop, as a bad config does.
+        logger.error({ code }, 'pipeline process could not start: NATS refused the connection settings');
+        resolveExit(code);
         return;
       }
       const servedMs = readyAt === undefined ? undefined : Date.now() - readyAt;

@@ -9,6 +9,7 @@ import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { ServerConfig } from '../../libs/config';
 import { REFUSAL_REASONS, type TrustedKeys } from '../../libs/signing';
+import { flagNames, loadNatsAuth, type NatsAuth, type NatsAuthSettings } from '../../libs/nats-auth';
 import {
   type ArtifactTrust,
   ClusterError,
@@ -27,6 +28,8 @@ const CONNECT_RETRY_MS = 1000;
 
 export interface JoinOptions {
   config: ServerConfig;
+  /** The fleet's NATS settings, loaded (files read) at start; default: loaded here from `config`. */
+  nats?: NatsAuth;
   /** This host's own table: the fleet's first record when the fleet is new. */
   initial: FleetTable;
   host: FleetHost;
@@ -35,6 +38,37 @@ export interface JoinOptions {
   registry: Registry;
   /** The keys pulled artifacts must be signed by, as read now (--trusted-keys; they rotate on SIGHUP). */
   trustedKeys: () => TrustedKeys | undefined;
+}
+
+/** The server settings' NATS part (cluster, natsUser, natsPasswordFile, …) as the shared option set. */
+export function clusterNatsSettings(config: ServerConfig): NatsAuthSettings {
+  const settings: NatsAuthSettings = { servers: config.cluster ?? '' };
+  if (config.natsUser !== undefined) settings.user = config.natsUser;
+  if (config.natsPassword !== undefined) settings.password = config.natsPassword;
+  if (config.natsPasswordFile !== undefined) settings.passwordFile = config.natsPasswordFile;
+  if (config.natsToken !== undefined) settings.token = config.natsToken;
+  if (config.natsTokenFile !== undefined) settings.tokenFile = config.natsTokenFile;
+  if (config.natsNkeyFile !== undefined) settings.nkeyFile = config.natsNkeyFile;
+  if (config.natsCreds !== undefined) settings.creds = config.natsCreds;
+  const tls: NonNullable<NatsAuthSettings['tls']> = {};
+  if (config.natsTlsCa !== undefined) tls.ca = config.natsTlsCa;
+  if (config.natsTlsCert !== undefined) tls.cert = config.natsTlsCert;
+  if (config.natsTlsKey !== undefined) tls.key = config.natsTlsKey;
+  if (config.natsTlsFirst) tls.handshakeFirst = true;
+  if (Object.keys(tls).length > 0) settings.tls = tls;
+  return settings;
+}
+
+/**
+ * Loads (and checks) the fleet's NATS settings: files read now, a bad one a NatsAuthError naming the flag,
+ * its environment variable and config key.
+ */
+export function loadClusterNats(config: ServerConfig): NatsAuth {
+  const names = flagNames(
+    '--cluster (STREAMINFER_CLUSTER, cluster)',
+    (name) => `nats${name[0]!.toUpperCase()}${name.slice(1)}`,
+  );
+  return loadNatsAuth(clusterNatsSettings(config), names);
 }
 
 export function hostIdOf(config: ServerConfig): string {
@@ -57,7 +91,7 @@ export async function joinFleet(options: JoinOptions): Promise<{ member: FleetMe
   const { config, logger } = options;
   const fleet = config.fleet;
   const hostId = hostIdOf(config);
-  const connection = await connectWaiting(config.cluster!, fleet, hostId, logger);
+  const connection = await connectWaiting(options.nats ?? loadClusterNats(config), fleet, hostId, logger);
   const store = await RegistryStore.open(connection);
   let base = await store.read();
   if (!base) {
@@ -149,14 +183,24 @@ function artifactTrust(options: JoinOptions): ArtifactTrust {
   };
 }
 
-async function connectWaiting(servers: string, fleet: string, hostId: string, logger: Logger) {
+/** Waits while NATS is unreachable; a refusal (credentials, TLS) ends the start at once (`nats_refused`). */
+async function connectWaiting(auth: NatsAuth, fleet: string, hostId: string, logger: Logger) {
   for (let attempt = 1; ; attempt++) {
     try {
-      return await connectCluster({ servers, fleet, hostId, name: `streaminfer-${fleet}-${hostId}` });
+      return await connectCluster({
+        auth,
+        fleet,
+        hostId,
+        name: `streaminfer-${fleet}-${hostId}`,
+        onProblem: (message) => logger.error({ servers: auth.shown }, `fleet: ${message}`),
+      });
     } catch (error) {
       if (!(error instanceof ClusterError && error.code === 'cluster_unavailable')) throw error;
       if (attempt === 1 || attempt % 30 === 0)
-        logger.warn({ servers, attempt, err: error.message }, 'fleet: NATS unreachable; not ready, retrying');
+        logger.warn(
+          { servers: auth.shown, attempt, err: error.message },
+          'fleet: NATS unreachable; not ready, retrying',
+        );
       await new Promise((resolve) => setTimeout(resolve, CONNECT_RETRY_MS));
     }
   }

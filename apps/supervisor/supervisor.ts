@@ -11,6 +11,7 @@ import type { ConfigChange, ServerConfig, SettingKey } from '../../libs/config';
 import { ConfigError, planConfigChange, resolveConfigDetailed } from '../../libs/config';
 import { defaultIntraOpThreads } from '../../libs/inference';
 import { registerProcessMetrics } from '../../libs/metrics';
+import type { NatsAuth } from '../../libs/nats-auth';
 import { ProtocolError, unknownModel } from '../../libs/protocol';
 import {
   defaultModelPlan,
@@ -70,6 +71,8 @@ export interface SupervisorOptions {
   tls?: NodeTls;
   /** The API keys file's tenants, read and validated at start (`apiKeysFile`); absent: anonymous clients. */
   tenants?: readonly TenantSpec[];
+  /** The fleet's NATS settings loaded at start (with `cluster`); default: loaded from `config` on joining. */
+  nats?: NatsAuth;
 }
 
 /** Batch settings the operator gave explicitly: they override every model's config.json. */
@@ -355,6 +358,7 @@ export class Supervisor implements AdminHost, NotifyHost {
       // The fleet's record wins over the local state: the host starts on the fleet's table at its epoch.
       const joined = await joinFleet({
         config: this.options.config,
+        ...(this.options.nats ? { nats: this.options.nats } : {}),
         initial: { models: initial.models, defaultModel: initial.defaultModel },
         host: this.fleetHost(),
         logger: this.logger,

@@ -54,6 +54,17 @@ const ENV: Record<SettingKey, string> = {
   logLevel: 'STREAMINFER_LOG_LEVEL',
   stateDir: 'STREAMINFER_STATE_DIR',
   cluster: 'STREAMINFER_CLUSTER',
+  natsUser: 'STREAMINFER_NATS_USER',
+  natsPassword: 'STREAMINFER_NATS_PASSWORD',
+  natsPasswordFile: 'STREAMINFER_NATS_PASSWORD_FILE',
+  natsToken: 'STREAMINFER_NATS_TOKEN',
+  natsTokenFile: 'STREAMINFER_NATS_TOKEN_FILE',
+  natsNkeyFile: 'STREAMINFER_NATS_NKEY_FILE',
+  natsCreds: 'STREAMINFER_NATS_CREDS',
+  natsTlsCa: 'STREAMINFER_NATS_TLS_CA',
+  natsTlsCert: 'STREAMINFER_NATS_TLS_CERT',
+  natsTlsKey: 'STREAMINFER_NATS_TLS_KEY',
+  natsTlsFirst: 'STREAMINFER_NATS_TLS_FIRST',
   fleet: 'STREAMINFER_FLEET',
   hostId: 'STREAMINFER_HOST_ID',
   advertiseUrl: 'STREAMINFER_ADVERTISE_URL',
@@ -102,6 +113,17 @@ describe('defaults', () => {
       logLevel: 'info',
       stateDir: './.state',
       cluster: undefined,
+      natsUser: undefined,
+      natsPassword: undefined,
+      natsPasswordFile: undefined,
+      natsToken: undefined,
+      natsTokenFile: undefined,
+      natsNkeyFile: undefined,
+      natsCreds: undefined,
+      natsTlsCa: undefined,
+      natsTlsCert: undefined,
+      natsTlsKey: undefined,
+      natsTlsFirst: false,
       fleet: 'default',
       hostId: undefined,
       advertiseUrl: undefined,
@@ -208,6 +230,17 @@ const LAYERS: {
     'nats://a:4222,nats://b:4222',
     'tls://c:4222',
   ],
+  natsUser: ['fleet', 'host-a', 'h@b', 'fleet', 'host-a', 'h@b'],
+  natsPassword: ['p1', 'p 2', 'p3', 'p1', 'p 2', 'p3'],
+  natsPasswordFile: ['/run/a', './b', 'c', '/run/a', './b', 'c'],
+  natsToken: ['t1', 't2', 't3', 't1', 't2', 't3'],
+  natsTokenFile: ['/run/a', './b', 'c', '/run/a', './b', 'c'],
+  natsNkeyFile: ['/run/a.nk', './b.nk', 'c', '/run/a.nk', './b.nk', 'c'],
+  natsCreds: ['/run/a.creds', './b.creds', 'c', '/run/a.creds', './b.creds', 'c'],
+  natsTlsCa: ['/etc/ca.pem', './ca2.pem', 'c', '/etc/ca.pem', './ca2.pem', 'c'],
+  natsTlsCert: ['/etc/c.pem', './c2.pem', 'c', '/etc/c.pem', './c2.pem', 'c'],
+  natsTlsKey: ['/etc/k.pem', './k2.pem', 'k', '/etc/k.pem', './k2.pem', 'k'],
+  natsTlsFirst: [true, 'false', 'yes', true, false, true],
   fleet: ['prod', 'eu-west_1', 'f', 'prod', 'eu-west_1', 'f'],
   hostId: ['h1', 'host-2', 'H_3', 'h1', 'host-2', 'H_3'],
   advertiseUrl: [
@@ -439,6 +472,9 @@ describe('validation', () => {
     ['cluster', 'http://127.0.0.1:4222'],
     ['cluster', 'nats://a:4222,'],
     ['cluster', 'nats://a b'],
+    ['natsUser', 'a b'],
+    ['natsPasswordFile', ''],
+    ['natsTlsFirst', 'maybe'],
     ['fleet', 'has.dot'],
     ['fleet', 'x'.repeat(33)],
     ['fleet', 'sp ace'],
@@ -631,6 +667,26 @@ describe('redactConfig', () => {
     const config = resolveConfig({ flags: { adminToken: 'a-very-long-secret-token' } });
     expect(redactConfig(config)).toEqual({ ...config, adminToken: '<redacted>' });
     expect(redactConfig(DEFAULTS)).toBe(DEFAULTS);
+  });
+
+  it('hides the NATS password and token, and credentials in the cluster URLs', () => {
+    const config = resolveConfig({
+      env: {
+        STREAMINFER_CLUSTER: 'nats://fleet:pw-in-url@a:4222,tls://tok-in-url@b:4222',
+        STREAMINFER_NATS_PASSWORD: 'pw-in-env',
+        STREAMINFER_NATS_TOKEN: 'tok-in-env',
+      },
+    });
+    const shown = JSON.stringify(redactConfig(config));
+    for (const secret of ['pw-in-url', 'tok-in-url', 'pw-in-env', 'tok-in-env'])
+      expect(shown).not.toContain(secret);
+    expect(redactConfig(config).cluster).toBe('nats://<redacted>@a:4222,tls://<redacted>@b:4222');
+  });
+
+  it('never echoes credentials of a cluster URL it refuses', () => {
+    const error = errorOf(() => resolveConfig({ env: { STREAMINFER_CLUSTER: 'nats://u:hunter2@a:4222,x' } }));
+    expect(error.message).toContain('"nats://<redacted>@a:4222,x"');
+    expect(error.message).not.toContain('hunter2');
   });
 });
 

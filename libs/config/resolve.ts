@@ -45,10 +45,12 @@ function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
-function render(value: unknown, secret: boolean | undefined): string {
+function render(value: unknown, secret: boolean | undefined, redact?: (text: string) => string): string {
   if (secret) return '<redacted>';
-  if (typeof value === 'string')
-    return JSON.stringify(value.length > 80 ? `${value.slice(0, 77)}...` : value);
+  if (typeof value === 'string') {
+    const shown = redact ? redact(value) : value;
+    return JSON.stringify(shown.length > 80 ? `${shown.slice(0, 77)}...` : shown);
+  }
   if (typeof value === 'number' || typeof value === 'boolean') return String(value);
   if (Array.isArray(value)) return 'an array';
   if (value === null) return 'null';
@@ -172,7 +174,7 @@ class Resolver {
       const parsed = spec.parse(raw);
       if (parsed === undefined) {
         throw new ConfigError(
-          `invalid value ${render(raw, spec.secret)} for ${this.label(key, source)}: expected ${spec.expected}`,
+          `invalid value ${render(raw, spec.secret, spec.redact)} for ${this.label(key, source)}: expected ${spec.expected}`,
           key,
           source,
         );
@@ -313,7 +315,17 @@ export function resolveConfig(sources: ConfigSources = {}): ServerConfig {
   return resolveConfigDetailed(sources).config;
 }
 
-/** A copy safe to log: the admin token replaced. */
+/** A copy safe to log or answer: every secret setting replaced, credentials in a URL redacted. */
 export function redactConfig(config: ServerConfig): ServerConfig {
-  return config.adminToken === undefined ? config : { ...config, adminToken: '<redacted>' };
+  let copy: Record<string, unknown> | undefined;
+  for (const key of SETTING_KEYS) {
+    const spec = SETTINGS[key] as SettingSpec<unknown>;
+    const value = config[key];
+    if (typeof value !== 'string') continue;
+    const shown = spec.secret ? '<redacted>' : spec.redact ? spec.redact(value) : value;
+    if (shown === value) continue;
+    copy ??= { ...config };
+    copy[key] = shown;
+  }
+  return (copy as unknown as ServerConfig | undefined) ?? config;
 }

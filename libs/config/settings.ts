@@ -1,5 +1,6 @@
 import { formatCidrList, parseCidrList } from '../address';
 import { BATCH_POLICY_NAMES, type BatchPolicyName } from '../batching';
+import { redactNatsUrls } from '../nats-auth';
 import { decimal, flag, integer, oneOf, type Parser, powerOfTwo, text } from './coerce';
 import { type DeviceTarget, formatDeviceList, parseDeviceList } from './device';
 
@@ -91,6 +92,20 @@ export interface ServerConfig {
   stateDir: string;
   /** NATS URL(s) of the fleet's JetStream; unset: the host works alone (local state dir). */
   cluster: string | undefined;
+  /** The fleet's NATS identity and TLS (libs/nats-auth; files read and checked at start). Unset: none. */
+  natsUser: string | undefined;
+  /** Secret: from the environment or the config file, never a flag. */
+  natsPassword: string | undefined;
+  natsPasswordFile: string | undefined;
+  /** Secret: from the environment or the config file, never a flag. */
+  natsToken: string | undefined;
+  natsTokenFile: string | undefined;
+  natsNkeyFile: string | undefined;
+  natsCreds: string | undefined;
+  natsTlsCa: string | undefined;
+  natsTlsCert: string | undefined;
+  natsTlsKey: string | undefined;
+  natsTlsFirst: boolean;
   /** The fleet this host joins (with `cluster`): names its buckets and subjects. */
   fleet: string;
   /** This host's name in its fleet; unset: `<hostname>-<port>`. */
@@ -115,6 +130,8 @@ export interface SettingSpec<T> {
   parse: Parser<T>;
   /** Never echo the value in messages. */
   secret?: boolean;
+  /** Echo the value only through this (a URL's credentials removed). */
+  redact?: (text: string) => string;
 }
 
 const KIB = 1024;
@@ -126,6 +143,7 @@ const SAFE_TEXT = /^[^\s\0]+$/;
 const PATH_TEXT = /^[^\0]+$/;
 const MODEL_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
 const NATS_URLS = /^(nats|tls):\/\/[^\s,]+(,(nats|tls):\/\/[^\s,]+)*$/;
+const NATS_USER = /^[^\s\0]{1,256}$/;
 // Fleet names go into bucket names and subjects; host ids into KV keys and subjects.
 const FLEET_NAME = /^[A-Za-z0-9_-]{1,32}$/;
 const HOST_ID = /^[A-Za-z0-9_-]{1,64}$/;
@@ -465,8 +483,99 @@ export const SETTINGS: { readonly [K in SettingKey]: SettingSpec<ServerConfig[K]
     default: undefined,
     defaultText: 'unset (this host works alone)',
     help: 'NATS URL(s) of the fleet (nats://host:4222[,nats://…]): registry, epochs and artifacts shared in JetStream',
-    expected: 'nats:// URLs separated by commas',
+    expected: 'nats:// or tls:// URLs separated by commas',
     parse: text(NATS_URLS, 4096),
+    // nats://user:password@host: the userinfo never appears in a message.
+    redact: redactNatsUrls,
+  },
+  natsUser: {
+    env: 'STREAMINFER_NATS_USER',
+    default: undefined,
+    defaultText: 'unset',
+    help: 'NATS user of the fleet connection (with a password)',
+    expected: 'a user name without whitespace',
+    parse: text(NATS_USER, 256),
+  },
+  natsPassword: {
+    env: 'STREAMINFER_NATS_PASSWORD',
+    default: undefined,
+    defaultText: 'unset',
+    help: 'NATS password (environment or config file only; prefer natsPasswordFile)',
+    expected: 'a non-empty password',
+    parse: text(/^[^\0\n]+$/, 4096),
+    secret: true,
+  },
+  natsPasswordFile: {
+    env: 'STREAMINFER_NATS_PASSWORD_FILE',
+    default: undefined,
+    defaultText: 'unset',
+    help: 'file holding the NATS password (its first line)',
+    expected: 'a file path',
+    parse: text(PATH_TEXT, 4096),
+  },
+  natsToken: {
+    env: 'STREAMINFER_NATS_TOKEN',
+    default: undefined,
+    defaultText: 'unset',
+    help: 'NATS token (environment or config file only; prefer natsTokenFile)',
+    expected: 'a non-empty token',
+    parse: text(/^[^\0\n]+$/, 4096),
+    secret: true,
+  },
+  natsTokenFile: {
+    env: 'STREAMINFER_NATS_TOKEN_FILE',
+    default: undefined,
+    defaultText: 'unset',
+    help: 'file holding the NATS token (its first line)',
+    expected: 'a file path',
+    parse: text(PATH_TEXT, 4096),
+  },
+  natsNkeyFile: {
+    env: 'STREAMINFER_NATS_NKEY_FILE',
+    default: undefined,
+    defaultText: 'unset',
+    help: 'file holding an nkey user seed (SU…)',
+    expected: 'a file path',
+    parse: text(PATH_TEXT, 4096),
+  },
+  natsCreds: {
+    env: 'STREAMINFER_NATS_CREDS',
+    default: undefined,
+    defaultText: 'unset',
+    help: 'NATS .creds file (user JWT and seed; operator mode)',
+    expected: 'a file path',
+    parse: text(PATH_TEXT, 4096),
+  },
+  natsTlsCa: {
+    env: 'STREAMINFER_NATS_TLS_CA',
+    default: undefined,
+    defaultText: "unset (the system's CAs)",
+    help: "PEM CA file that verifies the NATS server's certificate",
+    expected: 'a file path',
+    parse: text(PATH_TEXT, 4096),
+  },
+  natsTlsCert: {
+    env: 'STREAMINFER_NATS_TLS_CERT',
+    default: undefined,
+    defaultText: 'unset',
+    help: 'PEM client certificate for NATS (with natsTlsKey)',
+    expected: 'a file path',
+    parse: text(PATH_TEXT, 4096),
+  },
+  natsTlsKey: {
+    env: 'STREAMINFER_NATS_TLS_KEY',
+    default: undefined,
+    defaultText: 'unset',
+    help: 'PEM private key of the NATS client certificate',
+    expected: 'a file path',
+    parse: text(PATH_TEXT, 4096),
+  },
+  natsTlsFirst: {
+    env: 'STREAMINFER_NATS_TLS_FIRST',
+    default: false,
+    help: 'TLS handshake before the NATS greeting (a server with handshake_first; nats-server 2.10.4 or later)',
+    expected: 'true or false',
+    parse: flag,
   },
   fleet: {
     env: 'STREAMINFER_FLEET',

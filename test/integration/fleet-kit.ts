@@ -26,6 +26,8 @@ export interface FleetHost {
 
 export interface FleetHostOptions {
   fleet: string;
+  /** The NATS URL(s) to join (default: the net's own nats-server). */
+  cluster?: string;
   modelsDir?: string;
   env?: Record<string, string>;
   args?: string[];
@@ -60,7 +62,7 @@ export async function startFleetHost(
     '--model',
     'digits',
     '--cluster',
-    net.natsUrl,
+    options.cluster ?? net.natsUrl,
     '--fleet',
     options.fleet,
     '--host-id',

@@ -14,6 +14,7 @@ import {
   PartitionLeases,
   StreamIoError,
 } from '../../apps/stream';
+import { loadNatsAuth } from '../../libs/nats-auth';
 
 import { bucketNames, pollUntil, Timeline } from './lease-kit';
 import { NATS_URL } from './stream-kit';
@@ -34,7 +35,15 @@ function blockMainThread(ms: number): void {
 }
 
 function options(bucket: string, id: string, partitions: number, ttlMs: number): LeaseKeeperOptions {
-  return { servers: NATS_URL, bucket, group: GROUP, instanceId: id, partitions, ttlMs, logger };
+  return {
+    auth: loadNatsAuth({ servers: NATS_URL }),
+    bucket,
+    group: GROUP,
+    instanceId: id,
+    partitions,
+    ttlMs,
+    logger,
+  };
 }
 
 async function keeper(
@@ -202,5 +211,7 @@ test('options and bucket errors arrive with the codes PartitionLeases gives', as
     code: 'stream_mismatch',
     message: expect.stringContaining('ttl 5000'),
   });
-  expect(await codeOf(LeaseKeeper.open({ ...base, servers: 'nats://127.0.0.1:1' }))).toBe('nats_unreachable');
+  expect(
+    await codeOf(LeaseKeeper.open({ ...base, auth: loadNatsAuth({ servers: 'nats://127.0.0.1:1' }) })),
+  ).toBe('nats_unreachable');
 });

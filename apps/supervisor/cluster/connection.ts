@@ -5,6 +5,15 @@
  */
 import { type JetStreamClient, type JetStreamManager, jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
+import {
+  describeRefusal,
+  describeStatusProblem,
+  loadNatsAuth,
+  type NatsAuth,
+  natsConnectionOptions,
+  natsRefusal,
+  redactNatsUrls,
+} from '../../../libs/nats-auth';
 import { ClusterError, requirePositiveInt } from './errors';
 import { type FleetNames, fleetNames, requireFleetName, requireHostId } from './records';
 
@@ -12,8 +21,12 @@ import { type FleetNames, fleetNames, requireFleetName, requireHostId } from './
 export type NatsConnection = Awaited<ReturnType<typeof connect>>;
 
 export interface ClusterOptions {
-  /** nats://host:port, or several. */
-  servers: string | string[];
+  /** nats://host:port, or several (no credentials); `auth` instead for an identity and TLS. */
+  servers?: string | string[];
+  /** The loaded NATS settings (libs/nats-auth): servers, identity, TLS. Wins over `servers`. */
+  auth?: NatsAuth;
+  /** A live-connection problem an operator must see (a permissions violation, expired credentials). */
+  onProblem?: (message: string) => void;
   /** Connection name as the server's monitoring shows it (default `streaminfer-<fleet>-<hostId>`). */
   name?: string;
   fleet: string;
@@ -53,7 +66,9 @@ export class ClusterConnection {
     readonly jsm: JetStreamManager,
     readonly fleet: string,
     readonly hostId: string,
+    /** The servers as messages show them (userinfo redacted). */
     readonly servers: string,
+    private readonly onProblem: ((message: string) => void) | undefined,
   ) {
     this.names = fleetNames(fleet);
     void this.followStatus();
@@ -65,11 +80,17 @@ export class ClusterConnection {
     const connectTimeoutMs = requirePositiveInt('connectTimeoutMs', options.connectTimeoutMs ?? 5000);
     const apiTimeoutMs = requirePositiveInt('apiTimeoutMs', options.apiTimeoutMs ?? 5000);
     const reconnectWaitMs = requirePositiveInt('reconnectWaitMs', options.reconnectWaitMs ?? 250);
-    const servers = Array.isArray(options.servers) ? options.servers.join(',') : options.servers;
+    let auth: NatsAuth;
+    try {
+      auth = options.auth ?? loadNatsAuth({ servers: options.servers ?? '' });
+    } catch (err) {
+      throw new ClusterError('invalid_options', (err as Error).message, { cause: err });
+    }
+    const servers = auth.shown;
     let nc: NatsConnection;
     try {
       nc = await connect({
-        servers: options.servers,
+        ...natsConnectionOptions(auth),
         name: options.name ?? `streaminfer-${fleet}-${hostId}`,
         timeout: connectTimeoutMs,
         maxReconnectAttempts: -1,
@@ -78,17 +99,29 @@ export class ClusterConnection {
         noAsyncTraces: true,
       });
     } catch (err) {
-      throw new ClusterError('cluster_unavailable', `NATS is not reachable at ${servers}: ${String(err)}`, {
-        cause: err,
-      });
+      const refusal = natsRefusal(err);
+      // A refusal is an answer: retrying with the same credentials or TLS settings cannot succeed.
+      if (refusal)
+        throw new ClusterError('nats_refused', describeRefusal(refusal, servers, err), { cause: err });
+      throw new ClusterError(
+        'cluster_unavailable',
+        `NATS is not reachable at ${servers}: ${redactNatsUrls(String(err))}`,
+        { cause: err },
+      );
     }
     try {
       // Checks that JetStream is enabled: a plain nats-server fails here, not on the first fleet call.
       const jsm = await jetstreamManager(nc, { timeout: apiTimeoutMs });
       const js = jetstream(nc, { timeout: apiTimeoutMs });
-      return new ClusterConnection(nc, js, jsm, fleet, hostId, servers);
+      return new ClusterConnection(nc, js, jsm, fleet, hostId, servers, options.onProblem);
     } catch (err) {
       await nc.close().catch(() => undefined);
+      if ((err as Error).message.includes('Permissions Violation'))
+        throw new ClusterError(
+          'nats_refused',
+          `NATS at ${servers} refused this user the JetStream API ($JS.API.>): ${(err as Error).message}`,
+          { cause: err },
+        );
       throw new ClusterError(
         'cluster_unavailable',
         `JetStream is not enabled at ${servers}: ${String(err)}`,
@@ -156,6 +189,10 @@ export class ClusterConnection {
     for await (const status of this.nc.status()) {
       if (status.type === 'disconnect') this.setUp(false);
       else if (status.type === 'reconnect') this.setUp(true);
+      else {
+        const problem = describeStatusProblem(status);
+        if (problem) this.onProblem?.(`${problem} (NATS at ${this.servers})`);
+      }
     }
   }
 
@@ -175,7 +212,10 @@ export class ClusterConnection {
   }
 }
 
-/** Connects to the fleet's NATS (fleet-design.md); NATS unreachable at start is `cluster_unavailable`. */
+/**
+ * Connects to the fleet's NATS (fleet-design.md); NATS unreachable at start is `cluster_unavailable`, a refusal
+ * of the credentials or the TLS handshake `nats_refused`.
+ */
 export function connectCluster(options: ClusterOptions): Promise<ClusterConnection> {
   return ClusterConnection.open(options);
 }

@@ -4,6 +4,8 @@ import type { FleetRecord } from './records';
 export type ClusterErrorCode =
   /** NATS is down or did not answer: the caller keeps serving what it has and retries later. */
   | 'cluster_unavailable'
+  /** NATS answered no: bad or expired credentials, a TLS mismatch, no JetStream permission. Not retried. */
+  | 'nats_refused'
   /** A compare-and-set lost: `current` holds what is there now (registry writes). */
   | 'conflict'
   /** The bytes fetched do not hash to the store's digest: nothing was put in place. */
