@@ -4,6 +4,7 @@
  */
 import type { Command } from 'commander';
 import pino from 'pino';
+import { readPipelineAdminSecrets } from '../stream/admin';
 import { PipelineConfigError } from '../stream/config';
 import { loadPipelineConfig, superviseStream } from '../stream/supervise';
 
@@ -61,12 +62,14 @@ export function registerStream(program: Command, fail: (message: string) => neve
     .option('--log-level <level>', 'pino log level')
     .action(async (flags: StreamFlags) => {
       const overrides = streamOverrides(flags, fail);
+      const logger = pino({ base: { component: 'stream-supervisor', pid: process.pid } });
       try {
-        loadPipelineConfig(flags.config, overrides);
+        const config = loadPipelineConfig(flags.config, overrides);
+        // The admin token file and TLS files are checked here, before anything starts (exit 2 naming the file).
+        readPipelineAdminSecrets(config.admin, process.env, (message) => logger.warn(message));
       } catch (err) {
         fail(err instanceof PipelineConfigError ? `config ${err.message}` : (err as Error).message);
       }
-      const logger = pino({ base: { component: 'stream-supervisor', pid: process.pid } });
       process.exitCode = await superviseStream({ configFile: flags.config, overrides, logger });
     });
 }

@@ -111,8 +111,7 @@ class NodeProcess {
     this.gateway!.applySettings();
     await this.table!.applySettings(settings);
     this.appliedSettings = text;
-    const admin = { ...settings.admin, ...(settings.admin.token ? { token: '<redacted>' } : {}) };
-    this.logger.info({ settings: { ...settings, admin } }, 'settings applied');
+    this.logger.info({ settings }, 'settings applied');
   }
 
   private failStart(error: Error): void {
@@ -324,7 +323,6 @@ function applyToOptions(options: NodeStartOptions, settings: NodeSettings): void
   options.requestTimeoutMs = settings.requestTimeoutMs;
   options.shutdownTimeoutMs = settings.shutdownTimeoutMs;
   options.logLevel = settings.logLevel;
-  options.admin = settings.admin;
   options.backpressure = {
     ...settings.backpressure,
     slowConsumerWarnBytes: options.backpressure.slowConsumerWarnBytes,

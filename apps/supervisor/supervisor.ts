@@ -7,6 +7,13 @@
 import * as path from 'node:path';
 import type { Logger } from 'pino';
 import { Counter, Histogram, Registry } from 'prom-client';
+import {
+  type AdminAddress,
+  AdminListener,
+  type AdminPolicy,
+  AdminSetupError,
+  parseAllowedOrigins,
+} from '../../libs/admin';
 import type { ServerConfig } from '../../libs/config';
 import { ConfigError, planConfigChange, resolveConfigDetailed } from '../../libs/config';
 import { defaultIntraOpThreads } from '../../libs/inference';
@@ -35,9 +42,16 @@ import {
   withSavedState,
   withSettings,
 } from '../../libs/registry';
-import { parseAllowedOrigins } from '../node/admin-auth';
 import type { ControlResponse, NodeStartOptions } from '../node/ipc';
-import { AdminApi, type AdminHost, outcomeResponse, type ReloadRequest, respond } from './admin-api';
+import {
+  AdminApi,
+  type AdminHost,
+  type AdminSecrets,
+  outcomeResponse,
+  type ReloadRequest,
+  readAdminSecrets,
+  respond,
+} from './admin-api';
 import type { FleetTable } from './cluster';
 import type { ReloadOutcome, ReloadStrategy } from './coordinator';
 import { diffTables, ReloadBusyError, ReloadCoordinator } from './coordinator';
@@ -60,6 +74,8 @@ export interface SupervisorOptions {
   cores: number;
   /** systemd notify and watchdog (NOTIFY_SOCKET set); see notify.ts. */
   notifier?: SystemdNotifier;
+  /** The admin token and TLS files as read at start (readAdminSecrets; the CLI reads them before it forks). */
+  admin?: AdminSecrets;
 }
 
 /** Batch settings the operator gave explicitly: they override every model's config.json. */
@@ -77,6 +93,10 @@ export class Supervisor implements AdminHost, NotifyHost {
   private pendingSettings: NodeSettings | undefined;
   private readonly nodeSet: NodeSet;
   private readonly admin: AdminApi;
+  /** The admin listener (/api/*, /metrics, /health), bound in start(). */
+  private adminListener: AdminListener | undefined;
+  private adminBound: AdminAddress | undefined;
+  private adminSecrets: AdminSecrets;
   private readonly rollouts: RolloutController;
   private readonly reloadsTotal: Counter<'result' | 'strategy'>;
   private readonly reloadDuration: Histogram<'strategy'>;
@@ -94,6 +114,7 @@ export class Supervisor implements AdminHost, NotifyHost {
         explicit: ExplicitBatch;
         applied: string[];
         restartRequired: string[];
+        secrets: AdminSecrets;
       }
     | undefined;
 
@@ -104,6 +125,7 @@ export class Supervisor implements AdminHost, NotifyHost {
     registerProcessMetrics(this.registry, 'streaminfer_supervisor_');
     this.currentDefaultModel = options.config.defaultModel;
     this.startedConfig = options.config;
+    this.adminSecrets = options.admin ?? readAdminSecrets(options.config, (message) => logger.warn(message));
     this.reloadsTotal = new Counter({
       name: 'streaminfer_reloads_total',
       help: 'Model table reloads, by result (committed, failed, unchanged) and strategy.',
@@ -135,7 +157,7 @@ export class Supervisor implements AdminHost, NotifyHost {
       }),
       host: () => this.coordinator!,
       startOptions: (index) => this.startOptions(index),
-      control: (request) => this.admin.answer(request),
+      control: (request) => this.admin.answer(request, 'data'),
     });
     this.admin = new AdminApi(this, this.nodeSet, this.registry, fanOutsTotal);
     this.rollouts = new RolloutController({
@@ -163,6 +185,18 @@ export class Supervisor implements AdminHost, NotifyHost {
 
   get config(): ServerConfig {
     return this.options.config;
+  }
+
+  get adminPolicy(): AdminPolicy {
+    return {
+      ...(this.adminSecrets.token !== undefined ? { token: this.adminSecrets.token } : {}),
+      allowedOrigins: parseAllowedOrigins(this.options.config.adminAllowedOrigins),
+    };
+  }
+
+  /** Where the admin listener listens (after start). */
+  get adminAddress(): AdminAddress | undefined {
+    return this.adminBound;
   }
 
   get testHooks(): boolean {
@@ -211,6 +245,7 @@ export class Supervisor implements AdminHost, NotifyHost {
       defaultModel: this.currentDefaultModel,
       ringBytes: config.ringBytes,
       testHooks: this.options.testHooks,
+      metricsOnDataPort: config.metricsOnDataPort,
       plan: this.coordinator!.table,
       epoch: this.coordinator!.epoch,
       ...(this.member?.fenced !== undefined ? { fence: this.member.fenced } : {}),
@@ -254,7 +289,6 @@ export class Supervisor implements AdminHost, NotifyHost {
       },
       shutdownTimeoutMs: config.shutdownTimeoutMs,
       logLevel: config.logLevel,
-      admin: adminPolicyOf(config),
     };
   }
 
@@ -346,6 +380,14 @@ export class Supervisor implements AdminHost, NotifyHost {
     // What the host serves from now on, including a configured default model that won over the saved one.
     this.persist(table);
     this.options.notifier?.begin(this);
+    // Bound before the nodes load anything: a taken admin port fails the start at once.
+    const config = this.options.config;
+    this.adminListener = new AdminListener(
+      { host: config.adminHost, port: config.adminPort, socket: config.adminSocket },
+      (req, res) => this.admin.serveHttp(req, res),
+      this.adminSecrets.tls,
+    );
+    this.adminBound = await this.adminListener.listen();
     const port = await this.nodeSet.start(
       this.options.config.nodes,
       this.options.config.port,
@@ -374,6 +416,10 @@ export class Supervisor implements AdminHost, NotifyHost {
         this.options.explicitBatchTimeout = pending.explicit.timeout;
         this.options.explicitBatchPolicy = pending.explicit.policy;
         this.logger.level = pending.config.logLevel;
+        // The token and certificate read for this reload: new connections get the certificate, open ones
+        // keep theirs.
+        this.adminSecrets = pending.secrets;
+        if (pending.secrets.tls) this.adminListener?.useTls(pending.secrets.tls);
       }
     }
     this.reloadsTotal.inc({ result: outcome.result, strategy: outcome.strategy });
@@ -622,6 +668,18 @@ export class Supervisor implements AdminHost, NotifyHost {
     }
     for (const warning of resolved.warnings) this.logger.warn({ reason }, warning);
     const change = planConfigChange(this.options.config, resolved.config, this.startedConfig);
+    // Token and TLS files are read again (rotation): one that cannot be used rejects the configuration.
+    let secrets: AdminSecrets;
+    try {
+      secrets = readAdminSecrets(change.next, (message) => this.logger.warn({ reason }, message));
+    } catch (error) {
+      if (!(error instanceof AdminSetupError)) throw error;
+      this.logger.error(
+        { reason, err: error.message },
+        'configuration rejected; still serving the previous one',
+      );
+      throw new ProtocolError('bad_request', error.message);
+    }
     const explicit: ExplicitBatch = {
       size: resolved.origins.batchSize !== 'default',
       timeout: resolved.origins.batchTimeoutMs !== 'default',
@@ -637,6 +695,7 @@ export class Supervisor implements AdminHost, NotifyHost {
       explicit,
       applied: change.applied,
       restartRequired: change.restartRequired,
+      secrets,
     };
     try {
       const request: { defaultModel?: string; settings: NodeSettings; strategy?: ReloadStrategy } = {
@@ -676,6 +735,7 @@ export class Supervisor implements AdminHost, NotifyHost {
     this.logger.info('shutting down: draining nodes');
     await this.nodeSet.shutdown(this.options.config.shutdownTimeoutMs + 10000);
     this.logger.info('all nodes stopped');
+    await this.adminListener?.close();
     await this.options.notifier?.close();
   }
 }
@@ -729,12 +789,4 @@ function fleetOutcome(
 function settle<T>(planned: Planned<T>): T {
   if (!planned.ok) throw planned.error;
   return planned.value;
-}
-
-/** What a node needs to decide an admin request from its headers (the token never goes into a log). */
-export function adminPolicyOf(config: ServerConfig): NodeSettings['admin'] {
-  return {
-    ...(config.adminToken !== undefined ? { token: config.adminToken } : {}),
-    allowedOrigins: parseAllowedOrigins(config.adminAllowedOrigins),
-  };
 }

@@ -17,4 +17,4 @@ export {
   resolveConfigDetailed,
 } from './resolve';
 export type { LogLevel, RateLimitKey, ServerConfig, SettingKey } from './settings';
-export { RATE_LIMIT_KEYS } from './settings';
+export { ADMIN_PORT, RATE_LIMIT_KEYS } from './settings';

@@ -29,6 +29,7 @@ export const LIVE_SETTINGS: ReadonlySet<SettingKey> = new Set<SettingKey>([
   'requestTimeoutMs',
   'adminToken',
   'adminAllowedOrigins',
+  'adminTokenFile',
   'shutdownTimeoutMs',
   'reloadStepTimeoutMs',
   'logLevel',

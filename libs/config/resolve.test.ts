@@ -43,6 +43,13 @@ const ENV: Record<SettingKey, string> = {
   requestTimeoutMs: 'STREAMINFER_REQUEST_TIMEOUT_MS',
   adminToken: 'STREAMINFER_ADMIN_TOKEN',
   adminAllowedOrigins: 'STREAMINFER_ADMIN_ALLOWED_ORIGINS',
+  adminHost: 'STREAMINFER_ADMIN_HOST',
+  adminPort: 'STREAMINFER_ADMIN_PORT',
+  adminSocket: 'STREAMINFER_ADMIN_SOCKET',
+  adminTokenFile: 'STREAMINFER_ADMIN_TOKEN_FILE',
+  adminTlsCert: 'STREAMINFER_ADMIN_TLS_CERT',
+  adminTlsKey: 'STREAMINFER_ADMIN_TLS_KEY',
+  metricsOnDataPort: 'STREAMINFER_METRICS_ON_DATA_PORT',
   intraOpThreads: 'STREAMINFER_INTRA_OP_THREADS',
   ringBytes: 'STREAMINFER_RING_BYTES',
   shutdownTimeoutMs: 'STREAMINFER_SHUTDOWN_TIMEOUT_MS',
@@ -89,6 +96,13 @@ describe('defaults', () => {
       requestTimeoutMs: 30000,
       adminToken: undefined,
       adminAllowedOrigins: undefined,
+      adminHost: '127.0.0.1',
+      adminPort: 8001,
+      adminSocket: undefined,
+      adminTokenFile: undefined,
+      adminTlsCert: undefined,
+      adminTlsKey: undefined,
+      metricsOnDataPort: false,
       intraOpThreads: undefined,
       ringBytes: 8388608,
       shutdownTimeoutMs: 30000,
@@ -176,6 +190,13 @@ const LAYERS: {
     'https://c.example',
     'https://d.example:8443,http://[::1]:3000',
   ],
+  adminHost: ['127.0.0.2', '::1', 'localhost', '127.0.0.2', '::1', 'localhost'],
+  adminPort: [0, '8101', 65535, 0, 8101, 65535],
+  adminSocket: ['/run/si/admin.sock', 'a.sock', '/tmp/x', '/run/si/admin.sock', 'a.sock', '/tmp/x'],
+  adminTokenFile: ['/etc/si/token', './t2', 't3', '/etc/si/token', './t2', 't3'],
+  adminTlsCert: ['/etc/si/a.crt', 'b.crt', 'c.crt', '/etc/si/a.crt', 'b.crt', 'c.crt'],
+  adminTlsKey: ['/etc/si/a.key', 'b.key', 'c.key', '/etc/si/a.key', 'b.key', 'c.key'],
+  metricsOnDataPort: [true, 'no', 'TRUE', true, false, true],
   intraOpThreads: [2, 'auto', 4, 2, undefined, 4],
   ringBytes: [4096, '65536', 4194304, 4096, 65536, 4194304],
   shutdownTimeoutMs: [0, '1500', 60000, 0, 1500, 60000],
@@ -204,12 +225,17 @@ const LAYERS: {
 
 describe('precedence: flags > env > file > defaults', () => {
   // ringBytes 4096 needs a payload limit of at most 2048, and several nodes need one device or one per node.
-  const base = { maxPayloadBytes: 1024 };
+  // A TLS certificate comes with its key (and the key with its certificate).
+  const partner: Partial<Record<SettingKey, Record<string, string>>> = {
+    adminTlsCert: { adminTlsKey: 'k.pem' },
+    adminTlsKey: { adminTlsCert: 'c.pem' },
+  };
   const keys = Object.keys(LAYERS) as SettingKey[];
 
   it.each(keys)('%s', (key) => {
     const [fileValue, envValue, flagValue, fromFile, fromEnv, fromFlag] = LAYERS[key];
-    const file = key === 'maxPayloadBytes' ? { [key]: fileValue } : { ...base, [key]: fileValue };
+    const base = { ...(key === 'maxPayloadBytes' ? {} : { maxPayloadBytes: 1024 }), ...partner[key] };
+    const file = { ...base, [key]: fileValue };
     const env = { [ENV[key]]: envValue };
     const flags = { [key]: flagValue };
     const fileOnly = resolveConfigDetailed({ file });
@@ -221,7 +247,7 @@ describe('precedence: flags > env > file > defaults', () => {
     const flagOverAll = resolveConfigDetailed({ file, env, flags });
     expect(flagOverAll.config[key]).toEqual(fromFlag);
     expect(flagOverAll.origins[key]).toBe('flag');
-    const flagOverDefault = resolveConfigDetailed({ flags });
+    const flagOverDefault = resolveConfigDetailed({ flags: { ...partner[key], ...flags } });
     expect(flagOverDefault.origins[key]).toBe('flag');
     const none = resolveConfigDetailed({});
     expect(none.origins[key]).toBe('default');
@@ -660,6 +686,51 @@ describe('trusted proxies and the per-frame guards', () => {
   it('refuses a rate-limit key other than connection or ip', () => {
     expect(() => resolveConfig({ env: { STREAMINFER_RATE_LIMIT_KEY: 'user' } })).toThrow(
       /STREAMINFER_RATE_LIMIT_KEY \(environment\): expected one of connection, ip/,
+    );
+  });
+});
+
+describe('the admin listener settings', () => {
+  it('refuse a listener other machines reach without a token, naming adminHost and where it was set', () => {
+    for (const host of ['0.0.0.0', '10.0.0.5', '::', 'admin.example']) {
+      const error = errorOf(() => resolveConfig({ flags: { adminHost: host } }));
+      expect(error.setting).toBe('adminHost');
+      expect(error.message).toContain(`"${host}" (--admin-host (command-line flag))`);
+      expect(error.message).toMatch(/no admin token is set: give adminTokenFile/);
+    }
+    expect(errorOf(() => resolveConfig({ env: { STREAMINFER_ADMIN_HOST: '0.0.0.0' } })).source).toBe('env');
+  });
+
+  it('take a non-loopback listener with a token (env or file), and loopback or a unix socket without', () => {
+    expect(resolveConfig({ flags: { adminHost: '0.0.0.0', adminTokenFile: '/t' } }).adminHost).toBe(
+      '0.0.0.0',
+    );
+    expect(
+      resolveConfig({ flags: { adminHost: '10.0.0.5' }, env: { STREAMINFER_ADMIN_TOKEN: 'x'.repeat(32) } })
+        .adminHost,
+    ).toBe('10.0.0.5');
+    expect(resolveConfig({ flags: { adminHost: '0.0.0.0', adminSocket: '/run/a.sock' } }).adminSocket).toBe(
+      '/run/a.sock',
+    );
+    for (const host of ['127.0.0.1', '127.9.9.9', '::1', 'localhost', '::ffff:127.0.0.1'])
+      expect(resolveConfig({ flags: { adminHost: host } }).adminHost).toBe(host);
+  });
+
+  it('refuse a token given two ways, and a certificate without its key', () => {
+    const both = errorOf(() =>
+      resolveConfig({ flags: { adminTokenFile: '/t' }, env: { STREAMINFER_ADMIN_TOKEN: 'y'.repeat(32) } }),
+    );
+    expect(both.message).toMatch(/adminToken .* and adminTokenFile .* are both set/);
+    expect(both.message).not.toContain('y'.repeat(32));
+    expect(errorOf(() => resolveConfig({ flags: { adminTlsCert: 'c.pem' } })).message).toMatch(
+      /--admin-tls-cert \(command-line flag\) needs adminTlsKey too/,
+    );
+    expect(errorOf(() => resolveConfig({ file: { adminTlsKey: 'k.pem' } })).setting).toBe('adminTlsKey');
+  });
+
+  it('refuse a socket path longer than a unix socket takes', () => {
+    expect(errorOf(() => resolveConfig({ flags: { adminSocket: `/${'s'.repeat(107)}` } })).setting).toBe(
+      'adminSocket',
     );
   });
 });

@@ -68,11 +68,6 @@ export interface NodeSettings {
   };
   shutdownTimeoutMs: number;
   logLevel: string;
-  /**
-   * Admin API access, decided by the node from a request's headers before it reads a body
-   * (apps/node/admin-auth.ts): the token (unset: loopback trust) and the web origins allowed to call it.
-   */
-  admin: { token?: string; allowedOrigins: string[] };
 }
 
 /** What the plan needs of a repository scan: each model's versions and config.json's default. */
