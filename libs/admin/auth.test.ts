@@ -97,7 +97,7 @@ describe('checkAdminRequest: CSRF and DNS rebinding (issue 24, defect 7)', () =>
     expect(isLoopbackHost(host)).toBe(expected);
   });
 
-  test('under loopback trust a non-loopback Host (DNS rebinding) is 403 forbidden, GET and POST', () => {
+  test('without a token a non-loopback Host (DNS rebinding) is 403 forbidden, GET and POST', () => {
     for (const request of [post, get]) {
       const decision = checkAdminRequest(loopback, { ...request, host: 'evil.example:8000' });
       expect(codeOf(decision)).toBe('forbidden');
@@ -120,7 +120,7 @@ describe('checkAdminRequest: CSRF and DNS rebinding (issue 24, defect 7)', () =>
     expect(codeOf(checkAdminRequest(loopback, { ...csrf, origin: '' }))).toBe('unsupported_media_type');
   });
 
-  test('any Origin on a mutating request is 403 unless allowed; GET under loopback trust too', () => {
+  test('any Origin on a mutating request is 403 unless allowed; GET without a token too', () => {
     expect(codeOf(checkAdminRequest(loopback, { ...post, origin: 'http://evil.example' }))).toBe('forbidden');
     expect(codeOf(checkAdminRequest(loopback, { ...post, origin: 'null' }))).toBe('forbidden');
     expect(codeOf(checkAdminRequest(loopback, { ...get, origin: 'http://evil.example' }))).toBe('forbidden');

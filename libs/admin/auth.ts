@@ -107,7 +107,7 @@ export function parseAllowedOrigins(setting: string | undefined): string[] {
  * One admin request, in this order: authenticated (401 `unauthorized`, see authorizeAdmin); without a token
  * a loopback `Host` (403 `forbidden`: a DNS-rebound page reaches 127.0.0.1 under its own name); no
  * `Origin` unless allowed (403 `forbidden`: a page's cross-origin request) on mutating requests, and on every
- * request under loopback trust; a mutating request (anything but GET and HEAD) is `application/json` (415
+ * request without a token; a mutating request (anything but GET and HEAD) is `application/json` (415
  * `unsupported_media_type`: a page can send text/plain, form and multipart bodies without a CORS preflight,
  * never JSON). Headers only: it is decided before a body is read.
  */
