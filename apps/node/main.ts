@@ -265,8 +265,8 @@ class NodeProcess {
   }
 
   /**
-   * Control requests still waiting for the supervisor when this node goes away get an answer rather than a
-   * dropped connection: e.g. the reload that restarts this very node answers only once it is back.
+   * Control requests (probes, /metrics with metricsOnDataPort) still waiting for the supervisor when this node
+   * goes away get an answer rather than a dropped connection.
    */
   private refuseControlWaiters(): void {
     for (const [requestId, reply] of this.controlWaiters) {
@@ -277,7 +277,7 @@ class NodeProcess {
         body: encodeError(
           null,
           'unavailable',
-          'this node stopped before the supervisor answered; ask again (GET /api/reload shows the last reload outcome)',
+          'this node stopped before the supervisor answered; ask again',
         ),
       });
     }
