@@ -29,6 +29,8 @@ export interface ServerHandle {
   baseUrl: string;
   /** ws://127.0.0.1:PORT/ws (wss:// with TLS) */
   wsUrl: string;
+  /** StreamInfer: its admin listener (/api/*, /metrics), http://127.0.0.1:ADMIN_PORT; bare echo: baseUrl. */
+  adminUrl: string;
   /** argv used to start it (for the report) */
   command: string[];
   /** environment overrides passed to it */
@@ -312,11 +314,14 @@ export async function startStreamInfer(o: StreamInferOptions): Promise<ServerHan
   const main = path.join(o.repoRoot, 'dist', 'apps', 'cli', 'main.js');
   if (!fs.existsSync(main)) throw new Error(`${main} not found: the server is not built (npm run build)`);
   const port = o.port ?? (await freePort());
+  const adminPort = await freePort();
   const args = [
     main,
     'serve',
     '--port',
     String(port),
+    '--admin-port',
+    String(adminPort),
     '--nodes',
     String(o.nodes ?? 1),
     '--workers',
@@ -353,6 +358,7 @@ export async function startStreamInfer(o: StreamInferOptions): Promise<ServerHan
     port,
     baseUrl,
     wsUrl: `ws${scheme}://127.0.0.1:${port}/ws`,
+    adminUrl: `http://127.0.0.1:${adminPort}`,
     command: ['node', path.relative(o.repoRoot, main), ...args.slice(1)],
     env,
     stdoutTail: () => out.text(),
@@ -415,6 +421,7 @@ export async function startBareEcho(o: BareEchoOptions = {}): Promise<ServerHand
     port,
     baseUrl: `http${o.tls ? 's' : ''}://127.0.0.1:${port}`,
     wsUrl: `ws${o.tls ? 's' : ''}://127.0.0.1:${port}/ws`,
+    adminUrl: `http://127.0.0.1:${port}`,
     command: ['node', path.relative(process.cwd(), script), String(port), ...tlsArgs],
     env: {},
     stdoutTail: () => out.text(),

@@ -4,17 +4,19 @@ import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import { Command, Option } from 'commander';
 import pino from 'pino';
+import { AdminSetupError } from '../../libs/admin';
 import { ConfigError, describeSettings, resolveConfigDetailed } from '../../libs/config';
 import { assertNativeUws } from '../../libs/inference/uws-check';
-import { type LoadedTls, loadTls } from '../node/tls-files';
 import { type NatsAuth, NatsAuthError } from '../../libs/nats-auth';
+import { type LoadedTls, loadTls } from '../node/tls-files';
+import { type AdminSecrets, readAdminSecrets } from '../supervisor/admin-api';
 import { ClusterError } from '../supervisor/cluster';
 import { loadClusterNats } from '../supervisor/fleet-join';
 import { SystemdNotifier } from '../supervisor/notify';
 import { Supervisor } from '../supervisor/supervisor';
 import { readTenantFile } from '../supervisor/tenant-shares';
 import { type BenchModelOptions, benchModel, formatBenchModel } from './bench-model';
-import { ClientError, callServer, defaultUrl } from './client';
+import { type AdminFlags, adminTarget, ClientError, callServer } from './client';
 import { registerModelsKeygen } from './models-keygen';
 import { registerModelsPush } from './models-push';
 import { registerRollout } from './rollout';
@@ -74,9 +76,20 @@ const SERVE_FLAGS: Array<[string, string, string]> = [
   ['--tls-cert <file>', 'tlsCert', 'PEM certificate (chain): the data port speaks https and wss'],
   ['--tls-key <file>', 'tlsKey', 'PEM private key of --tls-cert'],
   ['--tls-client-ca <file>', 'tlsClientCa', 'PEM CA: verify client certificates against it (mutual TLS)'],
-  ['--admin-token <token>', 'adminToken', 'token for /api/* (else loopback only)'],
-  ['--admin-allowed-origins <origins>', 'adminAllowedOrigins', 'web origins whose pages may call /api/*'],
   ['--api-keys <file>', 'apiKeysFile', 'tenants and the SHA-256 of their API keys (JSON); keys required'],
+  [
+    '--admin-token <token>',
+    'adminToken',
+    'admin token (visible to every local user in ps: prefer --admin-token-file)',
+  ],
+  ['--admin-token-file <file>', 'adminTokenFile', 'file holding the admin token (re-read on SIGHUP)'],
+  ['--admin-allowed-origins <origins>', 'adminAllowedOrigins', 'web origins whose pages may call /api/*'],
+  ['--admin-host <addr>', 'adminHost', 'admin listener address (not loopback: a token is required)'],
+  ['--admin-port <n>', 'adminPort', 'admin listener port (/api/*, /metrics, /health; 0 = any free port)'],
+  ['--admin-socket <path>', 'adminSocket', 'admin listener on this unix socket (mode 0600) instead'],
+  ['--admin-tls-cert <file>', 'adminTlsCert', 'TLS certificate (PEM) of the admin listener'],
+  ['--admin-tls-key <file>', 'adminTlsKey', 'TLS key (PEM) of the admin listener'],
+  ['--metrics-on-data-port', 'metricsOnDataPort', 'also serve /metrics on the data port (compatibility)'],
   ['--intra-op-threads <n>', 'intraOpThreads', 'ONNX Runtime threads per session'],
   ['--ring-bytes <n>', 'ringBytes', 'bytes per request/response ring (power of two)'],
   ['--shutdown-timeout-ms <ms>', 'shutdownTimeoutMs', 'how long SIGTERM waits for admitted requests'],
@@ -158,6 +171,16 @@ serve
     }
     const logger = pino({ level: config.logLevel, base: { component: 'supervisor', pid: process.pid } });
     for (const warning of [...resolved.warnings, ...(tls?.warnings ?? [])]) logger.warn(warning);
+    if (flags.adminToken !== undefined)
+      logger.warn(
+        '--admin-token puts the token in the command line, which every local user can read (ps): use --admin-token-file or STREAMINFER_ADMIN_TOKEN',
+      );
+    let admin: AdminSecrets;
+    try {
+      admin = readAdminSecrets(config, (message) => logger.warn(message));
+    } catch (error) {
+      fail(error instanceof AdminSetupError ? error.message : (error as Error).message);
+    }
     // Read (and removed from the environment the nodes inherit) before anything forks.
     const notifier = SystemdNotifier.fromEnv(process.env, logger);
     const explicit = (key: string, env: string): boolean =>
@@ -176,6 +199,7 @@ serve
         ...(tls ? { tls: tls.tls } : {}),
         ...(tenants ? { tenants } : {}),
         ...(nats ? { nats } : {}),
+        admin,
         // Flags and environment given at start keep winning over the file on every configuration reload.
         sources: filePath ? { flags, env: { ...process.env }, filePath } : { flags, env: { ...process.env } },
       },
@@ -216,10 +240,13 @@ serve
     try {
       const port = await supervisor.start();
       if (pidFile) writeFileSync(pidFile, `${process.pid}\n`);
+      const adminAddress = supervisor.adminAddress!;
       logger.info(
         {
           port,
           host: config.host,
+          admin: adminAddress.url,
+          ...(adminAddress.port !== undefined ? { admin_port: adminAddress.port } : {}),
           nodes: config.nodes,
           workers: config.workers,
           device: config.device,
@@ -235,22 +262,34 @@ serve
     }
   });
 
-function addClientOptions(command: Command): Command {
-  return command
-    .option('--url <url>', 'server address', defaultUrl())
-    .option('--token <token>', 'admin token (default: STREAMINFER_ADMIN_TOKEN)')
-    .option('--json', 'machine-readable output');
+/**
+ * The options every control command has: where the admin listener is and its token (client.ts adminTarget).
+ * `reload` has a --config of its own (the file it applies, which also locates the listener).
+ */
+function addClientOptions(command: Command, withConfig = true): Command {
+  command
+    .option(
+      '--url <url>',
+      'admin listener: http(s)://host:port or unix:/path (default: found from the settings, else http://127.0.0.1:8001)',
+    )
+    .option('--admin-socket <path>', "the server's admin unix socket (STREAMINFER_ADMIN_SOCKET)")
+    .option('--token-file <file>', 'file holding the admin token')
+    .option('--token <token>', 'admin token (visible in ps: prefer --token-file or STREAMINFER_ADMIN_TOKEN)');
+  if (withConfig)
+    command.option('--config <file>', 'server config file: its admin settings locate the listener and token');
+  return command.option('--json', 'machine-readable output');
 }
 
-interface ClientFlags {
-  url: string;
-  token?: string;
+interface ClientFlags extends AdminFlags {
   json?: boolean;
 }
 
-function clientOptions(flags: ClientFlags) {
-  const token = flags.token ?? process.env.STREAMINFER_ADMIN_TOKEN;
-  return token ? { url: flags.url, token } : { url: flags.url };
+function clientOptions(flags: AdminFlags) {
+  try {
+    return adminTarget(flags);
+  } catch (error) {
+    fail(error instanceof ConfigError ? error.message : (error as Error).message);
+  }
 }
 
 /**
@@ -339,6 +378,7 @@ addClientOptions(
     .description(
       'reload models on every node: a version, the default model, or re-read the repository (like SIGHUP)',
     ),
+  false,
 )
   .option('--model <name>', 'model to act on (alone: make it the default model)')
   .option('--version <v>', 'with --model: make this version stable (loads it if needed)')
@@ -355,7 +395,7 @@ addClientOptions(
   .option(
     '--config <file>',
     "apply this JSON config file's live settings on every node (as SIGHUP does with the serve --config file); " +
-      'the file is read here and sent to the server',
+      'the file is read here and sent to the server; its admin settings also locate the admin listener',
   )
   .option(
     '--wait',

@@ -9,8 +9,8 @@ import { readFileSync, statSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Command } from 'commander';
-import { parseSigningKey } from '../../libs/signing';
 import { type NatsAuth, NatsAuthError } from '../../libs/nats-auth';
+import { parseSigningKey } from '../../libs/signing';
 import { ClusterError, connectCluster, ModelArtifacts } from '../supervisor/cluster';
 import { addNatsOptions, loadCommandNats, type NatsFlags } from './nats-options';
 

@@ -4,17 +4,15 @@
  * `rollout-status --wait` follows the rollout until it ends: exit 0 when promoted, 1 when rolled back or aborted.
  */
 import type { Command } from 'commander';
-import { type ClientOptions, callServer } from './client';
+import { type AdminFlags, type ClientOptions, callServer } from './client';
 
 export interface RolloutCommandKit {
   addClientOptions(command: Command): Command;
-  clientOptions(flags: { url: string; token?: string }): ClientOptions;
+  clientOptions(flags: AdminFlags): ClientOptions;
   fail(message: string): never;
 }
 
-export interface RolloutFlags {
-  url: string;
-  token?: string;
+export interface RolloutFlags extends AdminFlags {
   json?: boolean;
   version?: string;
   steps?: string;

@@ -1,12 +1,12 @@
 /**
  * `streaminfer status [--watch [seconds]]`: reads /health, the last reload (GET /api/reload, which also
- * checks the admin token) and /metrics twice, and prints one screen (status-view.ts, status-frame.ts). Rates
+ * checks the admin token) and /metrics twice, all from the admin listener, and prints one screen (status-view.ts, status-frame.ts). Rates
  * need two scrapes, so a single status takes about a second; --watch reuses each scrape as the next
  * frame's start.
  */
 import type { Command } from 'commander';
 import { type MetricSample, parsePrometheusText } from '../../libs/metrics';
-import { ClientError, type ClientOptions, callServer } from './client';
+import { type AdminFlags, ClientError, type ClientOptions, callServer } from './client';
 import { type FleetAnswer, renderFleet } from './fleet-view';
 import { frameText, renderFrame, visible } from './status-frame';
 import {
@@ -32,13 +32,11 @@ interface Scrape {
 
 export interface StatusCommandKit {
   addClientOptions(command: Command): Command;
-  clientOptions(flags: { url: string; token?: string }): ClientOptions;
+  clientOptions(flags: AdminFlags): ClientOptions;
   fail(message: string): never;
 }
 
-interface StatusFlags {
-  url: string;
-  token?: string;
+interface StatusFlags extends AdminFlags {
   json?: boolean;
   port?: string;
   watch?: boolean | string;
@@ -152,7 +150,7 @@ export function registerStatus(program: Command, kit: StatusCommandKit): void {
           'nodes, epoch, models and aliases, request and shed rates, latency: one screen (rates over ~1 s)',
         ),
     )
-    .option('--port <n>', 'server on 127.0.0.1 at this port (instead of --url)')
+    .option('--port <n>', 'admin listener on 127.0.0.1 at this port (instead of --url)')
     .option('--watch [seconds]', `redraw every this many seconds until Ctrl-C (default ${DEFAULT_WATCH_S})`)
     .option('--fleet', "the host's fleet: every host's epoch, readiness, versions and load (GET /api/fleet)")
     .action(async (flags: StatusFlags, command: Command) => {
@@ -169,15 +167,17 @@ export function registerStatus(program: Command, kit: StatusCommandKit): void {
         if (!Number.isFinite(interval) || interval < MIN_WATCH_S)
           kit.fail(`--watch takes a number of seconds, at least ${MIN_WATCH_S}`);
       }
-      const options = kit.clientOptions(flags.token === undefined ? { url } : { url, token: flags.token });
+      const options = kit.clientOptions(url === undefined ? flags : { ...flags, url });
       if (flags.fleet) {
         await fleetStatus(options, interval, flags.json === true);
         return;
       }
       try {
         if (interval !== undefined) await watch(options, interval, flags.json === true);
-        // Fail fast on a wrong token or a missing server before waiting out the window.
-        const [, before] = await Promise.all([readState(options), scrape(options)]);
+        // Fail fast on a wrong token or a missing server before waiting out the window (the state first: its
+        // refusal names the token).
+        await readState(options);
+        const before = await scrape(options);
         await sleep(FIRST_WINDOW_S);
         print((await snapshotSince(options, before))[0], flags.json === true, false);
       } catch (error) {

@@ -5,6 +5,7 @@
 import type { Command } from 'commander';
 import pino from 'pino';
 import { mergeNatsSettings, NatsAuthError, natsSettingsFromEnv } from '../../libs/nats-auth';
+import { readPipelineAdminSecrets } from '../stream/admin';
 import { PipelineConfigError } from '../stream/config';
 import { pipelineNatsAuth } from '../stream/connection';
 import { loadPipelineConfig, superviseStream } from '../stream/supervise';
@@ -80,15 +81,18 @@ export function registerStream(program: Command, fail: (message: string) => neve
     .option('--log-level <level>', 'pino log level')
     .action(async (flags: StreamFlags) => {
       const overrides = streamOverrides(flags, fail);
+      const logger = pino({ base: { component: 'stream-supervisor', pid: process.pid } });
       try {
+        const config = loadPipelineConfig(flags.config, overrides);
+        // The admin token file and TLS files are checked here, before anything starts (exit 2 naming the file).
+        readPipelineAdminSecrets(config.admin, process.env, (message) => logger.warn(message));
         // The NATS files (password, token, seed, creds, certificates) are read and checked now, once more
         // by the pipeline process.
-        pipelineNatsAuth(loadPipelineConfig(flags.config, overrides).nats);
+        pipelineNatsAuth(config.nats);
       } catch (err) {
         if (err instanceof NatsAuthError) fail(err.message);
         fail(err instanceof PipelineConfigError ? `config ${err.message}` : (err as Error).message);
       }
-      const logger = pino({ base: { component: 'stream-supervisor', pid: process.pid } });
       process.exitCode = await superviseStream({ configFile: flags.config, overrides, logger });
     });
 }

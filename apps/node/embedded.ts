@@ -440,6 +440,7 @@ function resolveOptions(options: EmbeddedNodeOptions): NodeStartOptions {
     defaultModel: '',
     ringBytes,
     testHooks: false,
+    metricsOnDataPort: false,
     plan: { models: [], defaultModel: '' },
     epoch: 0,
     // The model's config.json decides its batching, as on the server when no batch flag is given.
@@ -472,7 +473,5 @@ function resolveOptions(options: EmbeddedNodeOptions): NodeStartOptions {
     },
     shutdownTimeoutMs: DEFAULTS.shutdownTimeoutMs,
     logLevel: options.logger?.level ?? 'warn',
-    // In-process: there is no admin API to reach.
-    admin: { allowedOrigins: [] },
   };
 }

@@ -35,14 +35,7 @@ import type { Admission } from './admission';
 import { Rejection, SHED, UNROUTED_SLOT } from './admission';
 import type { Answers } from './answers';
 import { EpochOrder } from './epoch-order';
-import {
-  type AdminRefusals,
-  forwardControl,
-  openExchange,
-  readBody,
-  remoteAddress,
-  writeJson,
-} from './http-exchange';
+import { forwardControl, openExchange, readBody, remoteAddress, writeJson } from './http-exchange';
 import type { ControlRequest, ControlResponse, NodeStartOptions } from './ipc';
 import type { NodeStatus } from './node-status';
 import type { PendingRequests } from './pending';
@@ -113,8 +106,6 @@ export class Gateway implements RoomsTransport {
   readonly transportCounters = {
     slowConsumerWarnings: 0,
     slowConsumerCloses: 0,
-    /** Admin requests refused from their headers, before a body was read (http-exchange.ts forwardControl). */
-    adminRefusals: { unauthorized: 0, forbidden: 0, unsupported_media_type: 0 } as AdminRefusals,
   };
   /** Every uWS callback runs behind it: an exception answers 500 / closes one socket, never the node. */
   readonly guard: TransportGuard;
@@ -274,22 +265,13 @@ export class Gateway implements RoomsTransport {
       '/predict',
       guard.http('ANY /predict', (res) => this.replyHttp(res, 405, usePost)),
     );
-    for (const pattern of ['/health', '/metrics', '/api/*', '/v2/health/*']) {
+    // The admin API (/api/*) and /metrics have their own listener in the supervisor: here /api/* is a 404.
+    const control = ['/health', '/v2/health/*', ...(this.options.metricsOnDataPort ? ['/metrics'] : [])];
+    for (const pattern of control) {
       const route = `ANY ${pattern}`;
       app.any(
         pattern,
-        guard.http(route, (res, req) =>
-          forwardControl(
-            res,
-            req,
-            route,
-            this.options.maxPayloadBytes,
-            guard,
-            this.hooks.forwardControl,
-            this.options.admin,
-            this.transportCounters.adminRefusals,
-          ),
-        ),
+        guard.http(route, (res, req) => forwardControl(res, req, route, guard, this.hooks.forwardControl)),
       );
     }
     if (this.options.testHooks) this.testRoutes(app);

@@ -1,10 +1,11 @@
 /**
  * HTTP plumbing of the transport: an exchange that knows when its client went away, guarded body reading,
- * the one place a response is written, and the forwarding of control requests to the supervisor.
+ * the one place a response is written, and the forwarding of the data port's control requests (health,
+ * readiness, and /metrics with metricsOnDataPort) to the supervisor. The admin API is not here: it has its own
+ * listener in the supervisor (libs/admin).
  */
 import type * as uWS from 'uWebSockets.js';
-import { encodeError, httpStatusLine, httpStatusOf } from '../../libs/protocol';
-import { type AdminPolicy, checkAdminRequest } from './admin-auth';
+import { encodeError, httpStatusLine } from '../../libs/protocol';
 import type { ControlRequest, ControlResponse } from './ipc';
 import type { HttpExchange } from './request';
 import { PROTOCOL_HTTP } from './request';
@@ -83,23 +84,16 @@ export function writeJson(
   });
 }
 
-/** Admin requests the node refused from their headers, before reading a body (by code). */
-export type AdminRefusals = Record<'unauthorized' | 'forbidden' | 'unsupported_media_type', number>;
-
 /**
- * A control request (health, metrics, admin API) handed to the supervisor, its answer written back. An admin
- * request (`/api/*`) is decided from its headers first (admin-auth.ts): a refusal is answered here, the body
- * left unread (the connection is closed) and nothing goes to the supervisor.
+ * A control request (health, readiness, metrics: all GET) handed to the supervisor, its answer written back.
+ * Any other method is answered here (405) and the connection closed, its body left unread.
  */
 export function forwardControl(
   res: uWS.HttpResponse,
   req: uWS.HttpRequest,
   route: string,
-  maxBytes: number,
   guard: TransportGuard,
   forward: (request: ControlRequest, reply: (response: ControlResponse) => void) => void,
-  admin: AdminPolicy,
-  refusals: AdminRefusals,
 ): void {
   const exchange = openExchange(res, route, guard);
   const request: ControlRequest = {
@@ -107,54 +101,23 @@ export function forwardControl(
     path: req.getUrl(),
     query: req.getQuery() ?? '',
     body: '',
-    remoteAddress: remoteAddress(res),
-    authorization: req.getHeader('authorization'),
-    forwardedFor: req.getHeader('x-forwarded-for'),
-    forwarded: req.getHeader('forwarded'),
-    host: req.getHeader('host'),
-    origin: req.getHeader('origin'),
-    contentType: req.getHeader('content-type'),
   };
-  if (request.path.startsWith('/api/')) {
-    const decision = checkAdminRequest(admin, request);
-    if (!decision.ok) {
-      refusals[decision.code]++;
-      writeJson(
-        res,
-        httpStatusOf(decision.code),
-        encodeError(null, decision.code, decision.reason),
-        request.method !== 'GET' && request.method !== 'HEAD',
-      );
-      return;
-    }
-  }
-  const send = (): void => {
-    forward(request, (response) => {
-      // Runs from the supervisor's IPC answer, outside any uWS callback: guarded the same way.
-      try {
-        if (exchange.aborted) return;
-        res.cork(() => {
-          res.writeStatus(httpStatusLine(response.status)).writeHeader('content-type', response.contentType);
-          if (response.headers)
-            for (const [name, value] of Object.entries(response.headers)) res.writeHeader(name, value);
-          res.end(response.body);
-        });
-      } catch (error) {
-        guard.httpFailed(`${route} reply`, res, error);
-      }
-    });
-  };
-  if (request.method === 'GET' || request.method === 'HEAD') {
-    send();
+  if (request.method !== 'GET' && request.method !== 'HEAD') {
+    writeJson(res, 405, encodeError(null, 'method_not_allowed', `use GET ${request.path}`), true);
     return;
   }
-  readBody(exchange, route, maxBytes, guard, (body) => {
-    if (body === undefined) {
-      if (!exchange.aborted)
-        writeJson(res, 413, encodeError(null, 'payload_too_large', 'admin request body too large'), true);
-      return;
+  forward(request, (response) => {
+    // Runs from the supervisor's IPC answer, outside any uWS callback: guarded the same way.
+    try {
+      if (exchange.aborted) return;
+      res.cork(() => {
+        res.writeStatus(httpStatusLine(response.status)).writeHeader('content-type', response.contentType);
+        if (response.headers)
+          for (const [name, value] of Object.entries(response.headers)) res.writeHeader(name, value);
+        res.end(response.body);
+      });
+    } catch (error) {
+      guard.httpFailed(`${route} reply`, res, error);
     }
-    request.body = body;
-    send();
   });
 }

@@ -24,6 +24,8 @@ export interface NodeStartOptions extends NodeSettings {
   restarts?: number;
   /** The host is fenced from its fleet (why): the node refuses requests `fenced` until told otherwise. */
   fence?: string;
+  /** Also route /metrics on the data port (to the supervisor), for scrapers of the old address. */
+  metricsOnDataPort: boolean;
 }
 
 export interface ModelVersionStatus {
@@ -65,15 +67,6 @@ export interface ControlRequest {
   path: string;
   query: string;
   body: string;
-  remoteAddress: string;
-  authorization: string;
-  /** Proxy headers as received ('' when absent): a proxied admin call is not a loopback caller. */
-  forwardedFor?: string;
-  forwarded?: string;
-  /** Host, Origin and Content-Type as received ('' when absent): see apps/node/admin-auth.ts. */
-  host?: string;
-  origin?: string;
-  contentType?: string;
 }
 
 export interface ControlResponse {

@@ -115,10 +115,9 @@ class NodeProcess {
     this.applyTls(settings.tls);
     await this.table!.applySettings(settings);
     this.appliedSettings = text;
-    const admin = { ...settings.admin, ...(settings.admin.token ? { token: '<redacted>' } : {}) };
     // Tenants by name only: their key digests stay out of the log.
     const tenants = settings.tenants?.map((tenant) => tenant.name);
-    this.logger.info({ settings: { ...settings, admin, tenants } }, 'settings applied');
+    this.logger.info({ settings: { ...settings, tenants } }, 'settings applied');
   }
 
   /** The files re-read and checked (libs/config checkTlsMaterial); its warnings logged. Throws ConfigError. */
@@ -309,8 +308,8 @@ class NodeProcess {
   }
 
   /**
-   * Control requests still waiting for the supervisor when this node goes away get an answer rather than a
-   * dropped connection: e.g. the reload that restarts this very node answers only once it is back.
+   * Control requests (probes, /metrics with metricsOnDataPort) still waiting for the supervisor when this node
+   * goes away get an answer rather than a dropped connection.
    */
   private refuseControlWaiters(): void {
     for (const [requestId, reply] of this.controlWaiters) {
@@ -318,11 +317,7 @@ class NodeProcess {
       reply({
         status: httpStatusOf('unavailable'),
         contentType: 'application/json',
-        body: encodeError(
-          null,
-          'unavailable',
-          'this node stopped before the supervisor answered; ask again (GET /api/reload shows the last reload outcome)',
-        ),
+        body: encodeError(null, 'unavailable', 'this node stopped before the supervisor answered; ask again'),
       });
     }
   }
@@ -367,7 +362,6 @@ function applyToOptions(options: NodeStartOptions, settings: NodeSettings): void
   options.requestTimeoutMs = settings.requestTimeoutMs;
   options.shutdownTimeoutMs = settings.shutdownTimeoutMs;
   options.logLevel = settings.logLevel;
-  options.admin = settings.admin;
   // Absent: no API keys file (anonymous traffic).
   if (settings.tenants) options.tenants = settings.tenants;
   else delete options.tenants;

@@ -24,8 +24,6 @@ export interface LiveCounters {
   transport: {
     slowConsumerWarnings: number;
     slowConsumerCloses: number;
-    /** Admin requests refused by the node from their headers (absent in-process: no admin API). */
-    adminRefusals?: Record<string, number>;
   };
   order: { answersHeld: number; holdReleases: Record<HoldRelease, number> };
   shadow: Map<string, ShadowStats>;
@@ -211,15 +209,6 @@ export class NodeStatus {
         ],
       ),
       this.live.guard.metric(),
-      metricJson(
-        'streaminfer_admin_refused_total',
-        'Admin API requests (/api/*) the node refused from their headers, before reading a body: unauthorized, forbidden (Host or Origin), unsupported_media_type.',
-        'counter',
-        Object.entries(this.live.transport.adminRefusals ?? {}).map(([code, value]) => ({
-          value,
-          labels: { code },
-        })),
-      ),
       metricJson(
         'streaminfer_slow_consumer_closes_total',
         'WebSocket clients closed with 1013 because their unread answers passed the limit.',

@@ -32,7 +32,6 @@ export interface RoomsTransport extends Transport {
   readonly transportCounters: {
     slowConsumerWarnings: number;
     slowConsumerCloses: number;
-    adminRefusals?: Record<string, number>;
   };
   /** Unsent bytes of a connection against the slow-consumer limits. */
   observeConsumer(connection: Connection): void;

@@ -369,7 +369,6 @@ export function nodeSettingsOf(options: NodeStartOptions): NodeSettings {
     backpressure: options.backpressure,
     shutdownTimeoutMs: options.shutdownTimeoutMs,
     logLevel: options.logLevel,
-    admin: options.admin,
     ...(options.tls ? { tls: options.tls } : {}),
     ...(options.tenants ? { tenants: options.tenants } : {}),
   };

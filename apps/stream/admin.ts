@@ -1,91 +1,132 @@
 /**
- * The pipeline's HTTP endpoint: probes (`/health`, `/ready`), Prometheus `/metrics`, and the admin API —
- * `POST /api/reload {model?, version?}` (the epoch barrier; same contract as the server's, so
- * `streaminfer reload --url` works against both), `GET /api/reload` (last outcome), `GET /api/pipeline`,
- * `POST /api/pause` / `POST /api/resume` (stop and restart consuming, keeping keyed state).
- * Admin routes need the token or a loopback caller, as on the server. Every handler is guarded: a bad
- * request is a typed JSON error, never a crash.
+ * The pipeline's admin endpoint, on the shared admin listener (libs/admin: TCP, a unix socket or TLS): probes
+ * (`/health`, `/ready`), Prometheus `/metrics`, and the admin API — `POST /api/reload {model?, version?}` (the
+ * epoch barrier; same contract as the server's, so `streaminfer reload --url` works against both),
+ * `GET /api/reload` (last outcome), `GET /api/pipeline`, `POST /api/pause` / `POST /api/resume` (stop and
+ * restart consuming, keeping keyed state). `/api/*` and `/metrics` pass the server's checks
+ * (checkAdminRequest): the token when one is configured, JSON bodies, no foreign Origin. Every handler is
+ * guarded: a bad request is a typed JSON error, never a crash.
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
-import { authorizeAdmin } from '../node/admin-auth';
+import { isLoopbackName } from '../../libs/address';
+import {
+  type AdminAddress,
+  AdminListener,
+  type AdminPolicy,
+  AdminSetupError,
+  checkAdminRequest,
+  readRequestBody,
+  readTlsPair,
+  readTokenFile,
+  requestHead,
+  sendText,
+  type TlsPair,
+} from '../../libs/admin';
+import type { PipelineConfig } from './config';
 import type { PipelineMetrics } from './metrics';
 import type { DeliveryPipeline } from './pipeline';
 
 const MAX_BODY_BYTES = 64 * 1024;
 
+const HTTP_STATUS: Record<string, number> = {
+  unauthorized: 401,
+  forbidden: 403,
+  unsupported_media_type: 415,
+};
+
 function send(res: ServerResponse, status: number, body: unknown, contentType = 'application/json'): void {
-  const text = typeof body === 'string' ? body : JSON.stringify(body);
-  res.writeHead(status, { 'content-type': contentType, 'content-length': Buffer.byteLength(text) });
-  res.end(text);
+  sendText(res, status, contentType, typeof body === 'string' ? body : JSON.stringify(body));
 }
 
-function error(res: ServerResponse, status: number, code: string, message: string): void {
-  send(res, status, { code, message, error: message });
+function error(res: ServerResponse, status: number, code: string, message: string, close = false): void {
+  sendText(res, status, 'application/json', JSON.stringify({ code, message, error: message }), { close });
 }
 
-function readBody(req: IncomingMessage): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    req.on('data', (chunk: Buffer) => {
-      size += chunk.length;
-      if (size > MAX_BODY_BYTES) {
-        reject(new Error('too_large'));
-        req.destroy();
-        return;
-      }
-      chunks.push(chunk);
-    });
-    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
-    req.on('error', reject);
-  });
-}
-
-export interface AdminOptions {
-  host: string;
-  port: number;
+/** The admin endpoint's secrets: the token (admin.tokenFile, else STREAMINFER_ADMIN_TOKEN) and TLS files. */
+export interface PipelineAdminSecrets {
   token?: string;
-  logger: Logger;
+  tls?: TlsPair;
+}
+
+/**
+ * Reads admin.tokenFile and admin.tls (at start, and on SIGHUP) and applies the rule the server's admin
+ * listener has: off loopback and off a unix socket, a token is required. Throws AdminSetupError.
+ */
+export function readPipelineAdminSecrets(
+  admin: PipelineConfig['admin'],
+  env: Record<string, string | undefined>,
+  warn: (message: string) => void,
+): PipelineAdminSecrets {
+  const token =
+    admin.tokenFile !== ''
+      ? readTokenFile(admin.tokenFile, warn)
+      : env.STREAMINFER_ADMIN_TOKEN?.trim() || undefined;
+  if (token === undefined && admin.socket === '' && !isLoopbackName(admin.host))
+    throw new AdminSetupError(
+      `the pipeline admin endpoint on "${admin.host}" (admin.host) is reachable from other machines and has no token: ` +
+        'set admin.tokenFile (or STREAMINFER_ADMIN_TOKEN), or keep admin.host on loopback or use admin.socket',
+    );
+  const tls = admin.tls.cert !== '' ? readTlsPair(admin.tls.cert, admin.tls.key) : undefined;
+  return { ...(token !== undefined ? { token } : {}), ...(tls ? { tls } : {}) };
 }
 
 export class PipelineAdmin {
-  private server: Server | undefined;
+  private listener: AdminListener | undefined;
+  private policy: AdminPolicy;
 
   constructor(
     private readonly pipeline: () => DeliveryPipeline | undefined,
     private readonly metrics: PipelineMetrics,
-    private readonly options: AdminOptions,
-  ) {}
+    private readonly config: PipelineConfig['admin'],
+    private secrets: PipelineAdminSecrets,
+    private readonly logger: Logger,
+  ) {
+    this.policy = policyOf(secrets);
+  }
 
-  async listen(): Promise<number> {
-    const server = createServer((req, res) => {
-      this.handle(req, res).catch((err: unknown) => {
-        this.options.logger.error({ err: String(err), url: req.url }, 'admin handler failed');
-        if (!res.headersSent) error(res, 500, 'internal', 'internal error');
-        else res.destroy();
-      });
-    });
-    this.server = server;
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(this.options.port, this.options.host, () => resolve());
-    });
-    const address = server.address();
-    return typeof address === 'object' && address ? address.port : this.options.port;
+  async listen(): Promise<AdminAddress> {
+    const listener = new AdminListener(
+      { host: this.config.host, port: this.config.port, socket: this.config.socket || undefined },
+      (req, res) => {
+        this.handle(req, res).catch((err: unknown) => {
+          this.logger.error({ err: String(err), url: req.url }, 'admin handler failed');
+          error(res, 500, 'internal', 'internal error', true);
+        });
+      },
+      this.secrets.tls,
+    );
+    this.listener = listener;
+    return listener.listen();
+  }
+
+  /** New secrets (SIGHUP): the token for the next request, the certificate for new connections. */
+  useSecrets(secrets: PipelineAdminSecrets): void {
+    if (secrets.tls) this.listener?.useTls(secrets.tls);
+    this.secrets = secrets;
+    this.policy = policyOf(secrets);
   }
 
   async close(): Promise<void> {
-    const server = this.server;
-    if (!server) return;
-    server.closeAllConnections();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
+    await this.listener?.close();
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const method = req.method ?? 'GET';
+    const head = requestHead(req);
+    const method = head.method;
     const path = (req.url ?? '/').split('?')[0] ?? '/';
     const pipeline = this.pipeline();
+    if (path.startsWith('/api/') || path === '/metrics') {
+      const decision = checkAdminRequest(this.policy, head);
+      if (!decision.ok)
+        return error(
+          res,
+          HTTP_STATUS[decision.code] ?? 403,
+          decision.code,
+          decision.reason,
+          method !== 'GET' && method !== 'HEAD',
+        );
+    }
     if (path === '/metrics') {
       if (method !== 'GET') return error(res, 405, 'method_not_allowed', 'use GET /metrics');
       return send(res, 200, await this.metrics.registry.metrics(), this.metrics.registry.contentType);
@@ -97,16 +138,6 @@ export class PipelineAdmin {
       return send(res, status.consuming ? 200 : 503, status);
     }
     if (!path.startsWith('/api/')) return error(res, 404, 'not_found', `no route ${path}`);
-    const auth = authorizeAdmin(
-      this.options.token,
-      req.socket.remoteAddress ?? '',
-      req.headers.authorization ?? '',
-      {
-        forwardedFor: req.headers['x-forwarded-for'] as string | undefined,
-        forwarded: req.headers.forwarded,
-      },
-    );
-    if (!auth.ok) return error(res, 403, 'forbidden', auth.reason);
     if (!pipeline) return error(res, 503, 'unavailable', 'the pipeline is starting');
     if (path === '/api/pipeline') {
       if (method !== 'GET') return error(res, 405, 'method_not_allowed', 'use GET /api/pipeline');
@@ -120,13 +151,13 @@ export class PipelineAdmin {
       if (method === 'GET') return send(res, 200, pipeline.lastReloadOutcome() ?? { id: 0 });
       if (method !== 'POST')
         return error(res, 405, 'method_not_allowed', 'use POST /api/reload (GET shows the last outcome)');
+      const text = await readRequestBody(req, MAX_BODY_BYTES);
+      if (text === undefined)
+        return error(res, 413, 'payload_too_large', `body exceeds ${MAX_BODY_BYTES} bytes`, true);
       let body: unknown;
       try {
-        const text = await readBody(req);
         body = text.trim() === '' ? {} : JSON.parse(text);
-      } catch (err) {
-        if ((err as Error).message === 'too_large')
-          return error(res, 413, 'payload_too_large', `body exceeds ${MAX_BODY_BYTES} bytes`);
+      } catch {
         return error(res, 400, 'bad_request', 'body must be JSON');
       }
       const request = parseReload(body);
@@ -136,6 +167,10 @@ export class PipelineAdmin {
     }
     return error(res, 404, 'not_found', `no route ${path}`);
   }
+}
+
+function policyOf(secrets: PipelineAdminSecrets): AdminPolicy {
+  return { ...(secrets.token !== undefined ? { token: secrets.token } : {}), allowedOrigins: [] };
 }
 
 /** `{model?, version?, strategy?}`; a string is the reason it is refused. */

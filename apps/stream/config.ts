@@ -81,7 +81,18 @@ export interface PipelineConfig {
     connections: number;
     maxInflight: number;
   };
-  admin: { host: string; port: number };
+  /**
+   * The admin endpoint (libs/admin's listener): host and port, or a unix socket (mode 0600) instead; the
+   * token's file (else STREAMINFER_ADMIN_TOKEN; required off loopback); TLS certificate and key (PEM files).
+   * '' = unset.
+   */
+  admin: {
+    host: string;
+    port: number;
+    socket: string;
+    tokenFile: string;
+    tls: { cert: string; key: string };
+  };
   /** What "stale" means for the alert rules and /health's `stale` flag. */
   slo: { freshnessP95Ms: number; lagMessages: number };
   /**
@@ -131,7 +142,7 @@ export const DEFAULT_PIPELINE_CONFIG: PipelineConfig = {
     connections: 2,
     maxInflight: 256,
   },
-  admin: { host: '127.0.0.1', port: 9470 },
+  admin: { host: '127.0.0.1', port: 9470, socket: '', tokenFile: '', tls: { cert: '', key: '' } },
   slo: { freshnessP95Ms: 2000, lagMessages: 10_000 },
   checkpoint: { enabled: true, intervalMs: 30_000, bucket: 'streaminfer_checkpoints' },
   logLevel: 'info',
@@ -179,7 +190,13 @@ const SHAPE: Shape = {
     connections: 'int',
     maxInflight: 'int',
   },
-  admin: { host: 'string', port: 'int' },
+  admin: {
+    host: 'string',
+    port: 'int',
+    socket: 'string',
+    tokenFile: 'string',
+    tls: { cert: 'string', key: 'string' },
+  },
   slo: { freshnessP95Ms: 'int', lagMessages: 'int' },
   checkpoint: { enabled: 'boolean', intervalMs: 'int', bucket: 'string' },
   logLevel: ['fatal', 'error', 'warn', 'info', 'debug', 'trace'],
@@ -303,6 +320,10 @@ export function resolvePipelineConfig(...overrides: unknown[]): PipelineConfig {
     throw new PipelineConfigError('inference.url', `not a ws:// URL: ${c.inference.url}`);
   if (c.admin.port < 0 || c.admin.port > 65535)
     throw new PipelineConfigError('admin.port', 'must be 0..65535');
+  if ((c.admin.tls.cert === '') !== (c.admin.tls.key === ''))
+    throw new PipelineConfigError('admin.tls', 'needs both cert and key (PEM files)');
+  if (Buffer.byteLength(c.admin.socket) > 107)
+    throw new PipelineConfigError('admin.socket', 'a unix socket path is at most 107 bytes');
   atLeast('slo.freshnessP95Ms', c.slo.freshnessP95Ms, 1);
   atLeast('slo.lagMessages', c.slo.lagMessages, 1);
   atLeast('checkpoint.intervalMs', c.checkpoint.intervalMs, 100);

@@ -6,7 +6,7 @@
  */
 import pino from 'pino';
 import { NatsAuthError } from '../../libs/nats-auth';
-import { PipelineAdmin } from './admin';
+import { PipelineAdmin, readPipelineAdminSecrets } from './admin';
 import { createBackend } from './backends';
 import { type PipelineConfig, resolvePipelineConfig } from './config';
 import { EXIT_NATS_REFUSED, StreamIoError } from './errors';
@@ -14,14 +14,16 @@ import { PipelineMetrics } from './metrics';
 import { DeliveryPipeline } from './pipeline';
 
 export type PipelineChildMessage =
-  | { type: 'ready'; adminPort: number; epoch: number }
+  | { type: 'ready'; adminPort: number; adminUrl: string; epoch: number }
   | { type: 'reloaded'; id: number; outcome: unknown }
   | { type: 'epoch'; model: string; version: string; epoch: number }
   | { type: 'failed'; error: string };
 
 export type PipelineParentMessage =
   | { type: 'reload'; id: number; model?: string; version?: string; reason: string }
-  | { type: 'shutdown' };
+  | { type: 'shutdown' }
+  /** SIGHUP: read the admin token file and TLS files again. */
+  | { type: 'secrets' };
 
 function send(message: PipelineChildMessage): void {
   if (process.connected) process.send?.(message);
@@ -34,13 +36,16 @@ async function main(): Promise<void> {
   const logger = pino({ level: config.logLevel, base: { component: 'stream', pid: process.pid } });
   const metrics = new PipelineMetrics();
   let pipeline: DeliveryPipeline | undefined;
-  const admin = new PipelineAdmin(() => pipeline, metrics, {
-    host: config.admin.host,
-    port: config.admin.port,
-    token: process.env.STREAMINFER_ADMIN_TOKEN?.trim() || undefined,
+  const warn = (message: string) => logger.warn(message);
+  const admin = new PipelineAdmin(
+    () => pipeline,
+    metrics,
+    config.admin,
+    readPipelineAdminSecrets(config.admin, process.env, warn),
     logger,
-  });
-  const adminPort = await admin.listen();
+  );
+  const adminAddress = await admin.listen();
+  const adminPort = adminAddress.port ?? 0;
   let stopping: Promise<void> | undefined;
   const shutdown = (why: string, code = 0) => {
     stopping ??= (async () => {
@@ -57,7 +62,18 @@ async function main(): Promise<void> {
   process.on('disconnect', () => void shutdown('supervisor gone'));
   process.on('message', (raw: PipelineParentMessage) => {
     if (raw?.type === 'shutdown') void shutdown('shutdown');
-    else if (raw?.type === 'reload') {
+    else if (raw?.type === 'secrets') {
+      // SIGHUP: the token file and certificate again; one that cannot be used keeps the previous ones.
+      try {
+        admin.useSecrets(readPipelineAdminSecrets(config.admin, process.env, warn));
+        logger.info('admin token and certificate re-read');
+      } catch (err) {
+        logger.error(
+          { err: (err as Error).message },
+          'SIGHUP: admin secrets refused; keeping the previous ones',
+        );
+      }
+    } else if (raw?.type === 'reload') {
       const p = pipeline;
       if (!p) return send({ type: 'reloaded', id: raw.id, outcome: { result: 'failed', error: 'starting' } });
       void p
@@ -81,8 +97,8 @@ async function main(): Promise<void> {
   });
   await p.start();
   pipeline = p;
-  send({ type: 'ready', adminPort, epoch: p.currentEpoch });
-  logger.info({ admin: `http://${config.admin.host}:${adminPort}` }, 'pipeline ready');
+  send({ type: 'ready', adminPort, adminUrl: adminAddress.url, epoch: p.currentEpoch });
+  logger.info({ admin: adminAddress.url }, 'pipeline ready');
 }
 
 main().catch((err: unknown) => {

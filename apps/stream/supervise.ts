@@ -67,7 +67,10 @@ export async function superviseStream(options: SuperviseOptions): Promise<number
     c.on('message', (m: PipelineChildMessage) => {
       if (m.type === 'ready') {
         readyAt = Date.now();
-        logger.info({ pid: c.pid, admin: m.adminPort, epoch: m.epoch }, 'pipeline ready');
+        logger.info(
+          { pid: c.pid, admin: m.adminPort, admin_url: m.adminUrl, epoch: m.epoch },
+          'pipeline ready',
+        );
       } else if (m.type === 'epoch') {
         // A restart after a crash pins what the last epoch pinned (a reload by API or SIGHUP), not the file.
         config = { ...config, model: { name: m.model, version: m.version } };
@@ -100,6 +103,7 @@ export async function superviseStream(options: SuperviseOptions): Promise<number
   };
 
   process.on('SIGHUP', () => {
+    toChild({ type: 'secrets' });
     let next: PipelineConfig;
     try {
       next = loadPipelineConfig(options.configFile, options.overrides);

@@ -1,10 +1,23 @@
 /**
- * The host's control answers, for any node that received the request on the data port: health and readiness
- * probes, metrics (every process aggregated), and the admin API under /api/ (token or loopback): reloads,
- * registry actions, rollouts (rollout-controller.ts), the model list, and the test hooks. It shapes outcomes
- * and typed errors into responses; what a reload does is the supervisor's.
+ * The host's control answers. On the admin listener (libs/admin, the supervisor's own): health and readiness
+ * probes, metrics (every process aggregated), and the admin API under /api/: reloads, registry actions,
+ * rollouts (rollout-controller.ts), the model list, and the test hooks; /api/* and /metrics pass
+ * checkAdminRequest first (the token when one is configured). From a node's data port: the probes only, and
+ * /metrics with metricsOnDataPort. It shapes outcomes and typed errors into responses; what a reload does is
+ * the supervisor's.
  */
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Counter, type Registry } from 'prom-client';
+import {
+  type AdminPolicy,
+  checkAdminRequest,
+  readRequestBody,
+  readTlsPair,
+  readTokenFile,
+  requestHead,
+  sendText,
+  type TlsPair,
+} from '../../libs/admin';
 import type { ServerConfig } from '../../libs/config';
 import type { MetricJson } from '../../libs/metrics';
 import { aggregateToText, metricJson, PROMETHEUS_CONTENT_TYPE } from '../../libs/metrics';
@@ -16,7 +29,6 @@ import {
   ProtocolError,
 } from '../../libs/protocol';
 import { type ModelPlan, REGISTRY_ACTIONS, type RegistryAction } from '../../libs/registry';
-import { checkAdminRequest, parseAllowedOrigins } from '../node/admin-auth';
 import type { ControlRequest, ControlResponse } from '../node/ipc';
 import { Coalescer } from './coalesce';
 import { ReloadBusyError, type ReloadOutcome, type ReloadStrategy } from './coordinator';
@@ -39,10 +51,39 @@ export interface ReloadRequest {
   ifRevision?: number;
 }
 
+/** The admin listener's secrets as read from their files (or the token from the environment or a flag). */
+export interface AdminSecrets {
+  token?: string;
+  tls?: TlsPair;
+}
+
+/**
+ * Reads the admin token file and TLS files a configuration names (at start, and on every configuration
+ * reload, so a rotated token or certificate is picked up). Throws AdminSetupError naming the file.
+ */
+export function readAdminSecrets(config: ServerConfig, warn: (message: string) => void): AdminSecrets {
+  const token =
+    config.adminTokenFile !== undefined ? readTokenFile(config.adminTokenFile, warn) : config.adminToken;
+  if (config.adminTokenFile !== undefined && token !== undefined && token.length < 16)
+    warn(
+      `the admin token in ${config.adminTokenFile} is shorter than 16 characters: use a long random token`,
+    );
+  const tls =
+    config.adminTlsCert !== undefined && config.adminTlsKey !== undefined
+      ? readTlsPair(config.adminTlsCert, config.adminTlsKey)
+      : undefined;
+  return { ...(token !== undefined ? { token } : {}), ...(tls ? { tls } : {}) };
+}
+
+/** Where a control request arrived: the admin listener, or a node's data port. */
+export type ControlPlane = 'admin' | 'data';
+
 /** What the admin API asks of the host (the supervisor). Reloads throw ProtocolError or ReloadBusyError. */
 export interface AdminHost {
   /** The configuration in force (a configuration reload replaces it). */
   readonly config: ServerConfig;
+  /** The token in force and the allowed web origins (a configuration reload replaces them). */
+  readonly adminPolicy: AdminPolicy;
   readonly testHooks: boolean;
   /** The default model the host serves, for the health report before any node answers. */
   readonly defaultModel: string;
@@ -83,6 +124,7 @@ export class AdminApi {
   private readonly healthScrapes = new Coalescer(() => this.buildHealthReport(), SCRAPE_MIN_INTERVAL_MS);
   private readonly metricsScrapes = new Coalescer(() => this.buildMetricsText(), SCRAPE_MIN_INTERVAL_MS);
   private readonly adminRequestsTotal: Counter;
+  private readonly adminRefusedTotal: Counter<'code'>;
 
   constructor(
     private readonly host: AdminHost,
@@ -93,18 +135,76 @@ export class AdminApi {
   ) {
     this.adminRequestsTotal = new Counter({
       name: 'streaminfer_admin_requests_total',
-      help: 'Admin API requests (/api/*) that reached the supervisor: a node answers those it refuses from their headers itself (streaminfer_admin_refused_total).',
+      help: "Admin API requests (/api/*) that passed the admin listener's checks (refused ones: streaminfer_admin_refused_total).",
       registers: [registry],
+    });
+    this.adminRefusedTotal = new Counter({
+      name: 'streaminfer_admin_refused_total',
+      help: 'Requests for /api/* and /metrics the admin listener refused from their headers, before reading a body: unauthorized, forbidden (Host or Origin), unsupported_media_type.',
+      labelNames: ['code'],
+      registers: [registry],
+    });
+    for (const code of ['unauthorized', 'forbidden', 'unsupported_media_type'])
+      this.adminRefusedTotal.inc({ code }, 0);
+  }
+
+  /**
+   * One request on the admin listener. /api/* and /metrics are decided from their headers first
+   * (checkAdminRequest): a refusal is answered without reading the body (the connection is closed).
+   */
+  serveHttp(req: IncomingMessage, res: ServerResponse): void {
+    this.serveAdmin(req, res).catch((error: Error) => {
+      const failed = jsonError('internal', error.message);
+      sendText(res, failed.status, failed.contentType, failed.body, { close: true });
     });
   }
 
-  /** A control request as a node forwards it; never rejects (an unexpected error is a 500 `internal`). */
-  answer(request: ControlRequest): Promise<ControlResponse> {
-    return this.handleControl(request).catch((error: Error) => jsonError('internal', error.message));
+  private async serveAdmin(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const target = req.url ?? '/';
+    const mark = target.indexOf('?');
+    const path = mark < 0 ? target : target.slice(0, mark);
+    const head = requestHead(req);
+    const mutating = head.method !== 'GET' && head.method !== 'HEAD';
+    if (path.startsWith('/api/') || path === '/metrics') {
+      const decision = checkAdminRequest(this.host.adminPolicy, head);
+      if (!decision.ok) {
+        this.adminRefusedTotal.inc({ code: decision.code });
+        const refused = jsonError(decision.code, decision.reason);
+        sendText(res, refused.status, refused.contentType, refused.body, { close: mutating });
+        return;
+      }
+    }
+    let body = '';
+    if (mutating) {
+      const text = await readRequestBody(req, this.host.config.maxPayloadBytes);
+      if (text === undefined) {
+        const tooLarge = jsonError('payload_too_large', 'admin request body too large');
+        sendText(res, tooLarge.status, tooLarge.contentType, tooLarge.body, { close: true });
+        return;
+      }
+      body = text;
+    }
+    const query = mark < 0 ? '' : target.slice(mark + 1);
+    const response = await this.answer({ method: head.method, path, query, body }, 'admin');
+    sendText(
+      res,
+      response.status,
+      response.contentType,
+      response.body,
+      response.headers ? { headers: response.headers } : {},
+    );
   }
 
-  async handleControl(request: ControlRequest): Promise<ControlResponse> {
+  /** A control request from the admin listener or a node; never rejects (an unexpected error is a 500 `internal`). */
+  answer(request: ControlRequest, plane: ControlPlane): Promise<ControlResponse> {
+    return this.handleControl(request, plane).catch((error: Error) => jsonError('internal', error.message));
+  }
+
+  async handleControl(request: ControlRequest, plane: ControlPlane): Promise<ControlResponse> {
     const { method, path: url } = request;
+    // The data port serves inference, health and readiness; the admin API only ever on the admin listener.
+    const adminOnly = url.startsWith('/api/') || (url === '/metrics' && !this.host.config.metricsOnDataPort);
+    if (plane === 'data' && adminOnly) return jsonError('not_found', `no route for ${method} ${url}`);
     const probe = url === '/health' || url === '/v2/health/ready' || url === '/v2/health/live';
     if (probe && method !== 'GET' && method !== 'HEAD')
       return jsonError('method_not_allowed', `use GET ${url}`);
@@ -119,13 +219,6 @@ export class AdminApi {
     }
     if (url.startsWith('/api/')) {
       this.adminRequestsTotal.inc();
-      // The node decided already, before reading the body; checked again with the supervisor's configuration.
-      const config = this.host.config;
-      const decision = checkAdminRequest(
-        { token: config.adminToken, allowedOrigins: parseAllowedOrigins(config.adminAllowedOrigins) },
-        request,
-      );
-      if (!decision.ok) return jsonError(decision.code, decision.reason);
       return this.handleAdmin(request);
     }
     return jsonError('not_found', `no route for ${method} ${url}`);

@@ -8,8 +8,8 @@ import * as path from 'node:path';
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { ServerConfig } from '../../libs/config';
-import { REFUSAL_REASONS, type TrustedKeys } from '../../libs/signing';
 import { flagNames, loadNatsAuth, type NatsAuth, type NatsAuthSettings } from '../../libs/nats-auth';
+import { REFUSAL_REASONS, type TrustedKeys } from '../../libs/signing';
 import {
   type ArtifactTrust,
   ClusterError,

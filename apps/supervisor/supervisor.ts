@@ -7,6 +7,13 @@
 import * as path from 'node:path';
 import type { Logger } from 'pino';
 import { Counter, Histogram, Registry } from 'prom-client';
+import {
+  type AdminAddress,
+  AdminListener,
+  type AdminPolicy,
+  AdminSetupError,
+  parseAllowedOrigins,
+} from '../../libs/admin';
 import type { ConfigChange, ServerConfig, SettingKey } from '../../libs/config';
 import { ConfigError, planConfigChange, resolveConfigDetailed } from '../../libs/config';
 import { defaultIntraOpThreads } from '../../libs/inference';
@@ -39,10 +46,17 @@ import {
 } from '../../libs/registry';
 import type { TrustedKeys } from '../../libs/signing';
 import type { TenantSpec } from '../../libs/tenants';
-import { parseAllowedOrigins } from '../node/admin-auth';
 import type { ControlResponse, NodeStartOptions } from '../node/ipc';
 import { loadTls } from '../node/tls-files';
-import { AdminApi, type AdminHost, outcomeResponse, type ReloadRequest, respond } from './admin-api';
+import {
+  AdminApi,
+  type AdminHost,
+  type AdminSecrets,
+  outcomeResponse,
+  type ReloadRequest,
+  readAdminSecrets,
+  respond,
+} from './admin-api';
 import type { FleetTable } from './cluster';
 import type { ReloadOutcome, ReloadStrategy } from './coordinator';
 import { diffTables, ReloadBusyError, ReloadCoordinator } from './coordinator';
@@ -53,8 +67,8 @@ import { NodeSet } from './node-set';
 import type { NodeHeartbeat, NotifyHost, SystemdNotifier } from './notify';
 import { type RolloutAction, RolloutController, type RolloutRouting } from './rollout-controller';
 import { FileRolloutStore, FleetRolloutStore } from './rollout-store';
-import { readTrustedKeys } from './trusted-keys';
 import { readTenantFile, TenantShares } from './tenant-shares';
+import { readTrustedKeys } from './trusted-keys';
 
 export interface SupervisorOptions {
   config: ServerConfig;
@@ -73,6 +87,8 @@ export interface SupervisorOptions {
   tenants?: readonly TenantSpec[];
   /** The fleet's NATS settings loaded at start (with `cluster`); default: loaded from `config` on joining. */
   nats?: NatsAuth;
+  /** The admin token and TLS files as read at start (readAdminSecrets; the CLI reads them before it forks). */
+  admin?: AdminSecrets;
 }
 
 /** Batch settings the operator gave explicitly: they override every model's config.json. */
@@ -90,6 +106,10 @@ export class Supervisor implements AdminHost, NotifyHost {
   private pendingSettings: NodeSettings | undefined;
   private readonly nodeSet: NodeSet;
   private readonly admin: AdminApi;
+  /** The admin listener (/api/*, /metrics, /health), bound in start(). */
+  private adminListener: AdminListener | undefined;
+  private adminBound: AdminAddress | undefined;
+  private adminSecrets: AdminSecrets;
   private readonly rollouts: RolloutController;
   private readonly reloadsTotal: Counter<'result' | 'strategy'>;
   private readonly reloadDuration: Histogram<'strategy'>;
@@ -116,6 +136,7 @@ export class Supervisor implements AdminHost, NotifyHost {
         /** Said in the outcome: TLS files that did not pass (the certificate served stays). */
         warning: string | undefined;
         tenants: readonly TenantSpec[] | undefined;
+        secrets: AdminSecrets;
       }
     | undefined;
 
@@ -130,6 +151,7 @@ export class Supervisor implements AdminHost, NotifyHost {
     this.startedConfig = options.config;
     this.tenants = options.tenants;
     this.tenantShares = new TenantShares((node, message) => this.nodeSet.sendToNode(node, message));
+    this.adminSecrets = options.admin ?? readAdminSecrets(options.config, (message) => logger.warn(message));
     this.reloadsTotal = new Counter({
       name: 'streaminfer_reloads_total',
       help: 'Model table reloads, by result (committed, failed, unchanged) and strategy.',
@@ -161,7 +183,7 @@ export class Supervisor implements AdminHost, NotifyHost {
       }),
       host: () => this.coordinator!,
       startOptions: (index) => this.startOptions(index),
-      control: (request) => this.admin.answer(request),
+      control: (request) => this.admin.answer(request, 'data'),
       tenants: this.tenantShares,
     });
     this.admin = new AdminApi(this, this.nodeSet, this.registry, fanOutsTotal);
@@ -190,6 +212,18 @@ export class Supervisor implements AdminHost, NotifyHost {
 
   get config(): ServerConfig {
     return this.options.config;
+  }
+
+  get adminPolicy(): AdminPolicy {
+    return {
+      ...(this.adminSecrets.token !== undefined ? { token: this.adminSecrets.token } : {}),
+      allowedOrigins: parseAllowedOrigins(this.options.config.adminAllowedOrigins),
+    };
+  }
+
+  /** Where the admin listener listens (after start). */
+  get adminAddress(): AdminAddress | undefined {
+    return this.adminBound;
   }
 
   get testHooks(): boolean {
@@ -238,6 +272,7 @@ export class Supervisor implements AdminHost, NotifyHost {
       defaultModel: this.currentDefaultModel,
       ringBytes: config.ringBytes,
       testHooks: this.options.testHooks,
+      metricsOnDataPort: config.metricsOnDataPort,
       plan: this.coordinator!.table,
       epoch: this.coordinator!.epoch,
       ...(this.member?.fenced !== undefined ? { fence: this.member.fenced } : {}),
@@ -287,7 +322,6 @@ export class Supervisor implements AdminHost, NotifyHost {
       },
       shutdownTimeoutMs: config.shutdownTimeoutMs,
       logLevel: config.logLevel,
-      admin: adminPolicyOf(config),
       ...(tls ? { tls } : {}),
     };
   }
@@ -383,6 +417,14 @@ export class Supervisor implements AdminHost, NotifyHost {
     this.persist(table);
     this.options.notifier?.begin(this);
     this.tenantShares.setTenants(this.tenants);
+    // Bound before the nodes load anything: a taken admin port fails the start at once.
+    const config = this.options.config;
+    this.adminListener = new AdminListener(
+      { host: config.adminHost, port: config.adminPort, socket: config.adminSocket },
+      (req, res) => this.admin.serveHttp(req, res),
+      this.adminSecrets.tls,
+    );
+    this.adminBound = await this.adminListener.listen();
     const port = await this.nodeSet.start(
       this.options.config.nodes,
       this.options.config.port,
@@ -417,6 +459,10 @@ export class Supervisor implements AdminHost, NotifyHost {
         // The nodes hold the new tenants since COMMIT: their shares follow at once.
         this.tenants = pending.tenants;
         this.tenantShares.setTenants(pending.tenants);
+        // The token and certificate read for this reload: new connections get the certificate, open ones
+        // keep theirs.
+        this.adminSecrets = pending.secrets;
+        if (pending.secrets.tls) this.adminListener?.useTls(pending.secrets.tls);
       }
     }
     this.reloadsTotal.inc({ result: outcome.result, strategy: outcome.strategy });
@@ -668,6 +714,18 @@ export class Supervisor implements AdminHost, NotifyHost {
     if (running) throw new ReloadBusyError(running);
     for (const warning of resolved.warnings) this.logger.warn({ reason }, warning);
     const change = planConfigChange(this.options.config, resolved.config, this.startedConfig);
+    // Token and TLS files are read again (rotation): one that cannot be used rejects the configuration.
+    let secrets: AdminSecrets;
+    try {
+      secrets = readAdminSecrets(change.next, (message) => this.logger.warn({ reason }, message));
+    } catch (error) {
+      if (!(error instanceof AdminSetupError)) throw error;
+      this.logger.error(
+        { reason, err: error.message },
+        'configuration rejected; still serving the previous one',
+      );
+      throw new ProtocolError('bad_request', error.message);
+    }
     const explicit: ExplicitBatch = {
       size: resolved.origins.batchSize !== 'default',
       timeout: resolved.origins.batchTimeoutMs !== 'default',
@@ -699,6 +757,7 @@ export class Supervisor implements AdminHost, NotifyHost {
       tls: tls.tls,
       warning: tls.warning,
       tenants,
+      secrets,
     };
     try {
       const request: { defaultModel?: string; settings: NodeSettings; strategy?: ReloadStrategy } = {
@@ -798,6 +857,7 @@ export class Supervisor implements AdminHost, NotifyHost {
     this.logger.info('shutting down: draining nodes');
     await this.nodeSet.shutdown(this.options.config.shutdownTimeoutMs + 10000);
     this.logger.info('all nodes stopped');
+    await this.adminListener?.close();
     await this.options.notifier?.close();
   }
 }
@@ -853,12 +913,4 @@ function fleetOutcome(
 function settle<T>(planned: Planned<T>): T {
   if (!planned.ok) throw planned.error;
   return planned.value;
-}
-
-/** What a node needs to decide an admin request from its headers (the token never goes into a log). */
-export function adminPolicyOf(config: ServerConfig): NodeSettings['admin'] {
-  return {
-    ...(config.adminToken !== undefined ? { token: config.adminToken } : {}),
-    allowedOrigins: parseAllowedOrigins(config.adminAllowedOrigins),
-  };
 }

@@ -1,4 +1,12 @@
-import { canonicalAddress, clientKey, formatCidrList, ProxyTrust, parseCidrList, parseIp } from '.';
+import {
+  canonicalAddress,
+  clientKey,
+  formatCidrList,
+  isLoopbackName,
+  ProxyTrust,
+  parseCidrList,
+  parseIp,
+} from '.';
 
 describe('addresses', () => {
   test('IPv4, IPv6 and v4-mapped IPv6 parse to one canonical text', () => {
@@ -116,5 +124,25 @@ describe('the key a client is limited under', () => {
     expect(clientKey('2001:db8:1:3::1')).toBe('2001:db8:1:3::/64');
     expect(clientKey('::1')).toBe('::/64');
     expect(clientKey('not-an-ip')).toBe('not-an-ip');
+  });
+});
+
+describe('isLoopbackName', () => {
+  test.each([
+    ['127.0.0.1', true],
+    ['127.1.2.3', true],
+    ['localhost', true],
+    ['LOCALHOST', true],
+    ['::1', true],
+    ['[::1]', true],
+    ['::ffff:127.0.0.1', true],
+    ['0.0.0.0', false],
+    ['::', false],
+    ['10.0.0.1', false],
+    ['::2', false],
+    ['localhost.example', false],
+    ['admin.example', false],
+  ])('%s: %s', (host, loopback) => {
+    expect(isLoopbackName(host)).toBe(loopback);
   });
 });

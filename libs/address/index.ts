@@ -6,6 +6,7 @@ export {
   formatCidr,
   formatCidrList,
   formatIp,
+  isLoopbackName,
   parseCidr,
   parseCidrList,
   parseIp,

@@ -194,3 +194,15 @@ export function parseCidrList(text: string): CidrListResult {
 export function formatCidrList(cidrs: readonly Cidr[]): string {
   return cidrs.map(formatCidr).join(',');
 }
+
+/**
+ * A host a listener binds to that only this machine reaches: `localhost`, 127.0.0.0/8 (also IPv4-mapped), ::1.
+ * Names other than localhost are not resolved: they count as reachable from elsewhere.
+ */
+export function isLoopbackName(host: string): boolean {
+  if (host.trim().toLowerCase() === 'localhost') return true;
+  const bytes = parseIp(host);
+  if (bytes === undefined) return false;
+  if (isV4Mapped(bytes)) return bytes[12] === 127;
+  return bytes.every((byte, index) => byte === (index === 15 ? 1 : 0));
+}

@@ -17,7 +17,7 @@ export {
   resolveConfigDetailed,
 } from './resolve';
 export type { LogLevel, RateLimitKey, ServerConfig, SettingKey } from './settings';
-export { RATE_LIMIT_KEYS } from './settings';
+export { ADMIN_PORT, RATE_LIMIT_KEYS } from './settings';
 export {
   checkTlsMaterial,
   TLS_EXPIRY_WARNING_MS,

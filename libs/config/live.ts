@@ -33,6 +33,7 @@ export const LIVE_SETTINGS: ReadonlySet<SettingKey> = new Set<SettingKey>([
   'adminToken',
   'adminAllowedOrigins',
   'apiKeysFile',
+  'adminTokenFile',
   'shutdownTimeoutMs',
   'reloadStepTimeoutMs',
   'logLevel',

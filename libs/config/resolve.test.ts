@@ -47,6 +47,13 @@ const ENV: Record<SettingKey, string> = {
   adminToken: 'STREAMINFER_ADMIN_TOKEN',
   adminAllowedOrigins: 'STREAMINFER_ADMIN_ALLOWED_ORIGINS',
   apiKeysFile: 'STREAMINFER_API_KEYS_FILE',
+  adminHost: 'STREAMINFER_ADMIN_HOST',
+  adminPort: 'STREAMINFER_ADMIN_PORT',
+  adminSocket: 'STREAMINFER_ADMIN_SOCKET',
+  adminTokenFile: 'STREAMINFER_ADMIN_TOKEN_FILE',
+  adminTlsCert: 'STREAMINFER_ADMIN_TLS_CERT',
+  adminTlsKey: 'STREAMINFER_ADMIN_TLS_KEY',
+  metricsOnDataPort: 'STREAMINFER_METRICS_ON_DATA_PORT',
   intraOpThreads: 'STREAMINFER_INTRA_OP_THREADS',
   ringBytes: 'STREAMINFER_RING_BYTES',
   shutdownTimeoutMs: 'STREAMINFER_SHUTDOWN_TIMEOUT_MS',
@@ -106,6 +113,13 @@ describe('defaults', () => {
       adminToken: undefined,
       adminAllowedOrigins: undefined,
       apiKeysFile: undefined,
+      adminHost: '127.0.0.1',
+      adminPort: 8001,
+      adminSocket: undefined,
+      adminTokenFile: undefined,
+      adminTlsCert: undefined,
+      adminTlsKey: undefined,
+      metricsOnDataPort: false,
       intraOpThreads: undefined,
       ringBytes: 8388608,
       shutdownTimeoutMs: 30000,
@@ -216,6 +230,13 @@ const LAYERS: {
     '/b/keys.json',
     '/c/keys.json',
   ],
+  adminHost: ['127.0.0.2', '::1', 'localhost', '127.0.0.2', '::1', 'localhost'],
+  adminPort: [0, '8101', 65535, 0, 8101, 65535],
+  adminSocket: ['/run/si/admin.sock', 'a.sock', '/tmp/x', '/run/si/admin.sock', 'a.sock', '/tmp/x'],
+  adminTokenFile: ['/etc/si/token', './t2', 't3', '/etc/si/token', './t2', 't3'],
+  adminTlsCert: ['/etc/si/a.crt', 'b.crt', 'c.crt', '/etc/si/a.crt', 'b.crt', 'c.crt'],
+  adminTlsKey: ['/etc/si/a.key', 'b.key', 'c.key', '/etc/si/a.key', 'b.key', 'c.key'],
+  metricsOnDataPort: [true, 'no', 'TRUE', true, false, true],
   intraOpThreads: [2, 'auto', 4, 2, undefined, 4],
   ringBytes: [4096, '65536', 4194304, 4096, 65536, 4194304],
   shutdownTimeoutMs: [0, '1500', 60000, 0, 1500, 60000],
@@ -263,6 +284,8 @@ describe('precedence: flags > env > file > defaults', () => {
     tlsCert: { tlsKey: 'k.pem' },
     tlsKey: { tlsCert: 'c.pem' },
     tlsClientCa: { tlsCert: 'c.pem', tlsKey: 'k.pem' },
+    adminTlsCert: { adminTlsKey: 'k.pem' },
+    adminTlsKey: { adminTlsCert: 'c.pem' },
   };
 
   it.each(keys)('%s', (key) => {
@@ -744,6 +767,51 @@ describe('trusted proxies and the per-frame guards', () => {
   it('refuses a rate-limit key other than connection or ip', () => {
     expect(() => resolveConfig({ env: { STREAMINFER_RATE_LIMIT_KEY: 'user' } })).toThrow(
       /STREAMINFER_RATE_LIMIT_KEY \(environment\): expected one of connection, ip/,
+    );
+  });
+});
+
+describe('the admin listener settings', () => {
+  it('refuse a listener other machines reach without a token, naming adminHost and where it was set', () => {
+    for (const host of ['0.0.0.0', '10.0.0.5', '::', 'admin.example']) {
+      const error = errorOf(() => resolveConfig({ flags: { adminHost: host } }));
+      expect(error.setting).toBe('adminHost');
+      expect(error.message).toContain(`"${host}" (--admin-host (command-line flag))`);
+      expect(error.message).toMatch(/no admin token is set: give adminTokenFile/);
+    }
+    expect(errorOf(() => resolveConfig({ env: { STREAMINFER_ADMIN_HOST: '0.0.0.0' } })).source).toBe('env');
+  });
+
+  it('take a non-loopback listener with a token (env or file), and loopback or a unix socket without', () => {
+    expect(resolveConfig({ flags: { adminHost: '0.0.0.0', adminTokenFile: '/t' } }).adminHost).toBe(
+      '0.0.0.0',
+    );
+    expect(
+      resolveConfig({ flags: { adminHost: '10.0.0.5' }, env: { STREAMINFER_ADMIN_TOKEN: 'x'.repeat(32) } })
+        .adminHost,
+    ).toBe('10.0.0.5');
+    expect(resolveConfig({ flags: { adminHost: '0.0.0.0', adminSocket: '/run/a.sock' } }).adminSocket).toBe(
+      '/run/a.sock',
+    );
+    for (const host of ['127.0.0.1', '127.9.9.9', '::1', 'localhost', '::ffff:127.0.0.1'])
+      expect(resolveConfig({ flags: { adminHost: host } }).adminHost).toBe(host);
+  });
+
+  it('refuse a token given two ways, and a certificate without its key', () => {
+    const both = errorOf(() =>
+      resolveConfig({ flags: { adminTokenFile: '/t' }, env: { STREAMINFER_ADMIN_TOKEN: 'y'.repeat(32) } }),
+    );
+    expect(both.message).toMatch(/adminToken .* and adminTokenFile .* are both set/);
+    expect(both.message).not.toContain('y'.repeat(32));
+    expect(errorOf(() => resolveConfig({ flags: { adminTlsCert: 'c.pem' } })).message).toMatch(
+      /--admin-tls-cert \(command-line flag\) needs adminTlsKey too/,
+    );
+    expect(errorOf(() => resolveConfig({ file: { adminTlsKey: 'k.pem' } })).setting).toBe('adminTlsKey');
+  });
+
+  it('refuse a socket path longer than a unix socket takes', () => {
+    expect(errorOf(() => resolveConfig({ flags: { adminSocket: `/${'s'.repeat(107)}` } })).setting).toBe(
+      'adminSocket',
     );
   });
 });

@@ -1,3 +1,4 @@
+import { isLoopbackName } from '../address';
 import { devicesPerNode, parseDeviceList } from './device';
 import { ConfigError, type ConfigSource } from './errors';
 import { SETTING_KEYS, SETTINGS, type ServerConfig, type SettingKey, type SettingSpec } from './settings';
@@ -292,6 +293,7 @@ export function resolveConfigDetailed(sources: ConfigSources = {}): ResolvedConf
       `maxModelQueue ${config.maxModelQueue} is below batchSize ${config.batchSize}: batches can never fill`,
     );
   }
+  checkAdminListener(config, origins, resolver);
   if (config.adminToken !== undefined && config.adminToken.length < SHORT_TOKEN) {
     warnings.push(`adminToken is shorter than ${SHORT_TOKEN} characters: use a long random token`);
   }
@@ -304,6 +306,43 @@ export function resolveConfigDetailed(sources: ConfigSources = {}): ResolvedConf
     devices: Object.freeze(devices.map((device) => Object.freeze(device))),
   };
   return { config: Object.freeze(result), origins: Object.freeze(origins), warnings };
+}
+
+/**
+ * The admin listener's settings together: one token source; certificate and key as a pair; and a token
+ * whenever the listener is reachable from other machines (not loopback, not a unix socket): without one its
+ * every caller would be an admin.
+ */
+function checkAdminListener(
+  config: Omit<ServerConfig, 'devices'>,
+  origins: Record<SettingKey, ConfigSource>,
+  resolver: Resolver,
+): void {
+  if (config.adminToken !== undefined && config.adminTokenFile !== undefined)
+    throw new ConfigError(
+      `invalid configuration: adminToken (${resolver.label('adminToken', origins.adminToken)}) and adminTokenFile ` +
+        `(${resolver.label('adminTokenFile', origins.adminTokenFile)}) are both set; give the token one way (adminTokenFile is safer)`,
+      'adminTokenFile',
+      origins.adminTokenFile,
+    );
+  if ((config.adminTlsCert === undefined) !== (config.adminTlsKey === undefined)) {
+    const given: SettingKey = config.adminTlsCert !== undefined ? 'adminTlsCert' : 'adminTlsKey';
+    const missing: SettingKey = given === 'adminTlsCert' ? 'adminTlsKey' : 'adminTlsCert';
+    throw new ConfigError(
+      `invalid configuration: ${resolver.label(given, origins[given])} needs ${missing} too (TLS takes a certificate and its key)`,
+      given,
+      origins[given],
+    );
+  }
+  const token = config.adminToken !== undefined || config.adminTokenFile !== undefined;
+  if (config.adminSocket === undefined && !token && !isLoopbackName(config.adminHost))
+    throw new ConfigError(
+      `invalid configuration: the admin listener on "${config.adminHost}" (${resolver.label('adminHost', origins.adminHost)}) ` +
+        'is reachable from other machines, and no admin token is set: give adminTokenFile (--admin-token-file, ' +
+        'STREAMINFER_ADMIN_TOKEN_FILE) or STREAMINFER_ADMIN_TOKEN, or keep adminHost on loopback or use adminSocket',
+      'adminHost',
+      origins.adminHost,
+    );
 }
 
 /**

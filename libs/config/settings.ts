@@ -82,6 +82,17 @@ export interface ServerConfig {
   adminAllowedOrigins: string | undefined;
   /** The API keys file (tenants, libs/tenants); unset: anonymous clients. Re-read on every configuration reload. */
   apiKeysFile: string | undefined;
+  /** The admin listener (/api/*, /metrics, /health): its address and port, or a unix socket instead. */
+  adminHost: string;
+  adminPort: number;
+  adminSocket: string | undefined;
+  /** A file holding the admin token (read at start and on every configuration reload). */
+  adminTokenFile: string | undefined;
+  /** TLS on the admin listener: certificate chain and key files (PEM), re-read on every configuration reload. */
+  adminTlsCert: string | undefined;
+  adminTlsKey: string | undefined;
+  /** Also serve /metrics on the data port (compatibility; unauthenticated there). */
+  metricsOnDataPort: boolean;
   /** Unset: auto ((cores - nodes) / (nodes × workers), at least 1). */
   intraOpThreads: number | undefined;
   ringBytes: number;
@@ -133,6 +144,9 @@ export interface SettingSpec<T> {
   /** Echo the value only through this (a URL's credentials removed). */
   redact?: (text: string) => string;
 }
+
+/** The admin listener's port unless set (the CLI's default address too). */
+export const ADMIN_PORT = 8001;
 
 const KIB = 1024;
 const MIB = 1024 * KIB;
@@ -190,7 +204,7 @@ export const SETTINGS: { readonly [K in SettingKey]: SettingSpec<ServerConfig[K]
   port: {
     env: 'STREAMINFER_PORT',
     default: 8000,
-    help: 'data port for WebSocket, HTTP, /metrics and the admin API (0 = pick a free port)',
+    help: 'data port for WebSocket, HTTP inference and health (0 = pick a free port)',
     expected: 'an integer between 0 and 65535',
     parse: integer(0, 65535),
   },
@@ -413,8 +427,8 @@ export const SETTINGS: { readonly [K in SettingKey]: SettingSpec<ServerConfig[K]
   adminToken: {
     env: 'STREAMINFER_ADMIN_TOKEN',
     default: undefined,
-    defaultText: 'unset (admin API from loopback only)',
-    help: 'bearer token for the admin API; unset = loopback clients only',
+    defaultText: 'unset (the admin listener must be loopback or a unix socket)',
+    help: 'bearer token for the admin listener (prefer adminTokenFile: a flag is visible in ps); unset = every caller of a loopback or unix-socket listener is trusted',
     expected: 'a non-empty token without whitespace',
     parse: text(SAFE_TEXT, 4096),
     secret: true,
@@ -434,6 +448,59 @@ export const SETTINGS: { readonly [K in SettingKey]: SettingSpec<ServerConfig[K]
     help: 'API keys file (JSON: tenants, the SHA-256 of each key, limits): clients send Authorization: Bearer <key>; re-read on SIGHUP',
     expected: 'a file path',
     parse: text(PATH_TEXT, 4096),
+  },
+  adminHost: {
+    env: 'STREAMINFER_ADMIN_HOST',
+    default: '127.0.0.1',
+    help: 'address of the admin listener (/api/*, /metrics, /health); not loopback: an admin token is required',
+    expected: 'a host name or IP address',
+    parse: text(SAFE_TEXT, 255),
+  },
+  adminPort: {
+    env: 'STREAMINFER_ADMIN_PORT',
+    default: ADMIN_PORT,
+    help: 'port of the admin listener (0 = pick a free port)',
+    expected: 'an integer between 0 and 65535',
+    parse: integer(0, 65535),
+  },
+  adminSocket: {
+    env: 'STREAMINFER_ADMIN_SOCKET',
+    default: undefined,
+    defaultText: 'unset (adminHost:adminPort)',
+    help: 'serve the admin listener on this unix socket (mode 0600) instead of adminHost:adminPort',
+    expected: 'a socket path of at most 107 bytes',
+    parse: text(PATH_TEXT, 107),
+  },
+  adminTokenFile: {
+    env: 'STREAMINFER_ADMIN_TOKEN_FILE',
+    default: undefined,
+    defaultText: 'unset',
+    help: 'file holding the admin token (one line; re-read on SIGHUP and reload --config)',
+    expected: 'a file path',
+    parse: text(PATH_TEXT, 4096),
+  },
+  adminTlsCert: {
+    env: 'STREAMINFER_ADMIN_TLS_CERT',
+    default: undefined,
+    defaultText: 'unset (plain HTTP)',
+    help: 'TLS certificate chain (PEM) of the admin listener, with adminTlsKey; re-read on SIGHUP and reload --config',
+    expected: 'a file path',
+    parse: text(PATH_TEXT, 4096),
+  },
+  adminTlsKey: {
+    env: 'STREAMINFER_ADMIN_TLS_KEY',
+    default: undefined,
+    defaultText: 'unset (plain HTTP)',
+    help: 'TLS private key (PEM) of the admin listener, with adminTlsCert',
+    expected: 'a file path',
+    parse: text(PATH_TEXT, 4096),
+  },
+  metricsOnDataPort: {
+    env: 'STREAMINFER_METRICS_ON_DATA_PORT',
+    default: false,
+    help: 'also serve /metrics on the data port, without a token (compatibility with scrapers of the old address)',
+    expected: 'true or false',
+    parse: flag,
   },
   intraOpThreads: {
     env: 'STREAMINFER_INTRA_OP_THREADS',

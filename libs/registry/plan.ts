@@ -69,11 +69,6 @@ export interface NodeSettings {
   };
   shutdownTimeoutMs: number;
   logLevel: string;
-  /**
-   * Admin API access, decided by the node from a request's headers before it reads a body
-   * (apps/node/admin-auth.ts): the token (unset: loopback trust) and the web origins allowed to call it.
-   */
-  admin: { token?: string; allowedOrigins: string[] };
   /** Tenants of the API keys file (`--api-keys`), re-read on every configuration reload; absent: anonymous. */
   tenants?: readonly TenantSpec[];
   /** The data port's TLS (absent: plain http/ws); see NodeTls. */

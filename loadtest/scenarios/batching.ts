@@ -213,7 +213,7 @@ function batchCollector(
   probe: ScrapeProbe,
 ): Collector {
   return async (server) => {
-    const url = `${server.baseUrl}/metrics`;
+    const url = `${server.adminUrl}/metrics`;
     probe.url = url;
     try {
       if (warmPerConnection > 0) {

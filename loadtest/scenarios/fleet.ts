@@ -168,7 +168,7 @@ async function driveCalls(
     const calledMs = performance.now();
     for (;;) {
       attempts++;
-      call = await admin.post(`${hosts[0]!.baseUrl}${p.path}`, p.body);
+      call = await admin.post(`${hosts[0]!.adminUrl}${p.path}`, p.body);
       if (call.status === 409 && attempts < 50) {
         await sleep(100);
         continue;
@@ -224,7 +224,7 @@ async function driveSide(
   let admin: AdminCaller | undefined;
   try {
     for (const l of loops) await l.open();
-    admin = await AdminCaller.start(`${hosts[0]!.baseUrl}/health`);
+    admin = await AdminCaller.start(`${hosts[0]!.adminUrl}/health`);
     ctx.log(`fleet/${side}: ${loops.length * setup.clientsPerHost} clients on ${hosts.length} host(s)`);
     for (const l of loops) l.start();
     // the first second runs cold (JIT, batch sizes settling): left out of every figure but the failures

@@ -113,7 +113,7 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
 
 async function driveReloads(
   admin: AdminCaller,
-  baseUrl: string,
+  adminUrl: string,
   plan: readonly PlannedReload[],
   t0: number,
   log: (m: string) => void,
@@ -127,7 +127,7 @@ async function driveReloads(
     let call: TimedCall;
     for (;;) {
       attempts++;
-      call = await admin.post(`${baseUrl}/api/reload`, {
+      call = await admin.post(`${adminUrl}/api/reload`, {
         model: MODEL,
         version: p.version,
         strategy: p.strategy,
@@ -290,18 +290,18 @@ async function driveHotSwap(
   try {
     await loop.open();
     // reload calls from another process: a fetch here would delay the clients' receive stamps
-    admin = await AdminCaller.start(`${server.baseUrl}/health`);
-    const before = await scrapeMetrics(`${server.baseUrl}/metrics`);
+    admin = await AdminCaller.start(`${server.adminUrl}/health`);
+    const before = await scrapeMetrics(`${server.adminUrl}/metrics`);
     ctx.log(`hot-swap: ${connections} clients for ${durationMs / 1000} s, ${plan.length} reload calls`);
     const t0 = performance.now();
     loop.start();
-    const calls = await driveReloads(admin, server.baseUrl, plan, t0, (m) => ctx.log(`hot-swap: ${m}`));
+    const calls = await driveReloads(admin, server.adminUrl, plan, t0, (m) => ctx.log(`hot-swap: ${m}`));
     const lastReturned = calls.at(-1)?.returnedMs ?? t0;
     const endAt = Math.max(t0 + durationMs, lastReturned + tailMs);
     await sleep(endAt - performance.now());
     await loop.stop();
     const tEnd = performance.now();
-    const after = await scrapeMetrics(`${server.baseUrl}/metrics`);
+    const after = await scrapeMetrics(`${server.adminUrl}/metrics`);
     return { loop, calls, t0, tEnd, before, after };
   } catch (e) {
     await loop.stop().catch(() => undefined);

@@ -262,7 +262,7 @@ async function measureVariant(
   const { baseLoad, batchWait } = setup;
   let before: MetricSample[] | undefined;
   try {
-    before = await scrapeMetrics(`${srv.baseUrl}/metrics`);
+    before = await scrapeMetrics(`${srv.adminUrl}/metrics`);
   } catch (e) {
     ctx.log(`${label}: /metrics failed: ${errText(e).split('\n')[0]}`);
   }
@@ -273,7 +273,7 @@ async function measureVariant(
   });
   if (before) {
     try {
-      const after = await scrapeMetrics(`${srv.baseUrl}/metrics`);
+      const after = await scrapeMetrics(`${srv.adminUrl}/metrics`);
       const d = (reason: string): number =>
         sumSamples(after, 'streaminfer_shed_total', { model: MODEL, reason }) -
         sumSamples(before!, 'streaminfer_shed_total', { model: MODEL, reason });

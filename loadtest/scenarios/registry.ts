@@ -168,7 +168,7 @@ interface Driver {
 }
 
 function driver(server: ServerHandle, admin: AdminCaller, rows: RowSource): Driver {
-  const api = (p: string, body: unknown): Promise<TimedCall> => admin.post(`${server.baseUrl}${p}`, body);
+  const api = (p: string, body: unknown): Promise<TimedCall> => admin.post(`${server.adminUrl}${p}`, body);
   return {
     server,
     api,
@@ -214,12 +214,12 @@ async function measureCanary(ctx: ScenarioContext, s: RegistrySetup, d: Driver):
   );
   const loop = d.loopFor(s.canaryConns, { maxRequests: T.canaryRequests });
   await loop.open();
-  const before = await scrapeMetrics(`${d.server.baseUrl}/metrics`);
+  const before = await scrapeMetrics(`${d.server.adminUrl}/metrics`);
   ctx.log(`registry: canary ${T.canaryPercent}% over ${T.canaryRequests} requests`);
   loop.start();
   await loop.done;
   const answers = await loop.stop();
-  const after = await scrapeMetrics(`${d.server.baseUrl}/metrics`);
+  const after = await scrapeMetrics(`${d.server.adminUrl}/metrics`);
   ctx.log(`registry: canary share ${pct(versionShare(answers, CANDIDATE))}`);
   return { answers, unmatched: loop.unmatched, before, after };
 }
@@ -249,7 +249,7 @@ async function measureShadow(ctx: ScenarioContext, s: RegistrySetup, d: Driver):
   });
   await loop.open();
   await sleep(300);
-  const url = `${d.server.baseUrl}/metrics`;
+  const url = `${d.server.adminUrl}/metrics`;
   const before = await scrapeMetrics(url);
   ctx.log(`registry: shadow over ${shadowRequests} requests`);
   loop.start();
@@ -361,7 +361,7 @@ async function driveRegistry(
   server: ServerHandle,
 ): Promise<RegistryRun> {
   // admin calls from another process: a fetch here would delay the clients' receive stamps
-  const admin = await AdminCaller.start(`${server.baseUrl}/health`);
+  const admin = await AdminCaller.start(`${server.adminUrl}/health`);
   try {
     const d = driver(server, admin, s.rows);
     // stable = 1 (atomic reload; the repository default 2 becomes previous_stable), candidate = 2

@@ -356,13 +356,13 @@ async function driveRollout(
     warmupPerConnection: 10,
     timeoutMs: 10_000,
   });
-  const api = `${server.baseUrl}/api/models/${MODEL}/rollout`;
+  const api = `${server.adminUrl}/api/models/${MODEL}/rollout`;
   let admin: AdminCaller | undefined;
   let sampler: RolloutSampler | undefined;
   try {
     await loop.open();
     // admin calls from another process: a fetch here would delay the clients' receive stamps
-    admin = await AdminCaller.start(`${server.baseUrl}/health`);
+    admin = await AdminCaller.start(`${server.adminUrl}/health`);
     const loadStartMs = performance.now();
     loop.start();
     await sleep(s.leadMs);
@@ -406,7 +406,7 @@ async function driveRollout(
     const samples = [sampleOf(call), ...(await sampler.stop())].sort((a, b) => a.atMs - b.atMs);
     const answers = await loop.stop();
     const stopMs = performance.now();
-    const metrics = await scrapeMetrics(`${server.baseUrl}/metrics`).catch(() => []);
+    const metrics = await scrapeMetrics(`${server.adminUrl}/metrics`).catch(() => []);
     return {
       call,
       samples,

@@ -421,7 +421,7 @@ async function floodPhase(
     }
     // the close counter as this client starts (a close seen only in the log leaves it behind)
     try {
-      f.closesBefore = slowCloses(await scrapeMetrics(`${srv.baseUrl}/metrics`));
+      f.closesBefore = slowCloses(await scrapeMetrics(`${srv.adminUrl}/metrics`));
     } catch {
       // keep the previous value
     }
@@ -445,7 +445,7 @@ async function floodPhase(
       if (stoppedBy !== 'server' && performance.now() - lastScrape >= METRICS_EVERY_MS) {
         lastScrape = performance.now();
         try {
-          const closes = slowCloses(await scrapeMetrics(`${srv.baseUrl}/metrics`));
+          const closes = slowCloses(await scrapeMetrics(`${srv.adminUrl}/metrics`));
           if (f.closesBefore === undefined) f.closesBefore = closes;
           else if (closes > f.closesBefore) {
             f.closesBefore = closes;
@@ -514,7 +514,7 @@ async function driveSlowConsumer(
       rec,
     };
     try {
-      flood.closesBefore = slowCloses(await scrapeMetrics(`${srv.baseUrl}/metrics`));
+      flood.closesBefore = slowCloses(await scrapeMetrics(`${srv.adminUrl}/metrics`));
     } catch (e) {
       rec.notes.push(`/metrics could not be read before the flood: ${errText(e).split('\n')[0]}`);
     }

@@ -151,7 +151,7 @@ async function measureSweep(
         { label: 'warm', rate, durationMs: setup.warmMs, measured: false },
         { label: `${Math.round(level * 100)}%`, rate, durationMs: setup.pointMs },
       ];
-      const metricsUrl = `${servers.get(policy)!.baseUrl}/metrics`;
+      const metricsUrl = `${servers.get(policy)!.adminUrl}/metrics`;
       let before: Promise<MetricSample[] | undefined> = Promise.resolve(undefined);
       const atMeasured = (): void => {
         setTimeout(() => {
@@ -209,7 +209,7 @@ async function measureStep(ctx: ScenarioContext, setup: Setup, server: ServerHan
     const origin = startEpochMs + setup.warmMs;
     timer = setInterval(() => {
       const t = (Date.now() - origin) / 1000;
-      scrapeMetrics(`${server.baseUrl}/metrics`, 900)
+      scrapeMetrics(`${server.adminUrl}/metrics`, 900)
         .then((s) => {
           const wait = gauge(s, 'streaminfer_batch_wait_seconds');
           samples.push({ t, ...policyGauges(s), waitMs: wait === undefined ? undefined : wait * 1000 });

@@ -16,7 +16,7 @@ import type { LoadSpec, RunRecord, Scenario } from '../types';
 
 /** mean batch size of the echo model during the run, from the server's /metrics */
 const batchSizeCollector: Collector = async (server) => {
-  const url = `${server.baseUrl}/metrics`;
+  const url = `${server.adminUrl}/metrics`;
   const before = await scrapeMetrics(url);
   return async () => {
     const after = await scrapeMetrics(url);

@@ -277,6 +277,8 @@ export async function getHealth(port: number): Promise<PipelineHealth> {
 export async function postAdmin(port: number, route: '/api/pause' | '/api/resume'): Promise<unknown> {
   const res = await fetch(`http://127.0.0.1:${port}${route}`, {
     method: 'POST',
+    // The admin endpoint takes JSON only (415 otherwise), even with no body.
+    headers: { 'content-type': 'application/json' },
     signal: AbortSignal.timeout(30_000),
   });
   const text = await res.text();

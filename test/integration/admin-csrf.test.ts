@@ -2,8 +2,9 @@
  * Issue 24, defect 7 and point 8: a web page in a browser on the host must not reach the admin API, and an
  * unauthenticated admin request must cost nothing. A cross-origin CORS "simple" request (text/plain, with an
  * Origin) to a registry route from loopback is refused and changes nothing; a DNS-rebound request (loopback
- * address, foreign Host) is refused under loopback trust; with a token configured, an unauthenticated 1 MiB
- * POST is answered 401 by the node from its headers: the body is never read nor carried to the supervisor.
+ * address, foreign Host) is refused without a token; with a token configured, an unauthenticated 1 MiB
+ * POST is answered 401 by the admin listener from its headers: the body is never read nor handed to the
+ * admin API.
  * The CLI keeps working (it sends JSON and names a loopback host).
  */
 import * as http from 'node:http';
@@ -56,13 +57,13 @@ async function digitsAliases(url: string): Promise<Record<string, string>> {
   return listing.models.find((m) => m.name === 'digits')!.aliases;
 }
 
-async function metric(url: string, pattern: RegExp): Promise<number> {
-  const text = await (await fetch(`${url}/metrics`)).text();
+async function metric(url: string, pattern: RegExp, headers: Record<string, string> = {}): Promise<number> {
+  const text = await (await fetch(`${url}/metrics`, { headers })).text();
   const match = pattern.exec(text);
   return match ? Number(match[1]) : 0;
 }
 
-describe('admin API: CSRF and DNS rebinding under loopback trust', () => {
+describe('admin API: CSRF and DNS rebinding without a token', () => {
   let server: ServerHandle;
   beforeAll(async () => {
     server = await startServer({ models: ['digits'], args: ['--nodes', '1', '--model', 'digits'] });
@@ -72,11 +73,11 @@ describe('admin API: CSRF and DNS rebinding under loopback trust', () => {
   });
 
   test('a cross-origin text/plain POST to a registry route is refused and changes nothing', async () => {
-    const before = await digitsAliases(server.url);
+    const before = await digitsAliases(server.adminUrl);
     expect(before.candidate).toBeUndefined();
-    const host = `127.0.0.1:${server.port}`;
+    const host = `127.0.0.1:${server.adminPort}`;
     const csrf = await raw(
-      server.url,
+      server.adminUrl,
       'POST',
       '/api/models/digits/candidate',
       { host, origin: 'http://evil.example', 'content-type': 'text/plain;charset=UTF-8' },
@@ -85,7 +86,7 @@ describe('admin API: CSRF and DNS rebinding under loopback trust', () => {
     expect([csrf.status, csrf.body.code, csrf.contentType]).toEqual([403, 'forbidden', 'application/json']);
     // the same without Origin (a page that hides it cannot send JSON without a preflight): 415
     const plain = await raw(
-      server.url,
+      server.adminUrl,
       'POST',
       '/api/models/digits/candidate',
       { host, 'content-type': 'text/plain;charset=UTF-8' },
@@ -93,50 +94,58 @@ describe('admin API: CSRF and DNS rebinding under loopback trust', () => {
     );
     expect([plain.status, plain.body.code]).toEqual([415, 'unsupported_media_type']);
     const form = await raw(
-      server.url,
+      server.adminUrl,
       'POST',
       '/api/reload',
       { host, 'content-type': 'application/x-www-form-urlencoded' },
       'model=digits&version=1',
     );
     expect([form.status, form.body.code]).toEqual([415, 'unsupported_media_type']);
-    expect(await digitsAliases(server.url)).toEqual(before);
+    expect(await digitsAliases(server.adminUrl)).toEqual(before);
   });
 
-  test('a foreign Host (DNS rebinding) is refused under loopback trust, GET and POST', async () => {
+  test('a foreign Host (DNS rebinding) is refused without a token, GET and POST', async () => {
     for (const [method, path, body] of [
       ['GET', '/api/models', undefined],
       ['GET', '/api/reload', undefined],
       ['POST', '/api/models/digits/candidate', JSON.stringify({ version: '1' })],
     ] as const) {
       const answer = await raw(
-        server.url,
+        server.adminUrl,
         method,
         path,
-        { host: `evil.example:${server.port}`, 'content-type': 'application/json' },
+        { host: `evil.example:${server.adminPort}`, 'content-type': 'application/json' },
         body,
       );
       expect([path, answer.status, answer.body.code]).toEqual([path, 403, 'forbidden']);
       expect(String(answer.body.message)).toMatch(/Host "evil\.example:\d+"/);
     }
-    const fromPage = await raw(server.url, 'GET', '/api/models', {
-      host: `127.0.0.1:${server.port}`,
+    const fromPage = await raw(server.adminUrl, 'GET', '/api/models', {
+      host: `127.0.0.1:${server.adminPort}`,
       origin: 'http://evil.example',
     });
     expect([fromPage.status, fromPage.body.code]).toEqual([403, 'forbidden']);
-    expect((await digitsAliases(server.url)).candidate).toBeUndefined();
-    for (const host of ['localhost', `localhost:${server.port}`, `127.0.0.1:${server.port}`, '[::1]'])
-      expect([host, (await raw(server.url, 'GET', '/api/models', { host })).status]).toEqual([host, 200]);
+    expect((await digitsAliases(server.adminUrl)).candidate).toBeUndefined();
+    for (const host of [
+      'localhost',
+      `localhost:${server.adminPort}`,
+      `127.0.0.1:${server.adminPort}`,
+      '[::1]',
+    ])
+      expect([host, (await raw(server.adminUrl, 'GET', '/api/models', { host })).status]).toEqual([
+        host,
+        200,
+      ]);
   });
 
   test('the CLI still works: it sends JSON and a loopback Host', async () => {
-    const deploy = await runCliToExit(['models', 'deploy', 'digits', '1', '--url', server.url]);
+    const deploy = await runCliToExit(['models', 'deploy', 'digits', '1', '--url', server.adminUrl]);
     expect(deploy.out).toContain('digits: stable=2 candidate=1');
     expect(deploy.code).toBe(0);
-    const list = await runCliToExit(['models', 'list', '--url', server.url]);
+    const list = await runCliToExit(['models', 'list', '--url', server.adminUrl]);
     expect(list.code).toBe(0);
     expect(list.out).toContain('digits');
-    expect((await digitsAliases(server.url)).candidate).toBe('1');
+    expect((await digitsAliases(server.adminUrl)).candidate).toBe('1');
   });
 });
 
@@ -154,36 +163,40 @@ describe('admin API: authentication is decided before the body is read', () => {
     await server?.stop();
   });
 
-  test('an unauthenticated 1 MiB POST is answered 401 by the node and never reaches the supervisor', async () => {
-    const seen = () => metric(server.url, /^streaminfer_admin_requests_total (\S+)$/m);
-    const refused = () =>
-      metric(server.url, /^streaminfer_admin_refused_total\{code="unauthorized"\} (\S+)$/m);
+  test('an unauthenticated 1 MiB POST is answered 401 from its headers and never reaches the admin API', async () => {
     const authorization = { authorization: `Bearer ${token}` };
-    const listing = await fetch(`${server.url}/api/models`, { headers: authorization });
+    const seen = () => metric(server.adminUrl, /^streaminfer_admin_requests_total (\S+)$/m, authorization);
+    const refused = () =>
+      metric(
+        server.adminUrl,
+        /^streaminfer_admin_refused_total\{code="unauthorized"\} (\S+)$/m,
+        authorization,
+      );
+    const listing = await fetch(`${server.adminUrl}/api/models`, { headers: authorization });
     expect(listing.status).toBe(200);
     const seenBefore = await seen();
     expect(seenBefore).toBeGreaterThanOrEqual(1);
     const refusedBefore = await refused();
     const body = Buffer.alloc(1024 * 1024, 0x20);
     const answer = await raw(
-      server.url,
+      server.adminUrl,
       'POST',
       '/api/reload',
-      { host: `127.0.0.1:${server.port}`, 'content-type': 'application/json' },
+      { host: `127.0.0.1:${server.adminPort}`, 'content-type': 'application/json' },
       body,
     );
     expect([answer.status, answer.body.code]).toEqual([401, 'unauthorized']);
     expect(await seen()).toBe(seenBefore);
     expect(await refused()).toBe(refusedBefore + 1);
     // with the token, any Host is fine (a rebinding page cannot have the token)
-    const withToken = await raw(server.url, 'GET', '/api/reload', {
+    const withToken = await raw(server.adminUrl, 'GET', '/api/reload', {
       host: 'admin.example',
       ...authorization,
     });
     expect(withToken.status).toBe(200);
     expect(await seen()).toBe(seenBefore + 1);
     // the CLI with its token
-    const list = await runCliToExit(['models', 'list', '--url', server.url, '--token', token]);
+    const list = await runCliToExit(['models', 'list', '--url', server.adminUrl, '--token', token]);
     expect([list.code, list.out]).toEqual([0, expect.stringContaining('digits')]);
   });
 });

@@ -44,7 +44,7 @@ test("one connection's old-epoch backlog does not delay another connection's new
   );
   await admitted(slow);
   const fast = await WsClient.connect(server.wsUrl);
-  const reload = await postJson(`${server.url}/api/reload`, { model: 'digits', version: '1' });
+  const reload = await postJson(`${server.adminUrl}/api/reload`, { model: 'digits', version: '1' });
   expect(reload.status).toBe(200);
   const epoch = reload.body.epoch as number;
   // The backlog must still be computing for the test to mean anything.
@@ -92,7 +92,7 @@ test('on the connection with the old backlog, a new-epoch answer is held only up
   );
   await admitted([client, other]);
   const releasesBefore = await metric('streaminfer_answer_hold_releases_total{reason="time"}');
-  const reload = await postJson(`${server.url}/api/reload`, { model: 'digits', version: '2' });
+  const reload = await postJson(`${server.adminUrl}/api/reload`, { model: 'digits', version: '2' });
   expect(reload.status).toBe(200);
   const epoch = reload.body.epoch as number;
   expect(arrivals.length).toBeLessThan(LONG_BACKLOG_PER_CONNECTION);
@@ -131,7 +131,7 @@ async function admitted(clients: WsClient[]): Promise<void> {
 }
 
 async function metric(series: string): Promise<number> {
-  const text = await (await fetch(`${server.url}/metrics`)).text();
+  const text = await (await fetch(`${server.adminUrl}/metrics`)).text();
   const line = text.split('\n').find((entry) => entry.startsWith(`${series} `));
   return line ? Number(line.slice(series.length + 1)) : 0;
 }

@@ -43,7 +43,7 @@ describe('per-client token bucket', () => {
     greedy.close();
     polite.close();
     expect(
-      await metricValue(server.url, /streaminfer_shed_total\{[^}]*reason="rate_limited"/),
+      await metricValue(server.adminUrl, /streaminfer_shed_total\{[^}]*reason="rate_limited"/),
     ).toBeGreaterThanOrEqual(15);
   });
 
@@ -121,14 +121,17 @@ describe('per-client in-flight cap, model queue bound, deadlines, priorities', (
     }
     expect(Date.now() - started).toBeLessThan(20000);
     for (const client of clients) client.close();
-    expect(await metricValue(server.url, /streaminfer_shed_total\{[^}]*reason="model_queue_full"/)).toBe(
+    expect(await metricValue(server.adminUrl, /streaminfer_shed_total\{[^}]*reason="model_queue_full"/)).toBe(
       shed.length,
     );
   });
 
   test('a request whose deadline passes in the queue is answered deadline_exceeded and never computed', async () => {
-    const before = await metricValue(server.url, /streaminfer_shed_total\{[^}]*reason="deadline"/);
-    const batchesBefore = await metricValue(server.url, /streaminfer_batch_size_sum\{[^}]*model="bench"/);
+    const before = await metricValue(server.adminUrl, /streaminfer_shed_total\{[^}]*reason="deadline"/);
+    const batchesBefore = await metricValue(
+      server.adminUrl,
+      /streaminfer_batch_size_sum\{[^}]*model="bench"/,
+    );
     const clients = await Promise.all(Array.from({ length: 2 }, () => WsClient.connect(server.wsUrl)));
     // 8 slow requests occupy the worker; then 4 with a 1 ms deadline queue behind them.
     const busy = Array.from({ length: 8 }, (_, i) => clients[0]!.request({ id: i, input: features }));
@@ -139,12 +142,12 @@ describe('per-client in-flight cap, model queue bound, deadlines, priorities', (
     await Promise.all(busy);
     const expired = hurried.filter((a) => a.code === 'deadline_exceeded');
     expect(expired.length).toBeGreaterThan(0);
-    expect(await metricValue(server.url, /streaminfer_shed_total\{[^}]*reason="deadline"/)).toBe(
+    expect(await metricValue(server.adminUrl, /streaminfer_shed_total\{[^}]*reason="deadline"/)).toBe(
       before + expired.length,
     );
     // Items computed = the busy ones and the hurried ones that made it in time; the expired ones never ran.
     const computed =
-      (await metricValue(server.url, /streaminfer_batch_size_sum\{[^}]*model="bench"/)) - batchesBefore;
+      (await metricValue(server.adminUrl, /streaminfer_batch_size_sum\{[^}]*model="bench"/)) - batchesBefore;
     expect(computed).toBe(8 + (4 - expired.length));
     for (const client of clients) client.close();
   });
@@ -204,7 +207,7 @@ describe('slow consumer', () => {
     expect(closed.code).toBe(1013);
     expect(await normal.request({ id: 'after', model: 'echo', input: [1] })).toMatchObject({ result: [1] });
     normal.close();
-    const text = await (await fetch(`${server.url}/metrics`)).text();
+    const text = await (await fetch(`${server.adminUrl}/metrics`)).text();
     expect(text).toMatch(/streaminfer_slow_consumer_closes_total 1/);
     expect(text).toMatch(/streaminfer_shed_total\{[^}]*reason="slow_consumer"\} 1/);
   });

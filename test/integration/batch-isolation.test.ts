@@ -25,7 +25,7 @@ function rng(seed: number): () => number {
 }
 
 async function metric(server: ServerHandle, name: string): Promise<number> {
-  const text = await (await fetch(`${server.url}/metrics`)).text();
+  const text = await (await fetch(`${server.adminUrl}/metrics`)).text();
   return sumSamples(parsePrometheusText(text), name, { model: 'lookup' });
 }
 

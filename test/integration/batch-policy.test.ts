@@ -21,7 +21,7 @@ describe('batch policy state on /metrics', () => {
 
   test('bench declares an objective and batches adaptively: its learned model, rate, target and wait', async () => {
     server = await startServer({ models: ['bench'], args: ['--model', 'bench'] });
-    const url = server.url;
+    const url = server.adminUrl;
     const clients = await Promise.all(Array.from({ length: 8 }, () => WsClient.connect(server!.wsUrl)));
     let answered = 0;
     let running = true;
@@ -77,7 +77,7 @@ describe('batch policy state on /metrics', () => {
     const client = await WsClient.connect(server.wsUrl);
     for (let i = 0; i < 5; i++) expect((await client.request({ id: i, input: PIXELS })).code).toBeUndefined();
     client.close();
-    const text = await (await fetch(`${server.url}/metrics`)).text();
+    const text = await (await fetch(`${server.adminUrl}/metrics`)).text();
     const labels = 'model="digits",version="2"';
     expect(sample(text, 'streaminfer_batch_target_size', labels)).toBe(64);
     expect(sample(text, 'streaminfer_batch_cost_intercept_seconds', labels)).toBeUndefined();

@@ -50,6 +50,7 @@ describe('configuration reload on a 2-node server', () => {
     const base = {
       port,
       host: '127.0.0.1',
+      adminPort: 0,
       nodes: 2,
       modelsDir: modelsSubset(['echo']),
       stateDir: path.join(dir, 'state'),
@@ -70,7 +71,8 @@ describe('configuration reload on a 2-node server', () => {
       timeoutMs: 30000,
     });
     const child = server.child;
-    const url = `http://127.0.0.1:${port}`;
+    // The admin listener: reloads, their outcomes and /metrics.
+    const url = server.adminUrl;
     const clients: WsClient[] = [];
     try {
       const lastReload = async (): Promise<Outcome> =>

@@ -159,7 +159,7 @@ describe('--device webgpu on this host: strict fails the start naming the device
       const version = body.models.find((model) => model.name === 'echo')!.versions[0]!;
       const response = await postJson(`${server.url}/predict`, { id: 1, model: 'echo', input: [1, 2] });
       expect(response.body).toMatchObject({ id: 1, result: [1, 2] });
-      const metrics = await (await fetch(`${server.url}/metrics`)).text();
+      const metrics = await (await fetch(`${server.adminUrl}/metrics`)).text();
       expect(metrics).toMatch(
         new RegExp(
           `streaminfer_model_info\\{[^}]*model="echo"[^}]*execution_provider="${version.execution_provider}"`,

@@ -98,15 +98,19 @@ describe('impossible deadlines on two lanes of one worker (issue 24)', () => {
       args: ['--nodes', '1', '--workers', '1', '--model', 'digits'],
     });
     // Both versions served at once: two slots, two lanes on the one worker thread.
-    expect((await postJson(`${server.url}/api/reload`, { model: 'digits', version: '1' })).status).toBe(200);
-    expect((await postJson(`${server.url}/api/models/digits/candidate`, { version: '2' })).status).toBe(200);
+    expect((await postJson(`${server.adminUrl}/api/reload`, { model: 'digits', version: '1' })).status).toBe(
+      200,
+    );
+    expect((await postJson(`${server.adminUrl}/api/models/digits/candidate`, { version: '2' })).status).toBe(
+      200,
+    );
   }, 60000);
   afterAll(async () => {
     await server?.stop();
   });
 
   test('neither lane stalls: both attackers answered steadily, the victim within 3× its baseline', async () => {
-    const listing = (await (await fetch(`${server.url}/api/models`)).json()) as {
+    const listing = (await (await fetch(`${server.adminUrl}/api/models`)).json()) as {
       models: { name: string; versions: { version: string; loaded_workers: number }[] }[];
     };
     const versions = listing.models.find((m) => m.name === 'digits')!.versions;

@@ -1,7 +1,8 @@
 /**
  * A fleet of `streaminfer serve` hosts for tests: each in its own network namespace (netns-kit.ts) with its own
- * address, all joined to one fleet on a nats-server of the kit's own; admin calls with a token (the test is not
- * on the hosts' loopback) and WebSocket clients from the root namespace.
+ * address, all joined to one fleet on a nats-server of the kit's own; admin calls with a token on each host's
+ * admin listener (its own address, port 8001: off loopback a token is required) and WebSocket clients from the
+ * root namespace.
  */
 import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
@@ -12,12 +13,16 @@ import { CLI, modelsSubset } from './harness';
 import type { FleetNet } from './netns-kit';
 
 export const FLEET_TOKEN = 'fleet-test-token-0123456789';
+/** Each host's admin listener port, on the host's own address. */
+export const FLEET_ADMIN_PORT = 8001;
 
 export interface FleetHost {
   index: number;
   id: string;
   url: string;
   wsUrl: string;
+  /** The host's admin listener (/api/*, /metrics). */
+  adminUrl: string;
   modelsDir: string;
   child: ChildProcess;
   logs(): string;
@@ -67,8 +72,10 @@ export async function startFleetHost(
     options.fleet,
     '--host-id',
     id,
-    '--admin-token',
-    FLEET_TOKEN,
+    '--admin-host',
+    net.address(i),
+    '--admin-port',
+    String(FLEET_ADMIN_PORT),
     ...(options.args ?? []),
   ];
   const child = net.spawnIn(i, process.execPath, args, {
@@ -78,6 +85,7 @@ export async function startFleetHost(
       STREAMINFER_RATE_LIMIT_RPS: '0',
       STREAMINFER_STATE_DIR: stateDir,
       STREAMINFER_LOG_LEVEL: 'info',
+      STREAMINFER_ADMIN_TOKEN: FLEET_TOKEN,
       ...options.env,
     },
   });
@@ -92,6 +100,7 @@ export async function startFleetHost(
     id,
     url: net.url(i),
     wsUrl: `${net.url(i).replace('http', 'ws')}/ws`,
+    adminUrl: `http://${net.address(i)}:${FLEET_ADMIN_PORT}`,
     modelsDir,
     child,
     logs: () => output,

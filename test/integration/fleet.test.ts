@@ -11,6 +11,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import {
   admin,
+  FLEET_TOKEN,
   type FleetHost,
   health,
   pixels,
@@ -37,7 +38,7 @@ async function epochOf(host: FleetHost): Promise<number | undefined> {
 }
 
 async function fleetView(host: FleetHost) {
-  return (await admin(host.url, 'GET', '/api/fleet')).body as {
+  return (await admin(host.adminUrl, 'GET', '/api/fleet')).body as {
     epoch: number;
     revision: number;
     hosts: Array<{ host: string; epoch: number; ready: boolean; fenced: boolean }>;
@@ -125,9 +126,11 @@ describe('a fleet of three hosts', () => {
   });
 
   test('canary 10% set once on one host is seen by all three (±2 pp over 3,000 requests)', async () => {
-    const candidate = await admin(hosts[0]!.url, 'POST', '/api/models/digits/candidate', { version: '1' });
+    const candidate = await admin(hosts[0]!.adminUrl, 'POST', '/api/models/digits/candidate', {
+      version: '1',
+    });
     expect(candidate.status).toBe(200);
-    const canary = await admin(hosts[1]!.url, 'POST', '/api/models/digits/canary', { percent: 10 });
+    const canary = await admin(hosts[1]!.adminUrl, 'POST', '/api/models/digits/canary', { percent: 10 });
     expect(canary.status).toBe(200);
     const epoch = canary.body.epoch as number;
     await converged(epoch);
@@ -162,12 +165,12 @@ describe('a fleet of three hosts', () => {
 
   test('a fleet promote under load: every host switches, 0 failed, never the old version after the new on a connection', async () => {
     // Candidate 1 on 0% share: only the promote moves traffic to it.
-    expect((await admin(hosts[2]!.url, 'POST', '/api/models/digits/canary', { percent: 0 })).status).toBe(
-      200,
-    );
+    expect(
+      (await admin(hosts[2]!.adminUrl, 'POST', '/api/models/digits/canary', { percent: 0 })).status,
+    ).toBe(200);
     const traffic = load();
     await sleep(1500);
-    const promote = await admin(hosts[1]!.url, 'POST', '/api/models/digits/promote');
+    const promote = await admin(hosts[1]!.adminUrl, 'POST', '/api/models/digits/promote');
     expect(promote.status).toBe(200);
     expect(promote.body.fleet).toMatchObject({
       hosts: [
@@ -191,14 +194,14 @@ describe('a fleet of three hosts', () => {
   test('two operators at once: exactly one wins, the other gets 409 conflict with the current state', async () => {
     const before = await fleetView(hosts[0]!);
     const [a, b] = await Promise.all([
-      admin(hosts[0]!.url, 'POST', '/api/models/digits/rollback'),
-      admin(hosts[2]!.url, 'POST', '/api/models/digits/rollback'),
+      admin(hosts[0]!.adminUrl, 'POST', '/api/models/digits/rollback'),
+      admin(hosts[2]!.adminUrl, 'POST', '/api/models/digits/rollback'),
     ]);
     expect([a.status, b.status].sort()).toEqual([200, 409]);
     const loser = a.status === 409 ? a : b;
     expect(loser.body).toMatchObject({ code: 'conflict' });
     // A write from a stale revision loses too, with what won.
-    const stale = await admin(hosts[1]!.url, 'POST', '/api/models/digits/canary', {
+    const stale = await admin(hosts[1]!.adminUrl, 'POST', '/api/models/digits/canary', {
       percent: 5,
       if_revision: before.revision,
     });
@@ -206,8 +209,8 @@ describe('a fleet of three hosts', () => {
     expect(stale.body).toMatchObject({ code: 'conflict', current: { revision: before.revision + 1 } });
     // Two at once on the same host: the same rule.
     const [c, d] = await Promise.all([
-      admin(hosts[1]!.url, 'POST', '/api/models/digits/candidate', { version: '1' }),
-      admin(hosts[1]!.url, 'POST', '/api/models/digits/candidate', { version: '2' }),
+      admin(hosts[1]!.adminUrl, 'POST', '/api/models/digits/candidate', { version: '1' }),
+      admin(hosts[1]!.adminUrl, 'POST', '/api/models/digits/candidate', { version: '2' }),
     ]);
     expect([c.status, d.status].sort()).toEqual([200, 409]);
     expect((c.status === 409 ? c : d).body).toMatchObject({ code: 'conflict' });
@@ -219,7 +222,7 @@ describe('a fleet of three hosts', () => {
     const stable = (current as unknown as { record: { table: { models: Array<{ stable: string }> } } }).record
       .table.models[0]!.stable;
     const target = stable === '1' ? '2' : '1';
-    const rolled = await admin(hosts[2]!.url, 'POST', '/api/reload', {
+    const rolled = await admin(hosts[2]!.adminUrl, 'POST', '/api/reload', {
       model: 'digits',
       version: target,
       strategy: 'rolling',
@@ -261,7 +264,7 @@ describe('a fleet of three hosts', () => {
       ['/api/fleet', {}],
     ];
     for (const [route, body] of cases) {
-      const answer = await admin(hosts[1]!.url, 'POST', route, body);
+      const answer = await admin(hosts[1]!.adminUrl, 'POST', route, body);
       expect({ route, body, status: answer.status >= 400 && answer.status < 500 }).toEqual({
         route,
         body,
@@ -299,7 +302,9 @@ describe('a fleet of three hosts', () => {
       .digest('hex');
     expect(sha256).toBe(local);
     for (const host of hosts) expect(existsSync(path.join(host.modelsDir, 'digits', '3'))).toBe(false);
-    const candidate = await admin(hosts[1]!.url, 'POST', '/api/models/digits/candidate', { version: '3' });
+    const candidate = await admin(hosts[1]!.adminUrl, 'POST', '/api/models/digits/candidate', {
+      version: '3',
+    });
     expect(candidate.status).toBe(200);
     await converged(candidate.body.epoch as number);
     for (const host of hosts) {
@@ -313,7 +318,7 @@ describe('a fleet of three hosts', () => {
     client.close();
     // A version pushed nowhere and missing here: refused, nothing written.
     const before = (await fleetView(hosts[0]!)).revision;
-    const missing = await admin(hosts[0]!.url, 'POST', '/api/models/digits/candidate', { version: '9' });
+    const missing = await admin(hosts[0]!.adminUrl, 'POST', '/api/models/digits/candidate', { version: '9' });
     expect(missing.status).toBeGreaterThanOrEqual(400);
     expect((await fleetView(hosts[0]!)).revision).toBe(before);
   });
@@ -323,7 +328,7 @@ describe('a fleet of three hosts', () => {
     // h2 holds every PREPARE for 20 s: it is killed inside it.
     await restartHost(2, { STREAMINFER_TEST_HOLD_PREPARE_MS: '20000' }, epoch);
     // A new candidate: every host's nodes PREPARE it.
-    const reload = admin(hosts[0]!.url, 'POST', '/api/models/digits/candidate', { version: '1' });
+    const reload = admin(hosts[0]!.adminUrl, 'POST', '/api/models/digits/candidate', { version: '1' });
     await waitFor(
       () => hosts[2]!.logs().includes('holding PREPARE'),
       15_000,
@@ -350,7 +355,7 @@ describe('a fleet of three hosts', () => {
     const epoch = (await fleetView(hosts[0]!)).epoch;
     // h0 coordinates, and holds the commit point 3 s after every host prepared: h1 is cut off meanwhile.
     await restartHost(0, { STREAMINFER_TEST_FLEET_COMMIT_DELAY_MS: '3000' }, epoch);
-    const reload = admin(hosts[0]!.url, 'POST', '/api/models/digits/candidate', { version: '1' });
+    const reload = admin(hosts[0]!.adminUrl, 'POST', '/api/models/digits/candidate', { version: '1' });
     await waitFor(
       () => hosts[0]!.logs().includes('holding the commit point'),
       15_000,
@@ -376,7 +381,9 @@ describe('a fleet of three hosts', () => {
     await converged(next, 60_000);
     expect((await health(hosts[1]!.url))?.status).toBe(200);
     expect(hosts[1]!.logs()).toContain('fence lifted');
-    const metrics = await (await fetch(`${hosts[1]!.url}/metrics`)).text();
+    const metrics = await (
+      await fetch(`${hosts[1]!.adminUrl}/metrics`, { headers: { authorization: `Bearer ${FLEET_TOKEN}` } })
+    ).text();
     expect(metrics).toMatch(/^streaminfer_fleet_in_doubt_total 1$/m);
     expect(metrics).toMatch(/^streaminfer_fleet_fenced 0$/m);
     expect(metrics).toMatch(new RegExp(`^streaminfer_fleet_record_epoch ${next}$`, 'm'));
@@ -389,20 +396,23 @@ describe('a fleet of three hosts', () => {
     await sleep(1000);
     await net.stopNats();
     await sleep(1500);
-    const refused = await admin(hosts[1]!.url, 'POST', '/api/models/digits/canary', { percent: 30 });
+    const refused = await admin(hosts[1]!.adminUrl, 'POST', '/api/models/digits/canary', { percent: 30 });
     expect(refused.status).toBe(503);
     expect(refused.body).toMatchObject({ code: 'cluster_unavailable' });
-    expect(await (await fetch(`${hosts[1]!.url}/metrics`)).text()).toMatch(
-      /^streaminfer_fleet_cluster_up 0$/m,
-    );
-    expect((await admin(hosts[2]!.url, 'GET', '/api/fleet')).body).toMatchObject({
+    expect(
+      await (
+        await fetch(`${hosts[1]!.adminUrl}/metrics`, { headers: { authorization: `Bearer ${FLEET_TOKEN}` } })
+      ).text(),
+    ).toMatch(/^streaminfer_fleet_cluster_up 0$/m);
+    expect((await admin(hosts[2]!.adminUrl, 'GET', '/api/fleet')).body).toMatchObject({
       code: 'cluster_unavailable',
     });
     await sleep(8500);
     await net.startNats();
     await waitFor(
       async () =>
-        (await admin(hosts[1]!.url, 'POST', '/api/models/digits/canary', { percent: 30 })).status === 200,
+        (await admin(hosts[1]!.adminUrl, 'POST', '/api/models/digits/canary', { percent: 30 })).status ===
+        200,
       30_000,
       () => 'admin writes never worked again after NATS came back',
     );

@@ -125,11 +125,11 @@ describe('a connection that floods malformed frames', () => {
     for (const [i, answer] of (await victimAnswers).entries())
       expect(answer).toMatchObject({ id: i, result: `V${i}` });
     // Bounded: the node decoded at most the 51 frames it took to decide, not the flood.
-    const decoded = await metricSum(server.url, /streaminfer_requests_total\{[^}]*code="bad_request"/);
+    const decoded = await metricSum(server.adminUrl, /streaminfer_requests_total\{[^}]*code="bad_request"/);
     expect(decoded).toBeGreaterThanOrEqual(51);
     expect(decoded).toBeLessThanOrEqual(60);
     expect(
-      await metricSum(server.url, /streaminfer_shed_total\{[^}]*reason="protocol_violation"/),
+      await metricSum(server.adminUrl, /streaminfer_shed_total\{[^}]*reason="protocol_violation"/),
     ).toBeGreaterThanOrEqual(1);
     victim.close();
   });
@@ -195,7 +195,9 @@ describe('a connection that keeps sending past its rate limit', () => {
     expect(computed).toBeLessThanOrEqual(60 + 30);
     for (const [i, answer] of (await victimAnswers).entries())
       expect(answer).toMatchObject({ id: i, result: `V${i}` });
-    expect(await metricSum(server.url, /streaminfer_shed_total\{[^}]*reason="rate_limit_violation"/)).toBe(1);
+    expect(
+      await metricSum(server.adminUrl, /streaminfer_shed_total\{[^}]*reason="rate_limit_violation"/),
+    ).toBe(1);
     victim.close();
   });
 
@@ -287,8 +289,10 @@ describe('budgets per address, caps, trusted proxies', () => {
     expect(node.status).toBe(503);
     expect(Number(node.retryAfter)).toBeGreaterThanOrEqual(1);
     expect(node.body).toMatchObject({ type: 'error', code: 'overloaded' });
-    expect(await metricSum(server.url, /streaminfer_shed_total\{[^}]*reason="connection_cap_ip"/)).toBe(1);
-    expect(await metricSum(server.url, /streaminfer_shed_total\{[^}]*reason="connection_cap"/)).toBe(1);
+    expect(await metricSum(server.adminUrl, /streaminfer_shed_total\{[^}]*reason="connection_cap_ip"/)).toBe(
+      1,
+    );
+    expect(await metricSum(server.adminUrl, /streaminfer_shed_total\{[^}]*reason="connection_cap"/)).toBe(1);
     // Closing one frees its place.
     await a1.close();
     const a3 = await RawClient.open(server.wsUrl, '198.51.100.20');
@@ -325,7 +329,7 @@ describe('configuration reload', () => {
     });
     try {
       const lastReload = async (): Promise<{ id: number; ok?: boolean; settings_applied?: string[] }> =>
-        (await (await fetch(`${server.url}/api/reload`)).json()) as { id: number };
+        (await (await fetch(`${server.adminUrl}/api/reload`)).json()) as { id: number };
       const open = await RawClient.open(server.wsUrl, '198.51.100.40');
       const first = (await lastReload()).id;
       writeFileSync(

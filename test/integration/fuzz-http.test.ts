@@ -30,7 +30,10 @@ afterAll(async () => {
   expect(await server.stop()).toEqual({ code: 0, signal: null });
 });
 
-/** Every route the server has; {n} and {v} take the hostile names. */
+/**
+ * Every route the server has; {n} and {v} take the hostile names. /metrics and /api/* are the admin
+ * listener's (node:http in the supervisor): they are sent there (adminRoute); the rest to the data port.
+ */
 const ROUTES = [
   '/ws',
   '/predict',
@@ -176,10 +179,14 @@ interface RawAnswer {
   body: string;
 }
 
+function adminRoute(path: string): boolean {
+  return path.startsWith('/api/') || path.startsWith('/metrics');
+}
+
 /** One request on a fresh connection; resolves with the answer or a reason the connection dropped. */
 function rawRequest(method: string, path: string, body: Uint8Array | undefined): Promise<RawAnswer | string> {
   return new Promise((resolve) => {
-    const socket = net.connect(server.port, '127.0.0.1');
+    const socket = net.connect(adminRoute(path) ? server.adminPort : server.port, '127.0.0.1');
     let data = Buffer.alloc(0);
     let done = false;
     const finish = (result: RawAnswer | string): void => {

@@ -10,9 +10,13 @@ export const CLI = path.join(REPO_ROOT, 'dist/apps/cli/main.js');
 export const MODELS_DIR = path.join(REPO_ROOT, 'models');
 
 export interface ServerHandle {
+  /** The data port: inference, /health, readiness. */
   port: number;
   url: string;
   wsUrl: string;
+  /** The admin listener (/api/*, /metrics, /health): its port (0 on a unix socket) and URL (`unix:/…` there). */
+  adminPort: number;
+  adminUrl: string;
   pid: number;
   nodePids: number[];
   child: ChildProcess;
@@ -31,7 +35,10 @@ export interface StartOptions {
   /** Use this repository as is. */
   modelsDir?: string;
   timeoutMs?: number;
-  /** The config file (in `args`) names host and port: no `--port 0 --host 127.0.0.1` flags of our own. */
+  /**
+   * The config file (in `args`) names host and port: no `--port 0 --host 127.0.0.1 --admin-port 0` flags of
+   * our own.
+   */
   addressFromConfig?: boolean;
   /** The data port speaks TLS (`--tls-cert` in `args`): the handle's URLs are https:// and wss://. */
   tls?: boolean;
@@ -67,7 +74,9 @@ export function runCliToExit(
 }
 
 export async function startServer(options: StartOptions = {}): Promise<ServerHandle> {
-  const address = options.addressFromConfig ? [] : ['--port', '0', '--host', '127.0.0.1'];
+  const address = options.addressFromConfig
+    ? []
+    : ['--port', '0', '--host', '127.0.0.1', '--admin-port', '0'];
   const args = ['serve', ...address, ...(options.args ?? [])];
   if (options.modelsDir) args.push('--models-dir', options.modelsDir);
   else if (options.models || options.copyModels)
@@ -86,43 +95,57 @@ export async function startServer(options: StartOptions = {}): Promise<ServerHan
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
     child.on('exit', (code, signal) => resolve({ code, signal }));
   });
-  const ready = new Promise<{ port: number; nodePids: number[] }>((resolve, reject) => {
-    const timer = setTimeout(
-      () => reject(new Error(`server not ready in time; output:\n${output.slice(-4000)}`)),
-      options.timeoutMs ?? 60000,
-    );
-    const onData = (chunk: Buffer): void => {
-      output += chunk.toString();
-      for (const line of output.split('\n')) {
-        if (!line.includes('streaminfer ready')) continue;
-        try {
-          const parsed = JSON.parse(line) as { port: number; node_pids: number[] };
-          clearTimeout(timer);
-          resolve({ port: parsed.port, nodePids: parsed.node_pids });
-          return;
-        } catch {
-          // partial line
-        }
-      }
-    };
-    child.stdout!.on('data', onData);
-    child.stderr!.on('data', (chunk: Buffer) => {
-      output += chunk.toString();
-    });
-    void exited.then(({ code, signal }) => {
-      clearTimeout(timer);
-      reject(
-        new Error(
-          `server exited before ready (code ${code}, signal ${signal}); output:\n${output.slice(-4000)}`,
-        ),
+  const ready = new Promise<{ port: number; admin: string; adminPort: number; nodePids: number[] }>(
+    (resolve, reject) => {
+      const timer = setTimeout(
+        () => reject(new Error(`server not ready in time; output:\n${output.slice(-4000)}`)),
+        options.timeoutMs ?? 60000,
       );
-    });
-  });
-  const { port, nodePids } = await ready;
+      const onData = (chunk: Buffer): void => {
+        output += chunk.toString();
+        for (const line of output.split('\n')) {
+          if (!line.includes('streaminfer ready')) continue;
+          try {
+            const parsed = JSON.parse(line) as {
+              port: number;
+              admin: string;
+              admin_port?: number;
+              node_pids: number[];
+            };
+            clearTimeout(timer);
+            resolve({
+              port: parsed.port,
+              admin: parsed.admin,
+              adminPort: parsed.admin_port ?? 0,
+              nodePids: parsed.node_pids,
+            });
+            return;
+          } catch {
+            // partial line
+          }
+        }
+      };
+      child.stdout!.on('data', onData);
+      child.stderr!.on('data', (chunk: Buffer) => {
+        output += chunk.toString();
+      });
+      void exited.then(({ code, signal }) => {
+        clearTimeout(timer);
+        reject(
+          new Error(
+            `server exited before ready (code ${code}, signal ${signal}); output:\n${output.slice(-4000)}`,
+          ),
+        );
+      });
+    },
+  );
+  const { port, admin, adminPort, nodePids } = await ready;
   return {
     port,
     url: `${options.tls ? 'https' : 'http'}://127.0.0.1:${port}`,
     wsUrl: `${options.tls ? 'wss' : 'ws'}://127.0.0.1:${port}/ws`,
+    adminPort,
+    adminUrl: admin,
     pid: child.pid!,
     nodePids,
     child,
@@ -239,7 +262,8 @@ export async function postJson(
 
 /**
  * digits v1 stable, v2 its candidate on a 50% canary and mirrored in shadow (the registry's series need all
- * three). The status of each admin call, in order: reload, candidate, canary, shadow.
+ * three). The status of each admin call, in order: reload, candidate, canary, shadow. `url`: the admin
+ * listener's.
  */
 export async function digitsCanaryAndShadow(url: string): Promise<number[]> {
   const statuses = [(await postJson(`${url}/api/reload`, { model: 'digits', version: '1' })).status];

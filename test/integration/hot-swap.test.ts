@@ -61,7 +61,7 @@ describe('hot-swap on --nodes 2 --workers 2', () => {
     // Pipelined connections (8 in flight each) too: ordering must hold across the commit.
     const load = await stream(server.wsUrl, 6, 8);
     await sleep(200);
-    const response = await postJson(`${server.url}/api/reload`, { model: 'digits', version: '1' });
+    const response = await postJson(`${server.adminUrl}/api/reload`, { model: 'digits', version: '1' });
     expect(response.status).toBe(200);
     expect(response.body).toMatchObject({
       ok: true,
@@ -85,7 +85,7 @@ describe('hot-swap on --nodes 2 --workers 2', () => {
   test('rolling reload under load: node by node, zero failures, the old version released', async () => {
     const load = await stream(server.wsUrl, 6);
     await sleep(200);
-    const response = await postJson(`${server.url}/api/reload`, {
+    const response = await postJson(`${server.adminUrl}/api/reload`, {
       model: 'digits',
       version: '2',
       strategy: 'rolling',
@@ -117,9 +117,9 @@ describe('hot-swap on --nodes 2 --workers 2', () => {
   test('a corrupt model file fails the reload with a clear message; traffic never notices', async () => {
     mkdirSync(path.join(dir, 'digits', '3'), { recursive: true });
     writeFileSync(path.join(dir, 'digits', '3', 'model.onnx'), 'this is not an onnx file');
-    const before = (await (await fetch(`${server.url}/api/reload`)).json()) as { epoch: number };
+    const before = (await (await fetch(`${server.adminUrl}/api/reload`)).json()) as { epoch: number };
     const load = await stream(server.wsUrl, 4);
-    const response = await postJson(`${server.url}/api/reload`, { model: 'digits', version: '3' });
+    const response = await postJson(`${server.adminUrl}/api/reload`, { model: 'digits', version: '3' });
     await sleep(100);
     await load.stop();
     expect(response.status).toBe(500);
@@ -135,7 +135,7 @@ describe('hot-swap on --nodes 2 --workers 2', () => {
     expect(load.errors).toEqual([]);
     for (const answers of load.seen)
       expect(answers.every((a) => a.version === '2' && a.epoch === before.epoch)).toBe(true);
-    const metrics = await (await fetch(`${server.url}/metrics`)).text();
+    const metrics = await (await fetch(`${server.adminUrl}/metrics`)).text();
     expect(metrics).toMatch(/streaminfer_reloads_total\{result="failed",strategy="atomic"\} 1/);
     expect(metrics).toMatch(/streaminfer_model_epoch \d+/);
     rmSync(path.join(dir, 'digits', '3'), { recursive: true });
@@ -161,7 +161,7 @@ describe('hot-swap on --nodes 2 --workers 2', () => {
         child.stderr!.on('data', (chunk: Buffer) => (out += chunk.toString()));
         child.on('exit', (code) => resolve({ code, out }));
       });
-    const hup = await run(['reload', '--pid-file', path.join(dir, 'pid'), '--url', server.url]);
+    const hup = await run(['reload', '--pid-file', path.join(dir, 'pid'), '--url', server.adminUrl]);
     expect(hup.out).toMatch(/committed \(atomic\)/);
     expect(hup.out).toMatch(/digits: \d -> 4/);
     expect(hup.code).toBe(0);
@@ -177,12 +177,12 @@ describe('hot-swap on --nodes 2 --workers 2', () => {
       '--strategy',
       'rolling',
       '--url',
-      server.url,
+      server.adminUrl,
     ]);
     expect(cli.code).toBe(0);
     expect(cli.out).toMatch(/digits: 4 -> 2/);
     expect(cli.out).toMatch(/committed \(rolling\)/);
-    const bad = await run(['reload', '--model', 'digits', '--version', '9', '--url', server.url]);
+    const bad = await run(['reload', '--model', 'digits', '--version', '9', '--url', server.adminUrl]);
     expect(bad.code).toBe(1);
     expect(bad.out).toContain('unknown_version');
   });
@@ -198,12 +198,12 @@ describe('a reload while another runs', () => {
     });
     try {
       const started = Date.now();
-      const first = postJson(`${server.url}/api/reload`, { model: 'digits', version: '1' });
+      const first = postJson(`${server.adminUrl}/api/reload`, { model: 'digits', version: '1' });
       while (!server.logs().includes('test hook: holding PREPARE')) {
         expect(Date.now() - started).toBeLessThan(10000);
         await sleep(10);
       }
-      const second = await postJson(`${server.url}/api/reload`, { model: 'digits', version: '2' });
+      const second = await postJson(`${server.adminUrl}/api/reload`, { model: 'digits', version: '2' });
       expect(second.status).toBe(409);
       expect(second.body).toMatchObject({ type: 'error', code: 'reload_in_progress' });
       expect(await first).toMatchObject({
@@ -212,7 +212,7 @@ describe('a reload while another runs', () => {
       });
       expect(Date.now() - started).toBeGreaterThanOrEqual(2000);
       // Once the first is done, the refused one goes through.
-      const again = await postJson(`${server.url}/api/reload`, { model: 'digits', version: '2' });
+      const again = await postJson(`${server.adminUrl}/api/reload`, { model: 'digits', version: '2' });
       expect(again).toMatchObject({ status: 200, body: { result: 'committed' } });
       console.log(
         `reload_in_progress: second reload refused while the first held PREPARE (${Date.now() - started} ms)`,
@@ -258,7 +258,9 @@ describe('answer order across a commit, with slow batches on two workers', () =>
       }
     });
     await sleep(300);
-    expect((await postJson(`${server.url}/api/reload`, { model: 'bench', version: '2' })).status).toBe(200);
+    expect((await postJson(`${server.adminUrl}/api/reload`, { model: 'bench', version: '2' })).status).toBe(
+      200,
+    );
     await sleep(300);
     stop = true;
     await Promise.all(loops);

@@ -341,7 +341,7 @@ describe('a node restarting while a reload commits', () => {
         },
         10000,
       );
-      const reload = await postJson(`${server.url}/api/reload`, { model: 'upper', version: '2' });
+      const reload = await postJson(`${server.adminUrl}/api/reload`, { model: 'upper', version: '2' });
       expect(reload.status).toBe(200);
       expect(reload.body.epoch).toBe(before.epoch + 1);
       const back = await waitFor(

@@ -86,7 +86,7 @@ describe('failures', () => {
       }
     })();
     await sleep(200);
-    const crash = await postJson(`${server.url}/api/debug/crash-worker`, { node: 0, worker: 0 });
+    const crash = await postJson(`${server.adminUrl}/api/debug/crash-worker`, { node: 0, worker: 0 });
     expect(crash.status).toBe(200);
     await sleep(1500);
     stop = true;

@@ -49,7 +49,7 @@ describe('/metrics on --nodes 2: Prometheus naming rules, and every node visible
     });
     expect(kserve.status).toBe(200);
     // Registry traffic: a candidate on a canary share, compared in shadow.
-    expect(await digitsCanaryAndShadow(server.url)).toEqual([200, 200, 200, 200]);
+    expect(await digitsCanaryAndShadow(server.adminUrl)).toEqual([200, 200, 200, 200]);
     const registryClient = await WsClient.connect(server.wsUrl);
     // One at a time: this server caps a client at 4 in flight, and a shed request is never mirrored.
     for (let i = 0; i < 20; i++) await registryClient.request({ id: i, model: 'digits', input: PIXELS });
@@ -59,10 +59,10 @@ describe('/metrics on --nodes 2: Prometheus naming rules, and every node visible
     const shadowCounted =
       /^streaminfer_shadow_comparisons_total\{model="digits",agree="(true|false)"\} [1-9]/m;
     for (const until = Date.now() + 10000; Date.now() < until; await sleep(50))
-      if (shadowCounted.test(await (await fetch(`${server.url}/metrics`)).text())) break;
+      if (shadowCounted.test(await (await fetch(`${server.adminUrl}/metrics`)).text())) break;
     // The first scrape starts prom-client's setImmediate lag probe; the second reports it.
-    await (await fetch(`${server.url}/metrics`)).text();
-    text = await (await fetch(`${server.url}/metrics`)).text();
+    await (await fetch(`${server.adminUrl}/metrics`)).text();
+    text = await (await fetch(`${server.adminUrl}/metrics`)).text();
   });
   afterAll(async () => {
     expect(await server.stop()).toEqual({ code: 0, signal: null });

@@ -38,7 +38,7 @@ describe('--nodes 2 --workers 2', () => {
     expect(health.nodes).toHaveLength(2);
     expect(new Set(health.nodes.map((node) => node.pid)).size).toBe(2);
     for (const node of health.nodes) expect(node).toMatchObject({ workers: 2, workers_ready: 2 });
-    const text = await (await fetch(`${server.url}/metrics`)).text();
+    const text = await (await fetch(`${server.adminUrl}/metrics`)).text();
     const total = [...text.matchAll(/^streaminfer_requests_total\{([^}]*)\} (\d+)/gm)]
       .filter((match) => match[1]!.includes('code="ok"') && match[1]!.includes('protocol="ws"'))
       .reduce((sum, match) => sum + Number(match[2]), 0);

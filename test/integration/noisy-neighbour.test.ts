@@ -355,9 +355,9 @@ test('pinned-deadline requests for the candidate do not roll a healthy rollout b
   let finished: Promise<View> | undefined;
   const rollout = async (trial: number): Promise<View> => {
     const plan = { ...quickPlan([50]), version: candidate(trial) };
-    const start = await postJson(`${server.url}/api/models/digits/rollout`, plan);
+    const start = await postJson(`${server.adminUrl}/api/models/digits/rollout`, plan);
     expect(start.status).toBe(200);
-    finished = waitFor(server.url, (view) => view.state !== 'progressing', 15000);
+    finished = waitFor(server.adminUrl, (view) => view.state !== 'progressing', 15000);
     return finished;
   };
   // Two connections of one address, each about 100 pinned requests a second (the address's budget is 200/s):

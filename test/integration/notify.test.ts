@@ -99,7 +99,7 @@ describe('systemd notify at a socket path', () => {
 
   test('reload --wait: RELOADING=1 with MONOTONIC_USEC, then READY=1; the CLI returns once ready', async () => {
     const before = process.hrtime.bigint() / 1000n;
-    const reload = await runCliToExit(['reload', '--wait', '--url', server.url]);
+    const reload = await runCliToExit(['reload', '--wait', '--url', server.adminUrl]);
     const after = process.hrtime.bigint() / 1000n;
     expect(reload.out).toMatch(/reload \d+: committed/);
     expect(reload.out).toMatch(/ready again after \d+ ms/);
@@ -113,10 +113,10 @@ describe('systemd notify at a socket path', () => {
   });
 
   test('a failed reload: --wait exits non-zero with the reason; systemd still hears READY=1 (aborted)', async () => {
-    expect((await postJson(`${server.url}/api/debug/fail-step`, { node: 1, step: 'prepare' })).status).toBe(
-      200,
-    );
-    const reload = await runCliToExit(['reload', '--wait', '--url', server.url]);
+    expect(
+      (await postJson(`${server.adminUrl}/api/debug/fail-step`, { node: 1, step: 'prepare' })).status,
+    ).toBe(200);
+    const reload = await runCliToExit(['reload', '--wait', '--url', server.adminUrl]);
     expect(reload.code).toBe(1);
     expect(reload.out).toContain('injected failure of prepare');
     await fake.received.until('READY after the aborted reload', () => fake.received.events().length === 5);
@@ -154,7 +154,7 @@ describe('systemd notify at a socket path', () => {
     const blockMs = 3500;
     const blocked = Date.now();
     // Not awaited: if this connection landed on node 1, its answer waits for the block to end.
-    const hook = postJson(`${server.url}/api/debug/block-node`, { node: 1, ms: blockMs });
+    const hook = postJson(`${server.adminUrl}/api/debug/block-node`, { node: 1, ms: blockMs });
     await fake.received.until('STATUS naming the wedged node', () =>
       fake.received.all.some(
         (d) => d.at >= blocked && d.fields.get('STATUS')?.includes('unresponsive: node 1'),
@@ -230,7 +230,7 @@ describe('reload --wait', () => {
         if (pid !== undefined && pid !== old) break;
         await sleep(50);
       }
-      const reload = await runCliToExit(['reload', '--wait', '--json', '--url', server.url]);
+      const reload = await runCliToExit(['reload', '--wait', '--json', '--url', server.adminUrl]);
       expect(reload.code).toBe(0);
       const answer = JSON.parse(reload.out.trim().split('\n').at(-1)!) as {
         result: string;

@@ -17,7 +17,7 @@ describe('the default model survives a restart', () => {
     const first = await startServer({ models: ['echo', 'upper'], env });
     try {
       expect(await unnamedRequestModel(first.wsUrl)).toBe('echo');
-      const reload = await runCliToExit(['reload', '--model', 'upper', '--url', first.url]);
+      const reload = await runCliToExit(['reload', '--model', 'upper', '--url', first.adminUrl]);
       expect(reload.code).toBe(0);
       const saved = JSON.parse(readFileSync(path.join(stateDir, 'registry.json'), 'utf8')) as Record<
         string,

@@ -46,7 +46,7 @@ describe('PREPARE makes nothing routable before COMMIT', () => {
     mkdirSync(path.join(dir, 'upper', '2'));
     copyFileSync(path.join(dir, 'upper', '1', 'model.onnx'), path.join(dir, 'upper', '2', 'model.onnx'));
     const client = await WsClient.connect(server.wsUrl);
-    const reload = postJson(`${server.url}/api/models/upper/candidate`, { version: '2' });
+    const reload = postJson(`${server.adminUrl}/api/models/upper/candidate`, { version: '2' });
     await waitForLoaded(server, 'upper', '2', 2);
     expect(await client.request({ id: 1, model: 'upper', version: '2', text: 'a' })).toMatchObject({
       type: 'error',
@@ -67,7 +67,7 @@ describe('PREPARE makes nothing routable before COMMIT', () => {
   test('a brand-new model answers unknown_model until the commit', async () => {
     symlinkSync(path.join(MODELS_DIR, 'echo'), path.join(dir, 'echo'));
     const client = await WsClient.connect(server.wsUrl);
-    const reload = postJson(`${server.url}/api/reload`, { model: 'echo', version: '1' });
+    const reload = postJson(`${server.adminUrl}/api/reload`, { model: 'echo', version: '1' });
     await Promise.race([
       waitForLoaded(server, 'echo', '1', 2),
       reload.then((answer) => {

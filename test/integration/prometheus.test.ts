@@ -39,13 +39,13 @@ function freePort(): Promise<number> {
 }
 
 /** deploy/prometheus.yml with this test's targets and 1 s intervals; each substitution must apply. */
-function prometheusConfig(serverPort: number, closedPort: number): string {
+function prometheusConfig(adminPort: number, closedPort: number): string {
   let text = readFileSync(path.join(DEPLOY, 'prometheus.yml'), 'utf8');
   const substitute = (from: RegExp, to: string): void => {
     expect(text).toMatch(from);
     text = text.replace(from, to);
   };
-  substitute(/localhost:8000/g, `127.0.0.1:${serverPort}`);
+  substitute(/localhost:8001/g, `127.0.0.1:${adminPort}`);
   // Nothing listens there: the pipeline job stays down, as it would on a host without `streaminfer stream`.
   substitute(/localhost:9470/g, `127.0.0.1:${closedPort}`);
   substitute(/scrape_interval: 15s/g, 'scrape_interval: 1s');
@@ -133,7 +133,7 @@ const show = (samples: Sample[]): string =>
         STREAMINFER_TEST_RESTART_LOAD_DELAY_MS: '3000',
       },
     });
-    writeFileSync(path.join(dir, 'prometheus.yml'), prometheusConfig(server.port, closedPort));
+    writeFileSync(path.join(dir, 'prometheus.yml'), prometheusConfig(server.adminPort, closedPort));
     for (const rules of ['streaminfer-alerts.yml', 'streaminfer-recording.yml'])
       copyFileSync(path.join(DEPLOY, rules), path.join(dir, rules));
     prometheus = spawn(
@@ -169,7 +169,7 @@ const show = (samples: Sample[]): string =>
     const first = await traffic(1);
     expect(first.filter((a) => a.code === 'client_queue_full').length).toBeGreaterThan(0);
     // A candidate on a 50% canary, compared in shadow: the registry panels need both.
-    expect(await digitsCanaryAndShadow(server.url)).toEqual([200, 200, 200, 200]);
+    expect(await digitsCanaryAndShadow(server.adminUrl)).toEqual([200, 200, 200, 200]);
     await sleep(1100);
     await traffic(2);
     await sleep(1100);
@@ -200,7 +200,7 @@ const show = (samples: Sample[]): string =>
   }
 
   test('up == 1, and the host reports every node ready', async () => {
-    const instance = `127.0.0.1:${server.port}`;
+    const instance = `127.0.0.1:${server.adminPort}`;
     expect((await see('up{job="streaminfer"}')).map((s) => [s.metric.instance, s.value[1]])).toEqual([
       [instance, '1'],
     ]);

@@ -35,14 +35,14 @@ describe('registry: candidate, canary, shadow, promote, rollback, persistence', 
   });
 
   test('stable = 2 at first (the repository default); deploy 1 as candidate; 10% canary over 2000 requests', async () => {
-    await postJson(`${server.url}/api/reload`, { model: 'digits', version: '1' });
-    await postJson(`${server.url}/api/reload`, { model: 'digits', version: '1' });
+    await postJson(`${server.adminUrl}/api/reload`, { model: 'digits', version: '1' });
+    await postJson(`${server.adminUrl}/api/reload`, { model: 'digits', version: '1' });
     // Make stable 1 and candidate 2, as the issue's scenario has it.
-    const deploy = await postJson(`${server.url}/api/models/digits/candidate`, { version: '2' });
+    const deploy = await postJson(`${server.adminUrl}/api/models/digits/candidate`, { version: '2' });
     expect(deploy.status).toBe(200);
     expect(deploy.body.model).toMatchObject({ stable: '1', candidate: '2', canary_percent: 0 });
     expect(
-      (await postJson(`${server.url}/api/models/digits/canary`, { percent: 10 })).body.model,
+      (await postJson(`${server.adminUrl}/api/models/digits/canary`, { percent: 10 })).body.model,
     ).toMatchObject({ canary_percent: 10 });
     const clients = await Promise.all(Array.from({ length: 8 }, () => WsClient.connect(server.wsUrl)));
     const versions: string[] = [];
@@ -60,7 +60,10 @@ describe('registry: candidate, canary, shadow, promote, rollback, persistence', 
     expect(share).toBeGreaterThan(0.073);
     expect(share).toBeLessThan(0.127);
     expect(
-      await counter(server.url, /streaminfer_routed_requests_total\{[^}]*version="2"[^}]*route="canary"/),
+      await counter(
+        server.adminUrl,
+        /streaminfer_routed_requests_total\{[^}]*version="2"[^}]*route="canary"/,
+      ),
     ).toBeGreaterThan(0);
   });
 
@@ -76,8 +79,10 @@ describe('registry: candidate, canary, shadow, promote, rollback, persistence', 
   });
 
   test('shadow: clients only ever get stable answers; the disagreement counted equals the offline one', async () => {
-    await postJson(`${server.url}/api/models/digits/canary`, { percent: 0 });
-    expect((await postJson(`${server.url}/api/models/digits/shadow`, { enabled: true })).status).toBe(200);
+    await postJson(`${server.adminUrl}/api/models/digits/canary`, { percent: 0 });
+    expect((await postJson(`${server.adminUrl}/api/models/digits/shadow`, { enabled: true })).status).toBe(
+      200,
+    );
     const rows = Array.from({ length: 400 }, (_, i) => (i * 4) % 1797);
     const client = await WsClient.connect(server.wsUrl);
     const answers: Answer[] = [];
@@ -108,17 +113,17 @@ describe('registry: candidate, canary, shadow, promote, rollback, persistence', 
     let agree = 0;
     let disagree = 0;
     for (let tries = 0; tries < 50 && agree + disagree < rows.length; tries++) {
-      agree = await counter(server.url, /streaminfer_shadow_comparisons_total\{[^}]*agree="true"/);
-      disagree = await counter(server.url, /streaminfer_shadow_comparisons_total\{[^}]*agree="false"/);
+      agree = await counter(server.adminUrl, /streaminfer_shadow_comparisons_total\{[^}]*agree="true"/);
+      disagree = await counter(server.adminUrl, /streaminfer_shadow_comparisons_total\{[^}]*agree="false"/);
       await new Promise((resolve) => setTimeout(resolve, 50));
     }
     expect(agree + disagree).toBe(rows.length);
     expect(disagree).toBe(offlineDisagree);
-    await postJson(`${server.url}/api/models/digits/shadow`, { enabled: false });
+    await postJson(`${server.adminUrl}/api/models/digits/shadow`, { enabled: false });
   });
 
   test('promote, then rollback under load: instant, zero failed requests', async () => {
-    const promote = await postJson(`${server.url}/api/models/digits/promote`, {});
+    const promote = await postJson(`${server.adminUrl}/api/models/digits/promote`, {});
     expect(promote.body.model).toMatchObject({ stable: '2', previous_stable: '1', candidate: null });
     const clients = await Promise.all(Array.from({ length: 4 }, () => WsClient.connect(server.wsUrl)));
     let stop = false;
@@ -134,7 +139,7 @@ describe('registry: candidate, canary, shadow, promote, rollback, persistence', 
     });
     await new Promise((resolve) => setTimeout(resolve, 150));
     const called = performance.now();
-    const rollback = await postJson(`${server.url}/api/models/digits/rollback`, {});
+    const rollback = await postJson(`${server.adminUrl}/api/models/digits/rollback`, {});
     await new Promise((resolve) => setTimeout(resolve, 150));
     stop = true;
     await Promise.all(loops);
@@ -148,13 +153,13 @@ describe('registry: candidate, canary, shadow, promote, rollback, persistence', 
   });
 
   test('a restart serves exactly what was served before (aliases, canary, shadow)', async () => {
-    await postJson(`${server.url}/api/models/digits/candidate`, { version: '2' });
-    await postJson(`${server.url}/api/models/digits/canary`, { percent: 25 });
-    await postJson(`${server.url}/api/models/digits/shadow`, { enabled: true });
-    const before = (await (await fetch(`${server.url}/api/models`)).json()) as { models: unknown[] };
+    await postJson(`${server.adminUrl}/api/models/digits/candidate`, { version: '2' });
+    await postJson(`${server.adminUrl}/api/models/digits/canary`, { percent: 25 });
+    await postJson(`${server.adminUrl}/api/models/digits/shadow`, { enabled: true });
+    const before = (await (await fetch(`${server.adminUrl}/api/models`)).json()) as { models: unknown[] };
     expect(await server.stop()).toEqual({ code: 0, signal: null });
     server = await start();
-    const after = (await (await fetch(`${server.url}/api/models`)).json()) as {
+    const after = (await (await fetch(`${server.adminUrl}/api/models`)).json()) as {
       models: Array<Record<string, unknown>>;
     };
     expect(after.models[0]).toMatchObject({
@@ -169,7 +174,7 @@ describe('registry: candidate, canary, shadow, promote, rollback, persistence', 
     await server.stop();
     writeFileSync(path.join(stateDir, 'registry.json'), '{ not json');
     server = await start();
-    const models = (await (await fetch(`${server.url}/api/models`)).json()) as {
+    const models = (await (await fetch(`${server.adminUrl}/api/models`)).json()) as {
       models: Array<Record<string, unknown>>;
     };
     expect(models.models[0]).toMatchObject({ aliases: { stable: '2' }, canary_percent: 0, shadow: false });
@@ -179,7 +184,7 @@ describe('registry: candidate, canary, shadow, promote, rollback, persistence', 
   test('the CLI drives the registry', async () => {
     const run = (args: string[]) =>
       new Promise<{ code: number | null; out: string }>((resolve) => {
-        const child = runCli([...args, '--url', server.url]);
+        const child = runCli([...args, '--url', server.adminUrl]);
         let out = '';
         child.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
         child.stderr!.on('data', (chunk: Buffer) => (out += chunk.toString()));

@@ -24,7 +24,7 @@ describe('POST /api/reload switches the default model with zero failed requests'
       }
     });
     await new Promise((resolve) => setTimeout(resolve, 300));
-    const response = await postJson(`${server.url}/api/reload`, { model: 'upper' });
+    const response = await postJson(`${server.adminUrl}/api/reload`, { model: 'upper' });
     expect(response.status).toBe(200);
     expect(response.body).toMatchObject({ ok: true, default_model: 'upper', previous: 'echo' });
     await new Promise((resolve) => setTimeout(resolve, 300));
@@ -50,7 +50,7 @@ describe('POST /api/reload switches the default model with zero failed requests'
 
   test('reload to an unknown model is refused and changes nothing', async () => {
     const before = (await (await fetch(`${server.url}/health`)).json()) as { default_model: string };
-    const response = await postJson(`${server.url}/api/reload`, { model: 'missing' });
+    const response = await postJson(`${server.adminUrl}/api/reload`, { model: 'missing' });
     expect(response.status).toBe(404);
     expect(response.body).toMatchObject({ type: 'error', code: 'unknown_model' });
     const after = (await (await fetch(`${server.url}/health`)).json()) as { default_model: string };
@@ -58,13 +58,17 @@ describe('POST /api/reload switches the default model with zero failed requests'
   });
 
   test('malformed admin bodies get typed errors', async () => {
-    expect((await postJson(`${server.url}/api/reload`, '{nope')).body).toMatchObject({ code: 'bad_request' });
-    expect((await postJson(`${server.url}/api/reload`, { model: 7 })).body).toMatchObject({
+    expect((await postJson(`${server.adminUrl}/api/reload`, '{nope')).body).toMatchObject({
+      code: 'bad_request',
+    });
+    expect((await postJson(`${server.adminUrl}/api/reload`, { model: 7 })).body).toMatchObject({
       code: 'bad_request',
     });
     const put = { method: 'PUT', headers: { 'content-type': 'application/json' } };
-    expect((await fetch(`${server.url}/api/reload`, put)).status).toBe(405);
-    expect(await (await fetch(`${server.url}/api/reload`)).json()).toMatchObject({ result: 'committed' });
+    expect((await fetch(`${server.adminUrl}/api/reload`, put)).status).toBe(405);
+    expect(await (await fetch(`${server.adminUrl}/api/reload`)).json()).toMatchObject({
+      result: 'committed',
+    });
   });
 
   test('streaminfer reload and status work against the running server', async () => {
@@ -76,13 +80,13 @@ describe('POST /api/reload switches the default model with zero failed requests'
         child.stderr!.on('data', (chunk: Buffer) => (out += chunk.toString()));
         child.on('exit', (code) => resolve({ code, out }));
       });
-    const reload = await run(['reload', '--model', 'echo', '--url', server.url]);
+    const reload = await run(['reload', '--model', 'echo', '--url', server.adminUrl]);
     expect(reload.code).toBe(0);
     expect(reload.out).toMatch(/default model: \w+ -> echo/);
-    const status = await run(['status', '--url', server.url, '--json']);
+    const status = await run(['status', '--url', server.adminUrl, '--json']);
     expect(status.code).toBe(0);
     expect(JSON.parse(status.out)).toMatchObject({ status: 'ok', default_model: 'echo' });
-    const bad = await run(['reload', '--model', 'missing', '--url', server.url]);
+    const bad = await run(['reload', '--model', 'missing', '--url', server.adminUrl]);
     expect(bad.code).toBe(1);
     expect(bad.out).toContain('unknown_model');
   });
@@ -98,17 +102,17 @@ describe('admin token', () => {
   });
 
   test('with a token configured, /api/* needs it (even from loopback)', async () => {
-    const without = await postJson(`${server.url}/api/reload`, { model: 'upper' });
+    const without = await postJson(`${server.adminUrl}/api/reload`, { model: 'upper' });
     expect(without.status).toBe(401);
     expect(without.body).toMatchObject({ code: 'unauthorized' });
     const wrong = await postJson(
-      `${server.url}/api/reload`,
+      `${server.adminUrl}/api/reload`,
       { model: 'upper' },
       { authorization: 'Bearer nope' },
     );
     expect(wrong.status).toBe(401);
     const right = await postJson(
-      `${server.url}/api/reload`,
+      `${server.adminUrl}/api/reload`,
       { model: 'upper' },
       { authorization: 'Bearer s3cret' },
     );

@@ -19,6 +19,11 @@ async function health(server: ServerHandle): Promise<Health> {
   return (await (await fetch(`${server.url}/health`)).json()) as Health;
 }
 
+/** /health from the admin listener: it answers while the only node restarts. */
+async function adminHealth(server: ServerHandle): Promise<Health> {
+  return (await (await fetch(`${server.adminUrl}/health`)).json()) as Health;
+}
+
 describe('rolling reload failure: true per-node outcome, restart onto the host table', () => {
   let server: ServerHandle;
   beforeAll(async () => {
@@ -32,9 +37,11 @@ describe('rolling reload failure: true per-node outcome, restart onto the host t
     const before = await health(server);
     expect(before.models[0]!.aliases.stable).toBe('2');
     // Node 1 fails the first roll it is asked; node 0 does its first roll (to 1), then fails the roll-back.
-    expect((await postJson(`${server.url}/api/debug/fail-step`, { node: 1, step: 'roll' })).status).toBe(200);
+    expect((await postJson(`${server.adminUrl}/api/debug/fail-step`, { node: 1, step: 'roll' })).status).toBe(
+      200,
+    );
     expect(
-      (await postJson(`${server.url}/api/debug/fail-step`, { node: 0, step: 'roll', skip: 1 })).status,
+      (await postJson(`${server.adminUrl}/api/debug/fail-step`, { node: 0, step: 'roll', skip: 1 })).status,
     ).toBe(200);
     // Through the CLI: if its request lands on node 0, which the reload restarts, it reads the outcome from
     // GET /api/reload instead.
@@ -47,7 +54,7 @@ describe('rolling reload failure: true per-node outcome, restart onto the host t
       '--strategy',
       'rolling',
       '--url',
-      server.url,
+      server.adminUrl,
       '--json',
     ]);
     expect(cli.code).toBe(1);
@@ -65,7 +72,7 @@ describe('rolling reload failure: true per-node outcome, restart onto the host t
     expect(String(response.body.error)).toContain('node 0 restarted, node 1 restored');
     expect(String(response.body.error)).not.toContain('every node');
     // GET /api/reload shows the same outcome.
-    const last = (await (await fetch(`${server.url}/api/reload`)).json()) as Record<string, unknown>;
+    const last = (await (await fetch(`${server.adminUrl}/api/reload`)).json()) as Record<string, unknown>;
     expect(last.nodes).toEqual(response.body.nodes);
 
     // What the outcome says is what runs: node 0 is a new process, both ready at the new epoch on stable 2.
@@ -87,7 +94,7 @@ describe('rolling reload failure: true per-node outcome, restart onto the host t
   }, 60000);
 });
 
-describe('the reload restarts the node that carries its request', () => {
+describe('the reload restarts a node: the caller still gets the outcome', () => {
   let server: ServerHandle;
   beforeAll(async () => {
     server = await startServer({ models: ['digits'], args: ['--model', 'digits'] });
@@ -96,27 +103,21 @@ describe('the reload restarts the node that carries its request', () => {
     expect(await server.stop()).toEqual({ code: 0, signal: null });
   });
 
-  test('the request is answered 503 unavailable, not dropped; GET /api/reload and the CLI give the outcome', async () => {
+  // The admin listener is the supervisor's own: no node carries the request, so the one the reload restarts
+  // cannot take the answer with it (on the data port it used to be answered 503 unavailable).
+  test('the request is answered with the failed outcome, the restarted node named; the CLI says the same', async () => {
     const fail = { node: 0, step: 'roll', times: 2 };
-    expect((await postJson(`${server.url}/api/debug/fail-step`, fail)).status).toBe(200);
+    expect((await postJson(`${server.adminUrl}/api/debug/fail-step`, fail)).status).toBe(200);
     const pid = (await health(server)).nodes[0]!.pid;
-    const response = await postJson(`${server.url}/api/reload`, {
+    const response = await postJson(`${server.adminUrl}/api/reload`, {
       model: 'digits',
       version: '1',
       strategy: 'rolling',
     });
-    expect(response.status).toBe(503);
-    expect(response.body).toMatchObject({ code: 'unavailable' });
-    // With one node the port is dark while it restarts: a refused connection is one more try.
-    let last: Record<string, unknown> = {};
-    for (let i = 0; i < 200 && last.result !== 'failed'; i++) {
-      await new Promise((resolve) => setTimeout(resolve, 50));
-      last = await fetch(`${server.url}/api/reload`).then(
-        async (reply) => (await reply.json()) as Record<string, unknown>,
-        () => ({}),
-      );
-    }
+    expect(response.status).toBe(500);
+    const last = response.body as Record<string, unknown>;
     expect(last).toMatchObject({
+      code: 'reload_failed',
       result: 'failed',
       nodes: [
         {
@@ -127,12 +128,17 @@ describe('the reload restarts the node that carries its request', () => {
         },
       ],
     });
-    const after = await health(server);
+    expect(await (await fetch(`${server.adminUrl}/api/reload`)).json()).toMatchObject({ id: last.id });
+    // The restarted node may still be loading (one node: the data port is dark until it listens).
+    let after = await adminHealth(server);
+    for (let i = 0; i < 200 && !after.ready; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      after = await adminHealth(server);
+    }
     expect(after.nodes[0]!.pid).not.toBe(pid);
     expect(after).toMatchObject({ ready: true, epoch: last.epoch });
 
-    // The CLI reads the outcome when its connection's node is restarted.
-    expect((await postJson(`${server.url}/api/debug/fail-step`, fail)).status).toBe(200);
+    expect((await postJson(`${server.adminUrl}/api/debug/fail-step`, fail)).status).toBe(200);
     const cli = await runCliToExit([
       'reload',
       '--model',
@@ -142,7 +148,7 @@ describe('the reload restarts the node that carries its request', () => {
       '--strategy',
       'rolling',
       '--url',
-      server.url,
+      server.adminUrl,
     ]);
     expect(cli.code).toBe(1);
     expect(cli.out).toContain('failed (rolling)');

@@ -57,25 +57,25 @@ describe('progressive delivery in a fleet', () => {
     const [a, b] = hosts as [ServerHandle, ServerHandle];
     let load = new Load(a.wsUrl);
     try {
-      const started = await postJson(`${a.url}/api/models/digits/rollout`, quickPlan([20, 40, 60]));
+      const started = await postJson(`${a.adminUrl}/api/models/digits/rollout`, quickPlan([20, 40, 60]));
       expect(started.status).toBe(200);
       // the share is the fleet's: host b serves it too, and reads the rollout from the fleet's store
-      const models = (await (await fetch(`${b.url}/api/models`)).json()) as {
+      const models = (await (await fetch(`${b.adminUrl}/api/models`)).json()) as {
         models: { name: string; canary_percent: number; aliases: Record<string, string> }[];
       };
       expect(models.models.find((m) => m.name === 'digits')).toMatchObject({
         canary_percent: 20,
         aliases: { stable: '2', candidate: '1' },
       });
-      expect((await rollout(b.url)).view).toMatchObject({ state: 'progressing', candidate: '1' });
+      expect((await rollout(b.adminUrl)).view).toMatchObject({ state: 'progressing', candidate: '1' });
       // a second start on the other host is refused: one rollout per model in the fleet
-      expect((await postJson(`${b.url}/api/models/digits/rollout`, { version: '1' })).status).toBe(409);
-      await waitFor(a.url, (v) => v.step >= 1);
+      expect((await postJson(`${b.adminUrl}/api/models/digits/rollout`, { version: '1' })).status).toBe(409);
+      await waitFor(a.adminUrl, (v) => v.step >= 1);
       // Stop the driver once step 1's share is the fleet's (a host stopped in the middle of coordinating a
       // fleet change leaves the coordinator lease to expire, 15 s, before anyone can change the fleet again).
       const deadline = Date.now() + 10000;
       while (Date.now() < deadline) {
-        const listing = (await (await fetch(`${b.url}/api/models`)).json()) as {
+        const listing = (await (await fetch(`${b.adminUrl}/api/models`)).json()) as {
           models: { name: string; canary_percent: number }[];
         };
         if (listing.models.find((m) => m.name === 'digits')!.canary_percent === 40) break;
@@ -88,7 +88,7 @@ describe('progressive delivery in a fleet', () => {
     await a.stop();
     load = new Load(b.wsUrl);
     try {
-      const done = await waitFor(b.url, (v) => v.state === 'promoted', 30000);
+      const done = await waitFor(b.adminUrl, (v) => v.state === 'promoted', 30000);
       console.log(`fleet takeover to promotion: ${Date.now() - stoppedAt} ms after the driver stopped`);
       expect(done.transitions.map((t) => t.to)).toEqual(['step_0', 'step_1', 'step_2', 'promoted']);
     } finally {
@@ -96,7 +96,7 @@ describe('progressive delivery in a fleet', () => {
     }
     expect(b.logs()).toContain('rollout taken over from a silent host');
     // the promotion itself goes through the fleet's barrier in the same evaluation
-    const stable = await stableOf(b.url, '1');
+    const stable = await stableOf(b.adminUrl, '1');
     if (stable !== '1')
       console.log(
         b

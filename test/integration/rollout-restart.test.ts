@@ -28,9 +28,9 @@ describe('progressive delivery: a restart resumes the rollout at its step', () =
     let load = new Load(server.wsUrl);
     let before: View;
     try {
-      const started = await postJson(`${server.url}/api/models/digits/rollout`, quickPlan([10, 30, 60]));
+      const started = await postJson(`${server.adminUrl}/api/models/digits/rollout`, quickPlan([10, 30, 60]));
       expect(started.status).toBe(200);
-      before = await waitFor(server.url, (v) => v.step >= 1);
+      before = await waitFor(server.adminUrl, (v) => v.step >= 1);
     } finally {
       await load.stop();
     }
@@ -45,17 +45,17 @@ describe('progressive delivery: a restart resumes the rollout at its step', () =
     });
 
     server = await start();
-    const after = (await rollout(server.url)).view;
+    const after = (await rollout(server.adminUrl)).view;
     expect(after).toMatchObject({ state: 'progressing', step: 1, share: 30, candidate: '1', stable: '2' });
     expect(after.step_started_at).toBe(before.step_started_at);
     expect(server.logs()).toContain('rollout resumed after a restart');
-    const models = (await (await fetch(`${server.url}/api/models`)).json()) as {
+    const models = (await (await fetch(`${server.adminUrl}/api/models`)).json()) as {
       models: { name: string; canary_percent: number }[];
     };
     expect(models.models.find((m) => m.name === 'digits')!.canary_percent).toBe(30);
     load = new Load(server.wsUrl);
     try {
-      const done = await waitFor(server.url, (v) => v.state !== 'progressing');
+      const done = await waitFor(server.adminUrl, (v) => v.state !== 'progressing');
       expect(done.state).toBe('promoted');
       expect(done.transitions.map((t) => `${t.from}>${t.to}`)).toEqual([
         'none>step_0',

@@ -85,7 +85,7 @@ describe('rollouts judge only what they routed (issue 24, defect 6)', () => {
     let done: View;
     try {
       await sleep(300);
-      const start = await postJson(`${server.url}/api/models/digits/rollout`, quickPlan([25, 50, 100]));
+      const start = await postJson(`${server.adminUrl}/api/models/digits/rollout`, quickPlan([25, 50, 100]));
       expect(start.status).toBe(200);
       attackers = [
         new Attacker(server.wsUrl, { version: '1' }),
@@ -93,7 +93,7 @@ describe('rollouts judge only what they routed (issue 24, defect 6)', () => {
         new Attacker(server.wsUrl, { routing_key: routingKey('canary', 0.25) }),
         new Attacker(server.wsUrl, { version: 'stable' }),
       ];
-      done = await waitFor(server.url, (v) => v.state !== 'progressing', 30000);
+      done = await waitFor(server.adminUrl, (v) => v.state !== 'progressing', 30000);
     } finally {
       await load.stop();
       await Promise.all(attackers.map((attacker) => attacker.stop()));
@@ -109,7 +109,7 @@ describe('rollouts judge only what they routed (issue 24, defect 6)', () => {
   test('the mirror attack on the stable side does not move the error-rate check', async () => {
     // stable 1 after the first test (2 if it failed): the other version at 25 % then 50 %; the stable side is the
     // draws at or above 0.5.
-    const listing = (await (await fetch(`${server.url}/api/models`)).json()) as {
+    const listing = (await (await fetch(`${server.adminUrl}/api/models`)).json()) as {
       models: { name: string; aliases: Record<string, string> }[];
     };
     const stable = listing.models.find((m) => m.name === 'digits')!.aliases.stable!;
@@ -119,7 +119,7 @@ describe('rollouts judge only what they routed (issue 24, defect 6)', () => {
     let done: View;
     try {
       await sleep(300);
-      const start = await postJson(`${server.url}/api/models/digits/rollout`, {
+      const start = await postJson(`${server.adminUrl}/api/models/digits/rollout`, {
         ...quickPlan([25, 50, 100]),
         version: stable === '1' ? '2' : '1',
       });
@@ -131,7 +131,7 @@ describe('rollouts judge only what they routed (issue 24, defect 6)', () => {
       ];
       const deadline = Date.now() + 30000;
       for (;;) {
-        done = (await rollout(server.url)).view;
+        done = (await rollout(server.adminUrl)).view;
         const value = errorRate(done)?.value;
         if (typeof value === 'number') values.push(value);
         if (done.state !== 'progressing' || Date.now() > deadline) break;

@@ -32,7 +32,7 @@ describe('progressive delivery: automatic canary analysis', () => {
     const load = new Load(server.wsUrl);
     const started = Date.now();
     try {
-      const start = await postJson(`${server.url}/api/models/digits/rollout`, {
+      const start = await postJson(`${server.adminUrl}/api/models/digits/rollout`, {
         version: '1',
         steps: [25, 50, 100],
         dwell_s: 1,
@@ -52,15 +52,17 @@ describe('progressive delivery: automatic canary analysis', () => {
         share: 25,
       });
       // a second rollout of the same model is refused while this one runs
-      const again = await postJson(`${server.url}/api/models/digits/rollout`, { version: '1' });
+      const again = await postJson(`${server.adminUrl}/api/models/digits/rollout`, { version: '1' });
       expect(again.status).toBe(409);
       expect(again.body.code).toBe('conflict');
       // and so are registry changes by hand
-      expect((await postJson(`${server.url}/api/models/digits/canary`, { percent: 90 })).status).toBe(409);
-      expect((await postJson(`${server.url}/api/reload`, { model: 'digits', version: '1' })).status).toBe(
+      expect((await postJson(`${server.adminUrl}/api/models/digits/canary`, { percent: 90 })).status).toBe(
         409,
       );
-      const done = await waitFor(server.url, (v) => v.state === 'promoted');
+      expect(
+        (await postJson(`${server.adminUrl}/api/reload`, { model: 'digits', version: '1' })).status,
+      ).toBe(409);
+      const done = await waitFor(server.adminUrl, (v) => v.state === 'promoted');
       expect(done.transitions.map((t) => `${t.from}>${t.to}:${t.reason}`)).toEqual([
         'none>step_0:started',
         'step_0>step_1:step_passed',
@@ -72,8 +74,8 @@ describe('progressive delivery: automatic canary analysis', () => {
       await load.stop();
     }
     console.log(`promote: ${Date.now() - started} ms`);
-    expect(await stableOf(server.url, '1')).toBe('1');
-    const metrics = await (await fetch(`${server.url}/metrics`)).text();
+    expect(await stableOf(server.adminUrl, '1')).toBe('1');
+    const metrics = await (await fetch(`${server.adminUrl}/metrics`)).text();
     expect(metrics).toMatch(
       /streaminfer_rollout_transitions_total\{model="digits",from="step_1",to="promoted",reason="all_steps_passed"\} 1/,
     );
@@ -95,7 +97,7 @@ describe('progressive delivery: automatic canary analysis', () => {
     const load = new Load(server.wsUrl);
     let view: View;
     try {
-      const start = await postJson(`${server.url}/api/models/digits/rollout`, {
+      const start = await postJson(`${server.adminUrl}/api/models/digits/rollout`, {
         version: '2',
         steps: [50],
         dwell_s: 60,
@@ -105,7 +107,7 @@ describe('progressive delivery: automatic canary analysis', () => {
         checks: { disagreement: { max: 0.001 } },
       });
       expect(start.status).toBe(200);
-      view = await waitFor(server.url, (v) => v.state !== 'progressing');
+      view = await waitFor(server.adminUrl, (v) => v.state !== 'progressing');
       expect(view.state).toBe('rolled_back');
       // one interval later the candidate serves nothing
       await sleep(500);
@@ -124,7 +126,7 @@ describe('progressive delivery: automatic canary analysis', () => {
     expect(view.reason).toMatch(/^disagreement failed 2 evaluations in a row: disagreement \d+\/\d+/);
     expect(view.share).toBe(0);
     // the candidate stays loaded for inspection, with no share and no mirroring
-    const models = (await (await fetch(`${server.url}/api/models`)).json()) as {
+    const models = (await (await fetch(`${server.adminUrl}/api/models`)).json()) as {
       models: {
         name: string;
         aliases: Record<string, string>;
@@ -139,15 +141,22 @@ describe('progressive delivery: automatic canary analysis', () => {
     expect(digitsModel.shadow).toBe(false);
     expect(digitsModel.versions.map((v) => v.version)).toContain('2');
     // a finished rollout cannot be paused; its record is still there
-    const pause = await postJson(`${server.url}/api/models/digits/rollout/pause`, {});
+    const pause = await postJson(`${server.adminUrl}/api/models/digits/rollout/pause`, {});
     expect(pause.status).toBe(409);
-    expect((await rollout(server.url)).view.state).toBe('rolled_back');
+    expect((await rollout(server.adminUrl)).view.state).toBe('rolled_back');
     // the CLI shows it; `--wait` on a finished rollout exits 1 unless it was promoted
-    const status = await runCliToExit(['models', 'rollout-status', 'digits', '--wait', '--url', server.url]);
+    const status = await runCliToExit([
+      'models',
+      'rollout-status',
+      'digits',
+      '--wait',
+      '--url',
+      server.adminUrl,
+    ]);
     expect(status.code).toBe(1);
     expect(status.out).toContain('digits: 2 over 1 — rolled_back, step 1/1, candidate share 0%');
     expect(status.out).toContain('step_0 → rolled_back (failed_disagreement)');
-    const metrics = await (await fetch(`${server.url}/metrics`)).text();
+    const metrics = await (await fetch(`${server.adminUrl}/metrics`)).text();
     expect(lintExposition(metrics)).toEqual([]);
     if (spawnSync('promtool', ['--version'], { stdio: 'ignore' }).status === 0)
       expect(spawnSync('promtool', ['check', 'metrics'], { input: metrics, encoding: 'utf8' }).stdout).toBe(
@@ -172,7 +181,7 @@ describe('progressive delivery: automatic canary analysis', () => {
       ['POST', '/api/models/%zz/rollout', {}, 400, 'bad_request'],
     ];
     for (const [method, url, body, status, code] of cases) {
-      const response = await fetch(`${server.url}${url}`, {
+      const response = await fetch(`${server.adminUrl}${url}`, {
         method,
         headers: { 'content-type': 'application/json' },
         ...(body !== undefined ? { body: typeof body === 'string' ? body : JSON.stringify(body) } : {}),
@@ -196,7 +205,7 @@ describe('progressive delivery: automatic canary analysis', () => {
         'junk',
       ])
         if (Math.random() < 0.5) body[key] = pick();
-      const response = await fetch(`${server.url}/api/models/digits/rollout`, {
+      const response = await fetch(`${server.adminUrl}/api/models/digits/rollout`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
         body: JSON.stringify(body),
@@ -205,7 +214,7 @@ describe('progressive delivery: automatic canary analysis', () => {
       expect(response.status).toBeLessThan(500);
       if (response.status === 200) {
         // it started one: abort it so the next can start
-        expect((await postJson(`${server.url}/api/models/digits/rollout/abort`, {})).status).toBe(200);
+        expect((await postJson(`${server.adminUrl}/api/models/digits/rollout/abort`, {})).status).toBe(200);
       } else expect(typeof answer.code).toBe('string');
     }
   });

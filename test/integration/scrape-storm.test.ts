@@ -21,12 +21,12 @@ describe('scrape storm on a 2-node server', () => {
   });
 
   test(`${STORM} concurrent /metrics and ${STORM} /health: every answer full, the nodes asked a few times`, async () => {
-    const before = await (await fetch(`${server.url}/metrics`)).text();
+    const before = await (await fetch(`${server.adminUrl}/metrics`)).text();
     const started = Date.now();
     const [metrics, health] = await Promise.all([
       Promise.all(
         Array.from({ length: STORM }, async () => {
-          const response = await fetch(`${server.url}/metrics`);
+          const response = await fetch(`${server.adminUrl}/metrics`);
           return { status: response.status, text: await response.text() };
         }),
       ),
@@ -44,7 +44,7 @@ describe('scrape storm on a 2-node server', () => {
       ),
     ]);
     const stormMs = Date.now() - started;
-    const after = await (await fetch(`${server.url}/metrics`)).text();
+    const after = await (await fetch(`${server.adminUrl}/metrics`)).text();
 
     for (const answer of metrics) {
       expect(answer.status).toBe(200);

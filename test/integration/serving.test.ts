@@ -115,7 +115,7 @@ describe('HTTP', () => {
     const client = await WsClient.connect(server.wsUrl);
     await client.request({ id: 1, model: 'echo', input: [1] });
     client.close();
-    const response = await fetch(`${server.url}/metrics`);
+    const response = await fetch(`${server.adminUrl}/metrics`);
     expect(response.status).toBe(200);
     expect(response.headers.get('content-type')).toContain('text/plain');
     const text = await response.text();

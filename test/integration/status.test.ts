@@ -49,10 +49,10 @@ describe('streaminfer status against a running server', () => {
     });
     // A rollout in progress, so the frame has aliases beyond stable: digits v1 as candidate, 25% canary.
     const auth = { authorization: `Bearer ${TOKEN}` };
-    expect((await postJson(`${server.url}/api/models/digits/candidate`, { version: '1' }, auth)).status).toBe(
-      200,
-    );
-    const canary = await postJson(`${server.url}/api/models/digits/canary`, { percent: 25 }, auth);
+    expect(
+      (await postJson(`${server.adminUrl}/api/models/digits/candidate`, { version: '1' }, auth)).status,
+    ).toBe(200);
+    const canary = await postJson(`${server.adminUrl}/api/models/digits/canary`, { percent: 25 }, auth);
     expect(canary.status).toBe(200);
     epoch = canary.body.epoch as number;
   }, 90000);
@@ -64,7 +64,7 @@ describe('streaminfer status against a running server', () => {
     const traffic = driveTraffic(server.wsUrl);
     await new Promise((resolve) => setTimeout(resolve, 300));
     const started = Date.now();
-    const status = await runCliToExit(['status', '--port', String(server.port), '--token', TOKEN]);
+    const status = await runCliToExit(['status', '--port', String(server.adminPort), '--token', TOKEN]);
     const tookMs = Date.now() - started;
     const answered = await traffic.stop();
     expect(answered).toBeGreaterThan(0);
@@ -73,7 +73,7 @@ describe('streaminfer status against a running server', () => {
     for (const line of lines) expect(line.length).toBeLessThanOrEqual(100);
     expect(lines[0]).toMatch(
       new RegExp(
-        `^streaminfer http://127\\.0\\.0\\.1:${server.port} \\d\\d:\\d\\d:\\d\\d UTC: ok, epoch ${epoch}, `,
+        `^streaminfer http://127\\.0\\.0\\.1:${server.adminPort} \\d\\d:\\d\\d:\\d\\d UTC: ok, epoch ${epoch}, `,
       ),
     );
     expect(epoch).toBeGreaterThan(0);
@@ -102,7 +102,7 @@ describe('streaminfer status against a running server', () => {
   });
 
   test('--json gives the same summary with snake_case keys', async () => {
-    const status = await runCliToExit(['status', '--url', server.url, '--json'], {
+    const status = await runCliToExit(['status', '--url', server.adminUrl, '--json'], {
       STREAMINFER_ADMIN_TOKEN: TOKEN,
     });
     expect(status.code).toBe(0);
@@ -117,7 +117,7 @@ describe('streaminfer status against a running server', () => {
   });
 
   test('--watch 1 redraws every second and exits 0 on SIGINT', async () => {
-    const child = runCli(['status', '--port', String(server.port), '--token', TOKEN, '--watch', '1']);
+    const child = runCli(['status', '--port', String(server.adminPort), '--token', TOKEN, '--watch', '1']);
     let out = '';
     child.stderr!.on('data', (chunk: Buffer) => (out += chunk.toString()));
     const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
@@ -148,7 +148,7 @@ describe('streaminfer status against a running server', () => {
 
   test('a wrong or missing admin token: one line naming the fix, exit 1', async () => {
     for (const token of [['--token', 'wrong'], []]) {
-      const status = await runCliToExit(['status', '--port', String(server.port), ...token], {
+      const status = await runCliToExit(['status', '--port', String(server.adminPort), ...token], {
         STREAMINFER_ADMIN_TOKEN: '',
       });
       expect(status.code).toBe(1);
@@ -165,7 +165,7 @@ test('streaminfer status with no server there: one line with the cause, non-zero
     const status = await runCliToExit(['status', '--port', String(port), ...watch]);
     expect(status.code).not.toBe(0);
     expect(status.out).toBe(
-      `streaminfer: cannot reach StreamInfer at http://127.0.0.1:${port}: fetch failed (connect ECONNREFUSED 127.0.0.1:${port})\n`,
+      `streaminfer: cannot reach StreamInfer at http://127.0.0.1:${port}: connect ECONNREFUSED 127.0.0.1:${port}\n`,
     );
   }
 });

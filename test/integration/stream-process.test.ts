@@ -292,7 +292,9 @@ describe('streaminfer stream (embedded, the shipped model)', () => {
               'x'.repeat(70_000),
               JSON.stringify({ version: random.pick(ODD_VALUES) }),
             ]);
-      const res = await fetch(`http://127.0.0.1:${admin}${route}`, { method, body });
+      // JSON, as the admin listener requires of a body (without it: 415, before the body is read).
+      const headers = body === undefined ? undefined : { 'content-type': 'application/json' };
+      const res = await fetch(`http://127.0.0.1:${admin}${route}`, { method, body, headers });
       statuses.add(res.status);
       const text = await res.text();
       if (res.status >= 400 && method !== 'HEAD')

@@ -24,7 +24,7 @@ async function nodePids(): Promise<number[]> {
 }
 
 async function handlerErrors(route: string): Promise<number> {
-  const text = await (await fetch(`${server.url}/metrics`)).text();
+  const text = await (await fetch(`${server.adminUrl}/metrics`)).text();
   const escaped = route.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
   const match = new RegExp(`streaminfer_handler_errors_total\\{route="${escaped}"\\} (\\d+)`).exec(text);
   return match ? Number(match[1]) : 0;
@@ -106,18 +106,18 @@ test('an exception in a WebSocket message handler closes only that socket (1011)
 
 test('an admin call carrying X-Forwarded-For or Forwarded is refused without a token (proxy ≠ loopback)', async () => {
   // The same call from loopback without proxy headers is served.
-  expect((await fetch(`${server.url}/api/models`)).status).toBe(200);
+  expect((await fetch(`${server.adminUrl}/api/models`)).status).toBe(200);
   const proxied: Array<Record<string, string>> = [
     { 'x-forwarded-for': '203.0.113.7' },
     { forwarded: 'for=203.0.113.7;proto=https' },
   ];
   for (const header of proxied) {
-    const listed = await fetch(`${server.url}/api/models`, { headers: header });
+    const listed = await fetch(`${server.adminUrl}/api/models`, { headers: header });
     expect(listed.status).toBe(401);
     const body = (await listed.json()) as { code: string; message: string };
     expect(body.code).toBe('unauthorized');
     expect(body.message).toMatch(/proxy/);
-    const reload = await postJson(`${server.url}/api/reload`, { model: 'echo' }, header);
+    const reload = await postJson(`${server.adminUrl}/api/reload`, { model: 'echo' }, header);
     expect(reload.status).toBe(401);
     expect(reload.body).toMatchObject({ code: 'unauthorized' });
   }

@@ -1,19 +1,10 @@
 /**
- * Admin API access (`/api/*`), pure: who may call it (token, or loopback trust) and, against a web page in a
- * browser on the host (CSRF, DNS rebinding), what a call must look like. The node decides with these before it
- * reads a body (apps/node/http-exchange.ts forwardControl); the supervisor checks again (admin-api.ts).
+ * Admin API access (`/api/*`, and `/metrics` on the admin listener), decided from a request's headers before
+ * its body is read: who may call it (the token, when one is configured) and, against a web page in a browser on
+ * the host (CSRF, DNS rebinding), what a call must look like. No caller is trusted for its address: behind a
+ * TLS terminator, a sidecar, `kubectl port-forward` or socat every connection comes from loopback.
  */
-import { timingSafeEqual } from 'node:crypto';
-
-/** Loopback in every spelling uWS may report (IPv4, IPv6, IPv4-mapped IPv6, expanded IPv6). */
-export function isLoopbackAddress(address: string): boolean {
-  const value = address.toLowerCase();
-  if (value.startsWith('127.') || value === '::1' || value === 'localhost') return true;
-  if (value.startsWith('::ffff:127.')) return true;
-  if (/^(0{1,4}:){7}0{0,3}1$/.test(value)) return true;
-  // uWS prints IPv4-mapped addresses expanded: 0000:0000:0000:0000:0000:ffff:7f00:0001
-  return /^(0{1,4}:){5}ffff:7f[0-9a-f]{2}:[0-9a-f]{1,4}$/.test(value);
-}
+import { bearerToken, sameToken } from './token';
 
 /** Proxy headers of an admin request, as received ('' or undefined when absent). */
 export interface ProxyHeaders {
@@ -22,53 +13,45 @@ export interface ProxyHeaders {
 }
 
 /**
- * Admin endpoints: with a token configured, a matching `Authorization: Bearer <token>` is required from every
- * client; without one, only loopback clients are served — and a request carrying `X-Forwarded-For` or
- * `Forwarded` is not one: behind a local reverse proxy every caller's connection comes from loopback, so the
- * address proves nothing and the request is refused.
+ * With a token configured, a matching `Authorization: Bearer <token>` is required of every caller, whatever
+ * its address. Without one the listener is loopback or a unix socket (libs/config refuses anything else) and
+ * trusts its callers — except a request carrying `X-Forwarded-For` or `Forwarded`: a local reverse proxy
+ * relays other machines' callers, so it is refused.
  */
 export function authorizeAdmin(
   token: string | undefined,
-  remoteAddress: string,
   authorization: string,
   proxy: ProxyHeaders = {},
 ): { ok: true } | { ok: false; reason: string } {
   if (token) {
-    const presented = /^Bearer\s+(.+)$/i.exec(authorization.trim())?.[1] ?? '';
-    const expected = Buffer.from(token);
-    const given = Buffer.from(presented);
-    if (given.length === expected.length && timingSafeEqual(given, expected)) return { ok: true };
+    if (sameToken(token, bearerToken(authorization))) return { ok: true };
     return {
       ok: false,
-      reason: 'admin endpoints need "Authorization: Bearer <token>" (STREAMINFER_ADMIN_TOKEN)',
+      reason:
+        'admin endpoints need "Authorization: Bearer <token>" (the admin token: adminTokenFile or STREAMINFER_ADMIN_TOKEN)',
     };
   }
   if (proxy.forwardedFor || proxy.forwarded) {
     return {
       ok: false,
       reason:
-        'admin request came through a proxy (X-Forwarded-For or Forwarded header): a proxied caller is not a loopback client; configure an admin token (STREAMINFER_ADMIN_TOKEN) and send "Authorization: Bearer <token>"',
+        'admin request came through a proxy (X-Forwarded-For or Forwarded header): a proxied caller is not trusted; configure an admin token (adminTokenFile) and send "Authorization: Bearer <token>"',
     };
   }
-  if (isLoopbackAddress(remoteAddress)) return { ok: true };
-  return {
-    ok: false,
-    reason: 'admin endpoints accept loopback clients only unless an admin token is configured',
-  };
+  return { ok: true };
 }
 
-/** What the node and the supervisor need to decide an admin request (the configuration's admin settings). */
+/** What decides an admin request (the configuration's admin settings). */
 export interface AdminPolicy {
-  /** Unset: loopback trust (no token; loopback clients only, with a loopback Host). */
+  /** Unset: the listener's callers are trusted (it is loopback or a unix socket), with a loopback Host. */
   token?: string | undefined;
   /** Origins (`scheme://host[:port]`, lower case) whose pages may call the admin API; empty: none. */
   allowedOrigins: readonly string[];
 }
 
-/** The headers of an admin request that decide it (absent or '' when not sent): a ControlRequest is one. */
+/** The headers of an admin request that decide it (absent or '' when not sent). */
 export interface AdminRequestHead {
   method: string;
-  remoteAddress: string;
   authorization: string;
   forwardedFor?: string;
   forwarded?: string;
@@ -121,15 +104,15 @@ export function parseAllowedOrigins(setting: string | undefined): string[] {
 }
 
 /**
- * One admin request, in this order: authenticated (401 `unauthorized`, see authorizeAdmin); under loopback
- * trust a loopback `Host` (403 `forbidden`: a DNS-rebound page reaches 127.0.0.1 under its own name); no
+ * One admin request, in this order: authenticated (401 `unauthorized`, see authorizeAdmin); without a token
+ * a loopback `Host` (403 `forbidden`: a DNS-rebound page reaches 127.0.0.1 under its own name); no
  * `Origin` unless allowed (403 `forbidden`: a page's cross-origin request) on mutating requests, and on every
- * request under loopback trust; a mutating request (anything but GET and HEAD) is `application/json` (415
+ * request without a token; a mutating request (anything but GET and HEAD) is `application/json` (415
  * `unsupported_media_type`: a page can send text/plain, form and multipart bodies without a CORS preflight,
  * never JSON). Headers only: it is decided before a body is read.
  */
 export function checkAdminRequest(policy: AdminPolicy, request: AdminRequestHead): AdminDecision {
-  const auth = authorizeAdmin(policy.token, request.remoteAddress, request.authorization, {
+  const auth = authorizeAdmin(policy.token, request.authorization, {
     forwardedFor: request.forwardedFor,
     forwarded: request.forwarded,
   });
@@ -142,7 +125,7 @@ export function checkAdminRequest(policy: AdminPolicy, request: AdminRequestHead
     return {
       ok: false,
       code: 'forbidden',
-      reason: `admin endpoints trust loopback clients only when they name a loopback host (localhost, 127.0.0.1, [::1]); Host "${printable(host)}" is not one (configure an admin token to call them by another name)`,
+      reason: `without an admin token, admin endpoints trust callers only when they name a loopback host (localhost, 127.0.0.1, [::1]); Host "${printable(host)}" is not one (configure an admin token to call them by another name)`,
     };
   const mutating = request.method !== 'GET' && request.method !== 'HEAD';
   const origin = rawOrigin.trim().toLowerCase();
