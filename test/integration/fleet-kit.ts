@@ -13,8 +13,6 @@ import { CLI, modelsSubset } from './harness';
 import type { FleetNet } from './netns-kit';
 
 export const FLEET_TOKEN = 'fleet-test-token-0123456789';
-/** Each host's admin listener port, on the host's own address. */
-export const FLEET_ADMIN_PORT = 8001;
 
 export interface FleetHost {
   index: number;
@@ -75,7 +73,7 @@ export async function startFleetHost(
     '--admin-host',
     net.address(i),
     '--admin-port',
-    String(FLEET_ADMIN_PORT),
+    String(net.adminPort(i)),
     ...(options.args ?? []),
   ];
   const child = net.spawnIn(i, process.execPath, args, {
@@ -100,7 +98,7 @@ export async function startFleetHost(
     id,
     url: net.url(i),
     wsUrl: `${net.url(i).replace('http', 'ws')}/ws`,
-    adminUrl: `http://${net.address(i)}:${FLEET_ADMIN_PORT}`,
+    adminUrl: `http://${net.address(i)}:${net.adminPort(i)}`,
     modelsDir,
     child,
     logs: () => output,

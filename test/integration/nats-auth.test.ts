@@ -103,12 +103,20 @@ async function fleetPart(s: AuthServer, captured: Captured): Promise<void> {
       captured.add(`${host.id} /health`, (await health(host.url))?.body);
     }
     await waitFor(
-      async () => ((await admin(hosts[0]!.url, 'GET', '/api/fleet')).body.hosts as unknown[])?.length === 2,
+      async () =>
+        ((await admin(hosts[0]!.adminUrl, 'GET', '/api/fleet')).body.hosts as unknown[])?.length === 2,
       20_000,
       () => 'the fleet view never listed both hosts',
     );
-    captured.add('/api/fleet', (await admin(hosts[0]!.url, 'GET', '/api/fleet')).body);
-    const status = await runCliToExit(['status', '--fleet', '--url', hosts[1]!.url, '--token', FLEET_TOKEN]);
+    captured.add('/api/fleet', (await admin(hosts[0]!.adminUrl, 'GET', '/api/fleet')).body);
+    const status = await runCliToExit([
+      'status',
+      '--fleet',
+      '--url',
+      hosts[1]!.adminUrl,
+      '--token',
+      FLEET_TOKEN,
+    ]);
     expect(status).toMatchObject({ code: 0, out: expect.stringContaining('h0') });
     captured.add('status --fleet', status.out);
     const push = await runCliToExit(

@@ -14,6 +14,9 @@ import path from 'node:path';
 
 export type Isolation = 'netns' | 'loopback';
 
+/** Each namespace has its own address: every host's admin listener takes the default port there. */
+const NAMESPACE_ADMIN_PORT = 8001;
+
 export interface FleetNetOptions {
   hosts: number;
   /** 1 to 3 lowercase letters: interface names are at most 15 characters (prefix, pid, letter, `h`, index). */
@@ -43,6 +46,8 @@ export interface FleetNet {
   readonly natsStoreDir: string;
   address(i: number): string;
   port(i: number): number;
+  /** Host i's admin listener port: 8001 in its own namespace, a free one of its own on loopback. */
+  adminPort(i: number): number;
   /** `http://<address(i)>:<port(i)>` */
   url(i: number): string;
   /** The namespace's name (`ip netns exec <name> …`); undefined in loopback mode. */
@@ -262,6 +267,7 @@ export async function createFleetNet(options: FleetNetOptions): Promise<FleetNet
   let gateway = '127.0.0.1';
   const addresses: string[] = [];
   const ports: number[] = [];
+  const adminPorts: number[] = [];
   try {
     if (isNetns) {
       const subnet = freeSubnet(process.pid * 26 + letter.charCodeAt(0));
@@ -289,6 +295,7 @@ export async function createFleetNet(options: FleetNetOptions): Promise<FleetNet
       for (let i = 0; i < hosts; i++) {
         addresses.push('127.0.0.1');
         ports.push(await freePort('127.0.0.1'));
+        adminPorts.push(await freePort('127.0.0.1'));
       }
     }
   } catch (err) {
@@ -334,6 +341,7 @@ export async function createFleetNet(options: FleetNetOptions): Promise<FleetNet
     },
     address: (i) => addresses[check(i)]!,
     port: (i) => ports[check(i)]!,
+    adminPort: (i) => adminPorts[check(i)] ?? NAMESPACE_ADMIN_PORT,
     url: (i) => `http://${addresses[check(i)]}:${ports[i]}`,
     namespace: (i) => (isNetns ? nsName(check(i)) : undefined),
     spawnIn,

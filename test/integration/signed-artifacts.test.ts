@@ -60,7 +60,7 @@ async function push(version: string, signWith?: 'a' | 'b', viaEnv = false) {
 }
 
 async function revision(): Promise<number> {
-  return (await admin(hosts[0]!.url, 'GET', '/api/fleet')).body.revision as number;
+  return (await admin(hosts[0]!.adminUrl, 'GET', '/api/fleet')).body.revision as number;
 }
 
 async function versionServed(host: FleetHost, version: string): Promise<string | undefined> {
@@ -79,7 +79,7 @@ async function versionServed(host: FleetHost, version: string): Promise<string |
 async function refusedEverywhere(version: string, reason: RegExp): Promise<void> {
   const before = await revision();
   for (const host of hosts) {
-    const answer = await admin(host.url, 'POST', '/api/models/digits/candidate', { version });
+    const answer = await admin(host.adminUrl, 'POST', '/api/models/digits/candidate', { version });
     expect(answer.status).toBeGreaterThanOrEqual(400);
     expect(answer.body.message).toMatch(new RegExp(`model digits version ${version} refused: `));
     expect(answer.body.message).toMatch(reason);
@@ -94,7 +94,7 @@ async function refusedEverywhere(version: string, reason: RegExp): Promise<void>
 
 /** One sample of the host's /metrics. */
 async function metric(host: FleetHost, series: string): Promise<number | undefined> {
-  const response = await fetch(`${host.url}/metrics`, {
+  const response = await fetch(`${host.adminUrl}/metrics`, {
     headers: { authorization: `Bearer ${FLEET_TOKEN}` },
   });
   const line = (await response.text()).split('\n').find((l) => l.startsWith(`${series} `));
@@ -130,7 +130,7 @@ async function rotate(pubs: string[], ids: string[]): Promise<void> {
     );
   }
   await waitFor(
-    async () => (await admin(hosts[0]!.url, 'GET', '/api/fleet')).body.coordinator === null,
+    async () => (await admin(hosts[0]!.adminUrl, 'GET', '/api/fleet')).body.coordinator === null,
     15_000,
     () => 'a fleet change still runs after the SIGHUPs',
   );
@@ -184,7 +184,9 @@ describe('signed model artifacts in a fleet', () => {
     const pushed = await push('3', 'a');
     expect(pushed.sha256).toBe(sha256(V2_BYTES));
     expect(pushed.keyId).toMatch(/^[0-9a-f]{16}$/);
-    const candidate = await admin(hosts[0]!.url, 'POST', '/api/models/digits/candidate', { version: '3' });
+    const candidate = await admin(hosts[0]!.adminUrl, 'POST', '/api/models/digits/candidate', {
+      version: '3',
+    });
     expect(candidate.status).toBe(200);
     await waitFor(
       async () =>
@@ -238,7 +240,7 @@ describe('signed model artifacts in a fleet', () => {
     });
     await push('10');
     const before = await revision();
-    const answer = await admin(hosts[0]!.url, 'POST', '/api/models/digits/candidate', { version: '10' });
+    const answer = await admin(hosts[0]!.adminUrl, 'POST', '/api/models/digits/candidate', { version: '10' });
     expect(answer.status).toBeGreaterThanOrEqual(400);
     expect(answer.body.message).toMatch(
       /prepare failed, nothing changed: host h1: model digits version 10 refused: unsigned/,
@@ -265,7 +267,9 @@ describe('signed model artifacts in a fleet', () => {
     const [a, b] = [idOf(keys.a.pub), idOf(keys.b.pub)];
     await rotate([keys.a.pub, keys.b.pub], [a, b]);
     expect((await push('8', 'b')).keyId).toBe(b);
-    const candidate = await admin(hosts[1]!.url, 'POST', '/api/models/digits/candidate', { version: '8' });
+    const candidate = await admin(hosts[1]!.adminUrl, 'POST', '/api/models/digits/candidate', {
+      version: '8',
+    });
     expect(candidate.status).toBe(200);
     for (const host of hosts)
       await waitFor(
@@ -277,7 +281,7 @@ describe('signed model artifacts in a fleet', () => {
     await push('9', 'a');
     const before = await revision();
     for (const host of hosts) {
-      const answer = await admin(host.url, 'POST', '/api/models/digits/candidate', { version: '9' });
+      const answer = await admin(host.adminUrl, 'POST', '/api/models/digits/candidate', { version: '9' });
       expect(answer.status).toBeGreaterThanOrEqual(400);
       expect(answer.body.message).toMatch(
         `model digits version 9 refused: untrusted_key: signed by key ${a}`,
@@ -299,7 +303,9 @@ describe('signed model artifacts in a fleet', () => {
       `trusted keys file ${trustedFile}: block 1 is a private key`,
     );
     await push('11', 'b');
-    const candidate11 = await admin(hosts[0]!.url, 'POST', '/api/models/digits/candidate', { version: '11' });
+    const candidate11 = await admin(hosts[0]!.adminUrl, 'POST', '/api/models/digits/candidate', {
+      version: '11',
+    });
     expect(candidate11.status).toBe(200);
     // No key material in any host's output.
     const body = (pem: string) => readFileSync(pem, 'utf8').split('\n')[1]!;

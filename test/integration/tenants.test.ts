@@ -262,7 +262,7 @@ describe('tenants with API keys (--api-keys, --nodes 2)', () => {
   }, 30_000);
 
   test('per-tenant series reach /metrics and pass the metric lint and promtool', async () => {
-    const text = await (await fetch(`${server.url}/metrics`)).text();
+    const text = await (await fetch(`${server.adminUrl}/metrics`)).text();
     expect(text).toMatch(
       /^streaminfer_requests_total\{model="echo",version="1",tenant="alpha",protocol="ws",code="ok"\} [1-9]/m,
     );
@@ -337,7 +337,7 @@ describe('tenants with API keys (--api-keys, --nodes 2)', () => {
       keysFile,
       JSON.stringify({ tenants: { ...good.tenants, delta: { keys: [digest(keyDelta)], rateLimitRps: -5 } } }),
     );
-    const refused = await runCliToExit(['reload', '--config', config, '--url', server.url]);
+    const refused = await runCliToExit(['reload', '--config', config, '--url', server.adminUrl]);
     expect(refused.code).not.toBe(0);
     expect(refused.out).toContain('tenants.delta.rateLimitRps: expected');
     expect((await upgrade(server.wsUrl, { key: keyDelta })).status).toBe(401);
@@ -350,7 +350,7 @@ describe('tenants with API keys (--api-keys, --nodes 2)', () => {
         },
       }),
     );
-    const applied = await runCliToExit(['reload', '--config', config, '--url', server.url]);
+    const applied = await runCliToExit(['reload', '--config', config, '--url', server.adminUrl]);
     expect(applied.code).toBe(0);
     const delta = await openRetrying(server.wsUrl, keyDelta);
     sockets.push(delta);

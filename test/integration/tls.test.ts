@@ -97,10 +97,15 @@ describe('TLS on the data port', () => {
     first = kit.issue('first', ca);
     copyFileSync(first.cert, live.cert);
     copyFileSync(first.key, live.key);
+    // The admin listener speaks TLS too, on a pair of its own (never swapped here): the CLI reaches it over https.
+    const admin = kit.issue('admin', ca);
     server = await startServer({
       models: ['echo'],
       tls: true,
-      args: ['--nodes', '2', '--tls-cert', live.cert, '--tls-key', live.key],
+      args: [
+        ...['--nodes', '2', '--tls-cert', live.cert, '--tls-key', live.key],
+        ...['--admin-tls-cert', admin.cert, '--admin-tls-key', admin.key],
+      ],
     });
   });
   afterAll(async () => {
@@ -168,7 +173,16 @@ describe('TLS on the data port', () => {
     const third = kit.issue('third', ca, { certPath: live.cert, keyPath: live.key });
     const configFile = path.join(kit.dir, 'reload.json');
     writeFileSync(configFile, '{}\n');
-    const reload = ['reload', '--config', configFile, '--strategy', 'rolling', '--url', server.url, '--json'];
+    const reload = [
+      'reload',
+      '--config',
+      configFile,
+      '--strategy',
+      'rolling',
+      '--url',
+      server.adminUrl,
+      '--json',
+    ];
     const untrusted = await runCliToExit(reload);
     expect(untrusted.code).not.toBe(0);
     expect(untrusted.out).toContain('set NODE_EXTRA_CA_CERTS');
