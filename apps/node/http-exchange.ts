@@ -100,6 +100,7 @@ export function forwardControl(
   forward: (request: ControlRequest, reply: (response: ControlResponse) => void) => void,
   admin: AdminPolicy,
   refusals: AdminRefusals,
+  peerAddress: string = remoteAddress(res),
 ): void {
   const exchange = openExchange(res, route, guard);
   const request: ControlRequest = {
@@ -107,7 +108,7 @@ export function forwardControl(
     path: req.getUrl(),
     query: req.getQuery() ?? '',
     body: '',
-    remoteAddress: remoteAddress(res),
+    remoteAddress: peerAddress,
     authorization: req.getHeader('authorization'),
     forwardedFor: req.getHeader('x-forwarded-for'),
     forwarded: req.getHeader('forwarded'),

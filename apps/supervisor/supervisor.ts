@@ -149,6 +149,7 @@ export class Supervisor implements AdminHost, NotifyHost {
       host: () => this.coordinator!,
       startOptions: (index) => this.startOptions(index),
       control: (request) => this.admin.answer(request),
+      sharedListener: options.tls?.clientCaFile !== undefined,
     });
     this.admin = new AdminApi(this, this.nodeSet, this.registry, fanOutsTotal);
     this.rollouts = new RolloutController({
