@@ -87,7 +87,8 @@ export class TlsRelay {
   /** Starts accepting on the shared listening handle (from the supervisor). */
   listen(handle: unknown): Promise<void> {
     if (this.acceptor) return Promise.resolve();
-    const acceptor = net.createServer((socket) => this.server.emit('connection', socket));
+    // Answers are small and each is awaited: no Nagle delay on either hop.
+    const acceptor = net.createServer({ noDelay: true }, (socket) => this.server.emit('connection', socket));
     this.acceptor = acceptor;
     return new Promise((resolve, reject) => {
       acceptor.once('error', reject);
