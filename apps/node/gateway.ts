@@ -101,6 +101,8 @@ export class Gateway implements RoomsTransport {
   private listenPort = 0;
   /** Mutual TLS: node:tls on the host's port, relaying to this node's plain app on 127.0.0.1 (made at first listen). */
   private relay: TlsRelay | undefined;
+  /** Counts stops (rolls, drains): a listen that waited for the shared handle across one does not accept. */
+  private listenGeneration = 0;
   private readonly sockets = new Set<uWS.WebSocket<Connection>>();
   private nextConnectionId = 1;
   private readonly metrics: MetricsShard;
@@ -190,8 +192,16 @@ export class Gateway implements RoomsTransport {
       this.guard.admit = (res) => relay.admit(res);
       this.logger.info({ innerPort }, 'mutual TLS: node:tls on the data port, relaying to the inner port');
     }
-    await this.relay.listen(await this.hooks.listenHandle());
     this.listenPort = port;
+    if (this.relay.accepting) return port;
+    const generation = this.listenGeneration;
+    const handle = await this.hooks.listenHandle();
+    // A roll or a drain that began while the handle was on its way: this node must not accept now.
+    if (generation !== this.listenGeneration || this.draining || this.relay.accepting) {
+      (handle as { close?: () => void } | undefined)?.close?.();
+      return port;
+    }
+    await this.relay.listen(handle);
     return port;
   }
 
@@ -699,6 +709,7 @@ export class Gateway implements RoomsTransport {
 
   /** Rolling reload: no new connections here while this node swaps (the other nodes take them). */
   stopListening(): void {
+    this.listenGeneration++;
     this.relay?.stopAccepting();
     if (this.listenSocket) {
       uWS.us_listen_socket_close(this.listenSocket);
@@ -714,6 +725,7 @@ export class Gateway implements RoomsTransport {
   /** Stop accepting: close the listen socket; new requests on open connections are answered `unavailable`. */
   stopAccepting(): void {
     this.admission.draining = true;
+    this.listenGeneration++;
     this.relay?.stopAccepting();
     if (this.listenSocket) {
       uWS.us_listen_socket_close(this.listenSocket);

@@ -29,6 +29,7 @@ const PROXY_V2_HEADER_BYTES = 16 + 36;
 const NONCE_BYTES = 16;
 /** After uWS closed a connection, its client has this long to read what is left before it is cut. */
 const FLUSH_ON_CLOSE_MS = 10_000;
+const HANDSHAKE_TIMEOUT_MS = 10_000;
 
 /** The secure context options of a node:tls server on these files: a client certificate is required. */
 export function mutualTlsOptions(files: NodeTls): tls.SecureContextOptions {
@@ -70,6 +71,8 @@ export class TlsRelay {
       ...mutualTlsOptions(files),
       requestCert: true,
       rejectUnauthorized: true,
+      // A connection that does not finish its handshake soon holds a socket for nothing (default 120 s).
+      handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
     });
     this.server.on('secureConnection', (socket) => this.relay(socket));
     // A refused handshake (no certificate, another CA, not TLS at all) is the client's business: debug only.

@@ -53,15 +53,24 @@ function httpsCall(
 /** The SHA-256 fingerprint of the certificate a new TLS connection to the port is given. */
 function peerFingerprint(port: number, client: ClientCert = {}): Promise<string> {
   return new Promise((resolve, reject) => {
+    // A port nobody accepts on (every node stopped) holds the connection in its backlog: fail, do not hang.
+    const timer = setTimeout(() => {
+      socket.destroy();
+      reject(new Error(`no TLS handshake on port ${port} within 10 s`));
+    }, 10_000);
     const socket = tls.connect(
       { host: '127.0.0.1', port, ca: caPem, servername: 'localhost', ...client },
       () => {
+        clearTimeout(timer);
         const fingerprint = socket.getPeerCertificate().fingerprint256;
         socket.end();
         resolve(fingerprint);
       },
     );
-    socket.on('error', reject);
+    socket.on('error', (error) => {
+      clearTimeout(timer);
+      reject(error);
+    });
   });
 }
 
@@ -292,6 +301,8 @@ describe('mutual TLS (--tls-client-ca): node:tls requires a client certificate',
   });
 
   it('serves a client with a certificate signed by the client CA, over HTTP and wss, on both nodes', async () => {
+    // Each node logs its relay as it listens; the lines may reach the output just after "ready".
+    await waitFor('both nodes to log their relay', () => relays(server).size === 2, 10_000);
     expect([...relays(server).keys()].sort()).toEqual([0, 1]);
     const answer = await httpsCall(
       `${server.url}/predict`,
