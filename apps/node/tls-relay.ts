@@ -82,11 +82,6 @@ export class TlsRelay {
     });
   }
 
-  /** Connections open through the relay (each holds one nonce). */
-  get connections(): number {
-    return this.peers.size;
-  }
-
   /** Starts accepting on the shared listening handle (from the supervisor). */
   listen(handle: unknown): Promise<void> {
     if (this.acceptor) return Promise.resolve();
@@ -94,9 +89,13 @@ export class TlsRelay {
     const acceptor = net.createServer({ noDelay: true }, (socket) => this.server.emit('connection', socket));
     this.acceptor = acceptor;
     return new Promise((resolve, reject) => {
-      acceptor.once('error', reject);
+      const failed = (error: Error): void => {
+        this.acceptor = undefined;
+        reject(error);
+      };
+      acceptor.once('error', failed);
       acceptor.listen(handle as net.ListenOptions, () => {
-        acceptor.off('error', reject);
+        acceptor.off('error', failed);
         acceptor.on('error', (error) => this.logger.error({ err: error.message }, 'TLS acceptor error'));
         resolve();
       });
