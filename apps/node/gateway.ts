@@ -46,6 +46,7 @@ import type { RoomsTransport } from './rooms';
 import { createRooms } from './rooms';
 import type { ModelTable } from './table';
 import { type TenantState, Tenants } from './tenants';
+import { TlsRelay } from './tls-relay';
 import { TransportGuard } from './transport-guard';
 
 const SERVER_VERSION: string = (require('../../../package.json') as { version: string }).version;
@@ -79,6 +80,13 @@ export const PROTOCOL_VIOLATION_CLOSE_CODE = 1008;
 
 export interface GatewayHooks {
   forwardControl(request: ControlRequest, reply: (response: ControlResponse) => void): void;
+  /** Mutual TLS only: the host's listening socket, from the supervisor, for the node's node:tls server. */
+  listenHandle(): Promise<unknown>;
+}
+
+/** With a client CA the port is node:tls relaying to a plain app (tls-relay.ts): uWS cannot require one. */
+function isMutual(tls: NodeTls | undefined): boolean {
+  return tls?.clientCaFile !== undefined;
 }
 
 export class Gateway implements RoomsTransport {
@@ -92,6 +100,10 @@ export class Gateway implements RoomsTransport {
   private readonly retiredApps: uWS.TemplatedApp[] = [];
   private listenSocket: uWS.us_listen_socket | undefined;
   private listenPort = 0;
+  /** Mutual TLS: node:tls on the host's port, relaying to this node's plain app on 127.0.0.1 (made at first listen). */
+  private relay: TlsRelay | undefined;
+  /** Counts stops (rolls, drains): a listen that waited for the shared handle across one does not accept. */
+  private listenGeneration = 0;
   private readonly sockets = new Set<uWS.WebSocket<Connection>>();
   private nextConnectionId = 1;
   private readonly metrics: MetricsShard;
@@ -163,6 +175,7 @@ export class Gateway implements RoomsTransport {
   // ---------------------------------------------------------------- listening
 
   listen(host: string, port: number): Promise<number> {
+    if (isMutual(this.tls)) return this.listenMutual(port);
     try {
       this.listenSocket = bind(this.app, host, port);
       this.listenPort = uWS.us_socket_local_port(this.listenSocket);
@@ -173,17 +186,43 @@ export class Gateway implements RoomsTransport {
   }
 
   /**
-   * A plain app, or a TLS one on the given files, with every route. With clientCaFile a presented client
-   * certificate is verified against it at the handshake (uSockets cannot require one, see README TLS).
+   * Mutual TLS: the plain app listens on 127.0.0.1 at a port of its own, once, for the node's life; node:tls
+   * takes the host's port (the shared handle) and relays there. From then on every request and upgrade must
+   * come through the relay (the guard's admit check): the inner port is reachable by anyone on the host.
    */
+  private async listenMutual(port: number): Promise<number> {
+    if (!this.relay) {
+      const inner = bind(this.app, '127.0.0.1', 0);
+      const innerPort = uWS.us_socket_local_port(inner);
+      const relay = new TlsRelay(this.tls!, innerPort, this.logger);
+      this.relay = relay;
+      this.guard.admit = (res) => relay.admit(res);
+      this.logger.info({ innerPort }, 'mutual TLS: node:tls on the data port, relaying to the inner port');
+    }
+    this.listenPort = port;
+    if (this.relay.accepting) return port;
+    const generation = this.listenGeneration;
+    const handle = await this.hooks.listenHandle();
+    // A roll or a drain that began while the handle was on its way: this node must not accept now.
+    if (generation !== this.listenGeneration || this.draining || this.relay.accepting) {
+      (handle as { close?: () => void } | undefined)?.close?.();
+      return port;
+    }
+    await this.relay.listen(handle);
+    return port;
+  }
+
+  /** Takes new connections now (not during a roll, a drain, or before the first listen). */
+  private get listening(): boolean {
+    return this.relay ? this.relay.accepting : this.listenSocket !== undefined;
+  }
+
+  /** A plain app, or a TLS one on the given files (mutual TLS: plain, behind the relay), with every route. */
   private makeApp(tls: NodeTls | undefined): uWS.TemplatedApp {
-    const app = tls
-      ? uWS.SSLApp({
-          cert_file_name: tls.certFile,
-          key_file_name: tls.keyFile,
-          ...(tls.clientCaFile !== undefined ? { ca_file_name: tls.clientCaFile } : {}),
-        })
-      : uWS.App();
+    const app =
+      tls && !isMutual(tls)
+        ? uWS.SSLApp({ cert_file_name: tls.certFile, key_file_name: tls.keyFile })
+        : uWS.App();
     this.routes(app);
     return app;
   }
@@ -199,8 +238,16 @@ export class Gateway implements RoomsTransport {
    * connections the old app holds stay open and keep being served, new ones get the new certificate.
    * While the node does not listen (a roll, a drain, not started yet) only the app is replaced: the next
    * listen uses it. The caller has checked the files; should the new listen fail, the old app stays.
+   * Mutual TLS: the node:tls server takes the new files (setSecureContext): same effect, same port.
    */
   useTls(tls: NodeTls | undefined): void {
+    if (isMutual(tls) !== isMutual(this.tls))
+      throw new Error('turning mutual TLS (tlsClientCa) on or off needs a restart');
+    if (isMutual(tls)) {
+      this.relay?.setFiles(tls!);
+      this.tls = tls;
+      return;
+    }
     const fresh = this.makeApp(tls);
     const oldSocket = this.listenSocket;
     if (oldSocket) {
@@ -311,6 +358,7 @@ export class Gateway implements RoomsTransport {
         this.options.backpressure.slowConsumerCloseBytes + 2 * this.options.maxPayloadBytes + 1024 * 1024,
       upgrade: (res, req, context) => {
         try {
+          if (!guard.admits(res)) return;
           if (this.draining) {
             res.writeStatus('503 Service Unavailable').end('server is shutting down');
             return;
@@ -522,7 +570,12 @@ export class Gateway implements RoomsTransport {
 
   /** The client's address as limits key it: behind trusted proxies, the rightmost untrusted XFF hop. */
   private addressOf(res: uWS.HttpResponse, req: uWS.HttpRequest): string {
-    return clientKey(this.proxies.clientAddress(remoteAddress(res), req.getHeader('x-forwarded-for')));
+    return clientKey(this.proxies.clientAddress(this.peerAddress(res), req.getHeader('x-forwarded-for')));
+  }
+
+  /** The peer's address: the TCP peer's, or behind the mutual-TLS relay the real client's. */
+  private peerAddress(res: uWS.HttpResponse): string {
+    return this.relay ? this.relay.peerOf(res) : remoteAddress(res);
   }
 
   /** Whose limits a frame is charged to: its connection's, or its address's (rateLimitKey `ip`). */
@@ -735,6 +788,8 @@ export class Gateway implements RoomsTransport {
 
   /** Rolling reload: no new connections here while this node swaps (the other nodes take them). */
   stopListening(): void {
+    this.listenGeneration++;
+    this.relay?.stopAccepting();
     if (this.listenSocket) {
       uWS.us_listen_socket_close(this.listenSocket);
       this.listenSocket = undefined;
@@ -742,13 +797,15 @@ export class Gateway implements RoomsTransport {
   }
 
   async resumeListening(): Promise<void> {
-    if (this.listenSocket || this.draining) return;
+    if (this.listening || this.draining) return;
     await this.listen(this.options.host, this.listenPort);
   }
 
   /** Stop accepting: close the listen socket; new requests on open connections are answered `unavailable`. */
   stopAccepting(): void {
     this.admission.draining = true;
+    this.listenGeneration++;
+    this.relay?.stopAccepting();
     if (this.listenSocket) {
       uWS.us_listen_socket_close(this.listenSocket);
       this.listenSocket = undefined;

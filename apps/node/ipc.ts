@@ -91,6 +91,8 @@ export type SupervisorMessage =
   | { type: 'sync'; requestId: number; plan: TablePlan; epoch: number }
   /** The node is at the host's table and epoch, and in every reload from now on: take traffic. */
   | { type: 'listen'; port: number }
+  /** Mutual TLS: the host's listening socket, sent as the message's handle (the answer to want-listen-handle). */
+  | { type: 'listen-handle' }
   /** Liveness: answered from the node's main event loop, so a blocked loop stops the watchdog (see notify.ts). */
   | { type: 'ping'; seq: number }
   /** Test hook: block the main event loop this long (a wedged node). */
@@ -106,6 +108,8 @@ export type NodeMessage =
   /** Every model of the start table is loaded (at `epoch`); the node does not listen until told to. */
   | { type: 'loaded'; nodeIndex: number; epoch: number }
   | { type: 'listening'; nodeIndex: number; port: number }
+  /** Mutual TLS: this node is about to accept on the host's port and needs its listening socket. */
+  | { type: 'want-listen-handle'; nodeIndex: number }
   | { type: 'ready'; nodeIndex: number; health: NodeHealth }
   | { type: 'start-failed'; nodeIndex: number; error: string }
   | { type: 'control-request'; requestId: number; request: ControlRequest }

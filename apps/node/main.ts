@@ -33,6 +33,8 @@ class NodeProcess {
   private state: 'starting' | 'ready' | 'draining' = 'starting';
   private readonly controlWaiters = new Map<number, (response: ControlResponse) => void>();
   private nextControlId = 1;
+  /** Mutual TLS: listens waiting for the host's listening socket from the supervisor. */
+  private readonly listenHandleWaiters: Array<(handle: unknown) => void> = [];
   private logger = pino({ base: { component: 'node' } });
   private options: NodeStartOptions | undefined;
   private shuttingDown: Promise<void> | undefined;
@@ -82,6 +84,11 @@ class NodeProcess {
         this.controlWaiters.set(requestId, reply);
         send({ type: 'control-request', requestId, request });
       },
+      listenHandle: () =>
+        new Promise((resolve) => {
+          this.listenHandleWaiters.push(resolve);
+          send({ type: 'want-listen-handle', nodeIndex: options.nodeIndex });
+        }),
     });
     this.gateway.startAnswering();
     this.gateway.admission.fence = options.fence;
@@ -186,8 +193,15 @@ class NodeProcess {
     );
   }
 
-  onMessage(message: SupervisorMessage): void {
+  onMessage(message: SupervisorMessage, handle?: unknown): void {
     switch (message.type) {
+      case 'listen-handle': {
+        // One answer per want-listen-handle; a socket nobody waits for any more is closed, not kept open.
+        const waiter = this.listenHandleWaiters.shift();
+        if (waiter) waiter(handle);
+        else (handle as { close?: () => void } | undefined)?.close?.();
+        return;
+      }
       case 'start':
         this.start(message.options).catch((error: Error) => this.failStart(error));
         return;
@@ -382,7 +396,7 @@ function canonicalJson(value: unknown): string {
 }
 
 const node = new NodeProcess();
-process.on('message', (message: SupervisorMessage) => node.onMessage(message));
+process.on('message', (message: SupervisorMessage, handle?: unknown) => node.onMessage(message, handle));
 // Under systemd a SIGTERM may reach every process of the unit: drain the same way the supervisor asks.
 process.on('SIGTERM', () => void node.shutdown());
 process.on('SIGINT', () => void node.shutdown());

@@ -19,6 +19,11 @@ export type HttpHandler = (res: uWS.HttpResponse, req: uWS.HttpRequest) => void;
 
 export class TransportGuard {
   private readonly errors = new Map<string, number>();
+  /**
+   * Mutual TLS: whether a request came through the node's TLS relay (it closes the connection when not).
+   * Checked here, before any route's handler and at every upgrade, so no route can be reached without it.
+   */
+  admit: ((res: uWS.HttpResponse) => boolean) | undefined;
 
   constructor(private readonly logger: Logger) {}
 
@@ -26,11 +31,17 @@ export class TransportGuard {
   http(route: string, handler: HttpHandler): HttpHandler {
     return (res, req) => {
       try {
+        if (this.admit !== undefined && !this.admit(res)) return;
         handler(res, req);
       } catch (error) {
         this.httpFailed(route, res, error);
       }
     };
+  }
+
+  /** The admit check of a WebSocket upgrade (routes made with `http` check it themselves). */
+  admits(res: uWS.HttpResponse): boolean {
+    return this.admit === undefined || this.admit(res);
   }
 
   /**

@@ -5,8 +5,11 @@
  * the callback it is given (the admin API).
  */
 import { type ChildProcess, fork } from 'node:child_process';
-import { createServer } from 'node:net';
+import { lookup } from 'node:dns/promises';
+import * as net from 'node:net';
+import { createServer, isIP } from 'node:net';
 import * as path from 'node:path';
+import { getSystemErrorName } from 'node:util';
 import type { Logger } from 'pino';
 import type { RequestCount } from '../../libs/notify';
 import type { TablePlan } from '../../libs/registry';
@@ -88,11 +91,18 @@ export interface NodeSetOptions {
     beforeListen(): void;
     report(node: number, seq: number, tenants: Record<string, TenantDemand>): void;
   };
+  /**
+   * Mutual TLS: the nodes accept with node:tls, which (Node 20) cannot share a port through SO_REUSEPORT:
+   * the node set binds the port once and hands every node that asks its listening socket.
+   */
+  sharedListener?: boolean;
 }
 
 export class NodeSet {
   readonly nodes: NodeHandle[] = [];
   private portNumber = 0;
+  /** The host's listening socket when sharedListener (bound here, listened on by the nodes). */
+  private listenHandle: SharedListenHandle | undefined;
   private stoppingNow = false;
   private readonly waiters = new Map<
     number,
@@ -119,6 +129,7 @@ export class NodeSet {
     // A port picked by the kernel (port 0) is not shared through SO_REUSEPORT, and a node restarted after a
     // graceful drain cannot bind it again (its old connections linger in TIME_WAIT): pick one first, always.
     if (this.portNumber === 0) this.portNumber = await pickFreePort(host);
+    if (this.options.sharedListener) this.listenHandle = await bindSharedHandle(host, this.portNumber);
     await this.startNode(0, 0);
     await Promise.all(Array.from({ length: count - 1 }, (_, i) => this.startNode(i + 1, 0)));
     return this.portNumber;
@@ -159,6 +170,11 @@ export class NodeSet {
             return;
           case 'listening':
             if (this.portNumber === 0) this.portNumber = message.port;
+            return;
+          case 'want-listen-handle':
+            // Each start, and each resume after a roll: sending dups the socket; the node set keeps its own.
+            if (this.listenHandle && child.connected)
+              child.send({ type: 'listen-handle' } satisfies SupervisorMessage, this.listenHandle as never);
             return;
           case 'ready':
             handle.lastHealth = message.health;
@@ -508,7 +524,38 @@ export class NodeSet {
           }),
       ),
     );
+    this.listenHandle?.close();
+    this.listenHandle = undefined;
   }
+}
+
+/** A bound TCP socket (libuv's handle) that is not accepted on here: only the nodes listen on it. */
+interface SharedListenHandle {
+  close(): void;
+}
+
+/**
+ * Binds the host's port without accepting on it in this process: the way Node's own cluster module shares a
+ * port (its shared-handle mode), through the same net._createServerHandle. Each node that gets the handle
+ * listens and accepts on it; the kernel spreads connections over the nodes accepting at the time.
+ */
+async function bindSharedHandle(host: string, port: number): Promise<SharedListenHandle> {
+  const address = isIP(host) ? host : (await lookup(host)).address;
+  const create = (
+    net as unknown as {
+      _createServerHandle(
+        address: string,
+        port: number,
+        family: number,
+        fd?: number,
+        flags?: number,
+      ): unknown;
+    }
+  )._createServerHandle;
+  const handle = create(address, port, isIP(address), undefined, 0);
+  if (typeof handle === 'number')
+    throw new Error(`could not bind ${host}:${port} for mutual TLS: ${getSystemErrorName(handle)}`);
+  return handle as SharedListenHandle;
 }
 
 function pickFreePort(host: string): Promise<number> {

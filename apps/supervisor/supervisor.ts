@@ -185,6 +185,7 @@ export class Supervisor implements AdminHost, NotifyHost {
       startOptions: (index) => this.startOptions(index),
       control: (request) => this.admin.answer(request, 'data'),
       tenants: this.tenantShares,
+      sharedListener: options.tls?.clientCaFile !== undefined,
     });
     this.admin = new AdminApi(this, this.nodeSet, this.registry, fanOutsTotal);
     this.rollouts = new RolloutController({

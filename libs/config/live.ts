@@ -64,7 +64,7 @@ export interface ConfigChange {
 /**
  * Splits the difference between the running configuration and the wanted one. `started` is the configuration
  * the processes were started with (it fixes the payload ceiling). A live setting whose new value the running
- * processes cannot take (a payload limit above the ceiling, TLS turned on or off) is reported as needing a
+ * processes cannot take (a payload limit above the ceiling, TLS or mutual TLS turned on or off) is reported as needing a
  * restart, not applied.
  */
 export function planConfigChange(
@@ -77,11 +77,13 @@ export function planConfigChange(
   const next: Record<string, unknown> = { ...running };
   for (const key of Object.keys(wanted) as Array<keyof ServerConfig>) {
     if (key === 'devices' || wanted[key] === running[key]) continue;
-    // New certificate files are taken live; turning TLS on or off changes the port's scheme: a restart.
+    // New certificate files are taken live; turning TLS or mutual TLS on or off changes the listener: a restart.
     const live =
       LIVE_SETTINGS.has(key) &&
       (key !== 'maxPayloadBytes' || wanted.maxPayloadBytes <= livePayloadCeiling(started)) &&
-      (!TLS_SETTINGS.has(key) || (wanted.tlsCert === undefined) === (running.tlsCert === undefined));
+      (!TLS_SETTINGS.has(key) ||
+        ((wanted.tlsCert === undefined) === (running.tlsCert === undefined) &&
+          (wanted.tlsClientCa === undefined) === (running.tlsClientCa === undefined)));
     if (live) {
       applied.push(key);
       next[key] = wanted[key];

@@ -281,13 +281,6 @@ export function resolveConfigDetailed(sources: ConfigSources = {}): ResolvedConf
       origins.tlsClientCa,
     );
   }
-  if (config.tlsClientCa !== undefined) {
-    warnings.push(
-      `${resolver.label('tlsClientCa', origins.tlsClientCa)}: a client certificate is verified against this CA at the handshake, ` +
-        'but this uWebSockets.js build cannot require one: a client that presents no certificate is still served',
-    );
-  }
-
   if (config.maxModelQueue < config.batchSize) {
     warnings.push(
       `maxModelQueue ${config.maxModelQueue} is below batchSize ${config.batchSize}: batches can never fill`,

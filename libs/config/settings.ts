@@ -420,7 +420,7 @@ export const SETTINGS: { readonly [K in SettingKey]: SettingSpec<ServerConfig[K]
     env: 'STREAMINFER_TLS_CLIENT_CA',
     default: undefined,
     defaultText: 'unset (no client certificates asked)',
-    help: 'PEM CA file: clients are asked for a certificate and one not signed by this CA is refused at the handshake',
+    help: "PEM CA file (mutual TLS): every client must present a certificate this CA signed; none, or another CA's, is refused at the handshake",
     expected: 'a file path',
     parse: text(PATH_TEXT, 4096),
   },

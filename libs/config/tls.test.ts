@@ -123,23 +123,33 @@ describe('TLS settings', () => {
     expect(noCert.message).toContain('STREAMINFER_TLS_KEY');
   });
 
-  it('refuse a client CA on a plain port, and say what a client CA does not do', () => {
+  it('refuse a client CA on a plain port; a client CA needs no warning (a certificate is required)', () => {
     const error = errorOf(() => resolveConfig({ file: { tlsClientCa: 'ca.pem' } }));
     expect(error.setting).toBe('tlsClientCa');
     expect(error.message).toMatch(/needs tlsCert and tlsKey/);
     const { warnings } = resolveConfigDetailed({
       flags: { tlsCert: 'c.pem', tlsKey: 'k.pem', tlsClientCa: 'ca.pem' },
     });
-    expect(warnings.join('\n')).toMatch(/presents no certificate is still served/);
+    expect(warnings.join('\n')).not.toMatch(/tlsClientCa/);
   });
 
-  it('reload live with new files; turning TLS on or off needs a restart', () => {
+  it('reload live with new files; turning TLS or mutual TLS on or off needs a restart', () => {
     const plain = resolveConfig({});
     const tls = resolveConfig({ flags: { tlsCert: 'c.pem', tlsKey: 'k.pem' } });
-    const renewed = resolveConfig({ flags: { tlsCert: 'c2.pem', tlsKey: 'k2.pem', tlsClientCa: 'ca.pem' } });
-    expect(planConfigChange(tls, renewed, tls)).toMatchObject({
+    const mutual = resolveConfig({ flags: { tlsCert: 'c.pem', tlsKey: 'k.pem', tlsClientCa: 'ca.pem' } });
+    const renewed = resolveConfig({ flags: { tlsCert: 'c2.pem', tlsKey: 'k2.pem', tlsClientCa: 'ca2.pem' } });
+    expect(planConfigChange(mutual, renewed, mutual)).toMatchObject({
       applied: ['tlsCert', 'tlsKey', 'tlsClientCa'],
       restartRequired: [],
+    });
+    // node:tls relays for mutual TLS, uWS SSLApp serves plain TLS: another listener, so a restart.
+    expect(planConfigChange(tls, mutual, tls)).toMatchObject({
+      applied: [],
+      restartRequired: ['tlsClientCa'],
+    });
+    expect(planConfigChange(mutual, tls, mutual)).toMatchObject({
+      applied: [],
+      restartRequired: ['tlsClientCa'],
     });
     expect(planConfigChange(plain, tls, plain)).toMatchObject({
       applied: [],
