@@ -120,6 +120,10 @@ const SERVE_FLAGS: Array<[string, string, string]> = [
 
 const serve = program.command('serve').description('start the server: a supervisor and its node processes');
 for (const [flag, , help] of SERVE_FLAGS) serve.addOption(new Option(flag, help));
+/** Errors name the flag the user typed (`--model`, `--trusted-keys`), not one derived from the setting's key. */
+const SERVE_FLAG_NAMES: Record<string, string> = Object.fromEntries(
+  SERVE_FLAGS.map(([flag, key]) => [key, flag.split(' ')[0]!]),
+);
 serve
   .option('--config <file>', 'JSON config file (flags > STREAMINFER_* env > file > defaults)')
   .option('--pid-file <file>', 'write the supervisor pid here (for `kill -HUP`)')
@@ -150,9 +154,12 @@ serve
     let tls: LoadedTls | undefined;
     let tenants: ReturnType<typeof readTenantFile> | undefined;
     try {
-      resolved = resolveConfigDetailed(
-        filePath ? { flags, env: process.env, file, filePath } : { flags, env: process.env },
-      );
+      resolved = resolveConfigDetailed({
+        flags,
+        flagNames: SERVE_FLAG_NAMES,
+        env: process.env,
+        ...(filePath ? { file, filePath } : {}),
+      });
       // The certificate files are read and checked before anything forks (a broken one: exit 2, named).
       tls = loadTls(resolved.config, Date.now(), resolved.origins);
       // Validated whole before anything starts: a bad entry stops the start (exit 2) naming file and entry.
