@@ -150,7 +150,12 @@ test('defect 1: a text tensor without dtype carrying only a length is refused; n
     expect(json(answer)).toMatchObject({ type: 'error', code: 'bad_request' });
   }
   for (const answer of victim.answers) {
-    const body = json(answer) as { id: number; result: string };
+    const body = json(answer) as { id: number; result: string; type?: string; code?: string };
+    // 10 MB of answers to a slowly reading client (a loaded host) can earn a slow_consumer warning: not an answer.
+    if (body.type === 'warning') {
+      expect(body.code).toBe('slow_consumer');
+      continue;
+    }
     expect(body.result).toBe(secret(body.id));
   }
   victim.close();
