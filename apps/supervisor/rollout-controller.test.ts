@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import pino from 'pino';
@@ -6,7 +6,7 @@ import { Registry } from 'prom-client';
 import type { MetricJson } from '../../libs/metrics';
 import { DURATION_BUCKETS } from '../../libs/metrics';
 import type { TablePlan } from '../../libs/registry';
-import type { RolloutRecord } from '../../libs/rollout';
+import { type RolloutRecord, startRollout, validatePlan } from '../../libs/rollout';
 import {
   counterSample,
   RolloutController,
@@ -430,4 +430,26 @@ test('FileRolloutStore: a corrupt file is a warning, not a crash', async () => {
   expect(listed.warnings[0]).toMatch(/that rollout is skipped/);
   writeFileSync(path.join(dir, 'rollouts.json'), 'not json');
   expect((await new FileRolloutStore(dir).list()).warnings[0]).toMatch(/corrupt/);
+});
+
+test('FileRolloutStore: a write on a full disk throws storage_full, is counted, leaves no temporary file', async () => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'rollout-store-'));
+  const failures: unknown[] = [];
+  const store = new FileRolloutStore(dir, (error) => failures.push(error));
+  const { record } = startRollout({
+    model: 'digits',
+    stable: '1',
+    candidate: '2',
+    plan: validatePlan(PLAN, { classifier: true }),
+    now: 0,
+  });
+  // The kernel's full device at the temporary file's path: every write to it fails ENOSPC.
+  symlinkSync('/dev/full', path.join(dir, `rollouts.json.${process.pid}.tmp`));
+  await expect(store.write(record, 'local', 0, true, 0)).rejects.toMatchObject({ code: 'storage_full' });
+  expect(failures).toHaveLength(1);
+  expect(readdirSync(dir)).toEqual([]);
+  expect((await store.list()).entries).toEqual([]);
+  await store.write(record, 'local', 0, true, 0);
+  expect(existsSync(path.join(dir, 'rollouts.json'))).toBe(true);
+  expect((await store.list()).entries).toHaveLength(1);
 });
