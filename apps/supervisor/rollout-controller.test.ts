@@ -325,6 +325,23 @@ describe('RolloutController', () => {
     await until(() => file().settled);
   });
 
+  test('a start whose record cannot be saved (full disk) is refused and takes the candidate share back', async () => {
+    const host = new FakeHost();
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'rollout-unit-'));
+    symlinkSync('/dev/full', path.join(dir, `rollouts.json.${process.pid}.tmp`));
+    const rollouts = controller(host, new FileRolloutStore(dir));
+    await rollouts.resume();
+    await expect(rollouts.handle('digits', 'start', PLAN)).rejects.toMatchObject({ code: 'storage_full' });
+    expect(rollouts.active('digits')).toBe(false);
+    // No rollout watches the candidate: it serves nothing.
+    expect(host.table().models[0]).toMatchObject({
+      stable: '1',
+      candidate: '2',
+      canaryPercent: 0,
+      shadow: false,
+    });
+  });
+
   test('a fleet: one drives, the other follows, pauses it by CAS, and takes it over when the driver goes silent', async () => {
     const store = new MemoryStore();
     const host = new FakeHost();

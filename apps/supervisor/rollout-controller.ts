@@ -352,6 +352,20 @@ export class RolloutController {
     } catch (error) {
       if (error instanceof RolloutConflictError)
         throw new ProtocolError('conflict', `another host started a rollout of "${model}" at the same time`);
+      // Not saved (a full disk): no rollout watches the candidate, so it serves nothing (best effort: the
+      // registry change may fail for the same reason, and says so in the log).
+      await this.options.host
+        .route(
+          model,
+          { kind: 'canary', candidate: record.candidate, canaryPercent: 0, shadow: false },
+          `rollout ${model}: not saved`,
+        )
+        .catch((undo: Error) =>
+          this.options.logger.error(
+            { model, err: undo.message },
+            'rollout: cannot take the unsaved start back',
+          ),
+        );
       throw error;
     }
     this.owned.add(model);
