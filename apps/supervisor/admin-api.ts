@@ -515,16 +515,20 @@ export async function respond(run: () => Promise<ControlResponse>): Promise<Cont
   }
 }
 
-/** A reload's outcome as the API answers it: 200, or 500 reload_failed with the reason (nothing changed). */
+/**
+ * A reload's outcome as the API answers it: 200, or the failure with the reason (nothing changed): 500
+ * reload_failed, 507 storage_full or 500 persist_failed when the table could not be saved.
+ */
 export function outcomeResponse(
   outcome: ReloadOutcome,
   extra: Record<string, unknown> = {},
 ): ControlResponse {
   if (outcome.result === 'failed') {
-    return json(500, {
+    const code = outcome.code ?? 'reload_failed';
+    return json(httpStatusOf(code), {
       ...outcomeBody(outcome),
       type: 'error',
-      code: 'reload_failed',
+      code,
       message: outcome.error,
     });
   }

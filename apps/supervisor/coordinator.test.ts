@@ -1,3 +1,4 @@
+import { ProtocolError } from '../../libs/protocol';
 import type { TablePlan } from '../../libs/registry';
 import type { NodeChannel, StepAnswer } from './coordinator';
 import { diffTables, ReloadBusyError, ReloadCoordinator } from './coordinator';
@@ -359,4 +360,74 @@ test('diffTables reports stable changes, new and removed models', () => {
     { model: 'new', from: null, to: '3' },
     { model: 'gone', from: '1', to: null },
   ]);
+});
+
+describe('the host persists its table before COMMIT', () => {
+  const full = () => {
+    throw new ProtocolError(
+      'storage_full',
+      'cannot save /state/registry.json: ENOSPC: no space left on device',
+    );
+  };
+  function persisting(nodes: NodeChannel[], persist: (plan: TablePlan) => void) {
+    let clock = 0;
+    return new ReloadCoordinator(v1, { nodes: () => nodes, now: () => (clock += 10), persist });
+  }
+
+  test('atomic: saved after every node prepared and before any commits', async () => {
+    const log: string[] = [];
+    const c = persisting([fakeNode(0, {}, log), fakeNode(1, {}, log)], (plan) =>
+      log.push(`persist ${plan.models[0]!.stable}`),
+    );
+    expect((await c.reload(v2, 'atomic', 'test')).result).toBe('committed');
+    expect(log).toEqual([
+      '0:prepare',
+      '1:prepare',
+      'persist 2',
+      '0:commit@1',
+      '1:commit@1',
+      '0:release',
+      '1:release',
+    ]);
+  });
+
+  test('atomic: a full disk aborts on every node, nothing changes, the outcome names storage_full', async () => {
+    const log: string[] = [];
+    const c = persisting([fakeNode(0, {}, log), fakeNode(1, {}, log)], full);
+    const outcome = await c.reload(v2, 'atomic', 'test');
+    expect(outcome).toMatchObject({ result: 'failed', code: 'storage_full', epoch: 0 });
+    expect(outcome.error).toMatch(/^cannot persist the registry state, nothing changed: .*ENOSPC/);
+    expect(log).toEqual(['0:prepare', '1:prepare', '0:abort', '1:abort']);
+    expect(c.table).toBe(v1);
+    expect(c.epoch).toBe(0);
+  });
+
+  test('rolling: a full disk refuses before any node rolls', async () => {
+    const log: string[] = [];
+    const c = persisting([fakeNode(0, {}, log)], full);
+    const outcome = await c.reload(v2, 'rolling', 'test');
+    expect(outcome).toMatchObject({ result: 'failed', code: 'storage_full', epoch: 0 });
+    expect(log).toEqual([]);
+  });
+
+  test('rolling: a failed roll saves the previous table again', async () => {
+    const saved: string[] = [];
+    const c = persisting([fakeNode(0, { roll: answers({ ok: false, error: 'bad' }, ok) })], (plan) =>
+      saved.push(plan.models[0]!.stable),
+    );
+    expect((await c.reload(v2, 'rolling', 'test')).result).toBe('failed');
+    expect(saved).toEqual(['2', '1']);
+  });
+
+  test('what the fleet decided commits anyway (its record is durable): the outcome warns', async () => {
+    const log: string[] = [];
+    const c = persisting([fakeNode(0, {}, log)], full);
+    expect(await c.prepareHeld(v2, 'fleet reload r1')).toEqual({ ok: true });
+    const held = await c.commitHeld(3);
+    expect(held.result).toBe('committed');
+    expect(held.warnings).toEqual([expect.stringMatching(/registry state not saved.*ENOSPC/)]);
+    const caughtUp = await c.reload(v1, 'atomic', 'catch up', 4);
+    expect(caughtUp.result).toBe('committed');
+    expect(caughtUp.warnings).toEqual([expect.stringMatching(/registry state not saved/)]);
+  });
 });

@@ -10,9 +10,13 @@
  * onto it; every outcome says, per node, what was done and what was seen.
  * In a fleet the phases are the fleet's: prepareHeld keeps the reload open until the fleet coordinator's
  * COMMIT (commitHeld, at the fleet's epoch) or ABORT (abortHeld), and a catch-up reloads to the fleet's epoch.
+ * The host's table is saved (`persist`) before any node commits it: a host's own reload that cannot save it
+ * aborts and fails (a full disk must not answer "committed" and revert at the next restart); what a fleet
+ * decided commits anyway (its record is durable in NATS) and the outcome warns.
  *
  * It talks to nodes only through NodeChannel, so every failure point is testable without processes.
  */
+import { type ErrorCode, ProtocolError } from '../../libs/protocol';
 import type { TablePlan } from '../../libs/registry';
 
 export type ReloadStrategy = 'atomic' | 'rolling';
@@ -75,6 +79,8 @@ export interface ReloadOutcome {
   startedAt: string;
   durationMs: number;
   error?: string;
+  /** A failed reload's typed error when it is not `reload_failed` (the table could not be saved). */
+  code?: ErrorCode;
   warnings?: string[];
   /** Per node, in node order: checked answers, never assumed. */
   nodes: NodeOutcome[];
@@ -98,6 +104,8 @@ export interface CoordinatorOptions {
   /** A reload begins (it was not refused): systemd hears RELOADING=1. */
   onStart?: (reload: { id: number; reason: string; strategy: ReloadStrategy }) => void;
   onOutcome?: (outcome: ReloadOutcome) => void;
+  /** Saves the host's next table; throws (a ProtocolError storage_full / persist_failed) when it cannot. */
+  persist?: (plan: TablePlan) => void;
 }
 
 export class ReloadCoordinator {
@@ -115,6 +123,8 @@ export class ReloadCoordinator {
   private prepared: NodeChannel[] = [];
   /** A fleet reload prepared on every node, waiting for the fleet's COMMIT or ABORT. */
   private held: { plan: TablePlan; outcome: ReloadOutcome } | undefined;
+  /** Why the running reload's table could not be saved (it failed for that). */
+  private refusal: ErrorCode | undefined;
 
   constructor(
     initial: TablePlan,
@@ -152,11 +162,14 @@ export class ReloadCoordinator {
   ): Promise<ReloadOutcome> {
     const target = this.targetEpoch(epoch);
     const outcome = this.begin(plan, strategy, reason);
+    // The host's own reload must be saved to commit; a catch-up to the fleet's epoch commits what the fleet holds.
+    const own = epoch === undefined;
     try {
       const error =
-        strategy === 'atomic' ? await this.atomic(plan, target) : await this.rolling(plan, target);
+        strategy === 'atomic' ? await this.atomic(plan, target, own) : await this.rolling(plan, target, own);
       outcome.result = error ? 'failed' : 'committed';
       if (error) outcome.error = error;
+      if (error && this.refusal) outcome.code = this.refusal;
     } finally {
       this.finish(outcome);
     }
@@ -195,6 +208,7 @@ export class ReloadCoordinator {
     const target = this.targetEpoch(epoch);
     const held = this.takeHeld('commit');
     try {
+      this.save(held.plan, false);
       await this.commitAll(held.plan, target);
       held.outcome.result = 'committed';
     } finally {
@@ -239,6 +253,7 @@ export class ReloadCoordinator {
     this.started = this.options.now();
     this.warnings = [];
     this.nodeOutcomes = [];
+    this.refusal = undefined;
     return {
       id,
       result: 'unchanged',
@@ -266,11 +281,35 @@ export class ReloadCoordinator {
   }
 
   /** Returns an error text on failure (nothing changed), undefined when committed. */
-  private async atomic(plan: TablePlan, epoch: number): Promise<string | undefined> {
+  private async atomic(plan: TablePlan, epoch: number, own: boolean): Promise<string | undefined> {
     const error = await this.prepareAll(plan);
     if (error) return error;
+    const refused = this.save(plan, own);
+    if (refused) {
+      await this.abortAll();
+      return refused;
+    }
     await this.commitAll(plan, epoch);
     return undefined;
+  }
+
+  /**
+   * Saves `plan` as the host's table. `strict`: a failure is the reload's (returned, with its code kept);
+   * otherwise it only warns.
+   */
+  private save(plan: TablePlan, strict: boolean): string | undefined {
+    try {
+      this.options.persist?.(plan);
+      return undefined;
+    } catch (error) {
+      const message = (error as Error).message;
+      if (!strict) {
+        this.warnings.push(`registry state not saved: ${message}`);
+        return undefined;
+      }
+      this.refusal = error instanceof ProtocolError ? error.code : 'persist_failed';
+      return `cannot persist the registry state, nothing changed: ${message}`;
+    }
   }
 
   /** PREPARE on every node; on any failure every node aborts and the error names each failed node. */
@@ -346,9 +385,12 @@ export class ReloadCoordinator {
     );
   }
 
-  private async rolling(plan: TablePlan, epoch: number): Promise<string | undefined> {
+  private async rolling(plan: TablePlan, epoch: number, own: boolean): Promise<string | undefined> {
     const nodes = this.options.nodes();
     const previous = this.table;
+    // Saved before the first node swaps; a failed roll saves the previous table again below.
+    const refused = this.save(plan, own);
+    if (refused) return refused;
     for (const [k, node] of nodes.entries()) {
       const answer = await node.roll(plan, epoch);
       if (answer.ok) continue;
@@ -377,6 +419,7 @@ export class ReloadCoordinator {
           });
       }
       await this.restartAll(unreached, 'could not return to the previous table');
+      this.save(previous, false);
       const summary = this.nodeOutcomes
         .slice()
         .sort((a, b) => a.node - b.node)

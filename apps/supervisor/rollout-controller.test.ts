@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import pino from 'pino';
@@ -6,7 +6,7 @@ import { Registry } from 'prom-client';
 import type { MetricJson } from '../../libs/metrics';
 import { DURATION_BUCKETS } from '../../libs/metrics';
 import type { TablePlan } from '../../libs/registry';
-import type { RolloutRecord } from '../../libs/rollout';
+import { type RolloutRecord, startRollout, validatePlan } from '../../libs/rollout';
 import {
   counterSample,
   RolloutController,
@@ -175,6 +175,32 @@ class MemoryStore implements RolloutStore {
   }
 }
 
+/**
+ * A MemoryStore whose next list() can be held: it reads the entries when it is called and answers only when
+ * released, as a fleet host's scan does when NATS is slow (its keys listed, then each value read, while the
+ * driver keeps writing).
+ */
+class SlowListStore extends MemoryStore {
+  private hold: { gate: Promise<void>; open: () => void } | undefined;
+
+  holdNextList(): () => void {
+    let open = () => {};
+    const gate = new Promise<void>((resolve) => {
+      open = resolve;
+    });
+    this.hold = { gate, open };
+    return open;
+  }
+
+  override async list() {
+    const listed = await super.list();
+    const hold = this.hold;
+    this.hold = undefined;
+    if (hold) await hold.gate;
+    return listed;
+  }
+}
+
 const PLAN = {
   version: '2',
   steps: [10, 50],
@@ -299,6 +325,23 @@ describe('RolloutController', () => {
     await until(() => file().settled);
   });
 
+  test('a start whose record cannot be saved (full disk) is refused and takes the candidate share back', async () => {
+    const host = new FakeHost();
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'rollout-unit-'));
+    symlinkSync('/dev/full', path.join(dir, `rollouts.json.${process.pid}.tmp`));
+    const rollouts = controller(host, new FileRolloutStore(dir));
+    await rollouts.resume();
+    await expect(rollouts.handle('digits', 'start', PLAN)).rejects.toMatchObject({ code: 'storage_full' });
+    expect(rollouts.active('digits')).toBe(false);
+    // No rollout watches the candidate: it serves nothing.
+    expect(host.table().models[0]).toMatchObject({
+      stable: '1',
+      candidate: '2',
+      canaryPercent: 0,
+      shadow: false,
+    });
+  });
+
   test('a fleet: one drives, the other follows, pauses it by CAS, and takes it over when the driver goes silent', async () => {
     const store = new MemoryStore();
     const host = new FakeHost();
@@ -326,6 +369,76 @@ describe('RolloutController', () => {
   });
 });
 
+describe('a finished rollout stays finished', () => {
+  const controllers: RolloutController[] = [];
+  afterEach(() => {
+    for (const controller of controllers.splice(0)) controller.stop();
+  });
+  function controller(host: RolloutHost, store: RolloutStore, hostId = 'a'): RolloutController {
+    const made = new RolloutController({ host, store, registry: new Registry(), logger, hostId, scanMs: 20 });
+    controllers.push(made);
+    return made;
+  }
+  /** Polls `check` for `ms`: it must hold at every look. */
+  async function always(check: () => boolean, ms: number): Promise<void> {
+    const deadline = Date.now() + ms;
+    while (Date.now() < deadline) {
+      expect(check()).toBe(true);
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+  }
+
+  test('a fleet scan that listed the rollout before its promotion does not bring it back', async () => {
+    const store = new SlowListStore();
+    const host = new FakeHost();
+    const a = controller(host, store);
+    await a.resume();
+    await a.handle('digits', 'start', { ...PLAN, steps: [10, 20, 50], dwell_s: 0.2 });
+    await until(() => store.entries.get('digits')!.record.step === 1);
+    // This scan reads the rollout at step 1, and answers once the promotion is written and settled.
+    const release = store.holdNextList();
+    await until(() => {
+      const entry = store.entries.get('digits')!;
+      return entry.record.state === 'promoted' && entry.settled;
+    });
+    expect(a.active('digits')).toBe(false);
+    release();
+    // Before the fix: the scan adopted the step-1 record, and version reloads answered 409 "a rollout of
+    // "digits" is running" until the next scan.
+    await always(() => !a.active('digits'), 200);
+    expect(((await a.handle('digits', 'get', {})) as Viewed).rollout.state).toBe('promoted');
+    expect(store.entries.get('digits')!.record.state).toBe('promoted');
+  });
+
+  test('single host: promoted, restarted on the same state dir, stable moved by hand: never active again', async () => {
+    const host = new FakeHost();
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'rollout-unit-'));
+    const first = controller(host, new FileRolloutStore(dir));
+    await first.resume();
+    await first.handle('digits', 'start', PLAN);
+    await until(() => host.table().models[0]!.stable === '2');
+    await until(
+      () =>
+        (
+          JSON.parse(readFileSync(path.join(dir, 'rollouts.json'), 'utf8')) as {
+            rollouts: { settled: boolean; record: { state: string } }[];
+          }
+        ).rollouts[0]!.settled,
+    );
+    first.stop();
+    const routes = host.routes.length;
+    const second = controller(host, new FileRolloutStore(dir));
+    await second.resume();
+    // Version reloads by hand: stable back to 1, to 2, to 1 (the candidate the rollout promoted is gone).
+    for (const stable of ['1', '2', '1']) {
+      host.table_ = { ...host.table_, models: [{ name: 'digits', versions: ['1', '2'], stable }] };
+      await always(() => !second.active('digits'), 150);
+    }
+    expect(host.routes.length).toBe(routes);
+    expect(host.table().models[0]!.stable).toBe('1');
+  });
+});
+
 test('FileRolloutStore: a corrupt file is a warning, not a crash', async () => {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'rollout-store-'));
   writeFileSync(path.join(dir, 'rollouts.json'), '{"format": 1, "rollouts": [{"record": {}}]}');
@@ -334,4 +447,26 @@ test('FileRolloutStore: a corrupt file is a warning, not a crash', async () => {
   expect(listed.warnings[0]).toMatch(/that rollout is skipped/);
   writeFileSync(path.join(dir, 'rollouts.json'), 'not json');
   expect((await new FileRolloutStore(dir).list()).warnings[0]).toMatch(/corrupt/);
+});
+
+test('FileRolloutStore: a write on a full disk throws storage_full, is counted, leaves no temporary file', async () => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'rollout-store-'));
+  const failures: unknown[] = [];
+  const store = new FileRolloutStore(dir, (error) => failures.push(error));
+  const { record } = startRollout({
+    model: 'digits',
+    stable: '1',
+    candidate: '2',
+    plan: validatePlan(PLAN, { classifier: true }),
+    now: 0,
+  });
+  // The kernel's full device at the temporary file's path: every write to it fails ENOSPC.
+  symlinkSync('/dev/full', path.join(dir, `rollouts.json.${process.pid}.tmp`));
+  await expect(store.write(record, 'local', 0, true, 0)).rejects.toMatchObject({ code: 'storage_full' });
+  expect(failures).toHaveLength(1);
+  expect(readdirSync(dir)).toEqual([]);
+  expect((await store.list()).entries).toEqual([]);
+  await store.write(record, 'local', 0, true, 0);
+  expect(existsSync(path.join(dir, 'rollouts.json'))).toBe(true);
+  expect((await store.list()).entries).toHaveLength(1);
 });

@@ -15,6 +15,10 @@
  * unwritten for 3 intervals + 5 s takes it over with the same compare-and-set, and a driver whose write
  * conflicts reads what won (an operator's pause or abort from another host keeps the driver; a takeover
  * does not). The checks read the driving host's own counters.
+ *
+ * A finished rollout (promoted, rolled back, aborted) never becomes active again: the state machine has no
+ * way out of those states, so an active copy of a rollout this host knows finished — or an older revision of
+ * it — can only be a stale read (a scan that listed the store before the last writes), and is ignored.
  */
 import type { Logger } from 'pino';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
@@ -42,7 +46,7 @@ import {
   validatePlan,
 } from '../../libs/rollout';
 import { ClusterError } from './cluster';
-import { RolloutConflictError, type RolloutStore } from './rollout-store';
+import { RolloutConflictError, type RolloutStore, type StoredRollout } from './rollout-store';
 
 const BOUNDS: readonly number[] = [...DURATION_BUCKETS, Number.POSITIVE_INFINITY];
 const VERDICT_VALUE = { pass: 1, insufficient: 0, fail: -1 } as const;
@@ -200,6 +204,7 @@ export class RolloutController {
       await this.serial(model, async () => {
         const known = this.revisions.get(model) ?? 0;
         if (this.owned.has(model) && entry.revision <= known) return;
+        if (this.stale(entry)) return;
         if (entry.revision !== known) {
           this.records.set(model, entry.record);
           this.revisions.set(model, entry.revision);
@@ -282,12 +287,24 @@ export class RolloutController {
   private async latest(model: string): Promise<RolloutRecord | undefined> {
     if (!this.options.store.shared) return this.records.get(model);
     const entry = await this.options.store.read(model);
-    if (entry && entry.revision !== this.revisions.get(model)) {
+    if (entry && !this.stale(entry) && entry.revision !== this.revisions.get(model)) {
       this.records.set(model, entry.record);
       this.revisions.set(model, entry.revision);
       this.export(entry.record);
     }
-    return entry?.record ?? this.records.get(model);
+    return this.records.get(model) ?? entry?.record;
+  }
+
+  /**
+   * A stored entry of the rollout this host holds that is behind what it holds: an older revision, or an
+   * active copy of a rollout it knows finished. Another rollout of the model (a new start) is never stale.
+   */
+  private stale(entry: StoredRollout): boolean {
+    const known = this.records.get(entry.record.model);
+    if (!known || known.startedAt !== entry.record.startedAt || known.candidate !== entry.record.candidate)
+      return false;
+    if (!isActive(known) && isActive(entry.record)) return true;
+    return entry.revision < (this.revisions.get(entry.record.model) ?? 0);
   }
 
   /** Writes a record at the revision last seen; this host drives it from then on. */
@@ -335,6 +352,20 @@ export class RolloutController {
     } catch (error) {
       if (error instanceof RolloutConflictError)
         throw new ProtocolError('conflict', `another host started a rollout of "${model}" at the same time`);
+      // Not saved (a full disk): no rollout watches the candidate, so it serves nothing (best effort: the
+      // registry change may fail for the same reason, and says so in the log).
+      await this.options.host
+        .route(
+          model,
+          { kind: 'canary', candidate: record.candidate, canaryPercent: 0, shadow: false },
+          `rollout ${model}: not saved`,
+        )
+        .catch((undo: Error) =>
+          this.options.logger.error(
+            { model, err: undo.message },
+            'rollout: cannot take the unsaved start back',
+          ),
+        );
       throw error;
     }
     this.owned.add(model);
@@ -453,7 +484,7 @@ export class RolloutController {
         if (!(error instanceof RolloutConflictError)) throw error;
         // Another host wrote it (an operator's pause or abort, or a takeover): follow what it wrote.
         const entry = await this.options.store.read(model);
-        if (entry) {
+        if (entry && !this.stale(entry)) {
           this.records.set(model, entry.record);
           this.revisions.set(model, entry.revision);
           this.export(entry.record);

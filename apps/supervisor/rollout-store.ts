@@ -8,6 +8,7 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { writeDurably } from '../../libs/registry';
 import { parseRecord, type RolloutRecord, serializeRecord } from '../../libs/rollout';
 import { ClusterError, type RolloutRecords } from './cluster';
 
@@ -76,7 +77,11 @@ export class FileRolloutStore implements RolloutStore {
   private entries: Map<string, StoredRollout> | undefined;
   private warnings: string[] = [];
 
-  constructor(private readonly stateDir: string) {}
+  /** `onFailure`: a write that failed (counted by the supervisor; the write throws it too). */
+  constructor(
+    private readonly stateDir: string,
+    private readonly onFailure?: (error: unknown) => void,
+  ) {}
 
   get file(): string {
     return path.join(this.stateDir, ROLLOUT_FILE);
@@ -139,21 +144,11 @@ export class FileRolloutStore implements RolloutStore {
     const rollouts = [...next.values()].map((entry) =>
       storedValue(entry.record, entry.driver, entry.beatAt, entry.settled),
     );
-    fs.mkdirSync(this.stateDir, { recursive: true });
-    const temporary = `${this.file}.${process.pid}.tmp`;
-    const fd = fs.openSync(temporary, 'w');
     try {
-      fs.writeSync(fd, `${JSON.stringify({ format: FORMAT, rollouts }, null, 2)}\n`);
-      fs.fsyncSync(fd);
-    } finally {
-      fs.closeSync(fd);
-    }
-    fs.renameSync(temporary, this.file);
-    const dir = fs.openSync(this.stateDir, 'r');
-    try {
-      fs.fsyncSync(dir);
-    } finally {
-      fs.closeSync(dir);
+      writeDurably(this.stateDir, ROLLOUT_FILE, `${JSON.stringify({ format: FORMAT, rollouts }, null, 2)}\n`);
+    } catch (error) {
+      this.onFailure?.(error);
+      throw error;
     }
     this.entries = next;
     return revision;

@@ -113,6 +113,7 @@ export class Supervisor implements AdminHost, NotifyHost {
   private readonly rollouts: RolloutController;
   private readonly reloadsTotal: Counter<'result' | 'strategy'>;
   private readonly reloadDuration: Histogram<'strategy'>;
+  private readonly persistFailures: Counter<'file' | 'code'>;
   private readonly registry = new Registry();
   private readonly requestRate = new RateSampler();
   /** The tenants in force (the API keys file as the last committed configuration read it). */
@@ -168,6 +169,15 @@ export class Supervisor implements AdminHost, NotifyHost {
       buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
       registers: [this.registry],
     });
+    this.persistFailures = new Counter({
+      name: 'streaminfer_state_persist_failures_total',
+      help: 'Writes to STREAMINFER_STATE_DIR that failed, by file (registry, rollouts) and code (storage_full: no room; persist_failed: any other error).',
+      labelNames: ['file', 'code'],
+      registers: [this.registry],
+    });
+    for (const file of ['registry', 'rollouts'] as const)
+      for (const code of ['storage_full', 'persist_failed'] as const)
+        this.persistFailures.inc({ file, code }, 0);
     const fanOutsTotal = new Counter({
       name: 'streaminfer_control_fanouts_total',
       help: 'Requests to every node for /health or /metrics (concurrent scrapes share one), by what was collected.',
@@ -200,7 +210,7 @@ export class Supervisor implements AdminHost, NotifyHost {
         isClassifier: (model) => this.readEntry(model).signature.labels !== undefined,
         route: (model, routing, reason) => this.routeRollout(model, routing, reason),
       },
-      store: new FileRolloutStore(options.config.stateDir),
+      store: new FileRolloutStore(options.config.stateDir, (error) => this.persistFailed('rollouts', error)),
       hostId: 'local',
       registry: this.registry,
       logger,
@@ -345,15 +355,28 @@ export class Supervisor implements AdminHost, NotifyHost {
     };
   }
 
+  /**
+   * Saves what the host serves (the coordinator calls it before any node commits a table). Throws the typed
+   * error (storage_full, persist_failed), counted and logged.
+   */
   private persist(plan: TablePlan): void {
+    // A configuration reload saves the configured default model it brings (applied once it commits).
+    const configured = (this.pendingConfig?.config ?? this.options.config).defaultModel;
     try {
-      saveState(this.options.config.stateDir, registryStateOf(plan, this.options.config.defaultModel));
+      saveState(this.options.config.stateDir, registryStateOf(plan, configured));
     } catch (error) {
-      this.logger.error(
-        { err: (error as Error).message, dir: this.options.config.stateDir },
-        'cannot save registry state',
-      );
+      this.persistFailed('registry', error);
+      throw error;
     }
+  }
+
+  private persistFailed(file: 'registry' | 'rollouts', error: unknown): void {
+    const code = error instanceof ProtocolError ? error.code : 'persist_failed';
+    this.persistFailures.inc({ file, code });
+    this.logger.error(
+      { err: (error as Error).message, code, dir: this.options.config.stateDir },
+      `cannot save the ${file === 'registry' ? 'registry' : 'rollout'} state`,
+    );
   }
 
   private scan(): ModelEntry[] {
@@ -411,11 +434,17 @@ export class Supervisor implements AdminHost, NotifyHost {
       now: () => Date.now(),
       onStart: () => this.options.notifier?.reloading(),
       onOutcome: (outcome) => this.recordOutcome(outcome),
+      persist: (plan) => this.persist(plan),
     });
     this.coordinator.epoch = epoch;
     this.rememberDefaults(entries);
-    // What the host serves from now on, including a configured default model that won over the saved one.
-    this.persist(table);
+    // What the host serves from now on, including a configured default model that won over the saved one. It
+    // serves that table whether or not it can be saved (the file it came from, or the repository, is unchanged).
+    try {
+      this.persist(table);
+    } catch {
+      // counted and logged
+    }
     this.options.notifier?.begin(this);
     this.tenantShares.setTenants(this.tenants);
     // Bound before the nodes load anything: a taken admin port fails the start at once.
@@ -468,10 +497,8 @@ export class Supervisor implements AdminHost, NotifyHost {
     }
     this.reloadsTotal.inc({ result: outcome.result, strategy: outcome.strategy });
     this.reloadDuration.observe({ strategy: outcome.strategy }, outcome.durationMs / 1000);
-    if (outcome.result === 'committed') {
-      this.currentDefaultModel = outcome.defaultModel.to;
-      this.persist(this.coordinator!.table);
-    }
+    // The coordinator saved the table before committing it.
+    if (outcome.result === 'committed') this.currentDefaultModel = outcome.defaultModel.to;
     const log = {
       id: outcome.id,
       reason: outcome.reason,
@@ -678,7 +705,7 @@ export class Supervisor implements AdminHost, NotifyHost {
       ? await this.fleetChange(next, { strategy: 'atomic', reason })
       : await this.coordinator!.reload(next(this.coordinator!.table), 'atomic', reason);
     if (outcome.result === 'failed')
-      throw new ProtocolError('reload_failed', outcome.error ?? 'reload failed');
+      throw new ProtocolError(outcome.code ?? 'reload_failed', outcome.error ?? 'reload failed');
   }
 
   /**

@@ -32,6 +32,11 @@ export const ERROR_CODES = [
   // Admin API: a page's cross-origin or DNS-rebound call, a mutating call that is not JSON.
   'forbidden',
   'unsupported_media_type',
+  // Registry state (STREAMINFER_STATE_DIR) that cannot be saved: a change is refused rather than committed and
+  // then lost at the next restart. `storage_full`: no room on the device (ENOSPC, EDQUOT); `persist_failed`:
+  // any other write error (read-only, I/O error).
+  'storage_full',
+  'persist_failed',
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
@@ -61,6 +66,8 @@ const HTTP_STATUS: Record<ErrorCode, number> = {
   dtype_mismatch: 400,
   forbidden: 403,
   unsupported_media_type: 415,
+  storage_full: 507,
+  persist_failed: 500,
 };
 
 const STATUS_TEXT: Record<number, string> = {
@@ -77,6 +84,7 @@ const STATUS_TEXT: Record<number, string> = {
   500: '500 Internal Server Error',
   503: '503 Service Unavailable',
   504: '504 Gateway Timeout',
+  507: '507 Insufficient Storage',
 };
 
 export function httpStatusOf(code: ErrorCode): number {

@@ -30,4 +30,4 @@ export { isRepositoryName, RepositoryError, readModel, scanRepository } from './
 export type { ModelRoutes, RouteDecision, RouteKind } from './routing';
 export { RoutingError, route, routingKeyDraw } from './routing';
 export type { ModelState, RegistryState, StateFs } from './state';
-export { loadState, saveState } from './state';
+export { loadState, saveState, writeDurably } from './state';

@@ -1,6 +1,7 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { ProtocolError } from '../protocol';
 import { loadState, type RegistryState, type StateFs, saveState, statePath } from './state';
 
 function tempDir(): string {
@@ -62,6 +63,7 @@ test('saveState fsyncs the file, then the directory after the rename', () => {
       calls.push(`rename -> ${path.basename(String(to))}`);
       fs.renameSync(from, to);
     },
+    unlinkSync: fs.unlinkSync,
   };
   saveState(dir, state, spy);
   const tmp = `registry.json.${process.pid}.tmp`;
@@ -82,3 +84,47 @@ test('a corrupt file is reported and ignored', () => {
   expect(loaded.state).toBeUndefined();
   expect(loaded.warning).toContain('corrupt');
 });
+
+/** The real file calls, with an errno thrown where `fail` says (what a full disk or a read-only one does). */
+function failing(fail: Partial<Record<'writeSync' | 'fsyncSync' | 'renameSync', string>>): StateFs {
+  const raise = (call: string, code: string): never => {
+    const error = new Error(`${code}: simulated, ${call}`) as NodeJS.ErrnoException;
+    error.code = code;
+    throw error;
+  };
+  return {
+    mkdirSync: fs.mkdirSync,
+    openSync: fs.openSync,
+    writeSync: ((...args: Parameters<typeof fs.writeSync>) =>
+      fail.writeSync ? raise('write', fail.writeSync) : fs.writeSync(...args)) as typeof fs.writeSync,
+    fsyncSync: (fd) => (fail.fsyncSync ? raise('fsync', fail.fsyncSync) : fs.fsyncSync(fd)),
+    closeSync: fs.closeSync,
+    renameSync: (from, to) => (fail.renameSync ? raise('rename', fail.renameSync) : fs.renameSync(from, to)),
+    unlinkSync: fs.unlinkSync,
+  };
+}
+
+test.each([
+  ['write', { writeSync: 'ENOSPC' }, 'storage_full'],
+  ['fsync', { fsyncSync: 'EDQUOT' }, 'storage_full'],
+  ['rename', { renameSync: 'EIO' }, 'persist_failed'],
+  ['write', { writeSync: 'EROFS' }, 'persist_failed'],
+] as const)(
+  'a failed %s (%j) throws %s naming the file, removes the temporary file, keeps the old state',
+  (_call, fail, code) => {
+    const dir = tempDir();
+    const before: RegistryState = { models: { digits: { stable: '1', canaryPercent: 0, shadow: false } } };
+    saveState(dir, before);
+    let thrown: unknown;
+    try {
+      saveState(dir, state, failing(fail));
+    } catch (error) {
+      thrown = error;
+    }
+    expect(thrown).toBeInstanceOf(ProtocolError);
+    expect(thrown).toMatchObject({ code });
+    expect((thrown as Error).message).toContain(statePath(dir));
+    expect(fs.readdirSync(dir)).toEqual(['registry.json']);
+    expect(loadState(dir).state).toEqual(before);
+  },
+);

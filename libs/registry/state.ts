@@ -2,10 +2,13 @@
  * Persisted registry state: per model the aliases, the canary fraction and the shadow flag, plus the default
  * model, so a restart serves exactly what was served before. Written atomically (temporary file, fsync,
  * rename, fsync of the directory so the rename itself survives a power loss); a missing or corrupt file falls
- * back to the repository's defaults with a warning, never a crash.
+ * back to the repository's defaults with a warning, never a crash. A write that fails (a full disk, a read-only
+ * one) removes its temporary file, keeps the previous file as it was, and throws a typed error naming the file:
+ * `storage_full` (ENOSPC, EDQUOT) or `persist_failed` (anything else).
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { ProtocolError } from '../protocol';
 
 export interface ModelState {
   stable: string;
@@ -26,7 +29,7 @@ export interface RegistryState {
 /** The file-system calls saveState makes (injectable, so tests can see the directory fsync). */
 export type StateFs = Pick<
   typeof fs,
-  'mkdirSync' | 'openSync' | 'writeSync' | 'fsyncSync' | 'closeSync' | 'renameSync'
+  'mkdirSync' | 'openSync' | 'writeSync' | 'fsyncSync' | 'closeSync' | 'renameSync' | 'unlinkSync'
 >;
 
 export const STATE_FILE = 'registry.json';
@@ -37,26 +40,57 @@ export function statePath(stateDir: string): string {
 }
 
 export function saveState(stateDir: string, state: RegistryState, io: StateFs = fs): void {
-  io.mkdirSync(stateDir, { recursive: true });
-  const target = statePath(stateDir);
+  writeDurably(
+    stateDir,
+    STATE_FILE,
+    `${JSON.stringify({ format: FORMAT, savedAt: new Date().toISOString(), ...state }, null, 2)}\n`,
+    io,
+  );
+}
+
+/** The errno codes of a device or quota with no room left. */
+const NO_ROOM = new Set(['ENOSPC', 'EDQUOT']);
+
+/**
+ * Writes `dir/name` atomically and durably: temporary file, fsync, rename, fsync of the directory. On failure
+ * the temporary file is removed and the previous file stays; the error is `storage_full` or `persist_failed`.
+ */
+export function writeDurably(dir: string, name: string, text: string, io: StateFs = fs): void {
+  const target = path.join(dir, name);
   const temporary = `${target}.${process.pid}.tmp`;
-  const fd = io.openSync(temporary, 'w');
+  let written = false;
   try {
-    io.writeSync(
-      fd,
-      `${JSON.stringify({ format: FORMAT, savedAt: new Date().toISOString(), ...state }, null, 2)}\n`,
+    io.mkdirSync(dir, { recursive: true });
+    const fd = io.openSync(temporary, 'w');
+    try {
+      io.writeSync(fd, text);
+      io.fsyncSync(fd);
+    } finally {
+      io.closeSync(fd);
+    }
+    io.renameSync(temporary, target);
+    written = true;
+    // The rename is an update of the directory: without this fsync a crash can bring the old file back.
+    const handle = io.openSync(dir, 'r');
+    try {
+      io.fsyncSync(handle);
+    } finally {
+      io.closeSync(handle);
+    }
+  } catch (error) {
+    // A temporary file left behind would keep the space a full disk needs back.
+    if (!written) {
+      try {
+        io.unlinkSync(temporary);
+      } catch {
+        // never created, or already gone
+      }
+    }
+    const code = (error as NodeJS.ErrnoException).code ?? '';
+    throw new ProtocolError(
+      NO_ROOM.has(code) ? 'storage_full' : 'persist_failed',
+      `cannot save ${target}: ${(error as Error).message}`,
     );
-    io.fsyncSync(fd);
-  } finally {
-    io.closeSync(fd);
-  }
-  io.renameSync(temporary, target);
-  // The rename is an update of the directory: without this fsync a crash can bring the old file back.
-  const dir = io.openSync(stateDir, 'r');
-  try {
-    io.fsyncSync(dir);
-  } finally {
-    io.closeSync(dir);
   }
 }
 

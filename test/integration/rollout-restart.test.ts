@@ -1,7 +1,8 @@
 /**
  * A rollout survives a restart of the supervisor: stopped (SIGTERM) while at step 1, the server comes back on
  * the same state directory, serves step 1's share from its first answer (the registry state), resumes the
- * rollout at step 1 with the step's clock kept, and carries it on to the promotion.
+ * rollout at step 1 with the step's clock kept, and carries it on to the promotion. Started once more on the
+ * same state directory, the promoted rollout stays finished: version reloads of the model go through.
  */
 import { mkdtempSync, readFileSync } from 'node:fs';
 import * as os from 'node:os';
@@ -66,5 +67,27 @@ describe('progressive delivery: a restart resumes the rollout at its step', () =
     } finally {
       await load.stop();
     }
+  });
+
+  // Issue 26 point 8: a promoted rollout must not come back to life after a restart on the same state dir.
+  test('promoted, start again: version reloads of the model are never refused as "a rollout is running"', async () => {
+    const persisted = () =>
+      (
+        JSON.parse(readFileSync(path.join(stateDir, 'rollouts.json'), 'utf8')) as {
+          rollouts: { settled: boolean; record: { state: string } }[];
+        }
+      ).rollouts[0]!;
+    // Promoted and settled (the registry holds the promotion): nothing is left for a restart to finish.
+    for (let tries = 0; tries < 100 && !persisted().settled; tries++)
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(persisted()).toMatchObject({ settled: true, record: { state: 'promoted' } });
+    await server!.stop();
+    server = await start();
+    for (const version of ['2', '1', '2', '1']) {
+      const reload = await postJson(`${server.adminUrl}/api/reload`, { model: 'digits', version });
+      expect([reload.status, reload.body.result, reload.body.message]).toEqual([200, 'committed', undefined]);
+      expect((await rollout(server.adminUrl)).view.state).toBe('promoted');
+    }
+    expect(server.logs()).not.toContain('rollout resumed after a restart');
   });
 });
