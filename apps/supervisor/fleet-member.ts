@@ -104,6 +104,7 @@ const MEMBERSHIP_TRIES = 10;
 const SILENCE_POLL_MS = 1000;
 /** The reloadId of the step that asks a heartbeating host whether it is there (format-1 migration). */
 const PROBE_RELOAD_ID = 'membership-probe';
+const PROBE_TIMEOUT_MS = 5000;
 
 export class FleetMember {
   private readonly commitTimeoutMs: number;
@@ -469,21 +470,32 @@ export class FleetMember {
     }
   }
 
-  /** The heartbeating hosts that answer a harmless step (an abort of nothing): a hand-written key does not. */
+  /**
+   * The heartbeating hosts that answer a harmless step (an abort of nothing) within PROBE_TIMEOUT_MS: a
+   * hand-written key does not. One left out joins by itself once it runs this build.
+   */
   private async probeBeating(): Promise<string[]> {
     const beats = await this.options.board.list();
     const answers = await Promise.all(
       beats
         .filter((beat) => beat.host !== this.options.hostId)
         .map(async (beat) => {
-          const answer = await this.options.steps.call(beat.host, {
-            step: 'abort',
-            reloadId: PROBE_RELOAD_ID,
-          });
+          let timer: NodeJS.Timeout | undefined;
+          const answer = await Promise.race([
+            this.options.steps.call(beat.host, { step: 'abort', reloadId: PROBE_RELOAD_ID }),
+            new Promise<{ ok: false }>((resolve) => {
+              timer = setTimeout(() => resolve({ ok: false }), PROBE_TIMEOUT_MS);
+            }),
+          ]).finally(() => clearTimeout(timer));
           return answer.ok ? beat.host : undefined;
         }),
     );
-    return answers.filter((host): host is string => host !== undefined);
+    const members = answers.filter((host): host is string => host !== undefined);
+    this.options.logger.info(
+      { heartbeating: beats.map((beat) => beat.host), members },
+      'fleet: first members written (format-1 record): the heartbeating hosts that answered',
+    );
+    return members;
   }
 
   /**

@@ -48,6 +48,9 @@ describe('membership edits', () => {
   test('onlyMembersMoved: a join since the read lets a change commit on top; any other write does not', () => {
     expect(onlyMembersMoved(record, { ...record, members: ['a', 'b', 'c', 'd'] })).toBe(true);
     expect(onlyMembersMoved({ ...record, format: 1, members: undefined }, record)).toBe(true);
+    const { committedAt, ...rest } = record;
+    const reordered: FleetRecord = { committedAt, ...rest, members: ['a'] };
+    expect(onlyMembersMoved(record, reordered)).toBe(true);
     expect(onlyMembersMoved(record, { ...record, epoch: 5, reloadId: 'r5' })).toBe(false);
     expect(onlyMembersMoved(record, { ...record, table: { ...record.table, defaultModel: 'other' } })).toBe(
       false,

@@ -4,6 +4,7 @@
  * operator excludes a silent one); heartbeats only say which members are alive. A heartbeat key of a host that
  * is not a member (a stale id, a hand-written key) is a stranger: ignored.
  */
+import { isDeepStrictEqual } from 'node:util';
 import type { FleetRecord } from './cluster';
 
 /** The members as sorted host ids; undefined when the record predates membership (format 1). */
@@ -51,8 +52,10 @@ export function withoutMember(members: Members, host: string): string[] | null {
  * joined after the change read its hosts did not PREPARE it, and catches up from the record like a late host.
  */
 export function onlyMembersMoved(base: FleetRecord, current: FleetRecord): boolean {
-  const strip = ({ members: _members, format: _format, ...rest }: FleetRecord) => JSON.stringify(rest);
-  return strip(base) === strip(current);
+  // As stored (JSON: an undefined field is an absent one), in any key order.
+  const strip = ({ members: _members, format: _format, ...rest }: FleetRecord) =>
+    JSON.parse(JSON.stringify(rest)) as unknown;
+  return isDeepStrictEqual(strip(base), strip(current));
 }
 
 function sorted(hosts: string[]): string[] {

@@ -11,7 +11,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { Kvm } from '@nats-io/kv';
-import { connectCluster } from '../../apps/supervisor/cluster';
+import { connectCluster, type HostBeat, HostBoard } from '../../apps/supervisor/cluster';
 import { admin, FLEET_TOKEN, type FleetHost, health, startFleetHost, stopHost, waitFor } from './fleet-kit';
 import { runCliToExit } from './harness';
 import { createFleetNet, type FleetNet } from './netns-kit';
@@ -49,41 +49,9 @@ async function change(percent: number) {
   return { ...answer, ms: Date.now() - started };
 }
 
-const start = (i: number) => startFleetHost(net, i, { fleet: FLEET, cluster: NATS_URL, env: ENV });
-
-beforeAll(async () => {
-  net = await createFleetNet({ hosts: 3, prefix: 'mem', isolation: 'loopback' });
-  for (let i = 0; i < 3; i++) hosts.push(await start(i));
-  // A candidate at 0%: every later change is a canary share.
-  expect(
-    (await admin(hosts[0]!.adminUrl, 'POST', '/api/models/digits/candidate', { version: '1' })).status,
-  ).toBe(200);
-});
-
-afterAll(async () => {
-  for (const host of hosts) {
-    if (host.child.signalCode === null && host.child.exitCode === null)
-      process.kill(host.child.pid!, 'SIGCONT');
-    await stopHost(host);
-  }
-  await net?.destroy();
-  const conn = await connectCluster({ servers: NATS_URL, fleet: FLEET, hostId: 'cleanup' });
-  for (const stream of [
-    `KV_streaminfer_fleet_${FLEET}`,
-    `KV_streaminfer_fleet_${FLEET}_hosts`,
-    `KV_streaminfer_fleet_${FLEET}_lease`,
-    `OBJ_streaminfer_models_${FLEET}`,
-  ])
-    await conn.jsm.streams.delete(stream).catch(() => undefined);
-  await conn.close();
-  rmSync(tmp, { recursive: true, force: true });
-});
-
-test('a heartbeat key written straight into the hosts bucket is not a member: the change goes on', async () => {
-  const conn = await connectCluster({ servers: NATS_URL, fleet: FLEET, hostId: 'intruder' });
-  const kv = await new Kvm(conn.js).open(`streaminfer_fleet_${FLEET}_hosts`);
-  const now = new Date().toISOString();
-  const fake = {
+/** A well-formed heartbeat of a host that does not exist. */
+function ghostBeat(now: string): HostBeat {
+  return {
     host: 'ghost',
     address: 'http://203.0.113.9:8000',
     epoch: 0,
@@ -97,6 +65,46 @@ test('a heartbeat key written straight into the hosts bucket is not a member: th
     startedAt: now,
     beatAt: now,
   };
+}
+
+const start = (i: number) => startFleetHost(net, i, { fleet: FLEET, cluster: NATS_URL, env: ENV });
+
+beforeAll(async () => {
+  net = await createFleetNet({ hosts: 3, prefix: 'mem', isolation: 'loopback' });
+  for (let i = 0; i < 3; i++) hosts.push(await start(i));
+  // A candidate at 0%: every later change is a canary share.
+  expect(
+    (await admin(hosts[0]!.adminUrl, 'POST', '/api/models/digits/candidate', { version: '1' })).status,
+  ).toBe(200);
+});
+
+/** The fleet's NATS resources, deleted after the test. */
+const STREAMS = (fleet: string) => [
+  `KV_streaminfer_fleet_${fleet}`,
+  `KV_streaminfer_fleet_${fleet}_hosts`,
+  `KV_streaminfer_fleet_${fleet}_lease`,
+  `OBJ_streaminfer_models_${fleet}`,
+];
+const OLD_FLEET = `${FLEET}v1`;
+
+afterAll(async () => {
+  for (const host of hosts) {
+    if (host.child.signalCode === null && host.child.exitCode === null)
+      process.kill(host.child.pid!, 'SIGCONT');
+    await stopHost(host);
+  }
+  await net?.destroy();
+  const conn = await connectCluster({ servers: NATS_URL, fleet: FLEET, hostId: 'cleanup' });
+  for (const stream of [...STREAMS(FLEET), ...STREAMS(OLD_FLEET)])
+    await conn.jsm.streams.delete(stream).catch(() => undefined);
+  await conn.close();
+  rmSync(tmp, { recursive: true, force: true });
+});
+
+test('a heartbeat key written straight into the hosts bucket is not a member: the change goes on', async () => {
+  const conn = await connectCluster({ servers: NATS_URL, fleet: FLEET, hostId: 'intruder' });
+  const kv = await new Kvm(conn.js).open(`streaminfer_fleet_${FLEET}_hosts`);
+  const fake = ghostBeat(new Date().toISOString());
   // Kept fresh for the whole test, as an attacker (or a stale host id) would.
   await kv.put('ghost', JSON.stringify(fake));
   const refresh = setInterval(() => void kv.put('ghost', JSON.stringify(fake)).catch(() => undefined), 2000);
@@ -235,4 +243,37 @@ test('a host stopped cleanly leaves the members: the next change names only the 
       { host: 'h2', state: 'committed' },
     ],
   });
+});
+
+test('a format-1 record (before membership) is read, and the first host to join writes its members', async () => {
+  const conn = await connectCluster({ servers: NATS_URL, fleet: OLD_FLEET, hostId: 'upgrade' });
+  const kvm = new Kvm(conn.js);
+  // This fleet's record as an older build wrote it: format 1, no members; and a hand-written heartbeat.
+  const current = await (await kvm.open(`streaminfer_fleet_${FLEET}`)).get('registry');
+  const { members: _members, ...old } = JSON.parse(current!.string()) as Record<string, unknown>;
+  const registry = await kvm.create(`streaminfer_fleet_${OLD_FLEET}`, { history: 5 });
+  await registry.create('registry', JSON.stringify({ ...old, format: 1 }));
+  const board = await HostBoard.open(conn);
+  const now = new Date().toISOString();
+  await board.beat({ ...ghostBeat(now), host: 'ghost' });
+  try {
+    // Slot 1's address and ports (its host left the other fleet in the test before).
+    await stopHost(hosts[1]!);
+    const upgraded = await startFleetHost(net, 1, { fleet: OLD_FLEET, cluster: NATS_URL, env: ENV });
+    hosts.push(upgraded);
+    // It joins once its nodes are up (its /health may say ready a moment before).
+    const read = async () =>
+      JSON.parse((await registry.get('registry'))!.string()) as Record<string, unknown>;
+    await waitFor(
+      async () => (await read()).format === 2,
+      10_000,
+      () => `h1 never wrote the members:\n${upgraded.logs().slice(-2000)}`,
+    );
+    const record = await read();
+    expect(record).toMatchObject({ format: 2, members: ['h1'], epoch: old.epoch });
+    expect(upgraded.logs()).toContain('first members written (format-1 record)');
+    expect((await health(upgraded.url))?.body.epoch).toBe(old.epoch);
+  } finally {
+    await conn.close();
+  }
 });
