@@ -462,7 +462,7 @@ describe('membership: a member that is gone does not hold a change (issue 26)', 
   const gone: HostStepAnswer = {
     ok: false,
     down: true,
-    error: 'host c is not connected to NATS (no responder)',
+    error: 'host c is not connected to NATS (no responders on its step subject)',
   };
 
   test('a member marked down is never asked; one gone at PREPARE is dropped; the record keeps every member', async () => {

@@ -139,7 +139,11 @@ export function hostStepClient(conn: ClusterConnection, timeoutMs: number): Host
         return parseAnswer(reply.data);
       } catch (err) {
         if (isNoResponders(err))
-          return { ok: false, down: true, error: `host ${hostId} is not connected to NATS (no responder)` };
+          return {
+            ok: false,
+            down: true,
+            error: `host ${hostId} is not connected to NATS (no responders on its step subject)`,
+          };
         const cause = err instanceof Error && err.cause instanceof Error ? `: ${err.cause.message}` : '';
         return {
           ok: false,
