@@ -495,6 +495,13 @@ describe('membership: a member that is gone does not hold a change (issue 26)', 
     expect(records[0]!.record.members).toEqual(['a', 'b', 'c', 'd']);
   });
 
+  test('a format-1 base: the record written names the members that took part, not a gone one', async () => {
+    const { coordinator, records } = fleet([['a'], ['ghost', { prepare: async () => gone }]]);
+    const outcome = await coordinator.reload(request());
+    expect(outcome.result).toBe('committed');
+    expect(records[0]!.record).toMatchObject({ format: 2, members: ['a'] });
+  });
+
   test('a refusal is not a departure: a member that answers no still aborts the change everywhere', async () => {
     const { coordinator, log } = fleet([
       ['a'],

@@ -192,11 +192,15 @@ export class FleetReloadCoordinator {
   }
 
   /** Takes the hosts whose answer says they are gone out of `hosts` (and `answers`), listing them down. */
-  private dropDown(hosts: HostChannel[], answers: HostStepAnswer[], step: string): void {
+  private dropDown(run: Run, hosts: HostChannel[], answers: HostStepAnswer[], step: string): void {
     for (let i = hosts.length - 1; i >= 0; i--) {
       const answer = answers[i]!;
       if (answer.ok || answer.down !== true) continue;
-      this.hostOutcomes.push({ host: hosts[i]!.host, state: 'down', error: `${step}: ${answer.error}` });
+      const host = hosts[i]!.host;
+      // A format-1 base: the first members are the hosts that took part (a hand-written heartbeat does not).
+      if (run.base.record.members === undefined)
+        run.members = run.members.filter((member) => member !== host);
+      this.hostOutcomes.push({ host, state: 'down', error: `${step}: ${answer.error}` });
       hosts.splice(i, 1);
       answers.splice(i, 1);
     }
@@ -209,7 +213,7 @@ export class FleetReloadCoordinator {
     const prepared = await Promise.all(hosts.map((host) => ask(() => host.prepare(table, id))));
     // A member gone before it answered cannot hold the reload open: it catches up from the record (and one that
     // prepared and then went silent is in doubt, fenced, until it reads the outcome).
-    this.dropDown(hosts, prepared, 'prepare');
+    this.dropDown(run, hosts, prepared, 'prepare');
     const failures = prepared.flatMap((answer, i) =>
       answer.ok ? [] : [`host ${hosts[i]!.host}: ${answer.error}`],
     );
