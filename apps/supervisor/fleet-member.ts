@@ -439,8 +439,9 @@ export class FleetMember {
   }
 
   /**
-   * Joins the record's members unless it is one (run serialized): only at the record's epoch (caught up, not in
-   * doubt), so a host that comes back behind — excluded meanwhile — catches up before it is a member again. A
+   * Joins the record's members unless it is one (run serialized): only when not behind the record's epoch and
+   * not in doubt, so a host that comes back behind — excluded meanwhile — catches up before it is a member again
+   * (a host ahead of the record is not held out: that is the epoch's question, not membership's). A
    * format-1 record gets its first members: this host and the heartbeating hosts that answer a step.
    */
   private async ensureMember(): Promise<void> {
@@ -451,7 +452,7 @@ export class FleetMember {
     let behind = false;
     const entry = await this.changeMembers(async (record) => {
       if (record.members?.includes(self)) return null;
-      behind = this.inDoubt !== undefined || coordinator.epoch !== record.epoch;
+      behind = this.inDoubt !== undefined || coordinator.epoch < record.epoch;
       if (behind) return null;
       if (record.members !== undefined) return withMember(record.members, self);
       return withMember(await this.probeBeating(), self);
@@ -733,7 +734,7 @@ export class FleetMember {
   private async catchUp(record: FleetRecord): Promise<void> {
     const coordinator = this.options.host.coordinator();
     // Excluded and behind: changes went on without it, so it serves nothing until it has caught up and re-joined.
-    if (this.excluded && (coordinator.epoch !== record.epoch || this.inDoubt))
+    if (this.excluded && (coordinator.epoch < record.epoch || this.inDoubt))
       this.setFence(
         `excluded from fleet ${this.options.fleet} at epoch ${record.epoch}: catching up before it re-joins`,
       );
