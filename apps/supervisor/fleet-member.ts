@@ -165,6 +165,11 @@ export class FleetMember {
     return this.fenceReason;
   }
 
+  /** This host is in the record's members (false before it joined, and while excluded). */
+  get member(): boolean {
+    return this.joined && !this.excluded;
+  }
+
   /** The fleet epoch of the last registry record this host read (watch, catch-up or its own change). */
   get recordEpoch(): number | undefined {
     return this.latest?.record.epoch;
@@ -917,6 +922,14 @@ function fleetMetrics(registry: Registry, member: FleetMember): FleetMetrics {
     registers,
     collect() {
       this.set(member.fenced === undefined ? 0 : 1);
+    },
+  });
+  new Gauge({
+    name: 'streaminfer_fleet_member',
+    help: "1 while this host is in its fleet's members (0: not joined yet, or excluded and catching up).",
+    registers,
+    collect() {
+      this.set(member.member ? 1 : 0);
     },
   });
   new Gauge({

@@ -226,6 +226,11 @@ test('an operator excludes a silent member: the change goes on at once; woken, i
   expect(logs).toContain(
     `excluded from fleet ${FLEET} at epoch ${answer.body.epoch}: catching up before it re-joins`,
   );
+  const metrics = await (
+    await fetch(`${hosts[2]!.adminUrl}/metrics`, { headers: { authorization: `Bearer ${FLEET_TOKEN}` } })
+  ).text();
+  expect(metrics).toMatch(/^streaminfer_fleet_member 1$/m);
+  expect(metrics).toMatch(/^streaminfer_fleet_fenced 0$/m);
   // The API refuses what makes no sense.
   expect((await admin(hosts[0]!.adminUrl, 'POST', '/api/fleet/hosts/nobody/exclude')).status).toBe(404);
   expect((await admin(hosts[0]!.adminUrl, 'POST', '/api/fleet/hosts/h0/exclude')).status).toBe(400);
