@@ -32,6 +32,12 @@ const answer: FleetAnswer = {
     committedAt: '2026-12-01T00:00:00.000Z',
     table: { defaultModel: 'digits', models: [] },
   },
+  members: [
+    { host: 'h1', live: true },
+    { host: 'h2', live: true },
+    { host: 'h3', live: true },
+  ],
+  strangers: [],
   hosts: [
     beat('h1', 4),
     beat('h2', 3),
@@ -58,6 +64,16 @@ describe('renderFleet', () => {
     expect(lines[4]).toContain('FENCED (in doubt about fleet reload r1)');
     expect(lines[2]).toContain('digits@1 (cand 2, 10%)');
     expect(lines[2]).toContain('seen 1s ago');
+  });
+
+  it('lists members without a heartbeat as DOWN, and the ignored heartbeats of non-members', () => {
+    const text = renderFleet({
+      ...answer,
+      members: [...answer.members, { host: 'h4', live: false }],
+      strangers: ['ghost'],
+    });
+    expect(text).toContain('  h4  DOWN (a member with no heartbeat)');
+    expect(text).toContain('  ignored heartbeats, not members: ghost');
   });
 
   it('says when a change is in progress and when no host heartbeats', () => {

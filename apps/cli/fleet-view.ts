@@ -23,7 +23,8 @@ function pad(text: string, width: number): string {
 }
 
 /**
- * One line per host; a host behind the fleet's epoch, fenced or not ready says so. Every field comes from other
+ * One line per member that heartbeats, then one per member that does not (DOWN), then the heartbeats of
+ * non-members (ignored); a host behind the fleet's epoch, fenced or not ready says so. Every field comes from other
  * hosts' heartbeats and records: each is printed through visible() (no terminal escape gets through).
  */
 export function renderFleet(answer: FleetAnswer, now: number = Date.now()): string {
@@ -63,5 +64,10 @@ export function renderFleet(answer: FleetAnswer, now: number = Date.now()): stri
         .trimEnd()}`,
     );
   if (rows.length === 0) lines.push('  no host is heartbeating');
+  // Members without a heartbeat (a change goes on without them) and heartbeats that are no member's (ignored).
+  for (const member of answer.members ?? [])
+    if (!member.live) lines.push(visible(`  ${member.host}  DOWN (a member with no heartbeat)`));
+  if ((answer.strangers ?? []).length > 0)
+    lines.push(visible(`  ignored heartbeats, not members: ${answer.strangers.join(', ')}`));
   return lines.join('\n');
 }

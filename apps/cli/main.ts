@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-/** `streaminfer` command line: serve, status, reload, models, bench, simulate, stream. */
+/** `streaminfer` command line: serve, status, reload, models, fleet, bench, simulate, stream. */
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import { Command, Option } from 'commander';
@@ -637,6 +637,32 @@ addClientOptions(
 registerModelsPush(models, fail);
 registerModelsKeygen(models, fail);
 registerRollout(models, { addClientOptions, clientOptions, fail });
+
+const fleet = program.command('fleet').description("a fleet's membership (hosts started with --cluster)");
+addClientOptions(
+  fleet
+    .command('exclude <host>')
+    .description(
+      'take a silent member out of the fleet: changes go on without it; back, it catches up and re-joins',
+    ),
+).action((host: string, flags: ClientFlags) =>
+  runAdmin<{ fleet?: string; excluded?: string; revision?: number; members?: string[]; warning?: string }>(
+    flags,
+    'POST',
+    `/api/fleet/hosts/${encodeURIComponent(host)}/exclude`,
+    {},
+    (answer, status) => {
+      if (status !== 200) {
+        printRefusal('exclude', status, answer as { code?: string; message?: string });
+        return;
+      }
+      console.log(
+        `fleet ${answer.fleet}: host ${answer.excluded} excluded (revision ${answer.revision}); members: ${answer.members?.join(', ')}`,
+      );
+      if (answer.warning) console.error(`warning: ${answer.warning}`);
+    },
+  ),
+);
 
 const bench = program.command('bench').description('measure without a server');
 bench

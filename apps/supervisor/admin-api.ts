@@ -42,6 +42,7 @@ const SCRAPE_MIN_INTERVAL_MS = 50;
 const REGISTRY_ROUTE = new RegExp(`^/api/models/([^/]+)/(${REGISTRY_ACTIONS.join('|')})$`);
 /** Progressive delivery: GET / POST …/rollout, POST …/rollout/{pause,resume,abort}. */
 const ROLLOUT_ROUTE = /^\/api\/models\/([^/]+)\/rollout(?:\/(pause|resume|abort))?$/;
+const FLEET_EXCLUDE_ROUTE = /^\/api\/fleet\/hosts\/([^/]+)\/exclude$/;
 
 export interface ReloadRequest {
   model?: string;
@@ -97,6 +98,8 @@ export interface AdminHost {
   readonly fleet: { name: string; host: string } | undefined;
   /** GET /api/fleet; ProtocolError not_found when the host is not in a fleet, cluster_unavailable without NATS. */
   fleetView(): Promise<unknown>;
+  /** POST /api/fleet/hosts/{host}/exclude: take a (silent) member out of the fleet's members. */
+  fleetExclude(host: string): Promise<unknown>;
   /** Progressive delivery (rollout-controller.ts): the answer body, or a ProtocolError. */
   rollout(model: string, action: RolloutAction, body: Record<string, unknown>): Promise<unknown>;
   reloadConfig(
@@ -241,6 +244,14 @@ export class AdminApi {
     if (url === '/api/fleet') {
       if (method !== 'GET') return jsonError('method_not_allowed', 'use GET /api/fleet');
       return respond(async () => json(200, await this.host.fleetView()));
+    }
+    const exclude = FLEET_EXCLUDE_ROUTE.exec(url);
+    if (exclude) {
+      if (method !== 'POST') return jsonError('method_not_allowed', `use POST ${url}`);
+      const host = decodePathSegment(exclude[1]);
+      if (host === undefined)
+        return jsonError('bad_request', 'malformed percent-escape in the host id of the path');
+      return respond(async () => json(200, await this.host.fleetExclude(host)));
     }
     const rollout = ROLLOUT_ROUTE.exec(url);
     if (rollout) {

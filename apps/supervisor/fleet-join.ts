@@ -20,6 +20,7 @@ import {
   HostBoard,
   hostStepClient,
   ModelArtifacts,
+  RECORD_FORMAT,
   RegistryStore,
 } from './cluster';
 import { ensureArtifacts, type FleetHost, FleetMember } from './fleet-member';
@@ -96,8 +97,9 @@ export async function joinFleet(options: JoinOptions): Promise<{ member: FleetMe
   let base = await store.read();
   if (!base) {
     const record: FleetRecord = {
-      format: 1,
+      format: RECORD_FORMAT,
       epoch: 0,
+      members: [hostId],
       table: options.initial,
       reloadId: 'founded',
       reason: `fleet founded by ${hostId}`,

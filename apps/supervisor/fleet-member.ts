@@ -20,16 +20,21 @@ import {
   type FleetTable,
   type HostBeat,
   type HostBoard,
+  type HostStepAnswer,
   type HostStepClient,
   type HostStepRequest,
   type HostStepServer,
+  isHostId,
   type ModelArtifacts,
+  RECORD_FORMAT,
+  type RegistryEntry,
   type RegistryStore,
   type RegistryWatch,
   RolloutRecords,
   serveHostSteps,
 } from './cluster';
 import type { ReloadCoordinator, ReloadStrategy, StepAnswer } from './coordinator';
+import { onlyMembersMoved, rollCall, withMember, withoutMember } from './fleet-membership';
 import {
   FleetReloadCoordinator,
   type FleetReloadOutcome,
@@ -82,12 +87,24 @@ export interface FleetView {
   epoch: number;
   revision: number;
   record: FleetRecord;
+  /** The record's members; live: heartbeating (a change needs its PREPARE), else down (a change goes on without it). */
+  members: Array<{ host: string; live: boolean }>;
+  /** Heartbeat keys of hosts that are not members: ignored. */
+  strangers: string[];
+  /** The members' heartbeats. */
   hosts: HostBeat[];
   coordinator: { host: string; reloadId: string } | null;
 }
 
 const RESOLVE_POLL_MS = 1000;
 const MAX_RETRY_MS = 30_000;
+/** Tries of one membership CAS (join, leave, exclude) against other writers before it gives up. */
+const MEMBERSHIP_TRIES = 10;
+/** A step to a member is given up (`down`) once its heartbeat has expired: checked this often. */
+const SILENCE_POLL_MS = 1000;
+/** The reloadId of the step that asks a heartbeating host whether it is there (format-1 migration). */
+const PROBE_RELOAD_ID = 'membership-probe';
+const PROBE_TIMEOUT_MS = 5000;
 
 export class FleetMember {
   private readonly commitTimeoutMs: number;
@@ -106,6 +123,14 @@ export class FleetMember {
   private failedCatchUps = 0;
   private stopped = false;
   private server: HostStepServer | undefined;
+  /** This host is in the record's members (it joined, or found itself there). */
+  private joined = false;
+  /** It was a member and the record no longer lists it (an operator excluded it): it re-joins once caught up. */
+  private excluded = false;
+  /** Stranger heartbeats already logged (each host id once). */
+  private readonly strangersLogged = new Set<string>();
+  /** The record the next CAS of the change in progress is based on (a membership-only move is merged). */
+  private casBase: RegistryEntry | undefined;
   private readonly metrics: FleetMetrics | undefined;
   private watcher: RegistryWatch | undefined;
   private offAvailability: (() => void) | undefined;
@@ -116,7 +141,7 @@ export class FleetMember {
     this.now = options.now ?? Date.now;
     if (options.registry) this.metrics = fleetMetrics(options.registry, this);
     this.reloads = new FleetReloadCoordinator({
-      hosts: () => this.channels(),
+      hosts: (record) => this.channels(record),
       commitPoint: (record, revision) => this.commitPoint(record, revision),
       now: this.now,
       newId: () => randomUUID(),
@@ -140,15 +165,26 @@ export class FleetMember {
     return this.fenceReason;
   }
 
+  /** This host is in the record's members (false before it joined, and while excluded). */
+  get member(): boolean {
+    return this.joined && !this.excluded;
+  }
+
   /** The fleet epoch of the last registry record this host read (watch, catch-up or its own change). */
   get recordEpoch(): number | undefined {
     return this.latest?.record.epoch;
   }
 
-  /** Starts answering steps, heartbeating and following the record (the host's nodes are up by now). */
+  /**
+   * Starts answering steps, joins the record's members (by CAS; NATS down: the next reconcile does), then
+   * heartbeats and follows the record (the host's nodes are up by now).
+   */
   async start(): Promise<void> {
     const { connection, board, store, logger } = this.options;
     this.server = serveHostSteps(connection, (request) => this.step(request));
+    await this.serialized(() => this.ensureMember()).catch((error: Error) =>
+      logger.warn({ err: error.message }, 'fleet: cannot join the members yet; retrying with the record'),
+    );
     board.start(() => this.beat(), this.heartbeatMs);
     this.watcher = store.watch(
       (record, revision) => {
@@ -165,7 +201,11 @@ export class FleetMember {
     });
   }
 
-  /** Leaves the fleet: no more steps, beats or watching; the heartbeat is removed so the host drops out at once. */
+  /**
+   * Leaves the fleet: no more steps, beats or watching; the heartbeat is removed, then the host leaves the
+   * record's members by CAS, so later changes need nothing of it. NATS down: it stays a member, down, until it
+   * is back or excluded.
+   */
   async close(): Promise<void> {
     this.stopped = true;
     if (this.retryTimer) clearTimeout(this.retryTimer);
@@ -174,8 +214,59 @@ export class FleetMember {
     this.watcher?.stop();
     this.offAvailability?.();
     this.options.board.stop();
-    if (this.available) await this.options.board.remove().catch(() => undefined);
+    if (this.available) {
+      await this.options.board.remove().catch(() => undefined);
+      await this.changeMembers((record) => withoutMember(record.members, this.options.hostId))
+        .then((entry) => this.options.logger.info({ revision: entry?.revision }, 'fleet: left the members'))
+        .catch((error: Error) =>
+          this.options.logger.warn({ err: error.message }, 'fleet: could not leave the members'),
+        );
+    }
     await this.options.connection.close().catch(() => undefined);
+  }
+
+  /**
+   * POST /api/fleet/hosts/{host}/exclude: takes a member out of the record's members by CAS, so fleet changes go
+   * on without it (one that is silent or cannot PREPARE). The host, when it is back, catches up and re-joins.
+   */
+  async exclude(host: string): Promise<{
+    fleet: string;
+    excluded: string;
+    revision: number;
+    epoch: number;
+    members: string[];
+    warning?: string;
+  }> {
+    this.requireCluster();
+    if (!isHostId(host)) throw new ProtocolError('bad_request', `not a host id: ${JSON.stringify(host)}`);
+    if (host === this.options.hostId)
+      throw new ProtocolError(
+        'bad_request',
+        `host ${host} cannot exclude itself: ask another member, or stop it (a clean stop leaves the fleet)`,
+      );
+    const entry = await this.clusterCall(() =>
+      this.changeMembers((record) => {
+        const next = withoutMember(record.members, host);
+        if (next === null)
+          throw new ProtocolError('not_found', `host ${host} is not a member of fleet ${this.options.fleet}`);
+        return next;
+      }),
+    );
+    this.latest = entry;
+    const alive = await this.options.board.alive(host).catch(() => false);
+    this.options.logger.warn({ excluded: host, revision: entry.revision, alive }, 'fleet: member excluded');
+    return {
+      fleet: this.options.fleet,
+      excluded: host,
+      revision: entry.revision,
+      epoch: entry.record.epoch,
+      members: entry.record.members ?? [],
+      ...(alive
+        ? {
+            warning: `host ${host} still heartbeats: it re-joins as soon as it has caught up (stop it to keep it out)`,
+          }
+        : {}),
+    };
   }
 
   /**
@@ -187,6 +278,11 @@ export class FleetMember {
     options: { strategy: ReloadStrategy; reason: string; ifRevision?: number; force?: boolean },
   ): Promise<FleetReloadOutcome> {
     this.requireCluster();
+    if (this.excluded)
+      throw new FleetConflictError(
+        `host ${this.options.hostId} was excluded from fleet ${this.options.fleet} and re-joins once caught up: ask another member`,
+        this.latest,
+      );
     const reloadId = randomUUID();
     const held = await this.clusterCall(() =>
       this.options.lease.acquire({ host: this.options.hostId, reloadId }),
@@ -200,6 +296,7 @@ export class FleetMember {
       const base = await this.clusterCall(() => this.options.store.read());
       if (!base) throw new ProtocolError('cluster_unavailable', 'the fleet has no registry record');
       this.latest = base;
+      this.casBase = base;
       if (options.ifRevision !== undefined && options.ifRevision !== base.revision)
         throw new FleetConflictError(
           `the registry is at revision ${base.revision}, not ${options.ifRevision}: another change came first`,
@@ -218,6 +315,7 @@ export class FleetMember {
         throw new FleetConflictError(outcome.error ?? 'conflict', this.latest);
       return outcome;
     } finally {
+      this.casBase = undefined;
       await this.options.lease.release().catch(() => undefined);
     }
   }
@@ -237,17 +335,22 @@ export class FleetMember {
   /** GET /api/fleet. */
   async view(): Promise<FleetView> {
     this.requireCluster();
-    const [base, hosts, holder] = await this.clusterCall(() =>
+    const [base, beats, holder] = await this.clusterCall(() =>
       Promise.all([this.options.store.read(), this.options.board.list(), this.options.lease.current()]),
     );
     if (!base) throw new ProtocolError('cluster_unavailable', 'the fleet has no registry record');
+    const beating = beats.map((beat) => beat.host);
+    const roll = rollCall(base.record.members, beating, this.options.hostId);
+    const members = base.record.members ?? roll.live;
     return {
       fleet: this.options.fleet,
       host: this.options.hostId,
       epoch: base.record.epoch,
       revision: base.revision,
       record: base.record,
-      hosts,
+      members: members.map((host) => ({ host, live: beating.includes(host) })),
+      strangers: roll.strangers,
+      hosts: beats.filter((beat) => members.includes(beat.host)),
       coordinator: holder ? { host: holder.host, reloadId: holder.reloadId } : null,
     };
   }
@@ -287,28 +390,155 @@ export class FleetMember {
       this.options.logger.info({ ms: holdMs }, 'test hook: holding the commit point');
       await new Promise((resolve) => setTimeout(resolve, holdMs));
     }
-    try {
-      const written = await this.options.store.commit(record, revision);
-      return { ok: true, revision: written };
-    } catch (error) {
-      const conflict = error instanceof ClusterError && error.code === 'conflict';
-      return { ok: false, conflict, error: (error as Error).message };
+    let next = record;
+    let expected = revision;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const written = await this.options.store.commit(next, expected);
+        this.casBase = { record: next, revision: written };
+        return { ok: true, revision: written };
+      } catch (error) {
+        const conflict = error instanceof ClusterError && error.code === 'conflict';
+        const current = error instanceof ClusterError ? error.current : undefined;
+        const base = this.casBase;
+        // A host joined, left or was excluded since the change read the record: the change stands, with
+        // today's members (whoever joined did not PREPARE it and catches up from the record).
+        if (
+          conflict &&
+          current &&
+          base?.revision === expected &&
+          onlyMembersMoved(base.record, current.record) &&
+          attempt < MEMBERSHIP_TRIES
+        ) {
+          next = { ...next, members: current.record.members ?? [] };
+          expected = current.revision;
+          this.casBase = current;
+          continue;
+        }
+        return { ok: false, conflict, error: (error as Error).message };
+      }
     }
   }
 
-  /** The live hosts as the fleet coordinator talks to them: this one directly, the others over NATS. */
-  private async channels(): Promise<HostChannel[]> {
+  /**
+   * A read-modify-write of the record's members by CAS (the epoch, table and last reload stay as they are):
+   * `next` gives the new members, or null for no change (then the record read is returned). Retries when
+   * another write came first.
+   */
+  private async changeMembers(
+    next: (record: FleetRecord) => string[] | null | Promise<string[] | null>,
+  ): Promise<RegistryEntry> {
+    for (let attempt = 1; ; attempt++) {
+      const base = await this.options.store.read();
+      if (!base) throw new ClusterError('cluster_unavailable', 'the fleet has no registry record');
+      const members = await next(base.record);
+      if (members === null) return base;
+      const record: FleetRecord = { ...base.record, format: RECORD_FORMAT, members };
+      try {
+        return { record, revision: await this.options.store.commit(record, base.revision) };
+      } catch (error) {
+        if (!(error instanceof ClusterError && error.code === 'conflict') || attempt >= MEMBERSHIP_TRIES)
+          throw error;
+      }
+    }
+  }
+
+  /**
+   * Joins the record's members unless it is one (run serialized): only when not behind the record's epoch and
+   * not in doubt, so a host that comes back behind — excluded meanwhile — catches up before it is a member again
+   * (a host ahead of the record is not held out: that is the epoch's question, not membership's). A
+   * format-1 record gets its first members: this host and the heartbeating hosts that answer a step.
+   */
+  private async ensureMember(): Promise<void> {
+    if (this.stopped || !this.available) return;
+    const self = this.options.hostId;
+    if (this.joined && !this.excluded && this.latest?.record.members?.includes(self)) return;
+    const coordinator = this.options.host.coordinator();
+    let behind = false;
+    const entry = await this.changeMembers(async (record) => {
+      if (record.members?.includes(self)) return null;
+      behind = this.inDoubt !== undefined || coordinator.epoch < record.epoch;
+      if (behind) return null;
+      if (record.members !== undefined) return withMember(record.members, self);
+      return withMember(await this.probeBeating(), self);
+    });
+    if (behind || !entry.record.members?.includes(self)) return;
+    this.latest = entry;
+    if (!this.joined || this.excluded)
+      this.options.logger.info(
+        { members: entry.record.members, revision: entry.revision, epoch: entry.record.epoch },
+        this.excluded ? 'fleet: re-joined the members after an exclusion' : 'fleet: a member',
+      );
+    this.joined = true;
+    if (this.excluded) {
+      this.excluded = false;
+      this.unfence();
+    }
+  }
+
+  /**
+   * The heartbeating hosts that answer a harmless step (an abort of nothing) within PROBE_TIMEOUT_MS: a
+   * hand-written key does not. One left out joins by itself once it runs this build.
+   */
+  private async probeBeating(): Promise<string[]> {
     const beats = await this.options.board.list();
-    const ids = new Set(beats.map((beat) => beat.host));
-    ids.add(this.options.hostId);
-    return [...ids].sort().map((host) => this.channel(host));
+    const answers = await Promise.all(
+      beats
+        .filter((beat) => beat.host !== this.options.hostId)
+        .map(async (beat) => {
+          let timer: NodeJS.Timeout | undefined;
+          const answer = await Promise.race([
+            this.options.steps.call(beat.host, { step: 'abort', reloadId: PROBE_RELOAD_ID }),
+            new Promise<{ ok: false }>((resolve) => {
+              timer = setTimeout(() => resolve({ ok: false }), PROBE_TIMEOUT_MS);
+            }),
+          ]).finally(() => clearTimeout(timer));
+          return answer.ok ? beat.host : undefined;
+        }),
+    );
+    const members = answers.filter((host): host is string => host !== undefined);
+    this.options.logger.info(
+      { heartbeating: beats.map((beat) => beat.host), members },
+      'fleet: first members written (format-1 record): the heartbeating hosts that answered',
+    );
+    return members;
+  }
+
+  /**
+   * The record's members as the fleet coordinator talks to them: this one directly, the others over NATS; a
+   * member without a fresh heartbeat is marked down (not asked). A heartbeat of a non-member is ignored, and
+   * said once.
+   */
+  private async channels(record: FleetRecord): Promise<HostChannel[]> {
+    const beats = await this.options.board.list();
+    const roll = rollCall(
+      record.members,
+      beats.map((beat) => beat.host),
+      this.options.hostId,
+    );
+    for (const stranger of roll.strangers) {
+      if (this.strangersLogged.has(stranger)) continue;
+      this.strangersLogged.add(stranger);
+      this.options.logger.warn(
+        { host: stranger, members: record.members },
+        'fleet: ignoring the heartbeat of a host that is not a member (a stale or hand-written key, or an excluded host)',
+      );
+    }
+    const ttl = this.options.board.ttlMs;
+    return [
+      ...roll.live.map((host) => this.channel(host)),
+      ...roll.down.map((host) => ({
+        ...this.channel(host),
+        down: `no heartbeat within ${ttl} ms: down, the change goes on without it`,
+      })),
+    ].sort((a, b) => (a.host < b.host ? -1 : a.host > b.host ? 1 : 0));
   }
 
   private channel(host: string): HostChannel {
     const call =
       host === this.options.hostId
         ? (request: HostStepRequest) => this.step(request)
-        : (request: HostStepRequest) => this.options.steps.call(host, request);
+        : (request: HostStepRequest) => this.untilSilent(host, this.options.steps.call(host, request));
     return {
       host,
       prepare: (table, reloadId) => call({ step: 'prepare', reloadId, plan: table }),
@@ -317,6 +547,39 @@ export class FleetMember {
       release: (table, reloadId) => call({ step: 'release', reloadId, plan: table }),
       roll: (table, epoch, reloadId) => call({ step: 'roll', reloadId, plan: table, epoch }),
     };
+  }
+
+  /**
+   * A step to another member, given up as `down` once the member's heartbeat has expired (or it is no longer
+   * a member): a silent member holds a change for at most the heartbeat TTL, not the step timeout. One that
+   * prepared and then went silent is in doubt on its side, and fences itself until it reads the outcome.
+   */
+  private untilSilent(host: string, step: Promise<HostStepAnswer>): Promise<HostStepAnswer> {
+    let timer: NodeJS.Timeout | undefined;
+    let settled = false;
+    const silent = new Promise<HostStepAnswer>((resolve) => {
+      const check = async () => {
+        if (settled) return;
+        const members = this.latest?.record.members;
+        const gone = members !== undefined && !members.includes(host);
+        const alive = gone ? false : await this.options.board.alive(host).catch(() => true);
+        if (settled) return;
+        if (!alive)
+          resolve({
+            ok: false,
+            down: true,
+            error: gone
+              ? `host ${host} is no longer a member`
+              : `host ${host} went silent: no heartbeat within ${this.options.board.ttlMs} ms`,
+          });
+        else timer = setTimeout(() => void check(), SILENCE_POLL_MS);
+      };
+      timer = setTimeout(() => void check(), SILENCE_POLL_MS);
+    });
+    return Promise.race([step, silent]).finally(() => {
+      settled = true;
+      if (timer) clearTimeout(timer);
+    });
   }
 
   /** One barrier step from the fleet coordinator. Never throws: a failure is `{ok: false}`. */
@@ -344,6 +607,10 @@ export class FleetMember {
 
   private async prepare(table: FleetTable, reloadId: string): Promise<StepAnswer> {
     if (this.inDoubt) return { ok: false, error: `host still holds fleet reload ${this.inDoubt.reloadId}` };
+    // A PREPARE delivered late (this host was frozen or cut off, the fleet went on without it) for a reload the
+    // record already holds: held now, it would never hear its COMMIT again.
+    if (this.latest?.record.reloadId === reloadId)
+      return { ok: false, error: `fleet reload ${reloadId} is committed already` };
     const coordinator = this.options.host.coordinator();
     if (coordinator.busy) return { ok: false, error: 'a reload is in progress on this host' };
     // Every version is here and is the one pushed to the fleet before any node loads it.
@@ -447,12 +714,35 @@ export class FleetMember {
     }
   }
 
-  /** Brings the host to the latest record it knows of (run serialized). */
+  /** Brings the host to the latest record it knows of, then makes it a member if it is not (run serialized). */
   private async reconcile(): Promise<void> {
     const latest = this.latest;
     if (!latest || this.stopped) return;
     const { record } = latest;
+    const self = this.options.hostId;
+    if (this.joined && record.members !== undefined && !record.members.includes(self) && !this.excluded) {
+      this.excluded = true;
+      this.options.logger.warn(
+        { members: record.members, epoch: record.epoch },
+        'fleet: excluded from the members; catching up, then re-joining',
+      );
+    }
+    await this.catchUp(record);
+    try {
+      await this.ensureMember();
+    } catch (error) {
+      this.options.logger.warn({ err: (error as Error).message }, 'fleet: cannot join the members yet');
+      this.retryLater();
+    }
+  }
+
+  private async catchUp(record: FleetRecord): Promise<void> {
     const coordinator = this.options.host.coordinator();
+    // Excluded and behind: changes went on without it, so it serves nothing until it has caught up and re-joined.
+    if (this.excluded && (coordinator.epoch < record.epoch || this.inDoubt))
+      this.setFence(
+        `excluded from fleet ${this.options.fleet} at epoch ${record.epoch}: catching up before it re-joins`,
+      );
     const held = this.inDoubt;
     const own = held
       ? { epoch: held.epochBefore, reloadInDoubt: held.reloadId }
@@ -526,7 +816,8 @@ export class FleetMember {
   }
 
   private unfence(): void {
-    if (this.fenceReason === undefined) return;
+    // An excluded host serves again once it is a member again (ensureMember).
+    if (this.fenceReason === undefined || this.excluded) return;
     this.fenceReason = undefined;
     this.options.logger.info(
       { epoch: this.options.host.coordinator().epoch },
@@ -631,6 +922,14 @@ function fleetMetrics(registry: Registry, member: FleetMember): FleetMetrics {
     registers,
     collect() {
       this.set(member.fenced === undefined ? 0 : 1);
+    },
+  });
+  new Gauge({
+    name: 'streaminfer_fleet_member',
+    help: "1 while this host is in its fleet's members (0: not joined yet, or excluded and catching up).",
+    registers,
+    collect() {
+      this.set(member.member ? 1 : 0);
     },
   });
   new Gauge({

@@ -1,5 +1,5 @@
 import type { NodeSettings, TablePlan } from '../../libs/registry';
-import type { FleetRecord, FleetTable } from './cluster';
+import type { FleetRecord, FleetTable, HostStepAnswer } from './cluster';
 import { ReloadBusyError, type StepAnswer } from './coordinator';
 import {
   type CommitPointResult,
@@ -37,7 +37,10 @@ type Step = 'prepare' | 'commit' | 'abort' | 'release' | 'roll';
 type Script = Partial<Record<Step, () => Promise<StepAnswer>>>;
 
 /** A fleet of fake hosts and a fake KV: every step and write lands in one log, in the order it happened. */
-function fleet(hosts: Array<[string, Script?]>, writes: Array<() => Promise<CommitPointResult>> = []) {
+function fleet(
+  hosts: Array<[string, Script?, string?]>,
+  writes: Array<() => Promise<CommitPointResult>> = [],
+) {
   const log: string[] = [];
   const ids = new Set<string>();
   const records: Array<{ record: FleetRecord; expectedRevision: number }> = [];
@@ -56,7 +59,10 @@ function fleet(hosts: Array<[string, Script?]>, writes: Array<() => Promise<Comm
       roll: (plan, epoch, id) => answer('roll', id, `@${epoch}:${plan.models[0]!.stable}`),
     };
   };
-  const channels = hosts.map(([host, script]) => channel(host, script));
+  // A third element: the member is down already (no fresh heartbeat), with this reason.
+  const channels = hosts.map(([host, script, down]) =>
+    down === undefined ? channel(host, script) : { ...channel(host, script), down },
+  );
   let clock = T0;
   let reloads = 0;
   const coordinator = new FleetReloadCoordinator({
@@ -108,8 +114,10 @@ describe('atomic fleet reload (epoch barrier across hosts)', () => {
       {
         expectedRevision: 40,
         record: {
-          format: 1,
+          // A format-1 base (no members yet): the record written names the hosts asked.
+          format: 2,
           epoch: 8,
+          members: ['a', 'b', 'c'],
           table: v2,
           reloadId: 'r1',
           reason: 'promote digits',
@@ -331,8 +339,9 @@ describe('rolling fleet reload', () => {
     expect(records[1]).toEqual({
       expectedRevision: 41,
       record: {
-        format: 1,
+        format: 2,
         epoch: 9,
+        members: ['a', 'b', 'c'],
         table: v1,
         reloadId: 'r1',
         reason: 'promote digits (rolled back: host b failed)',
@@ -445,5 +454,85 @@ describe('planHostCatchUp (a host sees the registry record)', () => {
     ],
   ] as const)('%s', (_case, own, record, expected) => {
     expect(planHostCatchUp(own, record)).toBe(expected);
+  });
+});
+
+describe('membership: a member that is gone does not hold a change (issue 26)', () => {
+  const members = { ...base, record: { ...base.record, format: 2 as const, members: ['a', 'b', 'c', 'd'] } };
+  const gone: HostStepAnswer = {
+    ok: false,
+    down: true,
+    error: 'host c is not connected to NATS (no responders on its step subject)',
+  };
+
+  test('a member marked down is never asked; one gone at PREPARE is dropped; the record keeps every member', async () => {
+    // d has no fresh heartbeat: the host list marks it down.
+    const { coordinator, log, records } = fleet([
+      ['a'],
+      ['b'],
+      ['c', { prepare: async () => gone }],
+      ['d', {}, 'no heartbeat within 10000 ms'],
+    ]);
+    const outcome = await coordinator.reload(request({ base: members }));
+    expect(outcome.result).toBe('committed');
+    // c answered no responder: no ABORT, COMMIT or RELEASE is sent to it; d is never asked at all.
+    expect(log).toEqual([
+      'a:prepare',
+      'b:prepare',
+      'c:prepare',
+      'record@8',
+      'a:commit@8',
+      'b:commit@8',
+      'a:release',
+      'b:release',
+    ]);
+    expect(outcome.hosts).toEqual([
+      { host: 'a', state: 'committed' },
+      { host: 'b', state: 'committed' },
+      { host: 'c', state: 'down', error: `prepare: ${gone.error}` },
+      { host: 'd', state: 'down', error: 'no heartbeat within 10000 ms' },
+    ]);
+    expect(records[0]!.record.members).toEqual(['a', 'b', 'c', 'd']);
+  });
+
+  test('a format-1 base: the record written names the members that took part, not a gone one', async () => {
+    const { coordinator, records } = fleet([['a'], ['ghost', { prepare: async () => gone }]]);
+    const outcome = await coordinator.reload(request());
+    expect(outcome.result).toBe('committed');
+    expect(records[0]!.record).toMatchObject({ format: 2, members: ['a'] });
+  });
+
+  test('a refusal is not a departure: a member that answers no still aborts the change everywhere', async () => {
+    const { coordinator, log } = fleet([
+      ['a'],
+      ['b', { prepare: fail('a reload is in progress on this host') }],
+    ]);
+    const outcome = await coordinator.reload(request({ base: members }));
+    expect(outcome.result).toBe('failed');
+    expect(log).toEqual(['a:prepare', 'b:prepare', 'a:abort', 'b:abort']);
+  });
+
+  test('a member gone at COMMIT is listed down, not fenced', async () => {
+    const { coordinator } = fleet([['a'], ['b', { commit: async () => gone }]]);
+    const outcome = await coordinator.reload(request({ base: members }));
+    expect(outcome.result).toBe('committed');
+    expect(outcome.hosts).toEqual([
+      { host: 'a', state: 'committed' },
+      { host: 'b', state: 'down', error: `commit: ${gone.error}` },
+    ]);
+    expect(outcome.warnings).toBeUndefined();
+  });
+
+  test('rolling: a member gone at its turn is skipped (it catches up from the record), not rolled back', async () => {
+    const { coordinator, log, records } = fleet([['a'], ['b', { roll: async () => gone }], ['c']]);
+    const outcome = await coordinator.reload(request({ base: members, strategy: 'rolling' }));
+    expect(outcome.result).toBe('committed');
+    expect(log).toEqual(['record@8', 'a:roll@8:2', 'b:roll@8:2', 'c:roll@8:2']);
+    expect(records).toHaveLength(1);
+    expect(outcome.hosts).toEqual([
+      { host: 'a', state: 'rolled' },
+      { host: 'b', state: 'down', error: `roll: ${gone.error}` },
+      { host: 'c', state: 'rolled' },
+    ]);
   });
 });

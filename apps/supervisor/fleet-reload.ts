@@ -13,7 +13,8 @@
  * testable without processes.
  */
 import { isDeepStrictEqual } from 'node:util';
-import type { FleetRecord, FleetTable } from './cluster';
+import type { FleetRecord, FleetTable, HostStepAnswer } from './cluster';
+import { RECORD_FORMAT } from './cluster/records';
 import {
   diffTables,
   ReloadBusyError,
@@ -23,16 +24,20 @@ import {
 } from './coordinator';
 
 /**
- * One host as the coordinator sees it (its own host included). Every call resolves { ok: false } on failure,
- * timeout or an unreachable host — never throws. The plan is the fleet table: each host adds its own settings.
+ * One member as the coordinator sees it (its own host included). Every call resolves { ok: false } on failure,
+ * timeout or an unreachable host — never throws; `down` in an answer: the host is gone (no NATS connection, or
+ * its heartbeat expired while it was asked), so the reload goes on without it. The plan is the fleet table:
+ * each host adds its own settings.
  */
 export interface HostChannel {
   host: string;
-  prepare(plan: FleetTable, reloadId: string): Promise<StepAnswer>;
-  commit(plan: FleetTable, epoch: number, reloadId: string): Promise<StepAnswer>;
-  abort(reloadId: string): Promise<StepAnswer>;
-  release(plan: FleetTable, reloadId: string): Promise<StepAnswer>;
-  roll(plan: FleetTable, epoch: number, reloadId: string): Promise<StepAnswer>;
+  /** Set: a member that is down already (no fresh heartbeat): never asked, listed `down` with this reason. */
+  down?: string;
+  prepare(plan: FleetTable, reloadId: string): Promise<HostStepAnswer>;
+  commit(plan: FleetTable, epoch: number, reloadId: string): Promise<HostStepAnswer>;
+  abort(reloadId: string): Promise<HostStepAnswer>;
+  release(plan: FleetTable, reloadId: string): Promise<HostStepAnswer>;
+  roll(plan: FleetTable, epoch: number, reloadId: string): Promise<HostStepAnswer>;
 }
 
 /** The CAS write of the registry record. conflict: the revision was stale (someone else wrote). */
@@ -43,9 +48,10 @@ export type CommitPointResult =
 /**
  * What happened to one host. committed / rolled: on the new table. rolled_back: on the previous table again at
  * the epoch after the attempted one. unchanged: never switched. fenced: did not reach the record's table (it
- * missed COMMIT or a roll-back) and must catch up from the record.
+ * missed COMMIT or a roll-back) and must catch up from the record. down: a member that is gone (no fresh
+ * heartbeat, no NATS connection): the reload went on without it; it catches up from the record when it is back.
  */
-export type HostState = 'committed' | 'rolled' | 'rolled_back' | 'unchanged' | 'fenced';
+export type HostState = 'committed' | 'rolled' | 'rolled_back' | 'unchanged' | 'fenced' | 'down';
 
 export interface HostOutcome {
   host: string;
@@ -88,8 +94,8 @@ export interface FleetReloadRequest {
 export interface FleetCoordinatorOptions {
   /** This host's id: the records' committedBy. */
   host: string;
-  /** The live hosts (heartbeat set), read once per reload. */
-  hosts: () => HostChannel[] | Promise<HostChannel[]>;
+  /** The members of the base record, read once per reload: those without a fresh heartbeat marked `down`. */
+  hosts: (record: FleetRecord) => HostChannel[] | Promise<HostChannel[]>;
   commitPoint: (record: FleetRecord, expectedRevision: number) => Promise<CommitPointResult>;
   /** Wall-clock milliseconds: committedAt, startedAt and the duration. */
   now: () => number;
@@ -110,6 +116,8 @@ interface Run {
   table: FleetTable;
   reason: string;
   base: { record: FleetRecord; revision: number };
+  /** The members the records it writes carry: the base's (a format-1 base: the hosts it asks). */
+  members: string[];
 }
 
 export class FleetReloadCoordinator {
@@ -156,7 +164,7 @@ export class FleetReloadCoordinator {
     this.hostOutcomes = [];
     try {
       if (request.force === true || !sameTable(table, base.record.table)) {
-        const run = { id, table, reason, base, strategy };
+        const run = { id, table, reason, base, strategy, members: base.record.members ?? [] };
         const ended = strategy === 'atomic' ? await this.atomic(run) : await this.rolling(run);
         outcome.result = ended.result;
         outcome.epoch = ended.epoch;
@@ -173,11 +181,39 @@ export class FleetReloadCoordinator {
     return outcome;
   }
 
+  /** The members to ask: those down already are listed so and left out. */
+  private async members(run: Run): Promise<HostChannel[]> {
+    const all = await this.options.hosts(run.base.record);
+    if (run.base.record.members === undefined) run.members = all.map((host) => host.host).sort();
+    for (const host of all)
+      if (host.down !== undefined)
+        this.hostOutcomes.push({ host: host.host, state: 'down', error: host.down });
+    return all.filter((host) => host.down === undefined);
+  }
+
+  /** Takes the hosts whose answer says they are gone out of `hosts` (and `answers`), listing them down. */
+  private dropDown(run: Run, hosts: HostChannel[], answers: HostStepAnswer[], step: string): void {
+    for (let i = hosts.length - 1; i >= 0; i--) {
+      const answer = answers[i]!;
+      if (answer.ok || answer.down !== true) continue;
+      const host = hosts[i]!.host;
+      // A format-1 base: the first members are the hosts that took part (a hand-written heartbeat does not).
+      if (run.base.record.members === undefined)
+        run.members = run.members.filter((member) => member !== host);
+      this.hostOutcomes.push({ host, state: 'down', error: `${step}: ${answer.error}` });
+      hosts.splice(i, 1);
+      answers.splice(i, 1);
+    }
+  }
+
   private async atomic(run: Run): Promise<Ended> {
     const { id, table, base } = run;
-    const hosts = await this.options.hosts();
+    const hosts = await this.members(run);
     const nothingChanged: Ended = { result: 'failed', epoch: base.record.epoch };
     const prepared = await Promise.all(hosts.map((host) => ask(() => host.prepare(table, id))));
+    // A member gone before it answered cannot hold the reload open: it catches up from the record (and one that
+    // prepared and then went silent is in doubt, fenced, until it reads the outcome).
+    this.dropDown(run, hosts, prepared, 'prepare');
     const failures = prepared.flatMap((answer, i) =>
       answer.ok ? [] : [`host ${hosts[i]!.host}: ${answer.error}`],
     );
@@ -204,6 +240,10 @@ export class FleetReloadCoordinator {
     await Promise.all(
       hosts.map(async (host, i) => {
         const answer = committed[i]!;
+        if (!answer.ok && answer.down === true) {
+          this.hostOutcomes.push({ host: host.host, state: 'down', error: `commit: ${answer.error}` });
+          return;
+        }
         if (!answer.ok) {
           fenced.push(host.host);
           this.hostOutcomes.push({ host: host.host, state: 'fenced', error: `commit: ${answer.error}` });
@@ -248,7 +288,7 @@ export class FleetReloadCoordinator {
 
   private async rolling(run: Run): Promise<Ended> {
     const { id, table, base } = run;
-    const hosts = await this.options.hosts();
+    const hosts = await this.members(run);
     const epoch = base.record.epoch + 1;
     const written = await this.write(run, table, epoch, run.reason, base.revision);
     if (!written.ok) {
@@ -265,8 +305,14 @@ export class FleetReloadCoordinator {
             error: `the commit point failed, nothing changed: ${written.error}`,
           };
     }
-    for (const [k, host] of hosts.entries()) {
-      const answer = await ask(() => host.roll(table, epoch, id));
+    for (let k = 0; k < hosts.length; k++) {
+      const answer = await ask(() => hosts[k]!.roll(table, epoch, id));
+      if (!answer.ok && answer.down === true) {
+        // Gone: it catches up from the record, which names the new table already.
+        this.hostOutcomes.push({ host: hosts[k]!.host, state: 'down', error: `roll: ${answer.error}` });
+        hosts.splice(k--, 1);
+        continue;
+      }
       if (!answer.ok) return this.rollBack(run, hosts, k, answer.error ?? 'failed', written.revision);
     }
     for (const host of hosts) this.hostOutcomes.push({ host: host.host, state: 'rolled' });
@@ -324,7 +370,10 @@ export class FleetReloadCoordinator {
           `host ${channel.host} did not return to the previous table (${returned.error}): fenced until caught up from the record at epoch ${back}`,
         );
       }
-      const outcome: HostOutcome = { host: channel.host, state: returned.ok ? state : 'fenced' };
+      const outcome: HostOutcome = {
+        host: channel.host,
+        state: returned.ok ? state : returned.down === true ? 'down' : 'fenced',
+      };
       if (errors.length > 0) outcome.error = errors.join('; ');
       this.hostOutcomes.push(outcome);
     }
@@ -353,8 +402,9 @@ export class FleetReloadCoordinator {
     revision: number,
   ): Promise<CommitPointResult> {
     const record: FleetRecord = {
-      format: 1,
+      format: RECORD_FORMAT,
       epoch,
+      members: run.members,
       table,
       reloadId: run.id,
       reason,
@@ -398,7 +448,7 @@ function sameTable(a: FleetTable, b: FleetTable): boolean {
   return isDeepStrictEqual(JSON.parse(JSON.stringify(a)), JSON.parse(JSON.stringify(b)));
 }
 
-async function ask(step: () => Promise<StepAnswer>): Promise<StepAnswer> {
+async function ask(step: () => Promise<HostStepAnswer>): Promise<HostStepAnswer> {
   try {
     return await step();
   } catch (error) {

@@ -553,6 +553,13 @@ export class Supervisor implements AdminHost, NotifyHost {
     return this.member.view();
   }
 
+  /** POST /api/fleet/hosts/{host}/exclude: 404 when this host is not in a fleet or the host not a member. */
+  async fleetExclude(host: string): Promise<unknown> {
+    if (!this.member)
+      throw new ProtocolError('not_found', 'this host is not in a fleet (start it with --cluster)');
+    return this.member.exclude(host);
+  }
+
   /**
    * A change of the fleet's table, coordinated by this host through the fleet's barrier: `next` maps the
    * committed table to the one asked for. The answer is this host's outcome with the fleet's per host.

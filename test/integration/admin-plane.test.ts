@@ -47,6 +47,7 @@ const ADMIN_CALLS: Array<[string, string, unknown]> = [
   ['GET', '/api/reload', undefined],
   ['POST', '/api/reload', {}],
   ['GET', '/api/fleet', undefined],
+  ['POST', '/api/fleet/hosts/h1/exclude', {}],
   ['POST', '/api/models/echo/canary', { percent: 0 }],
   ['GET', '/api/models/echo/rollout', undefined],
   ['POST', '/api/debug/block-node', { node: 7, ms: 1 }],

@@ -300,6 +300,7 @@ describe('host steps', () => {
     const nobody = await client.call('host-z', { step: 'prepare', reloadId: 'r1', plan });
     expect(nobody.ok).toBe(false);
     expect(nobody.error).toMatch(/no responders/i);
+    expect(nobody.down).toBe(true);
     expect(Date.now() - at).toBeLessThan(450);
 
     const bad = await client.call('not a host id', { step: 'prepare', reloadId: 'r1' });

@@ -95,6 +95,14 @@ export class HostBoard {
     });
   }
 
+  /** Whether `hostId` beat within the TTL (one key read; the shape is list()'s to check). */
+  alive(hostId: string): Promise<boolean> {
+    return this.conn.call('heartbeat read', async () => {
+      const entry = await this.kv.get(requireHostId(hostId));
+      return entry?.operation === 'PUT' && Date.now() - entry.created.getTime() < this.ttlMs;
+    });
+  }
+
   /** Graceful stop: stops the loop and deletes the host's heartbeat, so it drops out at once. */
   async remove(hostId: string = this.conn.hostId): Promise<void> {
     if (hostId === this.conn.hostId) {

@@ -103,9 +103,27 @@ export function serveHostSteps(
   return { stop: () => sub.unsubscribe() };
 }
 
+/** A step's answer; `down`: the host cannot have taken the step (no responder: it has no NATS connection). */
+export interface HostStepAnswer extends StepAnswer {
+  down?: boolean;
+}
+
 export interface HostStepClient {
-  /** Never throws: timeout, no responder, NATS down → `{ ok: false, error }`. */
-  call(hostId: string, request: HostStepRequest): Promise<StepAnswer>;
+  /** Never throws: timeout, no responder, NATS down → `{ ok: false, error }` (no responder: `down` too). */
+  call(hostId: string, request: HostStepRequest): Promise<HostStepAnswer>;
+}
+
+/**
+ * NATS answered "no responders": nobody subscribes to the host's step subject, so the host is not connected
+ * (crashed, killed, stopped) — unlike a timeout, where it may be connected and slow, or cut off.
+ */
+export function isNoResponders(err: unknown): boolean {
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    if (e.name === 'NoRespondersError') return true;
+    const probe = (e as { isNoResponders?: () => boolean }).isNoResponders;
+    if (typeof probe === 'function' && probe.call(e)) return true;
+  }
+  return false;
 }
 
 export function hostStepClient(conn: ClusterConnection, timeoutMs: number): HostStepClient {
@@ -120,6 +138,12 @@ export function hostStepClient(conn: ClusterConnection, timeoutMs: number): Host
         );
         return parseAnswer(reply.data);
       } catch (err) {
+        if (isNoResponders(err))
+          return {
+            ok: false,
+            down: true,
+            error: `host ${hostId} is not connected to NATS (no responders on its step subject)`,
+          };
         const cause = err instanceof Error && err.cause instanceof Error ? `: ${err.cause.message}` : '';
         return {
           ok: false,

@@ -18,11 +18,25 @@ export type { ClusterErrorCode, RegistryEntry } from './errors';
 export { ClusterError } from './errors';
 export type { HostBoardOptions } from './host-board';
 export { DEFAULT_HEARTBEAT_TTL_MS, HostBoard } from './host-board';
-export type { HostStep, HostStepClient, HostStepRequest, HostStepServer, TablePlanLike } from './host-steps';
-export { HOST_STEPS, hostStepClient, parseHostStepRequest, serveHostSteps } from './host-steps';
+export type {
+  HostStep,
+  HostStepAnswer,
+  HostStepClient,
+  HostStepRequest,
+  HostStepServer,
+  TablePlanLike,
+} from './host-steps';
+export {
+  HOST_STEPS,
+  hostStepClient,
+  isNoResponders,
+  parseHostStepRequest,
+  serveHostSteps,
+} from './host-steps';
 export type { FleetNames, FleetRecord, FleetTable, HostBeat, HostModelBeat } from './records';
 export {
   fleetNames,
+  isHostId,
   LEASE_KEY,
   parseFleetRecord,
   parseFleetTable,

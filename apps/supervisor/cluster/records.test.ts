@@ -49,8 +49,18 @@ describe('fleet records', () => {
     expect(parseFleetRecord(withSettings).table).toEqual(record.table);
   });
 
+  it('reads a format-1 record (before membership) without members, and a format-2 one with them, sorted', () => {
+    expect(parseFleetRecord(JSON.parse(JSON.stringify(record)))).not.toHaveProperty('members');
+    const withMembers = { ...record, format: 2, members: ['host-b', 'host-a'] };
+    expect(parseFleetRecord(withMembers)).toEqual({ ...record, format: 2, members: ['host-a', 'host-b'] });
+  });
+
   it.each([
-    ['another format', { ...record, format: 2 }],
+    ['another format', { ...record, format: 3 }],
+    ['format 2 without members', { ...record, format: 2 }],
+    ['members not host ids', { ...record, format: 2, members: ['a', 'b c'] }],
+    ['a member twice', { ...record, format: 2, members: ['a', 'a'] }],
+    ['members not an array', { ...record, format: 2, members: 'a' }],
     ['a negative epoch', { ...record, epoch: -1 }],
     ['a fractional epoch', { ...record, epoch: 1.5 }],
     ['a string epoch', { ...record, epoch: '3' }],

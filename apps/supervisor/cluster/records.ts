@@ -5,16 +5,26 @@
 import type { ModelPlan, TablePlan } from '../../../libs/registry';
 import { ClusterError } from './errors';
 
-export const RECORD_FORMAT = 1;
+/** 2: `members` (issue 26). Format 1 (no members) is still read: see FleetRecord.members. */
+export const RECORD_FORMAT = 2;
+/** The record formats this build reads. */
+const READ_FORMATS: readonly number[] = [1, 2];
 
 /** The shared part of a table: per-host settings (TablePlan.settings) are never written to the fleet. */
 export type FleetTable = Pick<TablePlan, 'models' | 'defaultModel'>;
 
 /** KV `registry`: the fleet's committed table. The fleet epoch only grows. */
 export interface FleetRecord {
-  format: typeof RECORD_FORMAT;
+  format: 1 | typeof RECORD_FORMAT;
   /** Every host serves `table` at this epoch. */
   epoch: number;
+  /**
+   * The fleet's members, sorted host ids: a fleet change needs PREPARE from each member that heartbeats, and a
+   * heartbeat of a host not in here is ignored. Joined and left by CAS on this record (fleet-membership.ts).
+   * Absent only in a format-1 record read back (written before membership): the first host of this build to
+   * join writes it.
+   */
+  members?: string[];
   table: FleetTable;
   /** The fleet reload that committed it. */
   reloadId: string;
@@ -61,6 +71,10 @@ export function requireFleetName(fleet: string): string {
   if (typeof fleet !== 'string' || !FLEET_PATTERN.test(fleet))
     throw new ClusterError('invalid_options', `fleet must match ${FLEET_PATTERN.source} (got ${fleet})`);
   return fleet;
+}
+
+export function isHostId(hostId: unknown): hostId is string {
+  return typeof hostId === 'string' && HOST_ID_PATTERN.test(hostId);
 }
 
 export function requireHostId(hostId: string): string {
@@ -181,10 +195,10 @@ export function parseFleetTable(value: unknown, what = 'table'): FleetTable {
 export function parseFleetRecord(value: unknown): FleetRecord {
   const what = 'registry record';
   const o = object(what, value);
-  if (o.format !== RECORD_FORMAT)
-    invalid(what, `format ${String(o.format)} (this build reads ${RECORD_FORMAT})`);
-  return {
-    format: RECORD_FORMAT,
+  if (typeof o.format !== 'number' || !READ_FORMATS.includes(o.format))
+    invalid(what, `format ${String(o.format)} (this build reads ${READ_FORMATS.join(' and ')})`);
+  const record: FleetRecord = {
+    format: o.format as FleetRecord['format'],
     epoch: count(what, o, 'epoch'),
     table: parseFleetTable(o.table, `${what}: table`),
     reloadId: text(what, o, 'reloadId') as string,
@@ -193,6 +207,19 @@ export function parseFleetRecord(value: unknown): FleetRecord {
     committedBy: text(what, o, 'committedBy') as string,
     committedAt: time(what, o, 'committedAt'),
   };
+  if (o.format >= 2) record.members = parseMembers(what, o);
+  return record;
+}
+
+/** Host ids, each once, sorted: the order every host lists them in. */
+function parseMembers(what: string, o: Json): string[] {
+  const members = array(what, o, 'members');
+  for (const member of members)
+    if (typeof member !== 'string' || !HOST_ID_PATTERN.test(member))
+      invalid(what, `members: ${JSON.stringify(member)} is not a host id`);
+  const sorted = [...new Set(members as string[])].sort();
+  if (sorted.length !== members.length) invalid(what, 'members: a host is listed twice');
+  return sorted;
 }
 
 export function parseHostBeat(value: unknown): HostBeat {
