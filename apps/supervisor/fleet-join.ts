@@ -93,11 +93,18 @@ export async function joinFleet(options: JoinOptions): Promise<{ member: FleetMe
   const hostId = hostIdOf(config);
   const connection = await connectWaiting(options.nats ?? loadClusterNats(config), fleet, hostId, logger);
   const store = await RegistryStore.open(connection);
+  const board = await HostBoard.open(connection, {
+    onError: (error, what) => logger.warn({ err: (error as Error).message }, `fleet: ${what} failed`),
+  });
   let base = await store.read();
   if (!base) {
+    // No record: a new fleet, or one whose registry bucket was lost. Hosts still heartbeating know the epoch it
+    // had; the fleet epoch never goes backwards, so the new record goes above every one of them.
+    const beats = await board.list().catch(() => []);
+    const epoch = beats.length > 0 ? Math.max(...beats.map((beat) => beat.epoch)) + 1 : 0;
     const record: FleetRecord = {
       format: 1,
-      epoch: 0,
+      epoch,
       table: options.initial,
       reloadId: 'founded',
       reason: `fleet founded by ${hostId}`,
@@ -107,7 +114,7 @@ export async function joinFleet(options: JoinOptions): Promise<{ member: FleetMe
     };
     try {
       base = { record, revision: await store.create(record) };
-      logger.info({ fleet, host: hostId }, 'fleet: founded with this host’s table');
+      logger.info({ fleet, host: hostId, epoch }, 'fleet: founded with this host’s table');
     } catch (error) {
       // Another host founded it first: its table wins.
       if (!(error instanceof ClusterError && error.code === 'conflict')) throw error;
@@ -130,9 +137,7 @@ export async function joinFleet(options: JoinOptions): Promise<{ member: FleetMe
     modelsDir,
     connection,
     store,
-    board: await HostBoard.open(connection, {
-      onError: (error, what) => logger.warn({ err: (error as Error).message }, `fleet: ${what} failed`),
-    }),
+    board,
     lease: await CoordinatorLease.open(connection, {
       onLost: (holder, why) =>
         logger.error({ reloadId: holder.reloadId, why }, 'fleet: coordinator lease lost'),

@@ -37,11 +37,14 @@ type Step = 'prepare' | 'commit' | 'abort' | 'release' | 'roll';
 type Script = Partial<Record<Step, () => Promise<StepAnswer>>>;
 
 /** A fleet of fake hosts and a fake KV: every step and write lands in one log, in the order it happened. */
-function fleet(hosts: Array<[string, Script?]>, writes: Array<() => Promise<CommitPointResult>> = []) {
+function fleet(
+  hosts: Array<[string, Script?, number?]>,
+  writes: Array<() => Promise<CommitPointResult>> = [],
+) {
   const log: string[] = [];
   const ids = new Set<string>();
   const records: Array<{ record: FleetRecord; expectedRevision: number }> = [];
-  const channel = (host: string, script: Script = {}): HostChannel => {
+  const channel = (host: string, script: Script = {}, epoch?: number): HostChannel => {
     const answer = (step: Step, id: string, detail = '') => {
       log.push(`${host}:${step}${detail}`);
       ids.add(id);
@@ -49,6 +52,7 @@ function fleet(hosts: Array<[string, Script?]>, writes: Array<() => Promise<Comm
     };
     return {
       host,
+      ...(epoch !== undefined ? { epoch } : {}),
       prepare: (_plan, id) => answer('prepare', id),
       commit: (_plan, epoch, id) => answer('commit', id, `@${epoch}`),
       abort: (id) => answer('abort', id),
@@ -56,7 +60,7 @@ function fleet(hosts: Array<[string, Script?]>, writes: Array<() => Promise<Comm
       roll: (plan, epoch, id) => answer('roll', id, `@${epoch}:${plan.models[0]!.stable}`),
     };
   };
-  const channels = hosts.map(([host, script]) => channel(host, script));
+  const channels = hosts.map(([host, script, epoch]) => channel(host, script, epoch));
   let clock = T0;
   let reloads = 0;
   const coordinator = new FleetReloadCoordinator({
@@ -297,6 +301,39 @@ describe('atomic fleet reload (epoch barrier across hosts)', () => {
   });
 });
 
+describe('the fleet epoch never goes backwards (a lost bucket, a re-founded fleet)', () => {
+  test('a host ahead of the record (its PREPARE says so): the reload commits at max(known epochs) + 1', async () => {
+    const { coordinator, log } = fleet([
+      ['a'],
+      ['b', { prepare: async () => ({ ok: true, data: { host: 'b', epoch: 12 } }) }],
+    ]);
+    const outcome = await coordinator.reload(request());
+    expect(log).toEqual([
+      'a:prepare',
+      'b:prepare',
+      'record@13',
+      'a:commit@13',
+      'b:commit@13',
+      'a:release',
+      'b:release',
+    ]);
+    expect(outcome).toMatchObject({ result: 'committed', epochBefore: 7, epoch: 13 });
+  });
+
+  test('a host ahead by its heartbeat counts too', async () => {
+    const { coordinator, log } = fleet([['a'], ['b', {}, 20]]);
+    expect((await coordinator.reload(request())).epoch).toBe(21);
+    expect(log).toContain('record@21');
+  });
+
+  test('rolling: the record is written above every host it knows of', async () => {
+    const { coordinator, log } = fleet([['a', {}, 15], ['b']]);
+    const outcome = await coordinator.reload(request({ strategy: 'rolling' }));
+    expect(log).toEqual(['record@16', 'a:roll@16:2', 'b:roll@16:2']);
+    expect(outcome.epoch).toBe(16);
+  });
+});
+
 describe('rolling fleet reload', () => {
   test('the record first, then host by host', async () => {
     const { coordinator, log, records } = fleet([['a'], ['b'], ['c']]);
@@ -437,6 +474,8 @@ describe('planHostCatchUp (a host sees the registry record)', () => {
       'converge',
     ],
     ['a host far behind', { epoch: 2 }, { epoch: 8, reloadId: 'r1' }, 'converge'],
+    // The record went back (bucket lost, fleet re-founded): the host raises it above its own epoch.
+    ['a record below the host', { epoch: 5 }, { epoch: 0, reloadId: 'founded' }, 'raise'],
     [
       'prepared, the record not written yet',
       { epoch: 7, reloadInDoubt: 'r2' },

@@ -28,6 +28,8 @@ import {
  */
 export interface HostChannel {
   host: string;
+  /** The epoch the host last said it serves (its heartbeat), when known: the next epoch goes above it. */
+  epoch?: number;
   prepare(plan: FleetTable, reloadId: string): Promise<StepAnswer>;
   commit(plan: FleetTable, epoch: number, reloadId: string): Promise<StepAnswer>;
   abort(reloadId: string): Promise<StepAnswer>;
@@ -185,7 +187,7 @@ export class FleetReloadCoordinator {
       await this.abortAll(hosts, id, prepared);
       return { ...nothingChanged, error: `prepare failed, nothing changed: ${failures.join('; ')}` };
     }
-    const epoch = base.record.epoch + 1;
+    const epoch = nextEpoch(base.record.epoch, hosts, prepared);
     const written = await this.write(run, table, epoch, run.reason, base.revision);
     if (!written.ok) {
       await this.abortAll(hosts, id);
@@ -249,7 +251,7 @@ export class FleetReloadCoordinator {
   private async rolling(run: Run): Promise<Ended> {
     const { id, table, base } = run;
     const hosts = await this.options.hosts();
-    const epoch = base.record.epoch + 1;
+    const epoch = nextEpoch(base.record.epoch, hosts);
     const written = await this.write(run, table, epoch, run.reason, base.revision);
     if (!written.ok) {
       for (const host of hosts) this.hostOutcomes.push({ host: host.host, state: 'unchanged' });
@@ -267,7 +269,7 @@ export class FleetReloadCoordinator {
     }
     for (const [k, host] of hosts.entries()) {
       const answer = await ask(() => host.roll(table, epoch, id));
-      if (!answer.ok) return this.rollBack(run, hosts, k, answer.error ?? 'failed', written.revision);
+      if (!answer.ok) return this.rollBack(run, hosts, k, answer.error ?? 'failed', epoch, written.revision);
     }
     for (const host of hosts) this.hostOutcomes.push({ host: host.host, state: 'rolled' });
     return { result: 'committed', epoch, revision: written.revision };
@@ -283,10 +285,10 @@ export class FleetReloadCoordinator {
     hosts: HostChannel[],
     k: number,
     error: string,
+    epoch: number,
     revision: number,
   ): Promise<Ended> {
     const failing = hosts[k]!.host;
-    const epoch = run.base.record.epoch + 1;
     const back = epoch + 1;
     const reason = `${run.reason} (rolled back: host ${failing} failed)`;
     const rewritten = await this.write(run, run.base.record.table, back, reason, revision);
@@ -370,8 +372,23 @@ export class FleetReloadCoordinator {
   }
 }
 
+/**
+ * The epoch a reload commits at: above the record and above every host it knows of (heartbeats, PREPARE
+ * answers), so the fleet epoch never goes backwards even when the record did (a lost bucket, a re-founded
+ * fleet) and no host is ever asked to commit below the epoch it serves.
+ */
+function nextEpoch(recordEpoch: number, hosts: HostChannel[], prepared: StepAnswer[] = []): number {
+  let known = recordEpoch;
+  for (const host of hosts) if (host.epoch !== undefined) known = Math.max(known, host.epoch);
+  for (const answer of prepared) {
+    const epoch = (answer.data as { epoch?: unknown } | undefined)?.epoch;
+    if (typeof epoch === 'number' && Number.isSafeInteger(epoch)) known = Math.max(known, epoch);
+  }
+  return known + 1;
+}
+
 /** What a host does on seeing the registry record (its watch, or its start). */
-export type HostCatchUp = 'none' | 'commit-prepared' | 'converge' | 'fenced-wait';
+export type HostCatchUp = 'none' | 'commit-prepared' | 'converge' | 'fenced-wait' | 'raise';
 
 /**
  * The member side's decision. own.reloadInDoubt: the fleet reload this host prepared and has seen neither COMMIT
@@ -385,6 +402,9 @@ export function planHostCatchUp(
 ): HostCatchUp {
   if (record.epoch > own.epoch) return record.reloadId === own.reloadInDoubt ? 'commit-prepared' : 'converge';
   if (own.reloadInDoubt !== undefined && record.reloadId !== own.reloadInDoubt) return 'fenced-wait';
+  // The record went back below this host (a lost or restored bucket, a fleet re-founded): the host writes it
+  // again above its own epoch, and every host, this one included, converges to it.
+  if (record.epoch < own.epoch) return 'raise';
   return 'none';
 }
 

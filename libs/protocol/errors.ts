@@ -32,6 +32,9 @@ export const ERROR_CODES = [
   // Admin API: a page's cross-origin or DNS-rebound call, a mutating call that is not JSON.
   'forbidden',
   'unsupported_media_type',
+  // Fleet (issue 26): the fleet's registry record cannot be read (garbage, a shape this build does not read);
+  // not the caller's fault. A repository reload (POST /api/reload {}) rewrites it by CAS.
+  'invalid_record',
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
@@ -61,6 +64,7 @@ const HTTP_STATUS: Record<ErrorCode, number> = {
   dtype_mismatch: 400,
   forbidden: 403,
   unsupported_media_type: 415,
+  invalid_record: 503,
 };
 
 const STATUS_TEXT: Record<number, string> = {
