@@ -73,6 +73,8 @@ export interface FleetMemberOptions {
   registry?: Registry;
   heartbeatMs?: number;
   now?: () => number;
+  /** The host starts behind the record (it could not load or read it at join): see FleetMember.behind. */
+  behind?: string;
 }
 
 /** The fleet as GET /api/fleet answers it. */
@@ -116,6 +118,7 @@ export class FleetMember {
     this.commitTimeoutMs = options.commitTimeoutMs ?? 10_000;
     this.heartbeatMs = options.heartbeatMs ?? 2_500;
     this.now = options.now ?? Date.now;
+    this.behindReason = options.behind;
     if (options.registry) this.metrics = fleetMetrics(options.registry, this);
     this.reloads = new FleetReloadCoordinator({
       hosts: () => this.channels(),
@@ -220,7 +223,7 @@ export class FleetMember {
       if (options.ifRevision !== undefined && options.ifRevision !== base.revision)
         throw new FleetConflictError(
           `the registry is at revision ${base.revision}, not ${options.ifRevision}: another change came first`,
-          base,
+          { record: base.record, revision: base.revision },
         );
       const outcome = await this.reloads.reload({
         id: reloadId,
@@ -457,6 +460,7 @@ export class FleetMember {
     );
     if (outcome.result === 'failed') return { ok: false, error: outcome.error ?? 'roll failed' };
     this.unfence();
+    this.setBehind(undefined);
     return { ok: true, data: { epoch } };
   }
 
@@ -466,8 +470,11 @@ export class FleetMember {
     const held = this.inDoubt!;
     const coordinator = this.options.host.coordinator();
     try {
-      if (how === 'commit') await coordinator.commitHeld(arg as number);
-      else await coordinator.abortHeld(arg as string);
+      if (how === 'commit') {
+        await coordinator.commitHeld(arg as number);
+        // On the fleet's committed table now: no longer behind it.
+        this.setBehind(undefined);
+      } else await coordinator.abortHeld(arg as string);
     } finally {
       // In doubt until the host's barrier has settled the reload (committed, or aborted when refused): never
       // cleared while the reload is still held, or every later PREPARE is refused as "in progress".
@@ -585,7 +592,7 @@ export class FleetMember {
       this.metrics?.catchUps.inc({ result: 'failed' });
       this.failedCatchUps++;
       // Not in doubt (what it held is settled): the host serves its last committed table, degraded, not fenced.
-      this.unfence();
+      if (this.inDoubt === undefined) this.unfence();
       this.setBehind(
         `cannot reach fleet epoch ${epoch}: ${(error as Error).message}; serving epoch ${coordinator.epoch}`,
       );

@@ -402,8 +402,8 @@ export class Supervisor implements AdminHost, NotifyHost {
         trustedKeys: () => this.trustedKeys,
       });
       this.member = joined.member;
-      table = { ...joined.record.table, settings: initial.settings };
-      epoch = joined.record.epoch;
+      table = { ...joined.start.table, settings: initial.settings };
+      epoch = joined.start.epoch;
     }
     this.currentDefaultModel = table.defaultModel;
     this.coordinator = new ReloadCoordinator(table, {

@@ -84,7 +84,9 @@ async function together(above: number): Promise<number> {
   await waitFor(
     async () => {
       const answers = await Promise.all(hosts.map((host) => health(host.url)));
-      epochs = answers.map((answer) => (answer?.body.status === 'ok' ? answer.body.epoch : undefined));
+      epochs = answers.map((answer) =>
+        answer?.body.status === 'ok' ? answer.body.epoch : `${answer?.body.status}: ${answer?.body.behind}`,
+      );
       return typeof epochs[0] === 'number' && epochs[0] > above && epochs[1] === epochs[0];
     },
     20_000,
@@ -120,6 +122,13 @@ describe('the registry record behind the hosts’ backs', () => {
       expect(text).toMatch(/^streaminfer_fleet_behind 1$/m);
       expect(text).toMatch(/^streaminfer_fleet_fenced 0$/m);
     }
+    // A host restarted under that record starts (on its own table), serving and degraded: no crash loop.
+    await stopHost(hosts[1]!);
+    hosts[1] = await startFleetHost(net, 1, HOST_OPTIONS);
+    const restarted = (await health(hosts[1]!.url))!;
+    expect([restarted.status, restarted.body.status]).toEqual([200, 'degraded']);
+    expect(restarted.body.behind).toContain('version 99 of model digits');
+    expect(await predict(hosts[1]!)).toBe('200 ok');
     const repaired = await admin(hosts[0]!.adminUrl, 'POST', '/api/reload', {});
     expect([repaired.status, repaired.body.result]).toEqual([200, 'committed']);
     expect(await together(bad.epoch)).toBe(repaired.body.epoch);
@@ -134,8 +143,11 @@ describe('the registry record behind the hosts’ backs', () => {
     expect([refused.status, refused.body.code]).toEqual([503, 'invalid_record']);
     expect(refused.body.message).toContain('POST /api/reload {}');
     expect((await admin(hosts[0]!.adminUrl, 'GET', '/api/fleet')).body.code).toBe('invalid_record');
-    // Serving goes on meanwhile.
+    // Serving goes on meanwhile, and a host restarted now starts (degraded) instead of exiting.
     for (const host of hosts) expect(await predict(host)).toBe('200 ok');
+    await stopHost(hosts[0]!);
+    hosts[0] = await startFleetHost(net, 0, HOST_OPTIONS);
+    expect((await health(hosts[0]!.url))!.body.behind).toContain('cannot be read');
     const repaired = await admin(hosts[1]!.adminUrl, 'POST', '/api/reload', {});
     expect([repaired.status, repaired.body.result]).toEqual([200, 'committed']);
     const view = await admin(hosts[0]!.adminUrl, 'GET', '/api/fleet');
