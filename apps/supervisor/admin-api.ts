@@ -94,6 +94,8 @@ export interface AdminHost {
   reload(request: ReloadRequest, reason: string): Promise<ReloadOutcome>;
   /** Why the host is fenced from its fleet (not ready, refusing traffic), while it is. */
   readonly fence: string | undefined;
+  /** Why the host serves an older table than its fleet's record (degraded, still serving), while it does. */
+  readonly fleetBehind: string | undefined;
   /** The fleet and this host's id in it, in a fleet. */
   readonly fleet: { name: string; host: string } | undefined;
   /** GET /api/fleet; ProtocolError not_found when the host is not in a fleet, cluster_unavailable without NATS. */
@@ -406,10 +408,13 @@ export class AdminApi {
         (node) => node !== undefined && node.state === 'ready' && node.workersReady === node.workers,
       );
     const first = nodes.find((node) => node !== undefined);
+    const behind = this.host.fleetBehind;
+    const up = behind !== undefined ? 'degraded' : 'ok';
     const body = {
-      status: stopping ? 'draining' : fence !== undefined ? 'fenced' : ready ? 'ok' : 'starting',
+      status: stopping ? 'draining' : fence !== undefined ? 'fenced' : ready ? up : 'starting',
       ready,
       ...(fence !== undefined ? { fence } : {}),
+      ...(behind !== undefined ? { behind } : {}),
       ...(this.host.fleet ? { fleet: this.host.fleet } : {}),
       uptime_s: Math.round((Date.now() - this.startedAt) / 1000),
       default_model: first?.defaultModel ?? this.host.defaultModel,

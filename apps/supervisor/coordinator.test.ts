@@ -229,9 +229,22 @@ describe('a fleet reload held between PREPARE and the fleet’s decision', () =>
     expect((await c.reload(v2, 'atomic', 'caught up', 7)).epoch).toBe(7);
     expect(log).toEqual(['0:prepare', '0:commit@7', '0:release']);
     await expect(c.reload(v1, 'atomic', 'behind', 7)).rejects.toThrow('not above');
+  });
+
+  test('a COMMIT at or below the host’s epoch settles the held reload: aborted, never left busy', async () => {
+    const log: string[] = [];
+    const c = coordinator([fakeNode(0, {}, log)]);
+    await c.reload(v2, 'atomic', 'caught up', 7);
     await c.prepareHeld(v1, 'fleet reload r4');
+    // A fleet whose record went back (a lost bucket, a re-founded fleet) commits below this host.
     await expect(c.commitHeld(6)).rejects.toThrow('not above');
-    // A refused commit leaves the reload held for the right one.
+    expect(c.busy).toBe(false);
+    expect(c.heldReason).toBeUndefined();
+    expect(log.slice(-2)).toEqual(['0:prepare', '0:abort']);
+    expect(c.last).toMatchObject({ result: 'failed', epoch: 7, reason: 'fleet reload r4' });
+    expect(c.table).toBe(v2);
+    // The next fleet reload is taken, not refused as "in progress".
+    expect(await c.prepareHeld(v1, 'fleet reload r5')).toEqual({ ok: true });
     expect((await c.commitHeld(8)).epoch).toBe(8);
   });
 });

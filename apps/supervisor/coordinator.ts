@@ -203,11 +203,23 @@ export class ReloadCoordinator {
     return this.held?.outcome.reason;
   }
 
-  /** A fleet's COMMIT of the held reload at the fleet's epoch: commit on every node, release, restart stragglers. */
+  /**
+   * A fleet's COMMIT of the held reload at the fleet's epoch: commit on every node, release, restart stragglers.
+   * An epoch at or below the host's (a fleet whose record went back) is refused, and the held reload is aborted
+   * on every node and settled: it is never left holding the host busy.
+   */
   async commitHeld(epoch: number): Promise<ReloadOutcome> {
-    const target = this.targetEpoch(epoch);
     const held = this.takeHeld('commit');
     try {
+      let target: number;
+      try {
+        target = this.targetEpoch(epoch);
+      } catch (refused) {
+        await this.abortAll();
+        held.outcome.result = 'failed';
+        held.outcome.error = (refused as Error).message;
+        throw refused;
+      }
       this.save(held.plan, false);
       await this.commitAll(held.plan, target);
       held.outcome.result = 'committed';

@@ -88,17 +88,38 @@ export function advertisedUrl(config: ServerConfig): string {
   return `http://${wildcard ? os.hostname() : config.host}:${config.port}`;
 }
 
-export async function joinFleet(options: JoinOptions): Promise<{ member: FleetMember; record: FleetRecord }> {
+/**
+ * The member, and the table and epoch the host's nodes start on: the record's — or, when this host cannot load
+ * the record's table (a version neither here nor pushed) or cannot read the record (invalid_record), its own
+ * table at epoch 0, serving degraded (`behind`) until the record is one it can reach.
+ */
+export async function joinFleet(
+  options: JoinOptions,
+): Promise<{ member: FleetMember; start: { table: FleetTable; epoch: number } }> {
   const { config, logger } = options;
   const fleet = config.fleet;
   const hostId = hostIdOf(config);
   const connection = await connectWaiting(options.nats ?? loadClusterNats(config), fleet, hostId, logger);
   const store = await RegistryStore.open(connection);
-  let base = await store.read();
-  if (!base) {
+  const board = await HostBoard.open(connection, {
+    onError: (error, what) => logger.warn({ err: (error as Error).message }, `fleet: ${what} failed`),
+  });
+  let base: { record: FleetRecord; revision: number } | undefined;
+  let behind: string | undefined;
+  try {
+    base = await store.read();
+  } catch (error) {
+    if (!(error instanceof ClusterError && error.code === 'invalid_record')) throw error;
+    behind = `the fleet's registry record cannot be read (${error.message}); POST /api/reload {} rewrites it`;
+  }
+  if (!base && behind === undefined) {
+    // No record: a new fleet, or one whose registry bucket was lost. Hosts still heartbeating know the epoch it
+    // had; the fleet epoch never goes backwards, so the new record goes above every one of them.
+    const beats = await board.list().catch(() => []);
+    const epoch = beats.length > 0 ? Math.max(...beats.map((beat) => beat.epoch)) + 1 : 0;
     const record: FleetRecord = {
       format: RECORD_FORMAT,
-      epoch: 0,
+      epoch,
       members: [hostId],
       table: options.initial,
       reloadId: 'founded',
@@ -109,7 +130,7 @@ export async function joinFleet(options: JoinOptions): Promise<{ member: FleetMe
     };
     try {
       base = { record, revision: await store.create(record) };
-      logger.info({ fleet, host: hostId }, 'fleet: founded with this host’s table');
+      logger.info({ fleet, host: hostId, epoch }, 'fleet: founded with this host’s table');
     } catch (error) {
       // Another host founded it first: its table wins.
       if (!(error instanceof ClusterError && error.code === 'conflict')) throw error;
@@ -124,7 +145,22 @@ export async function joinFleet(options: JoinOptions): Promise<{ member: FleetMe
       { fleet },
       'fleet: model artifacts pulled from the fleet store are not signature-verified (no --trusted-keys): checksum only',
     );
-  await ensureArtifacts(artifacts, modelsDir, base.record.table, logger);
+  let start = { table: options.initial, epoch: 0 };
+  if (base) {
+    try {
+      await ensureArtifacts(artifacts, modelsDir, base.record.table, logger);
+      start = { table: base.record.table, epoch: base.record.epoch };
+    } catch (error) {
+      // NATS gone meanwhile: wait as at the connect; anything else is a record this host cannot load.
+      if (error instanceof ClusterError && error.code === 'cluster_unavailable') throw error;
+      behind = `cannot reach fleet epoch ${base.record.epoch}: ${(error as Error).message}; serving this host's own table`;
+    }
+  }
+  if (behind !== undefined)
+    logger.error(
+      { fleet, host: hostId, reason: behind },
+      'fleet: starting on this host’s own table, behind the fleet',
+    );
   const member = new FleetMember({
     fleet,
     hostId,
@@ -132,9 +168,7 @@ export async function joinFleet(options: JoinOptions): Promise<{ member: FleetMe
     modelsDir,
     connection,
     store,
-    board: await HostBoard.open(connection, {
-      onError: (error, what) => logger.warn({ err: (error as Error).message }, `fleet: ${what} failed`),
-    }),
+    board,
     lease: await CoordinatorLease.open(connection, {
       onLost: (holder, why) =>
         logger.error({ reloadId: holder.reloadId, why }, 'fleet: coordinator lease lost'),
@@ -147,12 +181,13 @@ export async function joinFleet(options: JoinOptions): Promise<{ member: FleetMe
     commitTimeoutMs: config.reloadStepTimeoutMs + 2000,
     testHooks: options.testHooks,
     registry: options.registry,
+    ...(behind !== undefined ? { behind } : {}),
   });
   logger.info(
-    { fleet, host: hostId, epoch: base.record.epoch, revision: base.revision },
+    { fleet, host: hostId, epoch: start.epoch, revision: base?.revision },
     'fleet: joined; starting on the fleet’s table',
   );
-  return { member, record: base.record };
+  return { member, start };
 }
 
 /** Verification of pulled artifacts: a refusal is logged and counted by reason. */

@@ -78,6 +78,8 @@ export interface FleetMemberOptions {
   registry?: Registry;
   heartbeatMs?: number;
   now?: () => number;
+  /** The host starts behind the record (it could not load or read it at join): see FleetMember.behind. */
+  behind?: string;
 }
 
 /** The fleet as GET /api/fleet answers it. */
@@ -117,6 +119,8 @@ export class FleetMember {
   /** The reload this host prepared and holds, until the fleet commits or aborts it. */
   private inDoubt: { reloadId: string; epochBefore: number; timer: NodeJS.Timeout } | undefined;
   private fenceReason: string | undefined;
+  /** Why this host serves an older table than the record's (it cannot load the record's), while it does. */
+  private behindReason: string | undefined;
   private latest: { record: FleetRecord; revision: number } | undefined;
   private retryTimer: NodeJS.Timeout | undefined;
   /** Catch-ups that failed in a row: the next try waits longer. */
@@ -139,6 +143,7 @@ export class FleetMember {
     this.commitTimeoutMs = options.commitTimeoutMs ?? 10_000;
     this.heartbeatMs = options.heartbeatMs ?? 2_500;
     this.now = options.now ?? Date.now;
+    this.behindReason = options.behind;
     if (options.registry) this.metrics = fleetMetrics(options.registry, this);
     this.reloads = new FleetReloadCoordinator({
       hosts: (record) => this.channels(record),
@@ -168,6 +173,14 @@ export class FleetMember {
   /** This host is in the record's members (false before it joined, and while excluded). */
   get member(): boolean {
     return this.joined && !this.excluded;
+  }
+
+  /**
+   * Set while this host lags a record it cannot load (a version missing here and not pushed): it keeps serving
+   * its last committed table, degraded, and retries; only a host in doubt about a reload is fenced.
+   */
+  get behind(): string | undefined {
+    return this.behindReason;
   }
 
   /** The fleet epoch of the last registry record this host read (watch, catch-up or its own change). */
@@ -275,7 +288,14 @@ export class FleetMember {
    */
   async change(
     next: (table: FleetTable) => FleetTable,
-    options: { strategy: ReloadStrategy; reason: string; ifRevision?: number; force?: boolean },
+    options: {
+      strategy: ReloadStrategy;
+      reason: string;
+      ifRevision?: number;
+      force?: boolean;
+      /** A record that cannot be read (invalid_record) is replaced by CAS from this host's table. */
+      repair?: boolean;
+    },
   ): Promise<FleetReloadOutcome> {
     this.requireCluster();
     if (this.excluded)
@@ -293,14 +313,16 @@ export class FleetMember {
         this.latest,
       );
     try {
-      const base = await this.clusterCall(() => this.options.store.read());
+      const base = await this.readBase(options.repair === true);
       if (!base) throw new ProtocolError('cluster_unavailable', 'the fleet has no registry record');
-      this.latest = base;
-      this.casBase = base;
+      if (!base.invalid) {
+        this.latest = base;
+        this.casBase = base;
+      }
       if (options.ifRevision !== undefined && options.ifRevision !== base.revision)
         throw new FleetConflictError(
           `the registry is at revision ${base.revision}, not ${options.ifRevision}: another change came first`,
-          base,
+          { record: base.record, revision: base.revision },
         );
       const outcome = await this.reloads.reload({
         id: reloadId,
@@ -308,7 +330,7 @@ export class FleetMember {
         strategy: options.strategy,
         reason: options.reason,
         base,
-        force: options.force === true,
+        force: options.force === true || base.invalid,
       });
       this.metrics?.reloads.inc({ result: outcome.result, strategy: outcome.strategy });
       if (outcome.result === 'conflict')
@@ -355,6 +377,43 @@ export class FleetMember {
     };
   }
 
+  /**
+   * The record a change starts from. An invalid one (garbage, a shape this build does not read) blocks every
+   * change with 503 invalid_record — unless this is the repair (a repository reload): then the change starts
+   * from this host's own table at its own epoch and its commit point replaces the bad entry by CAS.
+   */
+  private async readBase(
+    repair: boolean,
+  ): Promise<{ record: FleetRecord; revision: number; invalid: boolean } | undefined> {
+    try {
+      const base = await this.options.store.read();
+      return base && { ...base, invalid: false };
+    } catch (error) {
+      if (!(repair && error instanceof ClusterError && error.code === 'invalid_record'))
+        throw this.apiError(error);
+      if (error.revision === undefined) throw this.apiError(error);
+      const coordinator = this.options.host.coordinator();
+      this.options.logger.warn(
+        { err: error.message, revision: error.revision },
+        'fleet: the registry record is invalid; rewriting it from this host’s table',
+      );
+      return {
+        invalid: true,
+        revision: error.revision,
+        record: {
+          format: 1,
+          epoch: coordinator.epoch,
+          table: { models: coordinator.table.models, defaultModel: coordinator.table.defaultModel },
+          reloadId: 'invalid-record',
+          reason: `the record at revision ${error.revision} was invalid`,
+          strategy: 'atomic',
+          committedBy: this.options.hostId,
+          committedAt: new Date(this.now()).toISOString(),
+        },
+      };
+    }
+  }
+
   private requireCluster(): void {
     if (!this.available)
       throw new ProtocolError(
@@ -368,15 +427,26 @@ export class FleetMember {
     try {
       return await call();
     } catch (error) {
-      if (!(error instanceof ClusterError)) throw error;
-      if (error.code === 'cluster_unavailable') throw new ProtocolError('cluster_unavailable', error.message);
-      // This host coordinates another change already (its lease is held here): the same answer as elsewhere.
-      if (error.code === 'conflict') throw new FleetConflictError(error.message, this.latest);
-      // A pushed file that does not match its checksum, or its signature, is the fleet's fault, not the caller's.
-      if (error.code === 'checksum_mismatch' || error.code === 'artifact_refused')
-        throw new ProtocolError('reload_failed', error.message);
-      throw new ProtocolError('bad_request', error.message);
+      throw this.apiError(error);
     }
+  }
+
+  /** A cluster failure as the admin API answers it. */
+  private apiError(error: unknown): unknown {
+    if (!(error instanceof ClusterError)) return error;
+    if (error.code === 'cluster_unavailable') return new ProtocolError('cluster_unavailable', error.message);
+    // The fleet's record is unreadable: the fleet's fault, not the caller's; a repository reload repairs it.
+    if (error.code === 'invalid_record')
+      return new ProtocolError(
+        'invalid_record',
+        `${error.message}; POST /api/reload {} on a host rewrites it from that host's table`,
+      );
+    // This host coordinates another change already (its lease is held here): the same answer as elsewhere.
+    if (error.code === 'conflict') return new FleetConflictError(error.message, this.latest);
+    // A pushed file that does not match its checksum, or its signature, is the fleet's fault, not the caller's.
+    if (error.code === 'checksum_mismatch' || error.code === 'artifact_refused')
+      return new ProtocolError('reload_failed', error.message);
+    return new ProtocolError('bad_request', error.message);
   }
 
   private async commitPoint(
@@ -389,6 +459,12 @@ export class FleetMember {
     if (holdMs > 0) {
       this.options.logger.info({ ms: holdMs }, 'test hook: holding the commit point');
       await new Promise((resolve) => setTimeout(resolve, holdMs));
+    }
+    try {
+      // Every version the record names is here or pushed to the fleet: a record no host could load never lands.
+      await checkLoadable(this.options.artifacts, this.options.modelsDir, record.table);
+    } catch (error) {
+      return { ok: false, conflict: false, error: (error as Error).message };
     }
     let next = record;
     let expected = revision;
@@ -511,6 +587,9 @@ export class FleetMember {
    */
   private async channels(record: FleetRecord): Promise<HostChannel[]> {
     const beats = await this.options.board.list();
+    // The epoch each host last said it serves: the next fleet epoch goes above every one of them.
+    const epochs = new Map(beats.map((beat) => [beat.host, beat.epoch]));
+    epochs.set(this.options.hostId, this.options.host.coordinator().epoch);
     const roll = rollCall(
       record.members,
       beats.map((beat) => beat.host),
@@ -526,21 +605,22 @@ export class FleetMember {
     }
     const ttl = this.options.board.ttlMs;
     return [
-      ...roll.live.map((host) => this.channel(host)),
+      ...roll.live.map((host) => this.channel(host, epochs.get(host))),
       ...roll.down.map((host) => ({
-        ...this.channel(host),
+        ...this.channel(host, epochs.get(host)),
         down: `no heartbeat within ${ttl} ms: down, the change goes on without it`,
       })),
     ].sort((a, b) => (a.host < b.host ? -1 : a.host > b.host ? 1 : 0));
   }
 
-  private channel(host: string): HostChannel {
+  private channel(host: string, epoch?: number): HostChannel {
     const call =
       host === this.options.hostId
         ? (request: HostStepRequest) => this.step(request)
         : (request: HostStepRequest) => this.untilSilent(host, this.options.steps.call(host, request));
     return {
       host,
+      ...(epoch !== undefined ? { epoch } : {}),
       prepare: (table, reloadId) => call({ step: 'prepare', reloadId, plan: table }),
       commit: (table, epoch, reloadId) => call({ step: 'commit', reloadId, plan: table, epoch }),
       abort: (reloadId) => call({ step: 'abort', reloadId }),
@@ -656,6 +736,7 @@ export class FleetMember {
     );
     if (outcome.result === 'failed') return { ok: false, error: outcome.error ?? 'roll failed' };
     this.unfence();
+    this.setBehind(undefined);
     return { ok: true, data: { epoch } };
   }
 
@@ -663,12 +744,22 @@ export class FleetMember {
   private async settleHeld(how: 'abort', why: string): Promise<void>;
   private async settleHeld(how: 'commit' | 'abort', arg: number | string): Promise<void> {
     const held = this.inDoubt!;
-    clearTimeout(held.timer);
-    this.inDoubt = undefined;
     const coordinator = this.options.host.coordinator();
-    if (how === 'commit') await coordinator.commitHeld(arg as number);
-    else await coordinator.abortHeld(arg as string);
-    this.unfence();
+    try {
+      if (how === 'commit') {
+        await coordinator.commitHeld(arg as number);
+        // On the fleet's committed table now: no longer behind it.
+        this.setBehind(undefined);
+      } else await coordinator.abortHeld(arg as string);
+    } finally {
+      // In doubt until the host's barrier has settled the reload (committed, or aborted when refused): never
+      // cleared while the reload is still held, or every later PREPARE is refused as "in progress".
+      if (coordinator.heldReason === undefined && this.inDoubt === held) {
+        clearTimeout(held.timer);
+        this.inDoubt = undefined;
+        this.unfence();
+      }
+    }
   }
 
   /** PREPAREd, then silence: the fleet may have committed without this host. Stop serving until it knows. */
@@ -699,7 +790,8 @@ export class FleetMember {
       const base = await this.options.store.read();
       if (base) this.latest = base;
       const held = this.inDoubt;
-      if (held && base && base.record.reloadId !== held.reloadId && base.record.epoch === held.epochBefore) {
+      // At or below the epoch the host held from (a record that went back included): the reload is not in it.
+      if (held && base && base.record.reloadId !== held.reloadId && base.record.epoch <= held.epochBefore) {
         // Not committed (yet): aborted once no coordinator holds the lease for it any more.
         const holder = await this.options.lease.current();
         if (holder?.reloadId !== held.reloadId) await this.settleHeld('abort', 'the fleet did not commit it');
@@ -755,6 +847,10 @@ export class FleetMember {
         return;
       case 'none':
         this.unfence();
+        this.setBehind(undefined);
+        return;
+      case 'raise':
+        await this.raise(record, coordinator.epoch);
         return;
       case 'converge':
         // Another reload committed after the one this host holds: that one was aborted.
@@ -790,13 +886,69 @@ export class FleetMember {
       this.metrics?.catchUps.inc({ result: 'caught_up' });
       this.failedCatchUps = 0;
       this.unfence();
+      this.setBehind(undefined);
     } catch (error) {
       this.metrics?.catchUps.inc({ result: 'failed' });
       this.failedCatchUps++;
-      this.setFence(`cannot reach fleet epoch ${epoch}: ${(error as Error).message}`);
+      // Not in doubt (what it held is settled): the host serves its last committed table, degraded, not fenced.
+      if (this.inDoubt === undefined) this.unfence();
+      this.setBehind(
+        `cannot reach fleet epoch ${epoch}: ${(error as Error).message}; serving epoch ${coordinator.epoch}`,
+      );
       // A table this host cannot load (a version missing everywhere) fails the same way each time: back off.
       this.retryLater(Math.min(MAX_RETRY_MS, RESOLVE_POLL_MS * 2 ** Math.min(this.failedCatchUps - 1, 5)));
     }
+  }
+
+  /**
+   * The record is below this host's epoch: it went back (its bucket lost, a fleet re-founded, a restore). The
+   * fleet epoch must never go backwards, so this host writes the record's table again, by CAS under the
+   * coordinator lease, at max(known epochs) + 1; every host, this one included, converges to it.
+   */
+  private async raise(seen: FleetRecord, own: number): Promise<void> {
+    const { lease, store, board, logger, hostId } = this.options;
+    const reloadId = randomUUID();
+    let raised: { record: FleetRecord; revision: number } | undefined;
+    try {
+      const held = await lease.acquire({ host: hostId, reloadId });
+      if (!held.held) {
+        // Someone is changing the fleet: its commit goes above every host's epoch; look again after it.
+        this.retryLater();
+        return;
+      }
+      try {
+        const base = await store.read();
+        if (!base || base.record.epoch >= own) {
+          if (base) this.latest = base;
+          this.retryLater();
+          return;
+        }
+        const beats = await board.list().catch(() => []);
+        const epoch = Math.max(own, base.record.epoch, ...beats.map((beat) => beat.epoch)) + 1;
+        const record: FleetRecord = {
+          ...base.record,
+          epoch,
+          reloadId,
+          reason: `fleet epoch raised from ${base.record.epoch} to ${epoch}: host ${hostId} was at ${own} (the record went back)`,
+          strategy: 'atomic',
+          committedBy: hostId,
+          committedAt: new Date(this.now()).toISOString(),
+        };
+        raised = { record, revision: await store.commit(record, base.revision) };
+        this.latest = raised;
+        logger.warn(
+          { from: base.record.epoch, epoch, hostEpoch: own, seen: seen.reloadId },
+          'fleet: the registry record went back below this host; raised its epoch',
+        );
+      } finally {
+        await lease.release().catch(() => undefined);
+      }
+    } catch (error) {
+      logger.warn({ err: (error as Error).message }, 'fleet: cannot raise the registry record yet');
+      this.retryLater();
+      return;
+    }
+    if (raised) await this.converge(raised.record.table, raised.record.epoch, raised.record.reason);
   }
 
   private retryLater(delayMs = RESOLVE_POLL_MS): void {
@@ -806,6 +958,17 @@ export class FleetMember {
       void this.serialized(() => this.resolveFromStore());
     }, delayMs);
     this.retryTimer.unref();
+  }
+
+  private setBehind(reason: string | undefined): void {
+    if (this.behindReason === reason) return;
+    this.behindReason = reason;
+    if (reason !== undefined)
+      this.options.logger.warn(
+        { reason },
+        'fleet: behind the registry record; serving the last committed table',
+      );
+    else this.options.logger.info({ epoch: this.options.host.coordinator().epoch }, 'fleet: caught up');
   }
 
   private setFence(reason: string): void {
@@ -871,6 +1034,25 @@ export class FleetConflictError extends ProtocolError {
   }
 }
 
+/**
+ * Every version the table names is in `modelsDir` or pushed to the fleet (checked before a record is written;
+ * names are the record parser's to check). Throws naming the first one that is neither.
+ */
+export async function checkLoadable(
+  artifacts: ModelArtifacts,
+  modelsDir: string,
+  table: FleetTable,
+): Promise<void> {
+  for (const model of table.models)
+    for (const version of model.versions) {
+      if (existsSync(path.join(modelsDir, model.name, version, 'model.onnx'))) continue;
+      if ((await artifacts.digest(model.name, version)) !== undefined) continue;
+      throw new Error(
+        `version ${version} of model ${model.name} is neither in ${modelsDir} nor pushed to the fleet (streaminfer models push): not written to the registry`,
+      );
+    }
+}
+
 /** See FleetMember.ensureArtifacts; also used at join, before the nodes start. */
 export async function ensureArtifacts(
   artifacts: ModelArtifacts,
@@ -930,6 +1112,14 @@ function fleetMetrics(registry: Registry, member: FleetMember): FleetMetrics {
     registers,
     collect() {
       this.set(member.member ? 1 : 0);
+    },
+  });
+  new Gauge({
+    name: 'streaminfer_fleet_behind',
+    help: "1 while this host serves an older table than the fleet's record because it cannot load the record's (a version missing here and not pushed): degraded, still serving.",
+    registers,
+    collect() {
+      this.set(member.behind === undefined ? 0 : 1);
     },
   });
   new Gauge({

@@ -38,13 +38,13 @@ type Script = Partial<Record<Step, () => Promise<StepAnswer>>>;
 
 /** A fleet of fake hosts and a fake KV: every step and write lands in one log, in the order it happened. */
 function fleet(
-  hosts: Array<[string, Script?, string?]>,
+  hosts: Array<[string, Script?, (string | number)?]>,
   writes: Array<() => Promise<CommitPointResult>> = [],
 ) {
   const log: string[] = [];
   const ids = new Set<string>();
   const records: Array<{ record: FleetRecord; expectedRevision: number }> = [];
-  const channel = (host: string, script: Script = {}): HostChannel => {
+  const channel = (host: string, script: Script = {}, epoch?: number): HostChannel => {
     const answer = (step: Step, id: string, detail = '') => {
       log.push(`${host}:${step}${detail}`);
       ids.add(id);
@@ -52,6 +52,7 @@ function fleet(
     };
     return {
       host,
+      ...(epoch !== undefined ? { epoch } : {}),
       prepare: (_plan, id) => answer('prepare', id),
       commit: (_plan, epoch, id) => answer('commit', id, `@${epoch}`),
       abort: (id) => answer('abort', id),
@@ -59,9 +60,14 @@ function fleet(
       roll: (plan, epoch, id) => answer('roll', id, `@${epoch}:${plan.models[0]!.stable}`),
     };
   };
-  // A third element: the member is down already (no fresh heartbeat), with this reason.
-  const channels = hosts.map(([host, script, down]) =>
-    down === undefined ? channel(host, script) : { ...channel(host, script), down },
+  // A third element: a number is the epoch the host's heartbeat says; a string, the member is down already
+  // (no fresh heartbeat), with this reason.
+  const channels = hosts.map(([host, script, extra]) =>
+    typeof extra === 'number'
+      ? channel(host, script, extra)
+      : extra === undefined
+        ? channel(host, script)
+        : { ...channel(host, script), down: extra },
   );
   let clock = T0;
   let reloads = 0;
@@ -305,6 +311,39 @@ describe('atomic fleet reload (epoch barrier across hosts)', () => {
   });
 });
 
+describe('the fleet epoch never goes backwards (a lost bucket, a re-founded fleet)', () => {
+  test('a host ahead of the record (its PREPARE says so): the reload commits at max(known epochs) + 1', async () => {
+    const { coordinator, log } = fleet([
+      ['a'],
+      ['b', { prepare: async () => ({ ok: true, data: { host: 'b', epoch: 12 } }) }],
+    ]);
+    const outcome = await coordinator.reload(request());
+    expect(log).toEqual([
+      'a:prepare',
+      'b:prepare',
+      'record@13',
+      'a:commit@13',
+      'b:commit@13',
+      'a:release',
+      'b:release',
+    ]);
+    expect(outcome).toMatchObject({ result: 'committed', epochBefore: 7, epoch: 13 });
+  });
+
+  test('a host ahead by its heartbeat counts too', async () => {
+    const { coordinator, log } = fleet([['a'], ['b', {}, 20]]);
+    expect((await coordinator.reload(request())).epoch).toBe(21);
+    expect(log).toContain('record@21');
+  });
+
+  test('rolling: the record is written above every host it knows of', async () => {
+    const { coordinator, log } = fleet([['a', {}, 15], ['b']]);
+    const outcome = await coordinator.reload(request({ strategy: 'rolling' }));
+    expect(log).toEqual(['record@16', 'a:roll@16:2', 'b:roll@16:2']);
+    expect(outcome.epoch).toBe(16);
+  });
+});
+
 describe('rolling fleet reload', () => {
   test('the record first, then host by host', async () => {
     const { coordinator, log, records } = fleet([['a'], ['b'], ['c']]);
@@ -446,6 +485,8 @@ describe('planHostCatchUp (a host sees the registry record)', () => {
       'converge',
     ],
     ['a host far behind', { epoch: 2 }, { epoch: 8, reloadId: 'r1' }, 'converge'],
+    // The record went back (bucket lost, fleet re-founded): the host raises it above its own epoch.
+    ['a record below the host', { epoch: 5 }, { epoch: 0, reloadId: 'founded' }, 'raise'],
     [
       'prepared, the record not written yet',
       { epoch: 7, reloadInDoubt: 'r2' },

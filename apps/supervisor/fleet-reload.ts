@@ -33,6 +33,8 @@ export interface HostChannel {
   host: string;
   /** Set: a member that is down already (no fresh heartbeat): never asked, listed `down` with this reason. */
   down?: string;
+  /** The epoch the host last said it serves (its heartbeat), when known: the next epoch goes above it. */
+  epoch?: number;
   prepare(plan: FleetTable, reloadId: string): Promise<HostStepAnswer>;
   commit(plan: FleetTable, epoch: number, reloadId: string): Promise<HostStepAnswer>;
   abort(reloadId: string): Promise<HostStepAnswer>;
@@ -221,7 +223,7 @@ export class FleetReloadCoordinator {
       await this.abortAll(hosts, id, prepared);
       return { ...nothingChanged, error: `prepare failed, nothing changed: ${failures.join('; ')}` };
     }
-    const epoch = base.record.epoch + 1;
+    const epoch = nextEpoch(base.record.epoch, hosts, prepared);
     const written = await this.write(run, table, epoch, run.reason, base.revision);
     if (!written.ok) {
       await this.abortAll(hosts, id);
@@ -289,7 +291,7 @@ export class FleetReloadCoordinator {
   private async rolling(run: Run): Promise<Ended> {
     const { id, table, base } = run;
     const hosts = await this.members(run);
-    const epoch = base.record.epoch + 1;
+    const epoch = nextEpoch(base.record.epoch, hosts);
     const written = await this.write(run, table, epoch, run.reason, base.revision);
     if (!written.ok) {
       for (const host of hosts) this.hostOutcomes.push({ host: host.host, state: 'unchanged' });
@@ -313,7 +315,7 @@ export class FleetReloadCoordinator {
         hosts.splice(k--, 1);
         continue;
       }
-      if (!answer.ok) return this.rollBack(run, hosts, k, answer.error ?? 'failed', written.revision);
+      if (!answer.ok) return this.rollBack(run, hosts, k, answer.error ?? 'failed', epoch, written.revision);
     }
     for (const host of hosts) this.hostOutcomes.push({ host: host.host, state: 'rolled' });
     return { result: 'committed', epoch, revision: written.revision };
@@ -329,10 +331,10 @@ export class FleetReloadCoordinator {
     hosts: HostChannel[],
     k: number,
     error: string,
+    epoch: number,
     revision: number,
   ): Promise<Ended> {
     const failing = hosts[k]!.host;
-    const epoch = run.base.record.epoch + 1;
     const back = epoch + 1;
     const reason = `${run.reason} (rolled back: host ${failing} failed)`;
     const rewritten = await this.write(run, run.base.record.table, back, reason, revision);
@@ -420,8 +422,23 @@ export class FleetReloadCoordinator {
   }
 }
 
+/**
+ * The epoch a reload commits at: above the record and above every host it knows of (heartbeats, PREPARE
+ * answers), so the fleet epoch never goes backwards even when the record did (a lost bucket, a re-founded
+ * fleet) and no host is ever asked to commit below the epoch it serves.
+ */
+function nextEpoch(recordEpoch: number, hosts: HostChannel[], prepared: StepAnswer[] = []): number {
+  let known = recordEpoch;
+  for (const host of hosts) if (host.epoch !== undefined) known = Math.max(known, host.epoch);
+  for (const answer of prepared) {
+    const epoch = (answer.data as { epoch?: unknown } | undefined)?.epoch;
+    if (typeof epoch === 'number' && Number.isSafeInteger(epoch)) known = Math.max(known, epoch);
+  }
+  return known + 1;
+}
+
 /** What a host does on seeing the registry record (its watch, or its start). */
-export type HostCatchUp = 'none' | 'commit-prepared' | 'converge' | 'fenced-wait';
+export type HostCatchUp = 'none' | 'commit-prepared' | 'converge' | 'fenced-wait' | 'raise';
 
 /**
  * The member side's decision. own.reloadInDoubt: the fleet reload this host prepared and has seen neither COMMIT
@@ -435,6 +452,9 @@ export function planHostCatchUp(
 ): HostCatchUp {
   if (record.epoch > own.epoch) return record.reloadId === own.reloadInDoubt ? 'commit-prepared' : 'converge';
   if (own.reloadInDoubt !== undefined && record.reloadId !== own.reloadInDoubt) return 'fenced-wait';
+  // The record went back below this host (a lost or restored bucket, a fleet re-founded): the host writes it
+  // again above its own epoch, and every host, this one included, converges to it.
+  if (record.epoch < own.epoch) return 'raise';
   return 'none';
 }
 

@@ -425,8 +425,8 @@ export class Supervisor implements AdminHost, NotifyHost {
         trustedKeys: () => this.trustedKeys,
       });
       this.member = joined.member;
-      table = { ...joined.record.table, settings: initial.settings };
-      epoch = joined.record.epoch;
+      table = { ...joined.start.table, settings: initial.settings };
+      epoch = joined.start.epoch;
     }
     this.currentDefaultModel = table.defaultModel;
     this.coordinator = new ReloadCoordinator(table, {
@@ -542,6 +542,10 @@ export class Supervisor implements AdminHost, NotifyHost {
     return this.member?.fenced;
   }
 
+  get fleetBehind(): string | undefined {
+    return this.member?.behind;
+  }
+
   get fleet(): { name: string; host: string } | undefined {
     return this.member ? { name: this.member.fleet, host: this.member.hostId } : undefined;
   }
@@ -566,7 +570,13 @@ export class Supervisor implements AdminHost, NotifyHost {
    */
   private async fleetChange(
     next: (table: FleetTable) => FleetTable,
-    options: { strategy: ReloadStrategy; reason: string; ifRevision?: number; force?: boolean },
+    options: {
+      strategy: ReloadStrategy;
+      reason: string;
+      ifRevision?: number;
+      force?: boolean;
+      repair?: boolean;
+    },
   ): Promise<ReloadOutcome> {
     const coordinator = this.coordinator!;
     const before = coordinator.table;
@@ -598,6 +608,8 @@ export class Supervisor implements AdminHost, NotifyHost {
           reason: `${reason} (fleet)`,
           // A configuration reload changes this host's settings even when the fleet's table stays as it is.
           force: request.settings !== undefined,
+          // A repository reload (POST /api/reload {}) also replaces an invalid registry record.
+          repair: request.model === undefined,
           ...(request.ifRevision !== undefined ? { ifRevision: request.ifRevision } : {}),
         });
       } finally {

@@ -37,6 +37,9 @@ export const ERROR_CODES = [
   // any other write error (read-only, I/O error).
   'storage_full',
   'persist_failed',
+  // Fleet (issue 26): the fleet's registry record cannot be read (garbage, a shape this build does not read);
+  // not the caller's fault. A repository reload (POST /api/reload {}) rewrites it by CAS.
+  'invalid_record',
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
@@ -68,6 +71,7 @@ const HTTP_STATUS: Record<ErrorCode, number> = {
   unsupported_media_type: 415,
   storage_full: 507,
   persist_failed: 500,
+  invalid_record: 503,
 };
 
 const STATUS_TEXT: Record<number, string> = {

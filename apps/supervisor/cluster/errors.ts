@@ -27,12 +27,19 @@ export class ClusterError extends Error {
   readonly code: ClusterErrorCode;
   /** conflict on the registry: the record that won (undefined when the key is gone). */
   readonly current?: RegistryEntry;
+  /** invalid_record read from the registry: the bad entry's revision, so a repair can replace it by CAS. */
+  readonly revision?: number;
 
-  constructor(code: ClusterErrorCode, message: string, options?: ErrorOptions & { current?: RegistryEntry }) {
+  constructor(
+    code: ClusterErrorCode,
+    message: string,
+    options?: ErrorOptions & { current?: RegistryEntry; revision?: number },
+  ) {
     super(message, options);
     this.name = 'ClusterError';
     this.code = code;
     if (options?.current) this.current = options.current;
+    if (options?.revision !== undefined) this.revision = options.revision;
   }
 }
 

@@ -2,7 +2,7 @@
  * The fleet's shared records (fleet-design.md) and the names of its NATS resources. Everything read back from
  * NATS goes through parse*: another build or a hand-edited key is a typed error, never a crash further on.
  */
-import type { ModelPlan, TablePlan } from '../../../libs/registry';
+import { isRepositoryName, type ModelPlan, type TablePlan } from '../../../libs/registry';
 import { ClusterError } from './errors';
 
 /** 2: `members` (issue 26). Format 1 (no members) is still read: see FleetRecord.members. */
@@ -173,7 +173,16 @@ function parseModelPlan(value: unknown, index: number, table: string): ModelPlan
     versions: versions as string[],
     stable: text(what, o, 'stable') as string,
   };
+  // Names become paths and routes on every host: one that cannot be a repository name is not a record.
+  if (!isRepositoryName(plan.name)) invalid(what, `name ${JSON.stringify(plan.name)} is not a model name`);
+  for (const version of plan.versions)
+    if (!isRepositoryName(version))
+      invalid(what, `version ${JSON.stringify(version)} of ${plan.name} is not a version name`);
+  if (!plan.versions.includes(plan.stable))
+    invalid(what, `stable ${plan.stable} of ${plan.name} is not among its versions`);
   const candidate = text(what, o, 'candidate', true);
+  if (candidate !== undefined && !plan.versions.includes(candidate))
+    invalid(what, `candidate ${candidate} of ${plan.name} is not among its versions`);
   const previousStable = text(what, o, 'previousStable', true);
   const canaryPercent = percent(what, o, 'canaryPercent', true);
   const shadow = flag(what, o, 'shadow', true);
@@ -188,7 +197,10 @@ function parseModelPlan(value: unknown, index: number, table: string): ModelPlan
 export function parseFleetTable(value: unknown, what = 'table'): FleetTable {
   const table = object(what, value);
   const models = array(what, table, 'models').map((m, i) => parseModelPlan(m, i, what));
-  return { models, defaultModel: text(what, table, 'defaultModel') as string };
+  const defaultModel = text(what, table, 'defaultModel') as string;
+  if (!models.some((model) => model.name === defaultModel))
+    invalid(what, `default model ${defaultModel} is not among its models`);
+  return { models, defaultModel };
 }
 
 /** A fresh, checked copy: unknown fields (e.g. a table's per-host settings) are dropped. */

@@ -128,6 +128,20 @@ export class RegistryStore {
       try {
         const entry = await this.conn.call('registry watch check', () => this.kv.get(REGISTRY_KEY));
         const revision = entry?.revision ?? 0;
+        if (entry && revision < lastRevision) {
+          // The bucket was deleted and made anew (or NATS restarted without its store): revisions start over.
+          // Watch again from its start, or the new record is never delivered (it sits below lastRevision).
+          lastRevision = 0;
+          behind = 0;
+          onError(
+            new ClusterError(
+              'cluster_unavailable',
+              `registry revision ${revision} is below the last one seen: the bucket was made anew; watching it again`,
+            ),
+          );
+          current?.stop();
+          return;
+        }
         if (revision <= lastRevision) behind = 0;
         else if (behind === 0 || lastRevision >= behind) behind = revision;
         else {
@@ -168,5 +182,13 @@ export class RegistryStore {
 
 function entryOf(entry: KvEntry | null): RegistryEntry | undefined {
   if (entry?.operation !== 'PUT') return undefined;
-  return { record: parseFleetRecord(decodeJson('registry record', entry.value)), revision: entry.revision };
+  try {
+    return { record: parseFleetRecord(decodeJson('registry record', entry.value)), revision: entry.revision };
+  } catch (err) {
+    if (!(err instanceof ClusterError)) throw err;
+    throw new ClusterError(err.code, `${err.message} (revision ${entry.revision})`, {
+      cause: err,
+      revision: entry.revision,
+    });
+  }
 }
