@@ -13,6 +13,7 @@ import {
   natsConnectionOptions,
   natsRefusal,
   redactNatsUrls,
+  replicasProblem,
 } from '../../../libs/nats-auth';
 import { ClusterError, requirePositiveInt } from './errors';
 import { type FleetNames, fleetNames, requireFleetName, requireHostId } from './records';
@@ -36,6 +37,8 @@ export interface ClusterOptions {
   apiTimeoutMs?: number;
   /** Between reconnect attempts (forever). */
   reconnectWaitMs?: number;
+  /** Copies JetStream keeps of each bucket and object store this host creates (default 1; 3 on a cluster). */
+  replicas?: number;
 }
 
 /** nats.js errors that say "the server did not answer", not "it answered no". */
@@ -69,6 +72,8 @@ export class ClusterConnection {
     /** The servers as messages show them (userinfo redacted). */
     readonly servers: string,
     private readonly onProblem: ((message: string) => void) | undefined,
+    /** The replica count every bucket and object store is created with (checked at open). */
+    readonly replicas: number,
   ) {
     this.names = fleetNames(fleet);
     void this.followStatus();
@@ -80,6 +85,9 @@ export class ClusterConnection {
     const connectTimeoutMs = requirePositiveInt('connectTimeoutMs', options.connectTimeoutMs ?? 5000);
     const apiTimeoutMs = requirePositiveInt('apiTimeoutMs', options.apiTimeoutMs ?? 5000);
     const reconnectWaitMs = requirePositiveInt('reconnectWaitMs', options.reconnectWaitMs ?? 250);
+    const replicas = options.replicas ?? 1;
+    const badCount = replicasProblem(replicas, { cluster: 'unchecked' }, '');
+    if (badCount) throw new ClusterError('invalid_options', badCount);
     let auth: NatsAuth;
     try {
       auth = options.auth ?? loadNatsAuth({ servers: options.servers ?? '' });
@@ -113,9 +121,13 @@ export class ClusterConnection {
       // Checks that JetStream is enabled: a plain nats-server fails here, not on the first fleet call.
       const jsm = await jetstreamManager(nc, { timeout: apiTimeoutMs });
       const js = jetstream(nc, { timeout: apiTimeoutMs });
-      return new ClusterConnection(nc, js, jsm, fleet, hostId, servers, options.onProblem);
+      // A count a lone server cannot hold is refused here, not on the first bucket.
+      const problem = replicasProblem(replicas, nc.info, servers);
+      if (problem) throw new ClusterError('invalid_options', problem);
+      return new ClusterConnection(nc, js, jsm, fleet, hostId, servers, options.onProblem, replicas);
     } catch (err) {
       await nc.close().catch(() => undefined);
+      if (err instanceof ClusterError) throw err;
       if ((err as Error).message.includes('Permissions Violation'))
         throw new ClusterError(
           'nats_refused',
