@@ -5,8 +5,8 @@
  * alike; with `loopback` every node listens on 127.0.0.1 on free ports of its own and there are no partitions
  * (`available` false). `isolation` says which one a run got.
  *
- * The binary is the current release (STREAMINFER_NATS_SERVER_CURRENT, from scripts/nats-server.sh) unless
- * `binary` says otherwise; Debian's 2.9 when the current one is not built.
+ * The binary is the current release (STREAMINFER_NATS_SERVER_CURRENT, else scripts/nats-server.sh's cache) unless
+ * `binary` says otherwise; Debian's 2.9 when the current one is not built (`version` says which ran).
  */
 import { type ChildProcess, execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -15,14 +15,18 @@ import os from 'node:os';
 import path from 'node:path';
 import { createFleetNet, type FleetNet, type Isolation } from './netns-kit';
 
-export const CURRENT_NATS_SERVER = process.env['STREAMINFER_NATS_SERVER_CURRENT'] ?? '';
+/** The current release: STREAMINFER_NATS_SERVER_CURRENT, else where scripts/nats-server.sh caches it. */
+export const CURRENT_NATS_SERVER =
+  process.env['STREAMINFER_NATS_SERVER_CURRENT'] ||
+  path.join(
+    process.env['XDG_CACHE_HOME'] || path.join(os.homedir(), '.cache'),
+    'streaminfer/nats-server-v2.15.2/nats-server',
+  );
 const DEBIAN_NATS_SERVER = process.env['STREAMINFER_NATS_SERVER'] ?? '/usr/sbin/nats-server';
 
-/** The current release when it is built, else Debian's (the caller says which with `version`). */
+/** The current release when it is built, else Debian's (the cluster's `version` says which ran). */
 export function clusterNatsServer(): string {
-  return CURRENT_NATS_SERVER !== '' && existsSync(CURRENT_NATS_SERVER)
-    ? CURRENT_NATS_SERVER
-    : DEBIAN_NATS_SERVER;
+  return existsSync(CURRENT_NATS_SERVER) ? CURRENT_NATS_SERVER : DEBIAN_NATS_SERVER;
 }
 
 export interface NatsClusterOptions {
