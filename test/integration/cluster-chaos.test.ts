@@ -1,7 +1,7 @@
 /**
  * A two-host fleet (replicas 3) on a 3-node JetStream cluster of the current nats-server, under light inference
- * load, through NATS faults: the meta leader killed, the registry KV's leader killed, every node restarted one
- * by one. Proves that serving never depends on NATS (0 failed requests over the whole run) and that fleet
+ * load, through NATS faults: the meta leader killed, the registry KV's leader killed, the node a host is
+ * connected to partitioned away (netns only) and healed, every node restarted one by one. Proves that serving never depends on NATS (0 failed requests over the whole run) and that fleet
  * changes resume after each fault: a canary change is accepted (200) and both hosts converge to its epoch;
  * the time from the fault to the accepted change is printed per fault. Each NATS node and each host has a
  * network namespace of its own where namespaces work (root), else all share the loopback (the log says which).
@@ -124,6 +124,7 @@ test('meta leader, registry leader and every node restarted: 0 failed requests, 
   await nextChangeAccepted(Date.now(), 'before any fault');
 
   const traffic = load();
+  let partitioned: number | undefined;
   const report: { fault: string; failed: number; changeAcceptedMs: number }[] = [];
   const fault = async (name: string, act: () => Promise<number | undefined>) => {
     const failedBefore = traffic.failures.length;
@@ -149,6 +150,20 @@ test('meta leader, registry leader and every node restarted: 0 failed requests, 
       await cluster.kill(leader);
       return leader;
     });
+    if (cluster.available)
+      await fault(`partition the node host ${hosts[0]!.id} is connected to`, async () => {
+        const node = await cluster.clientNode(`streaminfer-${FLEET}-${hosts[0]!.id}`);
+        if (node === undefined) throw new Error(`host ${hosts[0]!.id} has no NATS connection`);
+        cluster.partition(node);
+        partitioned = node;
+        return undefined;
+      });
+    else console.log('cluster chaos: loopback, no partition fault');
+    if (partitioned !== undefined) {
+      await cluster.heal(partitioned);
+      await cluster.waitReady(60_000);
+      await cluster.waitStreamReady(REGISTRY_STREAM);
+    }
     for (let k = 0; k < cluster.size; k++)
       await fault(`restart node n${k}`, async () => {
         await cluster.kill(k, 'SIGTERM');
@@ -166,5 +181,5 @@ test('meta leader, registry leader and every node restarted: 0 failed requests, 
   );
   expect(traffic.failures.slice(0, 5)).toEqual([]);
   expect(traffic.answered()).toBeGreaterThan(100);
-  expect(report).toHaveLength(5);
+  expect(report).toHaveLength(cluster.available ? 6 : 5);
 });

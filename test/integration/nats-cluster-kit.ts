@@ -63,6 +63,8 @@ export interface NatsCluster {
   metaLeader(): Promise<number | undefined>;
   /** The index of the node leading stream `stream` (KV bucket B: stream `KV_B`); undefined when none. */
   streamLeader(stream: string): Promise<number | undefined>;
+  /** The node a client connection named `name` is connected to (monitoring /connz); undefined when none. */
+  clientNode(name: string): Promise<number | undefined>;
   /** Resolves once every running node answers /healthz 200 and they agree on one meta leader. */
   waitReady(timeoutMs?: number): Promise<void>;
   /** Resolves once stream `stream` has a leader and every replica on a running node is current. */
@@ -226,6 +228,15 @@ export async function startNatsCluster(options: NatsClusterOptions = {}): Promis
         const leader = (await details(k, stream))?.cluster?.leader;
         const m = leader ? /^n(\d+)$/.exec(leader) : null;
         if (m) return Number(m[1]);
+      }
+      return undefined;
+    },
+    async clientNode(name) {
+      for (let k = 0; k < size; k++) {
+        if (!running(k)) continue;
+        const connz = await getJson(`${cluster.monitorUrl(k)}/connz?limit=1024`);
+        const connections = (connz?.['connections'] ?? []) as { name?: string }[];
+        if (connections.some((c) => c.name === name)) return k;
       }
       return undefined;
     },

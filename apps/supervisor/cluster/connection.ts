@@ -37,6 +37,11 @@ export interface ClusterOptions {
   apiTimeoutMs?: number;
   /** Between reconnect attempts (forever). */
   reconnectWaitMs?: number;
+  /**
+   * Between PINGs to the server; 3 unanswered count as a disconnect. A server partitioned away is a black
+   * hole (no reset): nats.js's default (2 min, 2 outstanding) left a host on it for ~4 min, deaf to its fleet.
+   */
+  pingIntervalMs?: number;
   /** Copies JetStream keeps of each bucket and object store this host creates (default 1; 3 on a cluster). */
   replicas?: number;
 }
@@ -85,6 +90,7 @@ export class ClusterConnection {
     const connectTimeoutMs = requirePositiveInt('connectTimeoutMs', options.connectTimeoutMs ?? 5000);
     const apiTimeoutMs = requirePositiveInt('apiTimeoutMs', options.apiTimeoutMs ?? 5000);
     const reconnectWaitMs = requirePositiveInt('reconnectWaitMs', options.reconnectWaitMs ?? 250);
+    const pingIntervalMs = requirePositiveInt('pingIntervalMs', options.pingIntervalMs ?? 2000);
     const replicas = options.replicas ?? 1;
     const badCount = replicasProblem(replicas, { cluster: 'unchecked' }, '');
     if (badCount) throw new ClusterError('invalid_options', badCount);
@@ -104,6 +110,8 @@ export class ClusterConnection {
         maxReconnectAttempts: -1,
         reconnectTimeWait: reconnectWaitMs,
         reconnectJitter: Math.floor(reconnectWaitMs / 2),
+        pingInterval: pingIntervalMs,
+        maxPingOut: 3,
         noAsyncTraces: true,
       });
     } catch (err) {
