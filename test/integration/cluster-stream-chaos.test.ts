@@ -1,7 +1,8 @@
 /**
  * The stream pipeline's exactly-once on a 3-node JetStream cluster (replicas 3, current nats-server) through
  * NATS faults: while events flow, the leader of the events stream is killed, then the meta leader, each node
- * started again afterwards. The same workload goes through a reference pipeline on the shared single broker,
+ * started again afterwards; then (netns only) the node the pipeline's connection is on is partitioned away for
+ * 10 s and healed. The same workload goes through a reference pipeline on the shared single broker,
  * left alone. Afterwards the cluster pipeline's output holds exactly the reference's predictions: every
  * decision id once, none lost, none duplicated, the same risk for each. The nodes have network namespaces of
  * their own where namespaces work (root), else share the loopback (the log says which).
@@ -98,7 +99,7 @@ async function predictions(nats: NatsHandle, names: StreamNames): Promise<Map<st
   return seen;
 }
 
-test('events leader and meta leader killed as events flow: exactly the failure-free predictions', async () => {
+test('events leader and meta leader killed, a node partitioned, as events flow: exactly the failure-free predictions', async () => {
   reference = uniqueNames('csr');
   const chaos = uniqueNames('csx');
   const { records } = simulate({
@@ -137,6 +138,16 @@ test('events leader and meta leader killed as events flow: exactly the failure-f
         ),
       );
     const sent = i + 250;
+    if (sent === 3_250 && cluster.available) {
+      // The node the pipeline's main connection is on, cut off (no reset: a black hole) for 10 s.
+      const node = await cluster.clientNode(/^streaminfer-stream-(?!.*-checkpoints$)/);
+      if (node === undefined) throw new Error('the pipeline has no NATS connection');
+      faults.push(`n${node} (the pipeline's connection) partitioned 10 s`);
+      cluster.partition(node);
+      await new Promise((resolve) => setTimeout(resolve, 10_000));
+      await cluster.heal(node);
+      await cluster.waitReady(60_000);
+    }
     if (sent === 1_000 || sent === 2_500) {
       const leader = sent === 1_000 ? await cluster.streamLeader(chaos.events) : await cluster.metaLeader();
       faults.push(`${sent === 1_000 ? 'events stream leader' : 'meta leader'} n${leader} killed`);
@@ -148,7 +159,7 @@ test('events leader and meta leader killed as events flow: exactly the failure-f
     }
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
-  expect(faults).toHaveLength(2);
+  expect(faults).toHaveLength(cluster.available ? 3 : 2);
   for (const [nats, names] of [
     [lone, reference],
     [onCluster, chaos],

@@ -63,8 +63,8 @@ export interface NatsCluster {
   metaLeader(): Promise<number | undefined>;
   /** The index of the node leading stream `stream` (KV bucket B: stream `KV_B`); undefined when none. */
   streamLeader(stream: string): Promise<number | undefined>;
-  /** The node a client connection named `name` is connected to (monitoring /connz); undefined when none. */
-  clientNode(name: string): Promise<number | undefined>;
+  /** The node a client connection named `name` (or matching it) is on (monitoring /connz); undefined: none. */
+  clientNode(name: string | RegExp): Promise<number | undefined>;
   /** Resolves once every running node answers /healthz 200 and they agree on one meta leader. */
   waitReady(timeoutMs?: number): Promise<void>;
   /** Resolves once stream `stream` has a leader and every replica on a running node is current. */
@@ -236,7 +236,9 @@ export async function startNatsCluster(options: NatsClusterOptions = {}): Promis
         if (!running(k)) continue;
         const connz = await getJson(`${cluster.monitorUrl(k)}/connz?limit=1024`);
         const connections = (connz?.['connections'] ?? []) as { name?: string }[];
-        if (connections.some((c) => c.name === name)) return k;
+        const named = (c: { name?: string }) =>
+          typeof name === 'string' ? c.name === name : name.test(c.name ?? '');
+        if (connections.some(named)) return k;
       }
       return undefined;
     },
