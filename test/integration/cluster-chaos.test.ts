@@ -93,7 +93,7 @@ function load() {
  * Asks one canary change (a share not asked before) of alternating hosts until one is accepted; resolves with
  * the ms from `since` to the accepted answer, once both hosts serve its epoch.
  */
-async function nextChangeAccepted(since: number, what: string): Promise<number> {
+async function nextChangeAccepted(since: number, what: string): Promise<{ ms: number; refused: string[] }> {
   percent = (percent % 50) + 5;
   const until = Date.now() + 90_000;
   const answers: string[] = [];
@@ -109,7 +109,7 @@ async function nextChangeAccepted(since: number, what: string): Promise<number> 
         30_000,
         () => `${what}: hosts did not converge to epoch ${epoch}`,
       );
-      return accepted;
+      return { ms: accepted, refused: answers };
     }
     answers.push(`${answer.status} ${String(answer.body.code ?? answer.body.error ?? '')}`);
     if (Date.now() > until)
@@ -125,18 +125,26 @@ test('meta leader, registry leader and every node restarted: 0 failed requests, 
 
   const traffic = load();
   let partitioned: number | undefined;
-  const report: { fault: string; failed: number; changeAcceptedMs: number }[] = [];
+  const report: { fault: string; failed: number; changeAcceptedMs: number; refused: string }[] = [];
   const fault = async (name: string, act: () => Promise<number | undefined>) => {
     const failedBefore = traffic.failures.length;
     const since = Date.now();
     const killed = await act();
-    const changeAcceptedMs = await nextChangeAccepted(since, name);
+    const { ms: changeAcceptedMs, refused } = await nextChangeAccepted(since, name);
     if (killed !== undefined) {
       await cluster.start(killed);
       await cluster.waitReady();
       await cluster.waitStreamReady(REGISTRY_STREAM);
     }
-    report.push({ fault: name, failed: traffic.failures.length - failedBefore, changeAcceptedMs });
+    // What the changes asked before the accepted one were answered, counted by status and code.
+    const counts = new Map<string, number>();
+    for (const answer of refused) counts.set(answer, (counts.get(answer) ?? 0) + 1);
+    report.push({
+      fault: name,
+      failed: traffic.failures.length - failedBefore,
+      changeAcceptedMs,
+      refused: [...counts].map(([answer, n]) => `${n}× ${answer}`).join(', ') || 'none',
+    });
   };
 
   try {
@@ -177,9 +185,11 @@ test('meta leader, registry leader and every node restarted: 0 failed requests, 
   console.log(
     `cluster chaos (${cluster.isolation}, ${cluster.version}): ${traffic.answered()} requests answered, ${
       traffic.failures.length
-    } failed\n${report.map((r) => `  ${r.fault}: ${r.failed} failed, next change accepted after ${r.changeAcceptedMs} ms`).join('\n')}`,
+    } failed\n${report.map((r) => `  ${r.fault}: ${r.failed} failed, next change accepted after ${r.changeAcceptedMs} ms (refused before: ${r.refused})`).join('\n')}`,
   );
   expect(traffic.failures.slice(0, 5)).toEqual([]);
+  // A change refused while NATS elects a leader says so (503 cluster_unavailable), never 500 internal.
+  expect(report.filter((r) => r.refused.includes('internal'))).toEqual([]);
   expect(traffic.answered()).toBeGreaterThan(100);
   expect(report).toHaveLength(cluster.available ? 6 : 5);
 });

@@ -54,6 +54,9 @@ const TRANSPORT_ERRORS = new Set([
   'DrainingConnectionError',
   'NoResponders',
   'RequestError',
+  // No responder for the JetStream API on a live connection: the cluster is electing a meta leader (or this
+  // server lost its quorum). At connect it means JetStream is off, which open() says itself.
+  'JetStreamNotEnabled',
 ]);
 
 export function isTransportError(err: unknown): boolean {
