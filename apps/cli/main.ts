@@ -108,6 +108,11 @@ const SERVE_FLAGS: Array<[string, string, string]> = [
   ['--nats-tls-cert <file>', 'natsTlsCert', 'PEM client certificate for NATS (with --nats-tls-key)'],
   ['--nats-tls-key <file>', 'natsTlsKey', 'PEM key of the NATS client certificate'],
   ['--nats-tls-first', 'natsTlsFirst', 'TLS before the NATS greeting (server handshake_first)'],
+  [
+    '--cluster-replicas <n>',
+    'clusterReplicas',
+    'replicas of the fleet buckets and object store (3 on a NATS cluster)',
+  ],
   ['--fleet <name>', 'fleet', 'the fleet to join (with --cluster)'],
   ['--host-id <id>', 'hostId', "this host's name in its fleet (default <hostname>-<port>)"],
   ['--advertise-url <url>', 'advertiseUrl', 'how other hosts and operators reach this host'],

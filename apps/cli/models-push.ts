@@ -17,6 +17,7 @@ import { addNatsOptions, loadCommandNats, type NatsFlags } from './nats-options'
 interface PushFlags extends NatsFlags {
   cluster?: string;
   fleet?: string;
+  clusterReplicas?: string;
   modelsDir?: string;
   file?: string;
   signingKey?: string;
@@ -53,6 +54,10 @@ export function registerModelsPush(models: Command, fail: (message: string) => n
     .option('--cluster <urls>', 'NATS URL(s) of the fleet (default: STREAMINFER_CLUSTER)')
     .option('--fleet <name>', 'the fleet (default: STREAMINFER_FLEET, else "default")')
     .option(
+      '--cluster-replicas <n>',
+      'replicas of the object store when this push creates it (default: STREAMINFER_CLUSTER_REPLICAS, else 1)',
+    )
+    .option(
       '--models-dir <dir>',
       'model repository holding <name>/config.json and <name>/<version>/model.onnx',
       './models',
@@ -74,6 +79,12 @@ export function registerModelsPush(models: Command, fail: (message: string) => n
         throw error;
       }
       const fleet = flags.fleet ?? process.env.STREAMINFER_FLEET ?? 'default';
+      const replicasText = flags.clusterReplicas ?? process.env.STREAMINFER_CLUSTER_REPLICAS ?? '1';
+      if (!/^[1-5]$/.test(replicasText.trim()))
+        fail(
+          `--cluster-replicas (STREAMINFER_CLUSTER_REPLICAS): an integer from 1 to 5, not ${JSON.stringify(replicasText)}`,
+        );
+      const replicas = Number(replicasText.trim());
       const modelDir = path.resolve(flags.modelsDir ?? './models', name);
       const onnx = path.resolve(flags.file ?? path.join(modelDir, version, 'model.onnx'));
       const config = path.join(modelDir, 'config.json');
@@ -84,7 +95,7 @@ export function registerModelsPush(models: Command, fail: (message: string) => n
         .replace(/[^A-Za-z0-9_-]/g, '-')
         .slice(0, 40)}-${process.pid}`;
       try {
-        const connection = await connectCluster({ auth, fleet, hostId });
+        const connection = await connectCluster({ auth, fleet, hostId, replicas });
         try {
           const artifacts = await ModelArtifacts.open(connection);
           const pushed = await artifacts.push(name, version, onnx, config, signingKey);

@@ -73,9 +73,11 @@ describe('parseSimulateFlags', () => {
       subjectRoot: '',
       eventsStream: 'DELIVERY_EVENTS',
       duplicateWindowMs: 120_000,
+      replicas: 1,
       maxInflight: 256,
       json: true,
     });
+    expect(parseSimulateFlags({ rate: '1', deliveries: '1', duration: '1', replicas: '3' }).replicas).toBe(3);
   });
 
   it('without --deliveries scales deliveries with the rate (GPS ~4 s); --deliveries is honoured; the ramp', () => {
@@ -108,6 +110,7 @@ describe('parseSimulateFlags', () => {
     const refusals: Array<[Record<string, string>, string]> = [
       [{ ...ok, rate: '-1' }, '--rate'],
       [{ ...ok, deliveries: '1.5' }, '--deliveries'],
+      [{ ...ok, replicas: '6' }, '--replicas'],
       [{ ...ok, duration: '0' }, '--duration'],
       [{ ...ok, invalid: '1' }, '--invalid'],
       [{ ...ok, seed: '1.2' }, '--seed'],

@@ -63,6 +63,8 @@ export interface SimulateConfig {
   /** Key partitions of the pipeline (the subject's partition token): must match its config. */
   partitions: number;
   duplicateWindowMs: number;
+  /** Replicas of the events stream when this run creates it (--replicas; the pipeline's `replicas`). */
+  replicas: number;
   maxInflight: number;
   progressMs: number;
   json: boolean;
@@ -176,6 +178,13 @@ export function parseSimulateFlags(flags: Flags): SimulateConfig {
     'an integer in 1..1024',
     partitions,
   );
+  const replicas = numberFlag(flags, 'replicas', '--replicas', 1);
+  check(
+    Number.isInteger(replicas) && replicas >= 1 && replicas <= 5,
+    '--replicas',
+    'an integer in 1..5',
+    replicas,
+  );
   const config: SimulateConfig = {
     nats: typeof flags['nats'] === 'string' ? flags['nats'] : DEFAULT_NATS_URL,
     rate,
@@ -194,6 +203,7 @@ export function parseSimulateFlags(flags: Flags): SimulateConfig {
     eventsStream: typeof flags['eventsStream'] === 'string' ? flags['eventsStream'] : 'DELIVERY_EVENTS',
     partitions,
     duplicateWindowMs: window * 1000,
+    replicas,
     maxInflight,
     progressMs: Math.round(progress * 1000),
     json: flags['json'] === true,
@@ -250,10 +260,11 @@ export async function runSimulate(
   const nats = await connectNats({
     ...(config.auth ? { auth: config.auth } : { servers: config.nats }),
     name: 'streaminfer-simulate',
+    replicas: config.replicas,
     onProblem: (message) => hooks.progress?.(`simulate: ${message}`),
   });
   try {
-    await provisionStreams(nats.jsm, [layout.events]);
+    await provisionStreams(nats.jsm, [layout.events], nats.replicas);
     // A producer outlasts a broker busy for a while (a consumer catching up floods it with its own
     // publishes): up to 8 attempts, 5 s each, with backoff, under the same Msg-Id (a copy that landed is dropped).
     const sink = new JetStreamSink(nats.js, { maxAttempts: 8 });
@@ -499,6 +510,11 @@ export function registerSimulate(program: Command, fail: (message: string) => ne
       '--duplicate-window-s <s>',
       "the created stream's Msg-Id dedupe window",
       String(DEFAULT_DUPLICATE_WINDOW_MS / 1000),
+    )
+    .option(
+      '--replicas <n>',
+      "the created stream's replicas (the pipeline's `replicas`; 3 on a cluster)",
+      '1',
     )
     .option('--max-inflight <n>', 'publishes awaiting their PubAck at once (backpressure bound)', '256')
     .option('--progress-s <s>', 'seconds between progress lines on stderr (0 = none)', '1')

@@ -96,7 +96,7 @@ export class Checkpointer {
     fence: () => boolean = () => true,
     lastAcked: (stream: string) => number | undefined = () => undefined,
   ): Promise<Checkpointer> {
-    const store = await CheckpointStore.open(nats.js, bucket, pipeline, partition);
+    const store = await CheckpointStore.open(nats.js, bucket, pipeline, partition, nats.replicas);
     return new Checkpointer(store, nats, layout, metrics, logger, clock, fence, lastAcked);
   }
 

@@ -17,6 +17,7 @@ import { randomBytes } from 'node:crypto';
 import type { JetStreamClient, JetStreamManager } from '@nats-io/jetstream';
 import { type KV, Kvm } from '@nats-io/kv';
 import { type ObjectStore, Objm } from '@nats-io/obj';
+import { describeReplicasRefusal, replicasShortfall } from '../../libs/nats-auth';
 import type { DeciderSnapshot } from '../../libs/stream';
 import { StreamIoError } from './errors';
 import type { ModelPin } from './inference';
@@ -84,10 +85,25 @@ export class CheckpointStore {
     bucket: string,
     pipeline: string,
     partition: string,
+    replicas = 1,
   ): Promise<CheckpointStore> {
     try {
-      const objects = await new Objm(js).create(bucket);
-      const pointers = await new Kvm(js).create(`${bucket}_head`, { history: 1 });
+      const objects = await new Objm(js).create(bucket, { replicas });
+      const pointers = await new Kvm(js).create(`${bucket}_head`, { history: 1, replicas });
+      const short =
+        replicasShortfall(
+          (await objects.status()).replicas,
+          replicas,
+          `checkpoint store ${bucket}`,
+          `OBJ_${bucket}`,
+        ) ??
+        replicasShortfall(
+          (await pointers.status()).replicas,
+          replicas,
+          `checkpoint bucket ${bucket}_head`,
+          `KV_${bucket}_head`,
+        );
+      if (short) throw new StreamIoError('stream_mismatch', short);
       return new CheckpointStore(
         objects,
         pointers,
@@ -96,6 +112,9 @@ export class CheckpointStore {
         `${pipeline}.${partition}`,
       );
     } catch (err) {
+      if (err instanceof StreamIoError) throw err;
+      const refused = describeReplicasRefusal(err, replicas, `checkpoint buckets ${bucket}`);
+      if (refused) throw new StreamIoError('invalid_options', refused, { cause: err });
       throw new StreamIoError('stream_provision_failed', `checkpoint buckets ${bucket}: ${String(err)}`, {
         cause: err,
       });

@@ -21,6 +21,12 @@ describe('pipeline config', () => {
     expect(resolvePipelineConfig(shipped)).toEqual(DEFAULT_PIPELINE_CONFIG);
   });
 
+  test('replicas: 1 by default, 1 to 5 accepted, anything else refused naming the key', () => {
+    expect(resolvePipelineConfig({}).replicas).toBe(1);
+    expect(resolvePipelineConfig({ replicas: 3 }).replicas).toBe(3);
+    for (const bad of [0, 6, 2.5, '3']) expect(refused({ replicas: bad }).message).toMatch(/^replicas/);
+  });
+
   test('later overrides win, nested objects merge', () => {
     const c = resolvePipelineConfig(
       { inference: { mode: 'external' } },

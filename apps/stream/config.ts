@@ -4,7 +4,7 @@
  * Unknown keys and bad values are refused up front with the path of the culprit, before any I/O.
  */
 
-import { redactNatsUrls } from '../../libs/nats-auth';
+import { MAX_REPLICAS, redactNatsUrls } from '../../libs/nats-auth';
 
 export class PipelineConfigError extends Error {
   readonly code = 'ERR_PIPELINE_CONFIG' as const;
@@ -35,6 +35,11 @@ export interface PipelineNats {
 export interface PipelineConfig {
   /** `"nats://…"` in a file is short for `{ "servers": "nats://…" }`. */
   nats: PipelineNats;
+  /**
+   * Copies JetStream keeps of each stream, KV bucket and object store the pipeline creates (1 on a single
+   * server, 3 on a 3-node cluster); checked against the server at connect. Existing ones need as many.
+   */
+  replicas: number;
   /** Prepended to every subject (tenants, tests). */
   subjectRoot: string;
   streams: { events: string; predictions: string; side: string; duplicateWindowMs: number };
@@ -106,6 +111,7 @@ export interface PipelineConfig {
 
 export const DEFAULT_PIPELINE_CONFIG: PipelineConfig = {
   nats: { servers: 'nats://127.0.0.1:4222' },
+  replicas: 1,
   subjectRoot: '',
   streams: {
     events: 'DELIVERY_EVENTS',
@@ -160,6 +166,7 @@ const SHAPE: Shape = {
     creds: 'string',
     tls: { ca: 'string', cert: 'string', key: 'string', handshakeFirst: 'boolean' },
   },
+  replicas: 'int',
   subjectRoot: 'string',
   streams: { events: 'string', predictions: 'string', side: 'string', duplicateWindowMs: 'int' },
   consumer: {
@@ -262,6 +269,8 @@ export function resolvePipelineConfig(...overrides: unknown[]): PipelineConfig {
       'nats.servers',
       `not nats:// or tls:// URLs: ${JSON.stringify(redactNatsUrls(c.nats.servers))}`,
     );
+  if (c.replicas < 1 || c.replicas > MAX_REPLICAS)
+    throw new PipelineConfigError('replicas', `must be 1 to ${MAX_REPLICAS} (got ${c.replicas})`);
   if (c.subjectRoot !== '' && !/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/.test(c.subjectRoot))
     throw new PipelineConfigError('subjectRoot', 'must be plain subject tokens separated by dots');
   for (const key of ['events', 'predictions', 'side'] as const) {

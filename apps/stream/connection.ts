@@ -15,6 +15,7 @@ import {
   natsConnectionOptions,
   natsRefusal,
   redactNatsUrls,
+  replicasProblem,
 } from '../../libs/nats-auth';
 import type { PipelineNats } from './config';
 import { requirePositiveInt, StreamIoError } from './errors';
@@ -41,6 +42,11 @@ export interface NatsOptions {
    * cost a fifth of the pipeline's CPU at 3,000 events/s (profiled), and error messages stay complete.
    */
   asyncTraces?: boolean;
+  /**
+   * Copies JetStream keeps of each stream, KV bucket and object store created through this connection (default
+   * 1; 3 on a cluster): checked against the server at connect.
+   */
+  replicas?: number;
 }
 
 const PIPELINE_KEYS: Record<string, string> = {
@@ -73,6 +79,8 @@ export interface NatsHandle {
   nc: NatsConnection;
   js: JetStreamClient;
   jsm: JetStreamManager;
+  /** The replica count what this connection creates gets (checked at connect). */
+  replicas: number;
   close(): Promise<void>;
 }
 
@@ -86,6 +94,9 @@ export async function connectNats(options: NatsOptions = {}): Promise<NatsHandle
   const servers = auth.shown;
   const connectTimeoutMs = requirePositiveInt('connectTimeoutMs', options.connectTimeoutMs ?? 5000);
   const apiTimeoutMs = requirePositiveInt('apiTimeoutMs', options.apiTimeoutMs ?? 5000);
+  const replicas = options.replicas ?? 1;
+  const badCount = replicasProblem(replicas, { cluster: 'unchecked' }, '');
+  if (badCount) throw new StreamIoError('invalid_options', badCount);
   let nc: NatsConnection;
   try {
     nc = await connect({
@@ -109,9 +120,13 @@ export async function connectNats(options: NatsOptions = {}): Promise<NatsHandle
     // jetstreamManager() checks that JetStream is enabled: a plain nats-server fails here, not later.
     const jsm = await jetstreamManager(nc, { timeout: apiTimeoutMs });
     const js = jetstream(nc, { timeout: apiTimeoutMs });
-    return { nc, js, jsm, close: () => nc.close() };
+    // A count a lone server cannot hold is refused here, not on the first stream.
+    const problem = replicasProblem(replicas, nc.info, servers);
+    if (problem) throw new StreamIoError('invalid_options', problem);
+    return { nc, js, jsm, replicas, close: () => nc.close() };
   } catch (err) {
     await nc.close().catch(() => undefined);
+    if (err instanceof StreamIoError) throw err;
     if ((err as Error).message.includes('Permissions Violation'))
       throw new StreamIoError(
         'nats_refused',

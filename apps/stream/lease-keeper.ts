@@ -29,6 +29,8 @@ export interface LeaseKeeperOptions extends Omit<LeaseOptions, 'nats' | 'mayRene
   auth: NatsAuth;
   /** Renewals stop once the main thread has not beaten for this long (> ttlMs). Default 60 s. */
   maxStallMs?: number;
+  /** Replicas of the lease bucket when it is created (default 1). */
+  replicas?: number;
 }
 
 export const DEFAULT_MAX_STALL_MS = 60_000;
@@ -65,6 +67,7 @@ export class LeaseKeeper {
     const init: ThreadInit = {
       auth: options.auth,
       connectionName: `streaminfer-leases-${options.instanceId}`,
+      replicas: options.replicas ?? 1,
       bucket: options.bucket,
       group: options.group,
       instanceId: options.instanceId,

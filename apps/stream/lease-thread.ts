@@ -70,6 +70,7 @@ async function open(): Promise<void> {
     nats = await connectNats({
       auth: init.auth,
       name: init.connectionName,
+      replicas: init.replicas,
       onProblem: (message) => logger.error({ servers: init.auth.shown }, message),
     });
     leases = await PartitionLeases.open({

@@ -23,6 +23,8 @@ export interface ThreadInit {
   /** Plain strings only (structured clone): the thread builds its own authenticators from them. */
   auth: NatsAuth;
   connectionName: string;
+  /** Replicas of the lease bucket when the thread creates it. */
+  replicas: number;
   bucket: string;
   group: string;
   instanceId: string;

@@ -7,6 +7,7 @@
 import { JetStreamApiCodes, JetStreamApiError } from '@nats-io/jetstream';
 import { type KV, Kvm, type KvWatchEntry } from '@nats-io/kv';
 import type { Logger } from 'pino';
+import { describeReplicasRefusal, replicasShortfall } from '../../libs/nats-auth';
 import type { NatsHandle } from './connection';
 import { requireName, requirePositiveInt, StreamIoError } from './errors';
 import { fnv1a32 } from './layout';
@@ -173,9 +174,22 @@ export class PartitionLeases {
     checkLeaseOptions(options);
     let kv: KV;
     try {
-      kv = await new Kvm(options.nats.js).create(options.bucket, { ttl: options.ttlMs, history: 1 });
+      const replicas = options.nats.replicas;
+      kv = await new Kvm(options.nats.js).create(options.bucket, {
+        ttl: options.ttlMs,
+        history: 1,
+        replicas,
+      });
       // An existing bucket keeps its own TTL: leases would then expire on its clock, not ours.
-      const ttl = (await kv.status()).ttl;
+      const status = await kv.status();
+      const short = replicasShortfall(
+        status.replicas,
+        replicas,
+        `lease bucket ${options.bucket}`,
+        `KV_${options.bucket}`,
+      );
+      if (short) throw new StreamIoError('stream_mismatch', short);
+      const ttl = status.ttl;
       if (ttl !== options.ttlMs)
         throw new StreamIoError(
           'stream_mismatch',
@@ -183,6 +197,8 @@ export class PartitionLeases {
         );
     } catch (err) {
       if (err instanceof StreamIoError) throw err;
+      const refused = describeReplicasRefusal(err, options.nats.replicas, `lease bucket ${options.bucket}`);
+      if (refused) throw new StreamIoError('invalid_options', refused, { cause: err });
       throw new StreamIoError('stream_provision_failed', `lease bucket ${options.bucket}: ${String(err)}`, {
         cause: err,
       });

@@ -165,15 +165,26 @@ export class DeliveryPipeline {
   async start(): Promise<void> {
     const auth = this.natsAuth;
     const onProblem = (message: string) => this.logger.error({ servers: auth.shown }, message);
-    const nats = await connectNats({ auth, onProblem, name: `streaminfer-stream-${this.instanceId}` });
+    const replicas = this.config.replicas;
+    const nats = await connectNats({
+      auth,
+      onProblem,
+      replicas,
+      name: `streaminfer-stream-${this.instanceId}`,
+    });
     this.nats = nats;
     if (this.config.checkpoint.enabled)
       this.checkpointNats = await connectNats({
         auth,
         onProblem,
+        replicas,
         name: `streaminfer-stream-${this.instanceId}-checkpoints`,
       });
-    await provisionStreams(nats.jsm, [this.layout.events, this.layout.predictions, this.layout.side]);
+    await provisionStreams(
+      nats.jsm,
+      [this.layout.events, this.layout.predictions, this.layout.side],
+      replicas,
+    );
     const sink = new JetStreamSink(nats.js, {
       onPublishFailure: (effect, attempt, err) => {
         this.metrics.sinkFailures.inc();
@@ -189,6 +200,7 @@ export class DeliveryPipeline {
       partitions: this.config.partitions,
       ttlMs: this.config.instance.leaseTtlMs,
       maxStallMs: this.config.instance.maxStallMs,
+      replicas,
       // A configured id (the supervisor passes its own across restarts) is this process's alone.
       reclaim: this.config.instance.id !== '',
       logger: this.logger,

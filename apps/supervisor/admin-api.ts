@@ -30,6 +30,7 @@ import {
 } from '../../libs/protocol';
 import { type ModelPlan, REGISTRY_ACTIONS, type RegistryAction } from '../../libs/registry';
 import type { ControlRequest, ControlResponse } from '../node/ipc';
+import { ClusterError } from './cluster';
 import { Coalescer } from './coalesce';
 import { ReloadBusyError, type ReloadOutcome, type ReloadStrategy } from './coordinator';
 import { FleetConflictError } from './fleet-member';
@@ -527,6 +528,9 @@ export async function respond(run: () => Promise<ControlResponse>): Promise<Cont
       });
     }
     if (error instanceof ProtocolError) return jsonError(error.code, error.message);
+    // NATS down or electing a leader is the fleet's state, not a bug of this host: 503, retry later.
+    if (error instanceof ClusterError && error.code === 'cluster_unavailable')
+      return jsonError('cluster_unavailable', error.message);
     return jsonError('internal', (error as Error).message);
   }
 }

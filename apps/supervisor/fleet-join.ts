@@ -99,7 +99,13 @@ export async function joinFleet(
   const { config, logger } = options;
   const fleet = config.fleet;
   const hostId = hostIdOf(config);
-  const connection = await connectWaiting(options.nats ?? loadClusterNats(config), fleet, hostId, logger);
+  const connection = await connectWaiting(
+    options.nats ?? loadClusterNats(config),
+    fleet,
+    hostId,
+    config.clusterReplicas,
+    logger,
+  );
   const store = await RegistryStore.open(connection);
   const board = await HostBoard.open(connection, {
     onError: (error, what) => logger.warn({ err: (error as Error).message }, `fleet: ${what} failed`),
@@ -221,13 +227,20 @@ function artifactTrust(options: JoinOptions): ArtifactTrust {
 }
 
 /** Waits while NATS is unreachable; a refusal (credentials, TLS) ends the start at once (`nats_refused`). */
-async function connectWaiting(auth: NatsAuth, fleet: string, hostId: string, logger: Logger) {
+async function connectWaiting(
+  auth: NatsAuth,
+  fleet: string,
+  hostId: string,
+  replicas: number,
+  logger: Logger,
+) {
   for (let attempt = 1; ; attempt++) {
     try {
       return await connectCluster({
         auth,
         fleet,
         hostId,
+        replicas,
         name: `streaminfer-${fleet}-${hostId}`,
         onProblem: (message) => logger.error({ servers: auth.shown }, `fleet: ${message}`),
       });

@@ -117,6 +117,8 @@ export interface ServerConfig {
   natsTlsCert: string | undefined;
   natsTlsKey: string | undefined;
   natsTlsFirst: boolean;
+  /** Copies JetStream keeps of each fleet bucket and object store this host creates (1; 3 on a NATS cluster). */
+  clusterReplicas: number;
   /** The fleet this host joins (with `cluster`): names its buckets and subjects. */
   fleet: string;
   /** This host's name in its fleet; unset: `<hostname>-<port>`. */
@@ -643,6 +645,13 @@ export const SETTINGS: { readonly [K in SettingKey]: SettingSpec<ServerConfig[K]
     help: 'TLS handshake before the NATS greeting (a server with handshake_first; nats-server 2.10.4 or later)',
     expected: 'true or false',
     parse: flag,
+  },
+  clusterReplicas: {
+    env: 'STREAMINFER_CLUSTER_REPLICAS',
+    default: 1,
+    help: 'replicas of each fleet bucket and object store this host creates (3 on a 3-node NATS cluster; checked against the server at connect)',
+    expected: 'an integer from 1 to 5',
+    parse: integer(1, 5),
   },
   fleet: {
     env: 'STREAMINFER_FLEET',

@@ -14,6 +14,7 @@ export {
   natsRefusal,
 } from './options';
 export { REDACTED, redactNatsUrls, redactServers } from './redact';
+export { describeReplicasRefusal, MAX_REPLICAS, replicasProblem, replicasShortfall } from './replicas';
 export {
   flagNames,
   mergeNatsSettings,

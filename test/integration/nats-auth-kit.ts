@@ -355,9 +355,10 @@ export async function accountsServer(dir: string): Promise<AuthServer> {
     env: {},
     pipeline: { user: who, passwordFile: files[who] },
   });
+  // The shipped file asks for sync_interval, which 2.9 does not know: it runs on the current release.
   return startServer(
     'accounts',
-    DEBIAN_NATS,
+    CURRENT_NATS,
     dir,
     deployConfig,
     {

@@ -21,7 +21,7 @@ import * as path from 'node:path';
 import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
-import { type ObjectInfo, type ObjectStore, Objm } from '@nats-io/obj';
+import type { ObjectInfo, ObjectStore } from '@nats-io/obj';
 import {
   type ArtifactManifest,
   checkFile,
@@ -33,6 +33,7 @@ import {
 } from '../../../libs/signing';
 import type { ClusterConnection } from './connection';
 import { ClusterError } from './errors';
+import { openObjectStore } from './kv-bucket';
 
 const DIGEST_PREFIX = 'SHA-256=';
 // The repository's model name rule (libs/registry/repository.ts); versions follow it too. No '/', no '..'.
@@ -131,7 +132,7 @@ export class ModelArtifacts {
   /** Opens the fleet's model store, creating it when missing. With `trust`, pulled versions are verified. */
   static async open(conn: ClusterConnection, trust?: ArtifactTrust): Promise<ModelArtifacts> {
     const bucket = conn.names.modelsBucket;
-    const store = await conn.call(`object store ${bucket}`, () => new Objm(conn.js).create(bucket));
+    const store = await conn.call(`object store ${bucket}`, () => openObjectStore(conn, bucket));
     return new ModelArtifacts(conn, store, trust);
   }
 

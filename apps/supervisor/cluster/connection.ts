@@ -13,6 +13,7 @@ import {
   natsConnectionOptions,
   natsRefusal,
   redactNatsUrls,
+  replicasProblem,
 } from '../../../libs/nats-auth';
 import { ClusterError, requirePositiveInt } from './errors';
 import { type FleetNames, fleetNames, requireFleetName, requireHostId } from './records';
@@ -36,6 +37,13 @@ export interface ClusterOptions {
   apiTimeoutMs?: number;
   /** Between reconnect attempts (forever). */
   reconnectWaitMs?: number;
+  /**
+   * Between PINGs to the server; 3 unanswered count as a disconnect. A server partitioned away is a black
+   * hole (no reset): nats.js's default (2 min, 2 outstanding) left a host on it for ~4 min, deaf to its fleet.
+   */
+  pingIntervalMs?: number;
+  /** Copies JetStream keeps of each bucket and object store this host creates (default 1; 3 on a cluster). */
+  replicas?: number;
 }
 
 /** nats.js errors that say "the server did not answer", not "it answered no". */
@@ -46,6 +54,9 @@ const TRANSPORT_ERRORS = new Set([
   'DrainingConnectionError',
   'NoResponders',
   'RequestError',
+  // No responder for the JetStream API on a live connection: the cluster is electing a meta leader (or this
+  // server lost its quorum). At connect it means JetStream is off, which open() says itself.
+  'JetStreamNotEnabled',
 ]);
 
 export function isTransportError(err: unknown): boolean {
@@ -69,6 +80,8 @@ export class ClusterConnection {
     /** The servers as messages show them (userinfo redacted). */
     readonly servers: string,
     private readonly onProblem: ((message: string) => void) | undefined,
+    /** The replica count every bucket and object store is created with (checked at open). */
+    readonly replicas: number,
   ) {
     this.names = fleetNames(fleet);
     void this.followStatus();
@@ -80,6 +93,10 @@ export class ClusterConnection {
     const connectTimeoutMs = requirePositiveInt('connectTimeoutMs', options.connectTimeoutMs ?? 5000);
     const apiTimeoutMs = requirePositiveInt('apiTimeoutMs', options.apiTimeoutMs ?? 5000);
     const reconnectWaitMs = requirePositiveInt('reconnectWaitMs', options.reconnectWaitMs ?? 250);
+    const pingIntervalMs = requirePositiveInt('pingIntervalMs', options.pingIntervalMs ?? 2000);
+    const replicas = options.replicas ?? 1;
+    const badCount = replicasProblem(replicas, { cluster: 'unchecked' }, '');
+    if (badCount) throw new ClusterError('invalid_options', badCount);
     let auth: NatsAuth;
     try {
       auth = options.auth ?? loadNatsAuth({ servers: options.servers ?? '' });
@@ -96,6 +113,8 @@ export class ClusterConnection {
         maxReconnectAttempts: -1,
         reconnectTimeWait: reconnectWaitMs,
         reconnectJitter: Math.floor(reconnectWaitMs / 2),
+        pingInterval: pingIntervalMs,
+        maxPingOut: 3,
         noAsyncTraces: true,
       });
     } catch (err) {
@@ -113,9 +132,13 @@ export class ClusterConnection {
       // Checks that JetStream is enabled: a plain nats-server fails here, not on the first fleet call.
       const jsm = await jetstreamManager(nc, { timeout: apiTimeoutMs });
       const js = jetstream(nc, { timeout: apiTimeoutMs });
-      return new ClusterConnection(nc, js, jsm, fleet, hostId, servers, options.onProblem);
+      // A count a lone server cannot hold is refused here, not on the first bucket.
+      const problem = replicasProblem(replicas, nc.info, servers);
+      if (problem) throw new ClusterError('invalid_options', problem);
+      return new ClusterConnection(nc, js, jsm, fleet, hostId, servers, options.onProblem, replicas);
     } catch (err) {
       await nc.close().catch(() => undefined);
+      if (err instanceof ClusterError) throw err;
       if ((err as Error).message.includes('Permissions Violation'))
         throw new ClusterError(
           'nats_refused',

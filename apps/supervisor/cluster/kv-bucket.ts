@@ -1,10 +1,18 @@
-/** What the fleet's KV buckets share: opening with a checked TTL, CAS errors, listing keys without kv.keys(). */
+/**
+ * What the fleet's KV buckets and object store share: opening with a checked TTL and replica count, CAS errors,
+ * listing keys without kv.keys().
+ */
 import { JetStreamApiCodes, JetStreamApiError } from '@nats-io/jetstream';
 import { type KV, Kvm } from '@nats-io/kv';
+import { type ObjectStore, Objm } from '@nats-io/obj';
+import { describeReplicasRefusal, replicasShortfall } from '../../../libs/nats-auth';
 import type { ClusterConnection } from './connection';
 import { ClusterError } from './errors';
 
-/** Creates the bucket when missing; an existing one must have the same TTL, or keys expire on its clock. */
+/**
+ * Creates the bucket when missing (with the connection's replica count); an existing one must have the same
+ * TTL, or keys expire on its clock, and at least as many replicas as asked.
+ */
 export function openBucket(
   conn: ClusterConnection,
   bucket: string,
@@ -14,13 +22,22 @@ export function openBucket(
     const kvm = new Kvm(conn.js);
     let kv: KV;
     try {
-      kv = await kvm.create(bucket, { history: options.history, ttl: options.ttlMs ?? 0 });
+      kv = await kvm.create(bucket, {
+        history: options.history,
+        ttl: options.ttlMs ?? 0,
+        replicas: conn.replicas,
+      });
     } catch (err) {
+      const refused = describeReplicasRefusal(err, conn.replicas, `bucket ${bucket}`);
+      if (refused) throw new ClusterError('invalid_options', refused, { cause: err });
       // nats-server refuses to "create" a stream that exists with another configuration.
       if (!(err instanceof JetStreamApiError)) throw err;
       kv = await kvm.open(bucket);
     }
-    const ttl = (await kv.status()).ttl;
+    const status = await kv.status();
+    const short = replicasShortfall(status.replicas, conn.replicas, `bucket ${bucket}`, `KV_${bucket}`);
+    if (short) throw new ClusterError('invalid_options', short);
+    const ttl = status.ttl;
     if (ttl !== (options.ttlMs ?? 0))
       throw new ClusterError(
         'invalid_options',
@@ -28,6 +45,22 @@ export function openBucket(
       );
     return kv;
   });
+}
+
+/** Creates the object store when missing (with the connection's replica count); an existing one needs as many. */
+export async function openObjectStore(conn: ClusterConnection, bucket: string): Promise<ObjectStore> {
+  let store: ObjectStore;
+  try {
+    store = await new Objm(conn.js).create(bucket, { replicas: conn.replicas });
+  } catch (err) {
+    const refused = describeReplicasRefusal(err, conn.replicas, `object store ${bucket}`);
+    if (refused) throw new ClusterError('invalid_options', refused, { cause: err });
+    throw err;
+  }
+  const have = (await store.status()).replicas;
+  const short = replicasShortfall(have, conn.replicas, `object store ${bucket}`, `OBJ_${bucket}`);
+  if (short) throw new ClusterError('invalid_options', short);
+  return store;
 }
 
 export function isWrongRevision(err: unknown): boolean {
