@@ -97,8 +97,14 @@ class NodeProcess {
     const delayMs = Number(process.env.STREAMINFER_TEST_RESTART_LOAD_DELAY_MS ?? 0);
     if (options.testHooks && (options.restarts ?? 0) > 0 && delayMs > 0)
       await new Promise((resolve) => setTimeout(resolve, delayMs));
-    await this.table.loadPlan(options.plan, options.epoch);
-    send({ type: 'loaded', nodeIndex: options.nodeIndex, epoch: options.epoch });
+    const failures = await this.table.loadPlan(options.plan, options.epoch);
+    for (const failure of failures) this.logger.error(failure, 'model version did not load');
+    send({
+      type: 'loaded',
+      nodeIndex: options.nodeIndex,
+      epoch: options.epoch,
+      ...(failures.length > 0 ? { failures } : {}),
+    });
   }
 
   /** The supervisor's go: the table is the host's, so traffic may come (port 0 only on a first start: the kernel picks). */

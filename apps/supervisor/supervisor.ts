@@ -4,9 +4,10 @@
  * and runs them through the epoch barrier, persists what the host serves, and records every outcome. The node
  * processes are the node set's (node-set.ts); the HTTP control answers are the admin API's (admin-api.ts).
  */
+import { statSync } from 'node:fs';
 import * as path from 'node:path';
 import type { Logger } from 'pino';
-import { Counter, Histogram, Registry } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import {
   type AdminAddress,
   AdminListener,
@@ -37,10 +38,12 @@ import {
   repositoryPlan,
   rescanPlan,
   saveState,
-  scanRepository,
+  scanRepositoryDetailed,
   type TablePlan,
+  type UnavailableModel,
   versionReloadPlan,
   withModel,
+  withoutFailed,
   withSavedState,
   withSettings,
 } from '../../libs/registry';
@@ -113,6 +116,12 @@ export class Supervisor implements AdminHost, NotifyHost {
   private readonly rollouts: RolloutController;
   private readonly reloadsTotal: Counter<'result' | 'strategy'>;
   private readonly reloadDuration: Histogram<'strategy'>;
+  /** What this host's repository holds that does not load (config.json unreadable, a version that failed). */
+  private unavailableNow: UnavailableModel[] = [];
+  /** Versions that failed to load, by `model/version`: the file's size and mtime then (a changed file is retried). */
+  private readonly failedFiles = new Map<string, string>();
+  private readonly loadFailuresTotal: Counter<'model' | 'version'>;
+  private readonly unavailableGauge: Gauge<'model' | 'version'>;
   private readonly registry = new Registry();
   private readonly requestRate = new RateSampler();
   /** The tenants in force (the API keys file as the last committed configuration read it). */
@@ -168,6 +177,18 @@ export class Supervisor implements AdminHost, NotifyHost {
       buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
       registers: [this.registry],
     });
+    this.loadFailuresTotal = new Counter({
+      name: 'streaminfer_model_load_failures_total',
+      help: 'Models (version "*": its config.json) and versions of the repository that failed to load, counted when found.',
+      labelNames: ['model', 'version'],
+      registers: [this.registry],
+    });
+    this.unavailableGauge = new Gauge({
+      name: 'streaminfer_model_unavailable',
+      help: 'A model (version "*") or version of the repository that is not served because it failed to load (1 while so).',
+      labelNames: ['model', 'version'],
+      registers: [this.registry],
+    });
     const fanOutsTotal = new Counter({
       name: 'streaminfer_control_fanouts_total',
       help: 'Requests to every node for /health or /metrics (concurrent scrapes share one), by what was collected.',
@@ -184,6 +205,7 @@ export class Supervisor implements AdminHost, NotifyHost {
       host: () => this.coordinator!,
       startOptions: (index) => this.startOptions(index),
       control: (request) => this.admin.answer(request, 'data'),
+      loadFailures: (node, failures) => this.nodeLoadFailures(node, failures),
       tenants: this.tenantShares,
       sharedListener: options.tls?.clientCaFile !== undefined,
     });
@@ -270,6 +292,7 @@ export class Supervisor implements AdminHost, NotifyHost {
       intraOpThreads:
         config.intraOpThreads ?? defaultIntraOpThreads(this.options.cores, config.workers, config.nodes),
       modelsDir: path.resolve(config.modelsDir),
+      modelCacheDir: this.modelCacheDir,
       defaultModel: this.currentDefaultModel,
       ringBytes: config.ringBytes,
       testHooks: this.options.testHooks,
@@ -356,8 +379,125 @@ export class Supervisor implements AdminHost, NotifyHost {
     }
   }
 
+  /** Where versions pulled from the fleet are written and read: `<stateDir>/models` (see fetchInto). */
+  get modelCacheDir(): string {
+    return path.resolve(this.options.config.stateDir, 'models');
+  }
+
+  /** What this host could not load, served to no one (health, admission's `model_unavailable`). */
+  get unavailable(): readonly UnavailableModel[] {
+    return this.unavailableNow;
+  }
+
+  /**
+   * The repository (with the pull cache) as it can be served: models whose config.json cannot be read, and
+   * versions that failed to load before from the same file (size and mtime), are left out and listed unavailable.
+   * With --strict-models any unreadable model stops the start (and fails a rescan).
+   */
   private scan(): ModelEntry[] {
-    return scanRepository(path.resolve(this.options.config.modelsDir));
+    const scan = scanRepositoryDetailed(path.resolve(this.options.config.modelsDir), this.modelCacheDir);
+    if (this.options.config.strictModels && scan.broken.length > 0)
+      throw new Error(`--strict-models: ${scan.broken.map((model) => model.reason).join('; ')}`);
+    const failed: UnavailableModel[] = scan.broken.map((model) => ({
+      model: model.name,
+      reason: model.reason,
+    }));
+    const models = scan.models.map((entry) => {
+      const versions = entry.versions.filter((version) => {
+        const key = `${entry.name}/${version.version}`;
+        const stamp = this.failedFiles.get(key);
+        if (stamp === undefined) return true;
+        if (stamp !== fileStamp(version.file)) {
+          this.failedFiles.delete(key);
+          return true;
+        }
+        const before = this.unavailableNow.find(
+          (u) => u.model === entry.name && u.version === version.version,
+        );
+        failed.push({
+          model: entry.name,
+          version: version.version,
+          reason: before?.reason ?? 'did not load',
+        });
+        return false;
+      });
+      return { ...entry, versions };
+    });
+    this.markUnavailable(failed);
+    return models.filter((entry) => entry.versions.length > 0);
+  }
+
+  /** The host's unavailable list from now on: new entries logged and counted, the gauge set. */
+  private markUnavailable(failed: readonly UnavailableModel[]): void {
+    const key = (entry: UnavailableModel): string => `${entry.model}/${entry.version ?? '*'}`;
+    const before = new Set(this.unavailableNow.map(key));
+    for (const entry of failed) {
+      if (before.has(key(entry))) continue;
+      this.loadFailuresTotal.inc({ model: entry.model, version: entry.version ?? '*' });
+      this.logger.error(
+        { model: entry.model, version: entry.version ?? null, reason: entry.reason },
+        entry.version === undefined
+          ? 'model unavailable: it cannot be read; serving the others'
+          : 'model version unavailable: it did not load; serving the rest',
+      );
+    }
+    this.unavailableNow = [...failed];
+    this.unavailableGauge.reset();
+    for (const entry of failed)
+      this.unavailableGauge.set({ model: entry.model, version: entry.version ?? '*' }, 1);
+  }
+
+  /**
+   * A starting node could not load part of the host's table. Before any node serves (the host's start, or a
+   * lone node's restart), the host's table drops it (withoutFailed: the last good version stays stable) and the
+   * node is synced to that; once nodes serve the table, or with --strict-models, the node's start fails instead
+   * (it is restarted; the others keep serving).
+   */
+  private nodeLoadFailures(
+    node: number,
+    failures: UnavailableModel[],
+  ): { ok: true } | { ok: false; error: string } {
+    const error = failures.map((failure) => failure.reason).join('; ');
+    const coordinator = this.coordinator!;
+    if (this.options.config.strictModels) return { ok: false, error: `--strict-models: ${error}` };
+    if (this.nodesReady > 0 || coordinator.busy)
+      return { ok: false, error: `it cannot load what the host serves: ${error}` };
+    for (const failure of failures) {
+      if (failure.version === undefined) continue;
+      const file = this.versionFile(failure.model, failure.version);
+      if (file !== undefined) this.failedFiles.set(`${failure.model}/${failure.version}`, fileStamp(file));
+    }
+    const failed = [...this.unavailableNow, ...failures];
+    const next = withoutFailed(coordinator.table, failed);
+    if (next.models.length === 0)
+      return {
+        ok: false,
+        error: `no model of the repository loads: ${failed.map((f) => f.reason).join('; ')}`,
+      };
+    this.markUnavailable(failed);
+    this.logger.warn(
+      { node, unavailable: failed.map((f) => `${f.model}/${f.version ?? '*'}`) },
+      'serving the host table without what did not load',
+    );
+    coordinator.table = next;
+    this.currentDefaultModel = next.defaultModel;
+    return { ok: true };
+  }
+
+  private versionFile(model: string, version: string): string | undefined {
+    try {
+      return this.readEntry(model).versions.find((entry) => entry.version === version)?.file;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** A plan as this host's nodes get it: with what this host could not load (host-side, like its settings). */
+  private hostSide(plan: TablePlan): TablePlan {
+    const next = { ...plan };
+    if (this.unavailableNow.length > 0) next.unavailable = [...this.unavailableNow];
+    else delete next.unavailable;
+    return next;
   }
 
   private rememberDefaults(entries: readonly ModelEntry[]): void {
@@ -367,7 +507,11 @@ export class Supervisor implements AdminHost, NotifyHost {
   /** One model as the repository holds it now: `unknown_model` when it is in neither, `bad_request` when unreadable. */
   private readEntry(name: string): ModelEntry {
     try {
-      return readModel(path.join(path.resolve(this.options.config.modelsDir), name), name);
+      return readModel(
+        path.join(path.resolve(this.options.config.modelsDir), name),
+        name,
+        path.join(this.modelCacheDir, name),
+      );
     } catch (error) {
       const current = this.coordinator!.table.models.map((m) => m.name);
       if (!current.includes(name)) throw unknownModel(name, current);
@@ -378,15 +522,20 @@ export class Supervisor implements AdminHost, NotifyHost {
   /** Starts node 0 first (it may pick the port when --port 0), then the others on the same port. */
   async start(): Promise<number> {
     const entries = this.scan();
-    if (!entries.some((entry) => entry.name === this.currentDefaultModel)) {
+    if (entries.length === 0)
+      throw new Error(
+        `no model of ${this.options.config.modelsDir} can be served: ${this.unavailableNow.map((u) => u.reason).join('; ')}`,
+      );
+    const defaultUnavailable = this.unavailableNow.some((u) => u.model === this.currentDefaultModel);
+    if (!defaultUnavailable && !entries.some((entry) => entry.name === this.currentDefaultModel)) {
       throw new Error(
         `default model "${this.currentDefaultModel}" (STREAMINFER_MODEL_NAME) is not in ${this.options.config.modelsDir}; found ${entries.map((entry) => entry.name).join(', ')}`,
       );
     }
-    const initial: TablePlan = {
+    const initial: TablePlan = this.hostSide({
       ...this.savedPlan(repositoryPlan(entries, this.currentDefaultModel)),
       settings: this.nodeSettingsFor(this.options.config, this.explicitBatch()),
-    };
+    });
     let table = initial;
     let epoch = 0;
     if (this.options.config.cluster !== undefined) {
@@ -402,7 +551,7 @@ export class Supervisor implements AdminHost, NotifyHost {
         trustedKeys: () => this.trustedKeys,
       });
       this.member = joined.member;
-      table = { ...joined.record.table, settings: initial.settings };
+      table = this.hostSide({ ...joined.record.table, settings: initial.settings });
       epoch = joined.record.epoch;
     }
     this.currentDefaultModel = table.defaultModel;
@@ -494,10 +643,11 @@ export class Supervisor implements AdminHost, NotifyHost {
   private fleetHost(): FleetHost {
     return {
       coordinator: () => this.coordinator!,
-      hostPlan: (table) => ({
-        ...table,
-        settings: this.pendingSettings ?? this.coordinator!.table.settings,
-      }),
+      hostPlan: (table) =>
+        this.hostSide({
+          ...table,
+          settings: this.pendingSettings ?? this.coordinator!.table.settings,
+        }),
       fence: (reason) => this.nodeSet.fence(reason),
       load: () => {
         // The notifier's heartbeat pings the nodes (their pongs carry the answered counts); without it, this one.
@@ -572,7 +722,11 @@ export class Supervisor implements AdminHost, NotifyHost {
     }
     const coordinator = this.coordinator!;
     const current = coordinator.table;
-    return coordinator.reload(withSettings(next(current), current, request.settings), strategy, reason);
+    return coordinator.reload(
+      this.hostSide(withSettings(next(current), current, request.settings)),
+      strategy,
+      reason,
+    );
   }
 
   /**
@@ -594,8 +748,17 @@ export class Supervisor implements AdminHost, NotifyHost {
     if (model !== undefined) return (table) => settle(defaultModelPlan(table, model));
     const entries = this.scan();
     return (table) => {
-      const plan = settle(
-        rescanPlan(entries, request.defaultModel ?? table.defaultModel, table, this.lastDefaults),
+      const plan = withoutFailed(
+        settle(
+          rescanPlan(
+            entries,
+            request.defaultModel ?? table.defaultModel,
+            table,
+            this.lastDefaults,
+            this.unavailableNow.map((u) => u.model),
+          ),
+        ),
+        this.unavailableNow,
       );
       this.rememberDefaults(entries);
       return plan;
@@ -641,7 +804,7 @@ export class Supervisor implements AdminHost, NotifyHost {
           reason,
           ...(ifRevision !== undefined ? { ifRevision } : {}),
         })
-      : await this.coordinator!.reload(next(this.coordinator!.table), 'atomic', reason);
+      : await this.coordinator!.reload(this.hostSide(next(this.coordinator!.table)), 'atomic', reason);
     return { outcome, model: model ?? settle(findModel(this.coordinator!.table, name)) };
   }
 
@@ -676,7 +839,7 @@ export class Supervisor implements AdminHost, NotifyHost {
     };
     const outcome = this.member
       ? await this.fleetChange(next, { strategy: 'atomic', reason })
-      : await this.coordinator!.reload(next(this.coordinator!.table), 'atomic', reason);
+      : await this.coordinator!.reload(this.hostSide(next(this.coordinator!.table)), 'atomic', reason);
     if (outcome.result === 'failed')
       throw new ProtocolError('reload_failed', outcome.error ?? 'reload failed');
   }
@@ -908,6 +1071,16 @@ function fleetOutcome(
   if (fleet.error !== undefined) outcome.error = fleet.error;
   if (fleet.warnings !== undefined) outcome.warnings = fleet.warnings;
   return outcome;
+}
+
+/** A version file as it was when it failed to load: a new file under the same name is tried again. */
+function fileStamp(file: string): string {
+  try {
+    const stat = statSync(file);
+    return `${stat.size}:${stat.mtimeMs}`;
+  } catch {
+    return 'gone';
+  }
 }
 
 /** A plan's rejection becomes the typed error the API answers with. */

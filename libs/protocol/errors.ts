@@ -32,6 +32,9 @@ export const ERROR_CODES = [
   // Admin API: a page's cross-origin or DNS-rebound call, a mutating call that is not JSON.
   'forbidden',
   'unsupported_media_type',
+  // The model (or the version asked for) is in this host's repository but did not load (a corrupt file): not
+  // `unknown_model`, which would hide it. Issue 26.
+  'model_unavailable',
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
@@ -61,6 +64,7 @@ const HTTP_STATUS: Record<ErrorCode, number> = {
   dtype_mismatch: 400,
   forbidden: 403,
   unsupported_media_type: 415,
+  model_unavailable: 503,
 };
 
 const STATUS_TEXT: Record<number, string> = {
@@ -119,6 +123,15 @@ export class ProtocolError extends Error {
   get httpStatus(): number {
     return HTTP_STATUS[this.code];
   }
+}
+
+/** A model or version of this host's repository that did not load: `model_unavailable`, with why. */
+export function modelUnavailable(name: string, version: string | undefined, reason: string): ProtocolError {
+  const what = version === undefined ? `model "${name}"` : `model "${name}" version "${version}"`;
+  return new ProtocolError(
+    'model_unavailable',
+    `${what} is unavailable on this host: it did not load (${reason})`,
+  );
 }
 
 /** The one `unknown_model` answer: the name asked for and the models there are (the gateway's, the host's). */

@@ -1,0 +1,170 @@
+/**
+ * Issue 26, point 6: one corrupt model.onnx must not keep the whole server from starting. What loads is
+ * served; what does not is unavailable (health `degraded` with the reason, a metric, a log line, and
+ * `model_unavailable` answers), its last good version stays stable, and only `--strict-models` or a repository
+ * with nothing left refuses the start. A reload that adds a broken version leaves the others serving.
+ */
+import { copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import * as path from 'node:path';
+import { pixels } from './fleet-kit';
+import { MODELS_DIR, modelsSubset, postJson, runCliToExit, type ServerHandle, startServer } from './harness';
+
+jest.setTimeout(90_000);
+
+const CORRUPT = 'this is not an ONNX model';
+
+function corrupt(dir: string, model: string, version: string): string {
+  mkdirSync(path.join(dir, model, version), { recursive: true });
+  const file = path.join(dir, model, version, 'model.onnx');
+  writeFileSync(file, CORRUPT);
+  return file;
+}
+
+async function health(server: ServerHandle): Promise<Record<string, unknown>> {
+  return (await (await fetch(`${server.adminUrl}/health`)).json()) as Record<string, unknown>;
+}
+
+describe('a repository with broken models', () => {
+  let server: ServerHandle;
+  let dir: string;
+
+  beforeAll(async () => {
+    // digits: 1 and 2 good, 3 corrupt and config.json's default; echo: its only version corrupt; upper good.
+    dir = modelsSubset(['upper'], ['digits', 'echo']);
+    corrupt(dir, 'digits', '3');
+    const config = path.join(dir, 'digits', 'config.json');
+    writeFileSync(
+      config,
+      JSON.stringify({ ...JSON.parse(readFileSync(config, 'utf8')), default_version: '3' }),
+    );
+    corrupt(dir, 'echo', '1');
+    server = await startServer({
+      modelsDir: dir,
+      args: ['--nodes', '2', '--workers', '1', '--model', 'digits'],
+    });
+  });
+
+  afterAll(async () => {
+    await server?.stop();
+  });
+
+  test('serves what loads; health is degraded and names each failure', async () => {
+    const body = await health(server);
+    expect(body.status).toBe('degraded');
+    expect(body.ready).toBe(true);
+    const unavailable = body.unavailable as Array<{ model: string; version?: string; reason: string }>;
+    expect(unavailable.map((u) => `${u.model}/${u.version}`).sort()).toEqual(['digits/3', 'echo/1']);
+    expect(unavailable.find((u) => u.model === 'digits')!.reason).toMatch(/digits[/\\]3[/\\]model\.onnx/);
+    // The last good version is stable: config.json's default (3) did not load.
+    const digits = (body.models as Array<{ name: string; aliases: { stable: string } }>).find(
+      (m) => m.name === 'digits',
+    );
+    expect(digits!.aliases.stable).toBe('2');
+    const answer = await postJson(`${server.url}/predict`, { id: 1, model: 'digits', input: pixels(0) });
+    expect(answer.status).toBe(200);
+    expect(answer.body.version).toBe('2');
+    const upper = await postJson(`${server.url}/predict`, { id: 2, model: 'upper', input: 'abc' });
+    expect(upper.status).toBe(200);
+    expect(server.logs()).toMatch(/model version unavailable: it did not load/);
+  });
+
+  test('a request for an unavailable model or version is answered model_unavailable, not a 404', async () => {
+    const echo = await postJson(`${server.url}/predict`, { id: 3, model: 'echo', input: [1, 2] });
+    expect(echo.status).toBe(503);
+    expect(echo.body.code).toBe('model_unavailable');
+    expect(echo.body.message).toMatch(/echo.*did not load/);
+    const pinned = await postJson(`${server.url}/predict`, {
+      id: 4,
+      model: 'digits',
+      version: '3',
+      input: pixels(0),
+    });
+    expect(pinned.status).toBe(503);
+    expect(pinned.body.code).toBe('model_unavailable');
+    const v2 = await postJson(`${server.url}/v2/models/echo/infer`, {
+      inputs: [{ name: 'input', shape: [2], datatype: 'FP32', data: [1, 2] }],
+    });
+    expect(v2.status).toBe(503);
+    const unknown = await postJson(`${server.url}/predict`, { id: 5, model: 'nope', input: [1] });
+    expect(unknown.body.code).toBe('unknown_model');
+  });
+
+  test('the metrics count each failure and show what is unavailable', async () => {
+    const text = await (await fetch(`${server.adminUrl}/metrics`)).text();
+    expect(text).toMatch(/streaminfer_model_load_failures_total\{model="digits",version="3"\} 1/);
+    expect(text).toMatch(/streaminfer_model_unavailable\{model="echo",version="1"\} 1/);
+  });
+
+  test('a rescan skips what failed from the same file; a reload adding a broken version fails alone', async () => {
+    const rescan = await postJson(`${server.adminUrl}/api/reload`, {});
+    expect(rescan.status).toBe(200);
+    corrupt(dir, 'digits', '4');
+    const broken = await postJson(`${server.adminUrl}/api/reload`, { model: 'digits', version: '4' });
+    expect(broken.status).toBe(500);
+    expect(broken.body.code).toBe('reload_failed');
+    const still = await postJson(`${server.url}/predict`, { id: 6, model: 'digits', input: pixels(1) });
+    expect(still.status).toBe(200);
+    expect(still.body.version).toBe('2');
+    expect((await health(server)).ready).toBe(true);
+  });
+
+  test('a repaired file is loaded by the next rescan', async () => {
+    // A version that failed in a reload's PREPARE is not remembered: a rescan would try it again (and fail).
+    rmSync(path.join(dir, 'digits', '4'), { recursive: true });
+    copyFileSync(path.join(MODELS_DIR, 'echo', '1', 'model.onnx'), path.join(dir, 'echo', '1', 'model.onnx'));
+    const rescan = await postJson(`${server.adminUrl}/api/reload`, {});
+    expect(rescan.status).toBe(200);
+    const echo = await postJson(`${server.url}/predict`, { id: 7, model: 'echo', input: [1, 2] });
+    expect(echo.status).toBe(200);
+    const body = await health(server);
+    expect((body.unavailable as Array<{ model: string }>).map((u) => u.model)).toEqual(['digits']);
+  });
+});
+
+test('--strict-models refuses to start on one broken version, naming the file', async () => {
+  const dir = modelsSubset([], ['digits']);
+  const file = corrupt(dir, 'digits', '3');
+  const run = await runCliToExit(
+    [
+      'serve',
+      '--port',
+      '0',
+      '--host',
+      '127.0.0.1',
+      '--admin-port',
+      '0',
+      '--models-dir',
+      dir,
+      '--model',
+      'digits',
+      '--strict-models',
+    ],
+    { STREAMINFER_STATE_DIR: path.join(dir, '.state') },
+  );
+  expect(run.code).not.toBe(0);
+  expect(run.out).toContain('--strict-models');
+  expect(run.out).toContain(file);
+});
+
+test('a repository where nothing loads refuses to start', async () => {
+  const dir = modelsSubset([], ['echo']);
+  corrupt(dir, 'echo', '1');
+  const run = await runCliToExit(
+    [
+      'serve',
+      '--port',
+      '0',
+      '--host',
+      '127.0.0.1',
+      '--admin-port',
+      '0',
+      '--models-dir',
+      dir,
+      '--model',
+      'echo',
+    ],
+    { STREAMINFER_STATE_DIR: path.join(dir, '.state') },
+  );
+  expect(run.code).not.toBe(0);
+  expect(run.out).toMatch(/no model of the repository loads/);
+});
