@@ -20,6 +20,7 @@ import {
   HostBoard,
   hostStepClient,
   ModelArtifacts,
+  pullCacheDir,
   RegistryStore,
 } from './cluster';
 import { ensureArtifacts, type FleetHost, FleetMember } from './fleet-member';
@@ -116,7 +117,12 @@ export async function joinFleet(options: JoinOptions): Promise<{ member: FleetMe
     }
   }
   const modelsDir = path.resolve(config.modelsDir);
-  const artifacts = await ModelArtifacts.open(connection, artifactTrust(options));
+  // Pulled versions go to the state dir's cache: the models dir may be read-only (ProtectSystem=strict).
+  const artifacts = await ModelArtifacts.open(
+    connection,
+    artifactTrust(options),
+    pullCacheDir(config.stateDir),
+  );
   if (options.trustedKeys() === undefined)
     logger.warn(
       { fleet },

@@ -60,7 +60,7 @@ import {
   readAdminSecrets,
   respond,
 } from './admin-api';
-import type { FleetTable } from './cluster';
+import { type FleetTable, pullCacheDir } from './cluster';
 import type { ReloadOutcome, ReloadStrategy } from './coordinator';
 import { diffTables, ReloadBusyError, ReloadCoordinator } from './coordinator';
 import { joinFleet } from './fleet-join';
@@ -381,7 +381,7 @@ export class Supervisor implements AdminHost, NotifyHost {
 
   /** Where versions pulled from the fleet are written and read: `<stateDir>/models` (see fetchInto). */
   get modelCacheDir(): string {
-    return path.resolve(this.options.config.stateDir, 'models');
+    return pullCacheDir(this.options.config.stateDir);
   }
 
   /** What this host could not load, served to no one (health, admission's `model_unavailable`). */
