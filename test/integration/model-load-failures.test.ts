@@ -168,3 +168,63 @@ test('a repository where nothing loads refuses to start', async () => {
   expect(run.code).not.toBe(0);
   expect(run.out).toMatch(/no model of the repository loads/);
 });
+
+test('a restarted node that cannot load what the host serves is restarted; the other nodes keep serving', async () => {
+  const dir = modelsSubset([], ['digits']);
+  const server = await startServer({
+    modelsDir: dir,
+    args: ['--nodes', '2', '--workers', '1', '--model', 'digits'],
+  });
+  try {
+    const file = path.join(dir, 'digits', '2', 'model.onnx');
+    const good = readFileSync(file);
+    writeFileSync(file, CORRUPT);
+    process.kill(server.nodePids[1]!, 'SIGKILL');
+    const deadline = Date.now() + 20_000;
+    while (!/it cannot load what the host serves/.test(server.logs()) && Date.now() < deadline)
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(server.logs()).toMatch(/node 1 failed to start: it cannot load what the host serves/);
+    // The host's table did not lose version 2: node 0 serves it throughout.
+    for (let i = 0; i < 20; i++) {
+      const answer = await postJson(`${server.url}/predict`, { id: i, model: 'digits', input: pixels(i) });
+      expect([answer.status, answer.body.version]).toEqual([200, '2']);
+    }
+    writeFileSync(file, good);
+    while ((await health(server)).ready !== true && Date.now() < deadline + 20_000)
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(await health(server)).toMatchObject({ ready: true, status: 'ok' });
+  } finally {
+    await server.stop();
+  }
+});
+
+test('a reload that adds a broken version fails alone, atomic or rolling: every model keeps serving', async () => {
+  const dir = modelsSubset(['echo'], ['digits']);
+  const server = await startServer({
+    modelsDir: dir,
+    args: ['--nodes', '2', '--workers', '1', '--model', 'digits'],
+  });
+  try {
+    corrupt(dir, 'digits', '3');
+    for (const strategy of ['atomic', 'rolling']) {
+      const reload = await postJson(`${server.adminUrl}/api/reload`, {
+        model: 'digits',
+        version: '3',
+        strategy,
+      });
+      expect([strategy, reload.status, reload.body.code]).toEqual([strategy, 500, 'reload_failed']);
+      expect(reload.body.message).toContain(path.join(dir, 'digits', '3', 'model.onnx'));
+    }
+    const rescan = await postJson(`${server.adminUrl}/api/reload`, {});
+    expect(rescan.status).toBe(500);
+    for (let i = 0; i < 10; i++) {
+      const digits = await postJson(`${server.url}/predict`, { id: i, model: 'digits', input: pixels(i) });
+      expect([digits.status, digits.body.version]).toEqual([200, '2']);
+      const echo = await postJson(`${server.url}/predict`, { id: i, model: 'echo', input: [i] });
+      expect(echo.status).toBe(200);
+    }
+    expect(await health(server)).toMatchObject({ ready: true, status: 'ok' });
+  } finally {
+    await server.stop();
+  }
+});
