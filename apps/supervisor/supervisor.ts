@@ -459,9 +459,13 @@ export class Supervisor implements AdminHost, NotifyHost {
   ): { ok: true } | { ok: false; error: string } {
     const error = failures.map((failure) => failure.reason).join('; ');
     const coordinator = this.coordinator!;
-    if (this.options.config.strictModels) return { ok: false, error: `--strict-models: ${error}` };
+    if (this.options.config.strictModels)
+      return { ok: false, error: `${error} (--strict-models: nothing that fails to load is left out)` };
     if (this.nodesReady > 0 || coordinator.busy)
-      return { ok: false, error: `it cannot load what the host serves: ${error}` };
+      return {
+        ok: false,
+        error: `${error} (the host serves it: this node cannot load what the host serves)`,
+      };
     for (const failure of failures) {
       if (failure.version === undefined) continue;
       const file = this.versionFile(failure.model, failure.version);
@@ -472,7 +476,7 @@ export class Supervisor implements AdminHost, NotifyHost {
     if (next.models.length === 0)
       return {
         ok: false,
-        error: `no model of the repository loads: ${failed.map((f) => f.reason).join('; ')}`,
+        error: `${failed.map((f) => f.reason).join('; ')} (no model of the repository loads)`,
       };
     this.markUnavailable(failed);
     this.logger.warn(
