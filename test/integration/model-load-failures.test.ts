@@ -85,6 +85,11 @@ describe('a repository with broken models', () => {
       inputs: [{ name: 'input', shape: [2], datatype: 'FP32', data: [1, 2] }],
     });
     expect(v2.status).toBe(503);
+    const ready = await fetch(`${server.url}/v2/models/echo/ready`);
+    expect(ready.status).toBe(503);
+    expect(await ready.json()).toMatchObject({ ready: false, code: 'model_unavailable' });
+    const metadata = await fetch(`${server.url}/v2/models/digits/versions/3`);
+    expect(metadata.status).toBe(503);
     const unknown = await postJson(`${server.url}/predict`, { id: 5, model: 'nope', input: [1] });
     expect(unknown.body.code).toBe('unknown_model');
   });
