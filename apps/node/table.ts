@@ -75,7 +75,8 @@ export class ModelTable {
     if (!entries) return undefined;
     // A model that is not served at all: any of its failures says why.
     if (!this.models.has(model)) return entries[0]?.reason;
-    return entries.find((candidate) => candidate.version === undefined || candidate.version === version)
+    // A served model listed as a whole (its config.json broke after it loaded) still serves what it loaded.
+    return entries.find((candidate) => candidate.version !== undefined && candidate.version === version)
       ?.reason;
   }
 
@@ -276,9 +277,11 @@ export class ModelTable {
     try {
       for (const modelPlan of plan.models) {
         const loaded = this.models.get(modelPlan.name);
-        const entry = this.readEntry(modelPlan.name);
+        // Read only when something is to be loaded: a served model's config.json may be broken on disk now.
+        let entry: ModelEntry | undefined;
         for (const version of modelPlan.versions) {
           if (loaded?.versions.has(version)) continue;
+          entry ??= this.readEntry(modelPlan.name);
           this.prepared.push(await this.loadSlot(entry, version));
         }
         if (!modelPlan.versions.includes(modelPlan.stable))

@@ -764,8 +764,14 @@ export class Supervisor implements AdminHost, NotifyHost {
         ),
         this.unavailableNow,
       );
+      // A served model whose config.json broke on disk keeps serving what it loaded (its last good versions);
+      // it is listed unavailable (health degraded) until the file is repaired.
+      const broken = new Set(this.unavailableNow.flatMap((u) => (u.version === undefined ? [u.model] : [])));
+      const kept = table.models.filter(
+        (model) => broken.has(model.name) && !plan.models.some((m) => m.name === model.name),
+      );
       this.rememberDefaults(entries);
-      return plan;
+      return kept.length === 0 ? plan : { ...plan, models: [...plan.models, ...kept] };
     };
   }
 

@@ -4,7 +4,7 @@
  * `model_unavailable` answers), its last good version stays stable, and only `--strict-models` or a repository
  * with nothing left refuses the start. A reload that adds a broken version leaves the others serving.
  */
-import { copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, cpSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { pixels } from './fleet-kit';
 import { MODELS_DIR, modelsSubset, postJson, runCliToExit, type ServerHandle, startServer } from './harness';
@@ -111,11 +111,29 @@ describe('a repository with broken models', () => {
     expect(still.status).toBe(200);
     expect(still.body.version).toBe('2');
     expect((await health(server)).ready).toBe(true);
+    // A version that failed in a reload's PREPARE is not remembered: a rescan would try it again (and fail).
+    rmSync(path.join(dir, 'digits', '4'), { recursive: true });
+  });
+
+  test('a served model whose config.json breaks keeps serving through a rescan, listed unavailable', async () => {
+    const config = path.join(dir, 'upper', 'config.json');
+    const good = readFileSync(config, 'utf8');
+    // `upper` is a symlink to the shipped model: replace the link with a copy before breaking it.
+    rmSync(path.join(dir, 'upper'));
+    cpSync(path.join(MODELS_DIR, 'upper'), path.join(dir, 'upper'), { recursive: true });
+    writeFileSync(config, '{ not json');
+    const rescan = await postJson(`${server.adminUrl}/api/reload`, {});
+    expect(rescan.status).toBe(200);
+    const upper = await postJson(`${server.url}/predict`, { id: 8, model: 'upper', input: 'abc' });
+    expect(upper.status).toBe(200);
+    const body = await health(server);
+    expect((body.unavailable as Array<{ model: string; reason: string }>).map((u) => u.model)).toContain(
+      'upper',
+    );
+    writeFileSync(config, good);
   });
 
   test('a repaired file is loaded by the next rescan', async () => {
-    // A version that failed in a reload's PREPARE is not remembered: a rescan would try it again (and fail).
-    rmSync(path.join(dir, 'digits', '4'), { recursive: true });
     copyFileSync(path.join(MODELS_DIR, 'echo', '1', 'model.onnx'), path.join(dir, 'echo', '1', 'model.onnx'));
     const rescan = await postJson(`${server.adminUrl}/api/reload`, {});
     expect(rescan.status).toBe(200);
