@@ -13,7 +13,7 @@ import type { NodeSettings, NodeTls } from '../../libs/registry';
 import { RingBuffer } from '../../libs/ring';
 import { Gateway } from './gateway';
 import type { ControlResponse, NodeMessage, NodeStartOptions, SupervisorMessage } from './ipc';
-import { ModelTable, nodeSettingsOf } from './table';
+import { ModelTable, nodeSettingsOf, VersionLoadError } from './table';
 import { reloadTls } from './tls-files';
 import { WorkerThreads } from './worker-threads';
 
@@ -177,7 +177,15 @@ class NodeProcess {
       (data) => send({ type: 'command-result', requestId, ok: true, data }),
       (error: Error) => {
         this.logger.error({ err: error.message }, 'reload step failed');
-        send({ type: 'command-result', requestId, ok: false, error: error.message });
+        // A version that did not load is named, so the host can list it unavailable.
+        const data = error instanceof VersionLoadError ? { failed: error.failure } : undefined;
+        send({
+          type: 'command-result',
+          requestId,
+          ok: false,
+          error: error.message,
+          ...(data ? { data } : {}),
+        });
       },
     );
   }

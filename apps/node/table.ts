@@ -190,7 +190,11 @@ export class ModelTable {
       await this.attachLanes(slot, this.fileOf(entry, version), version);
     } catch (error) {
       this.freeSlot(slot);
-      throw new Error(`model ${entry.name} version ${version}: ${(error as Error).message}`);
+      throw new VersionLoadError(
+        entry.name,
+        version,
+        `model ${entry.name} version ${version}: ${(error as Error).message}`,
+      );
     }
     return slot;
   }
@@ -410,6 +414,22 @@ export class ModelTable {
     if (failures.length > 0) throw new Error(failures.join('; '));
     this.commit(plan, epoch);
     await this.release(plan);
+  }
+}
+
+/** A version that did not load: which one, so the supervisor can mark it unavailable (a failed PREPARE's data). */
+export class VersionLoadError extends Error {
+  constructor(
+    readonly model: string,
+    readonly version: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'VersionLoadError';
+  }
+
+  get failure(): UnavailableModel {
+    return { model: this.model, version: this.version, reason: this.message };
   }
 }
 

@@ -62,7 +62,7 @@ import {
 } from './admin-api';
 import { type FleetTable, pullCacheDir } from './cluster';
 import type { ReloadOutcome, ReloadStrategy } from './coordinator';
-import { diffTables, ReloadBusyError, ReloadCoordinator } from './coordinator';
+import { diffTables, type NodeChannel, ReloadBusyError, ReloadCoordinator } from './coordinator';
 import { joinFleet } from './fleet-join';
 import type { FleetHost, FleetMember, FleetView } from './fleet-member';
 import type { FleetReloadOutcome } from './fleet-reload';
@@ -496,6 +496,29 @@ export class Supervisor implements AdminHost, NotifyHost {
     }
   }
 
+  /**
+   * A node's PREPARE that failed on a version that did not load: the version is listed unavailable (health,
+   * metrics) and, from the same file, left out of later rescans (an explicit version reload tries it again).
+   */
+  private watchPrepare(channel: NodeChannel): NodeChannel {
+    return {
+      ...channel,
+      prepare: async (plan) => {
+        const answer = await channel.prepare(plan);
+        const failed = (answer.data as { failed?: UnavailableModel } | undefined)?.failed;
+        if (!answer.ok && failed?.version !== undefined) {
+          const file = this.versionFile(failed.model, failed.version);
+          if (file !== undefined) this.failedFiles.set(`${failed.model}/${failed.version}`, fileStamp(file));
+          const others = this.unavailableNow.filter(
+            (u) => u.model !== failed.model || u.version !== failed.version,
+          );
+          this.markUnavailable([...others, failed]);
+        }
+        return answer;
+      },
+    };
+  }
+
   /** A plan as this host's nodes get it: with what this host could not load (host-side, like its settings). */
   private hostSide(plan: TablePlan): TablePlan {
     const next = { ...plan };
@@ -560,7 +583,7 @@ export class Supervisor implements AdminHost, NotifyHost {
     }
     this.currentDefaultModel = table.defaultModel;
     this.coordinator = new ReloadCoordinator(table, {
-      nodes: () => this.nodeSet.channels(),
+      nodes: () => this.nodeSet.channels().map((channel) => this.watchPrepare(channel)),
       now: () => Date.now(),
       onStart: () => this.options.notifier?.reloading(),
       onOutcome: (outcome) => this.recordOutcome(outcome),
