@@ -90,6 +90,7 @@ const SERVE_FLAGS: Array<[string, string, string]> = [
   ['--admin-tls-cert <file>', 'adminTlsCert', 'TLS certificate (PEM) of the admin listener'],
   ['--admin-tls-key <file>', 'adminTlsKey', 'TLS key (PEM) of the admin listener'],
   ['--metrics-on-data-port', 'metricsOnDataPort', 'also serve /metrics on the data port (compatibility)'],
+  ['--strict-models', 'strictModels', 'refuse to start when any model or version fails to load'],
   ['--intra-op-threads <n>', 'intraOpThreads', 'ONNX Runtime threads per session'],
   ['--ring-bytes <n>', 'ringBytes', 'bytes per request/response ring (power of two)'],
   ['--shutdown-timeout-ms <ms>', 'shutdownTimeoutMs', 'how long SIGTERM waits for admitted requests'],

@@ -16,6 +16,7 @@ import {
   decodeJsonRequest,
   decodeV2Request,
   encodeWarning,
+  modelUnavailable,
   PRIORITY_CODE,
   ProtocolError,
   RequestError,
@@ -62,6 +63,8 @@ export interface RoutingTable {
   readonly models: Map<string, ServedModel>;
   readonly epoch: number;
   readonly defaultModel: string;
+  /** Why a model (or version) this host failed to load is unavailable; undefined when it is not known so. */
+  unavailableReason(model: string, version?: string): string | undefined;
 }
 
 export class Admission {
@@ -187,7 +190,7 @@ export class Admission {
     const limited = this.charge(client, null, peer);
     if (limited !== undefined) return limited;
     const model = this.table.models.get(modelName);
-    if (!model) return new Rejection(unknownModel(modelName, this.table.models.keys()), null, UNROUTED_SLOT);
+    if (!model) return new Rejection(this.missingModel(modelName, version), null, UNROUTED_SLOT);
     let request: InferenceRequest;
     try {
       request = decodeV2Request(body, modelName, version, model.entry.signature, this.bindLimits);
@@ -425,12 +428,20 @@ export class Admission {
     return admitted;
   }
 
+  /** A model not in the table: `model_unavailable` when this host failed to load it, else `unknown_model`. */
+  private missingModel(name: string, version: string | undefined): ProtocolError {
+    const reason = this.table.unavailableReason(name, version);
+    return reason === undefined
+      ? unknownModel(name, this.table.models.keys())
+      : modelUnavailable(name, undefined, reason);
+  }
+
   /** The slot a request routes to, or the typed error saying why none. */
   private resolve(request: InferenceRequest): Slot | ProtocolError {
     const models = this.table.models;
     const name = request.model ?? this.table.defaultModel;
     const model = models.get(name);
-    if (!model) return unknownModel(name, models.keys());
+    if (!model) return this.missingModel(name, request.version);
     const draw = request.routingKey !== undefined ? routingKeyDraw(request.routingKey) : Math.random();
     let decision: RouteDecision;
     try {
@@ -440,6 +451,8 @@ export class Admission {
     }
     const slot = model.versions.get(decision.version);
     if (slot) return slot;
+    const reason = this.table.unavailableReason(name, decision.version);
+    if (reason !== undefined) return modelUnavailable(name, decision.version, reason);
     const loaded = [...model.versions.keys()].join(', ');
     const known = model.entry.versions.some((entry) => entry.version === decision.version);
     return new ProtocolError(

@@ -1,7 +1,7 @@
 /** Messages between the supervisor and its node processes (Node IPC channel, control only — never request bytes). */
 import type { DeviceTarget } from '../../libs/config';
 import type { MetricJson } from '../../libs/metrics';
-import type { NodeSettings, TablePlan } from '../../libs/registry';
+import type { NodeSettings, TablePlan, UnavailableModel } from '../../libs/registry';
 import type { Share, TenantDemand } from '../../libs/tenants';
 
 /** How a node process starts: its own place in the host, then the live settings (see NodeSettings). */
@@ -14,6 +14,8 @@ export interface NodeStartOptions extends NodeSettings {
   workers: number;
   intraOpThreads: number;
   modelsDir: string;
+  /** Versions pulled from the fleet (`<stateDir>/models`), read with modelsDir as one repository. */
+  modelCacheDir?: string;
   defaultModel: string;
   ringBytes: number;
   testHooks: boolean;
@@ -105,8 +107,11 @@ export type SupervisorMessage =
 
 /** node → supervisor */
 export type NodeMessage =
-  /** Every model of the start table is loaded (at `epoch`); the node does not listen until told to. */
-  | { type: 'loaded'; nodeIndex: number; epoch: number }
+  /**
+   * The start table is loaded (at `epoch`) but for `failures` (versions or models that did not load: the
+   * supervisor syncs the node to a table without them, or restarts it); the node does not listen until told to.
+   */
+  | { type: 'loaded'; nodeIndex: number; epoch: number; failures?: UnavailableModel[] }
   | { type: 'listening'; nodeIndex: number; port: number }
   /** Mutual TLS: this node is about to accept on the host's port and needs its listening socket. */
   | { type: 'want-listen-handle'; nodeIndex: number }

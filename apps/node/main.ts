@@ -13,7 +13,7 @@ import type { NodeSettings, NodeTls } from '../../libs/registry';
 import { RingBuffer } from '../../libs/ring';
 import { Gateway } from './gateway';
 import type { ControlResponse, NodeMessage, NodeStartOptions, SupervisorMessage } from './ipc';
-import { ModelTable, nodeSettingsOf } from './table';
+import { ModelTable, nodeSettingsOf, VersionLoadError } from './table';
 import { reloadTls } from './tls-files';
 import { WorkerThreads } from './worker-threads';
 
@@ -97,8 +97,14 @@ class NodeProcess {
     const delayMs = Number(process.env.STREAMINFER_TEST_RESTART_LOAD_DELAY_MS ?? 0);
     if (options.testHooks && (options.restarts ?? 0) > 0 && delayMs > 0)
       await new Promise((resolve) => setTimeout(resolve, delayMs));
-    await this.table.loadPlan(options.plan, options.epoch);
-    send({ type: 'loaded', nodeIndex: options.nodeIndex, epoch: options.epoch });
+    const failures = await this.table.loadPlan(options.plan, options.epoch);
+    for (const failure of failures) this.logger.error(failure, 'model version did not load');
+    send({
+      type: 'loaded',
+      nodeIndex: options.nodeIndex,
+      epoch: options.epoch,
+      ...(failures.length > 0 ? { failures } : {}),
+    });
   }
 
   /** The supervisor's go: the table is the host's, so traffic may come (port 0 only on a first start: the kernel picks). */
@@ -171,7 +177,15 @@ class NodeProcess {
       (data) => send({ type: 'command-result', requestId, ok: true, data }),
       (error: Error) => {
         this.logger.error({ err: error.message }, 'reload step failed');
-        send({ type: 'command-result', requestId, ok: false, error: error.message });
+        // A version that did not load is named, so the host can list it unavailable.
+        const data = error instanceof VersionLoadError ? { failed: error.failure } : undefined;
+        send({
+          type: 'command-result',
+          requestId,
+          ok: false,
+          error: error.message,
+          ...(data ? { data } : {}),
+        });
       },
     );
   }

@@ -4,7 +4,7 @@
  */
 import type { MetricJson, SlotDescription } from '../../libs/metrics';
 import { metricJson, nodeMetricsJson } from '../../libs/metrics';
-import { encodeV2Error, v2ModelMetadata } from '../../libs/protocol';
+import { encodeV2Error, modelUnavailable, v2ModelMetadata } from '../../libs/protocol';
 import type { HoldRelease } from './epoch-order';
 import type { ModelStatus, NodeHealth } from './ipc';
 import type { ServedModel, Slot } from './models';
@@ -37,6 +37,7 @@ export class NodeStatus {
       readonly slots: ReadonlyArray<Slot | undefined>;
       readonly epoch: number;
       readonly defaultModel: string;
+      unavailableReason(model: string, version?: string): string | undefined;
     },
     private readonly live: LiveCounters,
   ) {}
@@ -51,6 +52,15 @@ export class NodeStatus {
     const model = this.table.models.get(name);
     const loaded = model !== undefined && (version === undefined || model.versions.has(version));
     const missing = `no model "${name}"${version ? ` version "${version}"` : ''} loaded`;
+    // In this host's repository but it did not load: 503 model_unavailable with why, never a 404 that hides it.
+    const reason = loaded ? undefined : this.table.unavailableReason(name, version);
+    if (reason !== undefined && !draining) {
+      const error = modelUnavailable(name, model ? version : undefined, reason);
+      const body = ready
+        ? JSON.stringify({ name, ready: false, error: error.message, code: error.code })
+        : encodeV2Error(error.code, error.message);
+      return { status: error.httpStatus, body };
+    }
     if (ready) {
       if (loaded && !draining) return { status: 200, body: JSON.stringify({ name, ready: true }) };
       // Not ready: the same shape, plus the typed error every 4xx carries.

@@ -139,7 +139,13 @@ function world(limits: Limits = {}) {
   };
   const slots: Array<Slot | undefined> = [];
   slots[1] = slot;
-  const table = { models: new Map([['digits', model]]), slots, epoch: 3, defaultModel: 'digits' };
+  const table = {
+    models: new Map([['digits', model]]),
+    slots,
+    epoch: 3,
+    defaultModel: 'digits',
+    unavailableReason: () => undefined,
+  };
   const metricsBuffer = metricsBufferFor(1);
   const metrics = new MetricsShard(metricsBuffer, 0);
   const transport = new FakeTransport();

@@ -13,7 +13,7 @@ import { ModelQueueGuard, validateBackpressureOptions } from '../../libs/backpre
 import { validateBatchPolicyOptions } from '../../libs/batching';
 import { MAX_SLOTS, resetSlot } from '../../libs/metrics';
 import { unknownModel } from '../../libs/protocol';
-import type { ModelEntry, ModelPlan, NodeSettings, TablePlan } from '../../libs/registry';
+import type { ModelEntry, ModelPlan, NodeSettings, TablePlan, UnavailableModel } from '../../libs/registry';
 import { readModel } from '../../libs/registry';
 import { sharedClock as clock, Doorbell, RingBuffer } from '../../libs/ring';
 import type { NodeStartOptions } from './ipc';
@@ -36,6 +36,8 @@ export class ModelTable {
   private prepared: Slot[] = [];
   private _epoch = 0;
   private _defaultModel: string;
+  /** What the host could not load (the plan's `unavailable`), by model: answered `model_unavailable`. */
+  private unavailable = new Map<string, UnavailableModel[]>();
   /** The model queue bounds every slot's guard is made with (a configuration reload changes them). */
   private backpressure: ResolvedBackpressureOptions;
 
@@ -61,12 +63,39 @@ export class ModelTable {
   }
 
   private setDefaultModel(model: string): void {
-    if (!this.models.has(model)) throw unknownModel(model, this.models.keys());
+    // A default model that failed to load stays the default: requests naming none hear why it is unavailable.
+    if (!this.models.has(model) && !this.unavailable.has(model))
+      throw unknownModel(model, this.models.keys());
     this._defaultModel = model;
   }
 
+  /** Why `model` (or that version of it) is unavailable on this host; undefined when it is not known so. */
+  unavailableReason(model: string, version?: string): string | undefined {
+    const entries = this.unavailable.get(model);
+    if (!entries) return undefined;
+    // A model that is not served at all: any of its failures says why.
+    if (!this.models.has(model)) return entries[0]?.reason;
+    // A served model listed as a whole (its config.json broke after it loaded) still serves what it loaded.
+    return entries.find((candidate) => candidate.version !== undefined && candidate.version === version)
+      ?.reason;
+  }
+
+  private setUnavailable(plan: TablePlan): void {
+    this.unavailable = new Map();
+    for (const entry of plan.unavailable ?? []) {
+      const list = this.unavailable.get(entry.model) ?? [];
+      list.push(entry);
+      this.unavailable.set(entry.model, list);
+    }
+  }
+
   readEntry(name: string): ModelEntry {
-    return readModel(path.join(this.options.modelsDir, name), name);
+    const cache = this.options.modelCacheDir;
+    return readModel(
+      path.join(this.options.modelsDir, name),
+      name,
+      cache === undefined ? undefined : path.join(cache, name),
+    );
   }
 
   /** Rings and a slot number, no lanes yet: requests routed here wait until lanes attach. */
@@ -161,7 +190,11 @@ export class ModelTable {
       await this.attachLanes(slot, this.fileOf(entry, version), version);
     } catch (error) {
       this.freeSlot(slot);
-      throw new Error(`model ${entry.name} version ${version}: ${(error as Error).message}`);
+      throw new VersionLoadError(
+        entry.name,
+        version,
+        `model ${entry.name} version ${version}: ${(error as Error).message}`,
+      );
     }
     return slot;
   }
@@ -202,20 +235,41 @@ export class ModelTable {
     this.logger.info({ model: slot.model.name, version: slot.version }, 'model version released');
   }
 
-  /** Start-up (and restart): load exactly the host's current table. */
-  async loadPlan(plan: TablePlan, epoch: number): Promise<void> {
+  /**
+   * Start-up (and restart): load the host's current table. What fails to load is left out and returned (the
+   * supervisor decides: the host's table without it, or this node restarted); the rest is loaded. With
+   * failures, routes and default model wait for the table the supervisor syncs this node to.
+   */
+  async loadPlan(plan: TablePlan, epoch: number): Promise<UnavailableModel[]> {
+    const failures: UnavailableModel[] = [];
     await Promise.all(
       plan.models.flatMap((modelPlan) => {
-        const entry = this.readEntry(modelPlan.name);
-        return modelPlan.versions.map((version) => this.loadVersion(entry, version));
+        let entry: ModelEntry;
+        try {
+          entry = this.readEntry(modelPlan.name);
+        } catch (error) {
+          failures.push({ model: modelPlan.name, reason: (error as Error).message });
+          return [];
+        }
+        return modelPlan.versions.map((version) =>
+          this.loadVersion(entry, version).then(
+            () => undefined,
+            (error: Error) => {
+              failures.push({ model: modelPlan.name, version, reason: error.message });
+            },
+          ),
+        );
       }),
     );
+    this.setUnavailable(plan);
+    this._epoch = epoch;
+    if (failures.length > 0) return failures;
     for (const modelPlan of plan.models) {
       const model = this.models.get(modelPlan.name);
       if (model) applyRoutes(model, modelPlan);
     }
     this.setDefaultModel(plan.defaultModel);
-    this._epoch = epoch;
+    return failures;
   }
 
   // ---------------------------------------------------------------- atomic reload (epoch barrier)
@@ -227,9 +281,11 @@ export class ModelTable {
     try {
       for (const modelPlan of plan.models) {
         const loaded = this.models.get(modelPlan.name);
-        const entry = this.readEntry(modelPlan.name);
+        // Read only when something is to be loaded: a served model's config.json may be broken on disk now.
+        let entry: ModelEntry | undefined;
         for (const version of modelPlan.versions) {
           if (loaded?.versions.has(version)) continue;
+          entry ??= this.readEntry(modelPlan.name);
           this.prepared.push(await this.loadSlot(entry, version));
         }
         if (!modelPlan.versions.includes(modelPlan.stable))
@@ -259,6 +315,7 @@ export class ModelTable {
     }
     for (const slot of this.prepared) this.attach(slot);
     this.prepared = [];
+    this.setUnavailable(plan);
     for (const modelPlan of plan.models) {
       const model = this.models.get(modelPlan.name)!;
       model.entry = model.versions.get(modelPlan.stable)?.model ?? model.entry;
@@ -357,6 +414,22 @@ export class ModelTable {
     if (failures.length > 0) throw new Error(failures.join('; '));
     this.commit(plan, epoch);
     await this.release(plan);
+  }
+}
+
+/** A version that did not load: which one, so the supervisor can mark it unavailable (a failed PREPARE's data). */
+export class VersionLoadError extends Error {
+  constructor(
+    readonly model: string,
+    readonly version: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'VersionLoadError';
+  }
+
+  get failure(): UnavailableModel {
+    return { model: this.model, version: this.version, reason: this.message };
   }
 }
 

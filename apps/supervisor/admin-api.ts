@@ -28,7 +28,12 @@ import {
   httpStatusOf,
   ProtocolError,
 } from '../../libs/protocol';
-import { type ModelPlan, REGISTRY_ACTIONS, type RegistryAction } from '../../libs/registry';
+import {
+  type ModelPlan,
+  REGISTRY_ACTIONS,
+  type RegistryAction,
+  type UnavailableModel,
+} from '../../libs/registry';
 import type { ControlRequest, ControlResponse } from '../node/ipc';
 import { ClusterError } from './cluster';
 import { Coalescer } from './coalesce';
@@ -93,6 +98,8 @@ export interface AdminHost {
   /** Test hook: wedge one node's main event loop for `ms`; false when there is no such node. */
   blockNode(node: number, ms: number): boolean;
   reload(request: ReloadRequest, reason: string): Promise<ReloadOutcome>;
+  /** What this host's repository holds that did not load (health says `degraded`, with each reason). */
+  readonly unavailable: readonly UnavailableModel[];
   /** Why the host is fenced from its fleet (not ready, refusing traffic), while it is. */
   readonly fence: string | undefined;
   /** Why the host serves an older table than its fleet's record (degraded, still serving), while it does. */
@@ -401,6 +408,7 @@ export class AdminApi {
     const stopping = this.nodeSet.stopping;
     const config = this.host.config;
     const fence = this.host.fence;
+    const unavailable = this.host.unavailable;
     const ready =
       !stopping &&
       fence === undefined &&
@@ -412,10 +420,27 @@ export class AdminApi {
     const behind = this.host.fleetBehind;
     const up = behind !== undefined ? 'degraded' : 'ok';
     const body = {
-      status: stopping ? 'draining' : fence !== undefined ? 'fenced' : ready ? up : 'starting',
+      status: stopping
+        ? 'draining'
+        : fence !== undefined
+          ? 'fenced'
+          : !ready
+            ? 'starting'
+            : unavailable.length > 0
+              ? 'degraded'
+              : up,
       ready,
       ...(fence !== undefined ? { fence } : {}),
       ...(behind !== undefined ? { behind } : {}),
+      ...(unavailable.length > 0
+        ? {
+            unavailable: unavailable.map((entry) => ({
+              model: entry.model,
+              ...(entry.version !== undefined ? { version: entry.version } : {}),
+              reason: entry.reason,
+            })),
+          }
+        : {}),
       ...(this.host.fleet ? { fleet: this.host.fleet } : {}),
       uptime_s: Math.round((Date.now() - this.startedAt) / 1000),
       default_model: first?.defaultModel ?? this.host.defaultModel,

@@ -20,6 +20,7 @@ import {
   HostBoard,
   hostStepClient,
   ModelArtifacts,
+  pullCacheDir,
   RECORD_FORMAT,
   RegistryStore,
 } from './cluster';
@@ -106,10 +107,13 @@ export async function joinFleet(
     config.clusterReplicas,
     logger,
   );
-  const store = await RegistryStore.open(connection);
-  const board = await HostBoard.open(connection, {
-    onError: (error, what) => logger.warn({ err: (error as Error).message }, `fleet: ${what} failed`),
-  });
+  // A JetStream cluster electing its leaders answers bucket calls with timeouts for a few seconds: wait them out.
+  const store = await whileUnavailable('registry bucket', logger, () => RegistryStore.open(connection));
+  const board = await whileUnavailable('hosts bucket', logger, () =>
+    HostBoard.open(connection, {
+      onError: (error, what) => logger.warn({ err: (error as Error).message }, `fleet: ${what} failed`),
+    }),
+  );
   let base: { record: FleetRecord; revision: number } | undefined;
   let behind: string | undefined;
   try {
@@ -145,7 +149,11 @@ export async function joinFleet(
     }
   }
   const modelsDir = path.resolve(config.modelsDir);
-  const artifacts = await ModelArtifacts.open(connection, artifactTrust(options));
+  // Pulled versions go to the state dir's cache: the models dir may be read-only (ProtectSystem=strict).
+  const trust = artifactTrust(options);
+  const artifacts = await whileUnavailable('model store', logger, () =>
+    ModelArtifacts.open(connection, trust, pullCacheDir(config.stateDir)),
+  );
   if (options.trustedKeys() === undefined)
     logger.warn(
       { fleet },
@@ -227,6 +235,20 @@ function artifactTrust(options: JoinOptions): ArtifactTrust {
 }
 
 /** Waits while NATS is unreachable; a refusal (credentials, TLS) ends the start at once (`nats_refused`). */
+/** Runs `open` until it does not fail with `cluster_unavailable` (NATS reachable but not answering yet). */
+async function whileUnavailable<T>(what: string, logger: Logger, open: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await open();
+    } catch (error) {
+      if (!(error instanceof ClusterError && error.code === 'cluster_unavailable')) throw error;
+      if (attempt === 1 || attempt % 30 === 0)
+        logger.warn({ attempt, err: error.message }, `fleet: ${what} not answering; not ready, retrying`);
+      await new Promise((resolve) => setTimeout(resolve, CONNECT_RETRY_MS));
+    }
+  }
+}
+
 async function connectWaiting(
   auth: NatsAuth,
   fleet: string,

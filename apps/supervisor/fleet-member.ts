@@ -443,8 +443,13 @@ export class FleetMember {
       );
     // This host coordinates another change already (its lease is held here): the same answer as elsewhere.
     if (error.code === 'conflict') return new FleetConflictError(error.message, this.latest);
-    // A pushed file that does not match its checksum, or its signature, is the fleet's fault, not the caller's.
-    if (error.code === 'checksum_mismatch' || error.code === 'artifact_refused')
+    // A pushed file that does not match its checksum, or its signature, is the fleet's fault, not the caller's;
+    // a pull cache that cannot be written is this host's.
+    if (
+      error.code === 'checksum_mismatch' ||
+      error.code === 'artifact_refused' ||
+      error.code === 'artifact_unwritable'
+    )
       return new ProtocolError('reload_failed', error.message);
     return new ProtocolError('bad_request', error.message);
   }

@@ -12,7 +12,7 @@ import * as path from 'node:path';
 import { getSystemErrorName } from 'node:util';
 import type { Logger } from 'pino';
 import type { RequestCount } from '../../libs/notify';
-import type { TablePlan } from '../../libs/registry';
+import type { TablePlan, UnavailableModel } from '../../libs/registry';
 import type { TenantDemand } from '../../libs/tenants';
 import type {
   ControlRequest,
@@ -82,6 +82,11 @@ export interface NodeSetOptions {
   host: () => HostTable;
   /** A node's start options but for the port and the restart count, which the node set adds. */
   startOptions: (index: number) => Omit<NodeStartOptions, 'port' | 'restarts'>;
+  /**
+   * A starting node could not load part of its start table. ok: the host's table no longer holds it (the
+   * node is synced to that table before it listens); else the node is stopped and its start fails with `error`.
+   */
+  loadFailures?: (node: number, failures: UnavailableModel[]) => { ok: true } | { ok: false; error: string };
   /** Answers a control request a node received (never rejects). */
   control: (request: ControlRequest) => Promise<ControlResponse>;
   /** Tenants (--api-keys): a node process started, exited, is about to listen, reported its demand. */
@@ -165,9 +170,26 @@ export class NodeSet {
       );
       child.on('message', (message: NodeMessage) => {
         switch (message.type) {
-          case 'loaded':
-            void this.join(handle, message.epoch);
+          case 'loaded': {
+            const failures = message.failures ?? [];
+            if (failures.length === 0) {
+              void this.join(handle, message.epoch);
+              return;
+            }
+            const verdict = this.options.loadFailures?.(index, failures) ?? {
+              ok: false as const,
+              error: failures.map((failure) => failure.reason).join('; '),
+            };
+            if (verdict.ok) {
+              // Its routes wait for the host's table without what it failed to load: synced even at its epoch.
+              void this.join(handle, message.epoch, true);
+              return;
+            }
+            clearTimeout(timer);
+            reject(new Error(`node ${index} failed to start: ${verdict.error}`));
+            child.kill('SIGKILL');
             return;
+          }
           case 'listening':
             if (this.portNumber === 0) this.portNumber = message.port;
             return;
@@ -230,15 +252,16 @@ export class NodeSet {
    * is restarting this very node has settled it) and its epoch is the host's, and it joins the barrier in that
    * same turn, so no reload can commit between the check and the join.
    */
-  private async join(handle: NodeHandle, loadedEpoch: number): Promise<void> {
+  private async join(handle: NodeHandle, loadedEpoch: number, stale = false): Promise<void> {
     const host = this.options.host();
     let epoch = loadedEpoch;
+    let synced = !stale;
     while (this.nodes[handle.index] === handle && handle.child.connected && !this.stoppingNow) {
       if (host.deciding) {
         await new Promise((resolve) => setTimeout(resolve, JOIN_POLL_MS));
         continue;
       }
-      if (epoch === host.epoch) {
+      if (epoch === host.epoch && synced) {
         handle.ready = true;
         handle.readySince = Date.now();
         this.options.tenants?.beforeListen();
@@ -249,7 +272,9 @@ export class NodeSet {
       const target = host.epoch;
       this.options.logger.info(
         { node: handle.index, from: epoch, to: target },
-        'a reload committed while the node started: syncing it before it listens',
+        epoch === target
+          ? 'the node did not load all of its table: syncing it to the host table before it listens'
+          : 'a reload committed while the node started: syncing it before it listens',
       );
       const answer = await this.step(handle, (requestId) => ({
         type: 'sync',
@@ -267,6 +292,7 @@ export class NodeSet {
         return;
       }
       epoch = target;
+      synced = true;
     }
   }
 

@@ -4,9 +4,10 @@
  * and runs them through the epoch barrier, persists what the host serves, and records every outcome. The node
  * processes are the node set's (node-set.ts); the HTTP control answers are the admin API's (admin-api.ts).
  */
+import { statSync } from 'node:fs';
 import * as path from 'node:path';
 import type { Logger } from 'pino';
-import { Counter, Histogram, Registry } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import {
   type AdminAddress,
   AdminListener,
@@ -37,10 +38,12 @@ import {
   repositoryPlan,
   rescanPlan,
   saveState,
-  scanRepository,
+  scanRepositoryDetailed,
   type TablePlan,
+  type UnavailableModel,
   versionReloadPlan,
   withModel,
+  withoutFailed,
   withSavedState,
   withSettings,
 } from '../../libs/registry';
@@ -57,9 +60,9 @@ import {
   readAdminSecrets,
   respond,
 } from './admin-api';
-import type { FleetTable } from './cluster';
+import { type FleetTable, pullCacheDir } from './cluster';
 import type { ReloadOutcome, ReloadStrategy } from './coordinator';
-import { diffTables, ReloadBusyError, ReloadCoordinator } from './coordinator';
+import { diffTables, type NodeChannel, ReloadBusyError, ReloadCoordinator } from './coordinator';
 import { joinFleet } from './fleet-join';
 import type { FleetHost, FleetMember, FleetView } from './fleet-member';
 import type { FleetReloadOutcome } from './fleet-reload';
@@ -114,6 +117,12 @@ export class Supervisor implements AdminHost, NotifyHost {
   private readonly reloadsTotal: Counter<'result' | 'strategy'>;
   private readonly reloadDuration: Histogram<'strategy'>;
   private readonly persistFailures: Counter<'file' | 'code'>;
+  /** What this host's repository holds that does not load (config.json unreadable, a version that failed). */
+  private unavailableNow: UnavailableModel[] = [];
+  /** Versions that failed to load, by `model/version`: the file's size and mtime then (a changed file is retried). */
+  private readonly failedFiles = new Map<string, string>();
+  private readonly loadFailuresTotal: Counter<'model' | 'version'>;
+  private readonly unavailableGauge: Gauge<'model' | 'version'>;
   private readonly registry = new Registry();
   private readonly requestRate = new RateSampler();
   /** The tenants in force (the API keys file as the last committed configuration read it). */
@@ -178,6 +187,18 @@ export class Supervisor implements AdminHost, NotifyHost {
     for (const file of ['registry', 'rollouts'] as const)
       for (const code of ['storage_full', 'persist_failed'] as const)
         this.persistFailures.inc({ file, code }, 0);
+    this.loadFailuresTotal = new Counter({
+      name: 'streaminfer_model_load_failures_total',
+      help: 'Models (version "*": its config.json) and versions of the repository that failed to load, counted when found.',
+      labelNames: ['model', 'version'],
+      registers: [this.registry],
+    });
+    this.unavailableGauge = new Gauge({
+      name: 'streaminfer_model_unavailable',
+      help: 'A model (version "*") or version of the repository that is not served because it failed to load (1 while so).',
+      labelNames: ['model', 'version'],
+      registers: [this.registry],
+    });
     const fanOutsTotal = new Counter({
       name: 'streaminfer_control_fanouts_total',
       help: 'Requests to every node for /health or /metrics (concurrent scrapes share one), by what was collected.',
@@ -194,6 +215,7 @@ export class Supervisor implements AdminHost, NotifyHost {
       host: () => this.coordinator!,
       startOptions: (index) => this.startOptions(index),
       control: (request) => this.admin.answer(request, 'data'),
+      loadFailures: (node, failures) => this.nodeLoadFailures(node, failures),
       tenants: this.tenantShares,
       sharedListener: options.tls?.clientCaFile !== undefined,
     });
@@ -280,6 +302,7 @@ export class Supervisor implements AdminHost, NotifyHost {
       intraOpThreads:
         config.intraOpThreads ?? defaultIntraOpThreads(this.options.cores, config.workers, config.nodes),
       modelsDir: path.resolve(config.modelsDir),
+      modelCacheDir: this.modelCacheDir,
       defaultModel: this.currentDefaultModel,
       ringBytes: config.ringBytes,
       testHooks: this.options.testHooks,
@@ -379,8 +402,152 @@ export class Supervisor implements AdminHost, NotifyHost {
     );
   }
 
+  /** Where versions pulled from the fleet are written and read: `<stateDir>/models` (see fetchInto). */
+  get modelCacheDir(): string {
+    return pullCacheDir(this.options.config.stateDir);
+  }
+
+  /** What this host could not load, served to no one (health, admission's `model_unavailable`). */
+  get unavailable(): readonly UnavailableModel[] {
+    return this.unavailableNow;
+  }
+
+  /**
+   * The repository (with the pull cache) as it can be served: models whose config.json cannot be read, and
+   * versions that failed to load before from the same file (size and mtime), are left out and listed unavailable.
+   * With --strict-models any unreadable model stops the start (and fails a rescan).
+   */
   private scan(): ModelEntry[] {
-    return scanRepository(path.resolve(this.options.config.modelsDir));
+    const scan = scanRepositoryDetailed(path.resolve(this.options.config.modelsDir), this.modelCacheDir);
+    if (this.options.config.strictModels && scan.broken.length > 0)
+      throw new Error(`--strict-models: ${scan.broken.map((model) => model.reason).join('; ')}`);
+    const failed: UnavailableModel[] = scan.broken.map((model) => ({
+      model: model.name,
+      reason: model.reason,
+    }));
+    const models = scan.models.map((entry) => {
+      const versions = entry.versions.filter((version) => {
+        const key = `${entry.name}/${version.version}`;
+        const stamp = this.failedFiles.get(key);
+        if (stamp === undefined) return true;
+        if (stamp !== fileStamp(version.file)) {
+          this.failedFiles.delete(key);
+          return true;
+        }
+        const before = this.unavailableNow.find(
+          (u) => u.model === entry.name && u.version === version.version,
+        );
+        failed.push({
+          model: entry.name,
+          version: version.version,
+          reason: before?.reason ?? 'did not load',
+        });
+        return false;
+      });
+      return { ...entry, versions };
+    });
+    this.markUnavailable(failed);
+    return models.filter((entry) => entry.versions.length > 0);
+  }
+
+  /** The host's unavailable list from now on: new entries logged and counted, the gauge set. */
+  private markUnavailable(failed: readonly UnavailableModel[]): void {
+    const key = (entry: UnavailableModel): string => `${entry.model}/${entry.version ?? '*'}`;
+    const before = new Set(this.unavailableNow.map(key));
+    for (const entry of failed) {
+      if (before.has(key(entry))) continue;
+      this.loadFailuresTotal.inc({ model: entry.model, version: entry.version ?? '*' });
+      this.logger.error(
+        { model: entry.model, version: entry.version ?? null, reason: entry.reason },
+        entry.version === undefined
+          ? 'model unavailable: it cannot be read; serving the others'
+          : 'model version unavailable: it did not load; serving the rest',
+      );
+    }
+    this.unavailableNow = [...failed];
+    this.unavailableGauge.reset();
+    for (const entry of failed)
+      this.unavailableGauge.set({ model: entry.model, version: entry.version ?? '*' }, 1);
+  }
+
+  /**
+   * A starting node could not load part of the host's table. Before any node serves (the host's start, or a
+   * lone node's restart), the host's table drops it (withoutFailed: the last good version stays stable) and the
+   * node is synced to that; once nodes serve the table, or with --strict-models, the node's start fails instead
+   * (it is restarted; the others keep serving).
+   */
+  private nodeLoadFailures(
+    node: number,
+    failures: UnavailableModel[],
+  ): { ok: true } | { ok: false; error: string } {
+    const error = failures.map((failure) => failure.reason).join('; ');
+    const coordinator = this.coordinator!;
+    if (this.options.config.strictModels)
+      return { ok: false, error: `${error} (--strict-models: nothing that fails to load is left out)` };
+    if (this.nodesReady > 0 || coordinator.busy)
+      return {
+        ok: false,
+        error: `${error} (the host serves it: this node cannot load what the host serves)`,
+      };
+    for (const failure of failures) {
+      if (failure.version === undefined) continue;
+      const file = this.versionFile(failure.model, failure.version);
+      if (file !== undefined) this.failedFiles.set(`${failure.model}/${failure.version}`, fileStamp(file));
+    }
+    const failed = [...this.unavailableNow, ...failures];
+    const next = withoutFailed(coordinator.table, failed);
+    if (next.models.length === 0)
+      return {
+        ok: false,
+        error: `${failed.map((f) => f.reason).join('; ')} (no model of the repository loads)`,
+      };
+    this.markUnavailable(failed);
+    this.logger.warn(
+      { node, unavailable: failed.map((f) => `${f.model}/${f.version ?? '*'}`) },
+      'serving the host table without what did not load',
+    );
+    coordinator.table = next;
+    this.currentDefaultModel = next.defaultModel;
+    return { ok: true };
+  }
+
+  private versionFile(model: string, version: string): string | undefined {
+    try {
+      return this.readEntry(model).versions.find((entry) => entry.version === version)?.file;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /**
+   * A node's PREPARE that failed on a version that did not load: the version is listed unavailable (health,
+   * metrics) and, from the same file, left out of later rescans (an explicit version reload tries it again).
+   */
+  private watchPrepare(channel: NodeChannel): NodeChannel {
+    return {
+      ...channel,
+      prepare: async (plan) => {
+        const answer = await channel.prepare(plan);
+        const failed = (answer.data as { failed?: UnavailableModel } | undefined)?.failed;
+        if (!answer.ok && failed?.version !== undefined) {
+          const file = this.versionFile(failed.model, failed.version);
+          if (file !== undefined) this.failedFiles.set(`${failed.model}/${failed.version}`, fileStamp(file));
+          const others = this.unavailableNow.filter(
+            (u) => u.model !== failed.model || u.version !== failed.version,
+          );
+          this.markUnavailable([...others, failed]);
+        }
+        return answer;
+      },
+    };
+  }
+
+  /** A plan as this host's nodes get it: with what this host could not load (host-side, like its settings). */
+  private hostSide(plan: TablePlan): TablePlan {
+    const next = { ...plan };
+    if (this.unavailableNow.length > 0) next.unavailable = [...this.unavailableNow];
+    else delete next.unavailable;
+    return next;
   }
 
   private rememberDefaults(entries: readonly ModelEntry[]): void {
@@ -390,7 +557,11 @@ export class Supervisor implements AdminHost, NotifyHost {
   /** One model as the repository holds it now: `unknown_model` when it is in neither, `bad_request` when unreadable. */
   private readEntry(name: string): ModelEntry {
     try {
-      return readModel(path.join(path.resolve(this.options.config.modelsDir), name), name);
+      return readModel(
+        path.join(path.resolve(this.options.config.modelsDir), name),
+        name,
+        path.join(this.modelCacheDir, name),
+      );
     } catch (error) {
       const current = this.coordinator!.table.models.map((m) => m.name);
       if (!current.includes(name)) throw unknownModel(name, current);
@@ -401,15 +572,20 @@ export class Supervisor implements AdminHost, NotifyHost {
   /** Starts node 0 first (it may pick the port when --port 0), then the others on the same port. */
   async start(): Promise<number> {
     const entries = this.scan();
-    if (!entries.some((entry) => entry.name === this.currentDefaultModel)) {
+    if (entries.length === 0)
+      throw new Error(
+        `no model of ${this.options.config.modelsDir} can be served: ${this.unavailableNow.map((u) => u.reason).join('; ')}`,
+      );
+    const defaultUnavailable = this.unavailableNow.some((u) => u.model === this.currentDefaultModel);
+    if (!defaultUnavailable && !entries.some((entry) => entry.name === this.currentDefaultModel)) {
       throw new Error(
         `default model "${this.currentDefaultModel}" (STREAMINFER_MODEL_NAME) is not in ${this.options.config.modelsDir}; found ${entries.map((entry) => entry.name).join(', ')}`,
       );
     }
-    const initial: TablePlan = {
+    const initial: TablePlan = this.hostSide({
       ...this.savedPlan(repositoryPlan(entries, this.currentDefaultModel)),
       settings: this.nodeSettingsFor(this.options.config, this.explicitBatch()),
-    };
+    });
     let table = initial;
     let epoch = 0;
     if (this.options.config.cluster !== undefined) {
@@ -425,12 +601,12 @@ export class Supervisor implements AdminHost, NotifyHost {
         trustedKeys: () => this.trustedKeys,
       });
       this.member = joined.member;
-      table = { ...joined.start.table, settings: initial.settings };
+      table = this.hostSide({ ...joined.start.table, settings: initial.settings });
       epoch = joined.start.epoch;
     }
     this.currentDefaultModel = table.defaultModel;
     this.coordinator = new ReloadCoordinator(table, {
-      nodes: () => this.nodeSet.channels(),
+      nodes: () => this.nodeSet.channels().map((channel) => this.watchPrepare(channel)),
       now: () => Date.now(),
       onStart: () => this.options.notifier?.reloading(),
       onOutcome: (outcome) => this.recordOutcome(outcome),
@@ -521,10 +697,11 @@ export class Supervisor implements AdminHost, NotifyHost {
   private fleetHost(): FleetHost {
     return {
       coordinator: () => this.coordinator!,
-      hostPlan: (table) => ({
-        ...table,
-        settings: this.pendingSettings ?? this.coordinator!.table.settings,
-      }),
+      hostPlan: (table) =>
+        this.hostSide({
+          ...table,
+          settings: this.pendingSettings ?? this.coordinator!.table.settings,
+        }),
       fence: (reason) => this.nodeSet.fence(reason),
       load: () => {
         // The notifier's heartbeat pings the nodes (their pongs carry the answered counts); without it, this one.
@@ -618,7 +795,11 @@ export class Supervisor implements AdminHost, NotifyHost {
     }
     const coordinator = this.coordinator!;
     const current = coordinator.table;
-    return coordinator.reload(withSettings(next(current), current, request.settings), strategy, reason);
+    return coordinator.reload(
+      this.hostSide(withSettings(next(current), current, request.settings)),
+      strategy,
+      reason,
+    );
   }
 
   /**
@@ -640,11 +821,26 @@ export class Supervisor implements AdminHost, NotifyHost {
     if (model !== undefined) return (table) => settle(defaultModelPlan(table, model));
     const entries = this.scan();
     return (table) => {
-      const plan = settle(
-        rescanPlan(entries, request.defaultModel ?? table.defaultModel, table, this.lastDefaults),
+      const plan = withoutFailed(
+        settle(
+          rescanPlan(
+            entries,
+            request.defaultModel ?? table.defaultModel,
+            table,
+            this.lastDefaults,
+            this.unavailableNow.map((u) => u.model),
+          ),
+        ),
+        this.unavailableNow,
+      );
+      // A served model whose config.json broke on disk keeps serving what it loaded (its last good versions);
+      // it is listed unavailable (health degraded) until the file is repaired.
+      const broken = new Set(this.unavailableNow.flatMap((u) => (u.version === undefined ? [u.model] : [])));
+      const kept = table.models.filter(
+        (model) => broken.has(model.name) && !plan.models.some((m) => m.name === model.name),
       );
       this.rememberDefaults(entries);
-      return plan;
+      return kept.length === 0 ? plan : { ...plan, models: [...plan.models, ...kept] };
     };
   }
 
@@ -687,7 +883,7 @@ export class Supervisor implements AdminHost, NotifyHost {
           reason,
           ...(ifRevision !== undefined ? { ifRevision } : {}),
         })
-      : await this.coordinator!.reload(next(this.coordinator!.table), 'atomic', reason);
+      : await this.coordinator!.reload(this.hostSide(next(this.coordinator!.table)), 'atomic', reason);
     return { outcome, model: model ?? settle(findModel(this.coordinator!.table, name)) };
   }
 
@@ -722,7 +918,7 @@ export class Supervisor implements AdminHost, NotifyHost {
     };
     const outcome = this.member
       ? await this.fleetChange(next, { strategy: 'atomic', reason })
-      : await this.coordinator!.reload(next(this.coordinator!.table), 'atomic', reason);
+      : await this.coordinator!.reload(this.hostSide(next(this.coordinator!.table)), 'atomic', reason);
     if (outcome.result === 'failed')
       throw new ProtocolError(outcome.code ?? 'reload_failed', outcome.error ?? 'reload failed');
   }
@@ -954,6 +1150,16 @@ function fleetOutcome(
   if (fleet.error !== undefined) outcome.error = fleet.error;
   if (fleet.warnings !== undefined) outcome.warnings = fleet.warnings;
   return outcome;
+}
+
+/** A version file as it was when it failed to load: a new file under the same name is tried again. */
+function fileStamp(file: string): string {
+  try {
+    const stat = statSync(file);
+    return `${stat.size}:${stat.mtimeMs}`;
+  } catch {
+    return 'gone';
+  }
 }
 
 /** A plan's rejection becomes the typed error the API answers with. */

@@ -93,6 +93,8 @@ export interface ServerConfig {
   adminTlsKey: string | undefined;
   /** Also serve /metrics on the data port (compatibility; unauthenticated there). */
   metricsOnDataPort: boolean;
+  /** Refuse to start when any model or version of the repository fails to load (default: serve the rest). */
+  strictModels: boolean;
   /** Unset: auto ((cores - nodes) / (nodes × workers), at least 1). */
   intraOpThreads: number | undefined;
   ringBytes: number;
@@ -501,6 +503,13 @@ export const SETTINGS: { readonly [K in SettingKey]: SettingSpec<ServerConfig[K]
     env: 'STREAMINFER_METRICS_ON_DATA_PORT',
     default: false,
     help: 'also serve /metrics on the data port, without a token (compatibility with scrapers of the old address)',
+    expected: 'true or false',
+    parse: flag,
+  },
+  strictModels: {
+    env: 'STREAMINFER_STRICT_MODELS',
+    default: false,
+    help: 'refuse to start when any model or version fails to load (default: serve the rest, mark those unavailable)',
     expected: 'true or false',
     parse: flag,
   },

@@ -40,6 +40,9 @@ export const ERROR_CODES = [
   // Fleet (issue 26): the fleet's registry record cannot be read (garbage, a shape this build does not read);
   // not the caller's fault. A repository reload (POST /api/reload {}) rewrites it by CAS.
   'invalid_record',
+  // The model (or the version asked for) is in this host's repository but did not load (a corrupt file): not
+  // `unknown_model`, which would hide it. Issue 26.
+  'model_unavailable',
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
@@ -72,6 +75,7 @@ const HTTP_STATUS: Record<ErrorCode, number> = {
   storage_full: 507,
   persist_failed: 500,
   invalid_record: 503,
+  model_unavailable: 503,
 };
 
 const STATUS_TEXT: Record<number, string> = {
@@ -131,6 +135,15 @@ export class ProtocolError extends Error {
   get httpStatus(): number {
     return HTTP_STATUS[this.code];
   }
+}
+
+/** A model or version of this host's repository that did not load: `model_unavailable`, with why. */
+export function modelUnavailable(name: string, version: string | undefined, reason: string): ProtocolError {
+  const what = version === undefined ? `model "${name}"` : `model "${name}" version "${version}"`;
+  return new ProtocolError(
+    'model_unavailable',
+    `${what} is unavailable on this host: it did not load (${reason})`,
+  );
 }
 
 /** The one `unknown_model` answer: the name asked for and the models there are (the gateway's, the host's). */

@@ -14,6 +14,7 @@ export {
   errorCodeIndex,
   httpStatusLine,
   httpStatusOf,
+  modelUnavailable,
   ProtocolError,
   unknownModel,
 } from './errors';

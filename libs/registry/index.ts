@@ -10,6 +10,7 @@ export type {
   RegistryChange,
   RepositoryModel,
   TablePlan,
+  UnavailableModel,
 } from './plan';
 export {
   defaultModelPlan,
@@ -22,11 +23,18 @@ export {
   rescanPlan,
   versionReloadPlan,
   withModel,
+  withoutFailed,
   withSavedState,
   withSettings,
 } from './plan';
-export type { ModelBatchingConfig, ModelEntry, ModelVersionEntry } from './repository';
-export { isRepositoryName, RepositoryError, readModel, scanRepository } from './repository';
+export type { BrokenModel, ModelBatchingConfig, ModelEntry, ModelVersionEntry } from './repository';
+export {
+  isRepositoryName,
+  RepositoryError,
+  readModel,
+  scanRepository,
+  scanRepositoryDetailed,
+} from './repository';
 export type { ModelRoutes, RouteDecision, RouteKind } from './routing';
 export { RoutingError, route, routingKeyDraw } from './routing';
 export type { ModelState, RegistryState, StateFs } from './state';

@@ -15,6 +15,7 @@ import {
   type TablePlan,
   versionReloadPlan,
   withModel,
+  withoutFailed,
   withSavedState,
   withSettings,
 } from './index';
@@ -380,4 +381,54 @@ describe('reload plans', () => {
     );
     expect(withSettings(plan, current).settings).toEqual(settings('plan'));
   });
+});
+
+describe('withoutFailed (issue 26: load what loads)', () => {
+  const table = {
+    defaultModel: 'digits',
+    models: [
+      {
+        name: 'digits',
+        versions: ['1', '2', '3'],
+        stable: '3',
+        previousStable: '2',
+        candidate: '1',
+        canaryPercent: 10,
+      },
+      { name: 'echo', versions: ['1'], stable: '1' },
+      { name: 'upper', versions: ['1', '2'], stable: '2' },
+    ],
+  };
+
+  test('a failed stable falls back to the previous stable; a failed candidate is dropped', () => {
+    const next = withoutFailed(table, [
+      { model: 'digits', version: '3', reason: 'corrupt' },
+      { model: 'digits', version: '1', reason: 'corrupt' },
+    ]);
+    const digits = next.models.find((m) => m.name === 'digits')!;
+    expect(digits).toEqual({ name: 'digits', versions: ['2'], stable: '2', canaryPercent: 0, shadow: false });
+    expect(next.unavailable).toHaveLength(2);
+  });
+
+  test('without a previous stable, the newest version that loaded; a model with none left leaves the table', () => {
+    const next = withoutFailed(table, [
+      { model: 'upper', version: '2', reason: 'corrupt' },
+      { model: 'echo', version: '1', reason: 'corrupt' },
+    ]);
+    expect(next.models.map((m) => m.name)).toEqual(['digits', 'upper']);
+    expect(next.models[1]).toEqual({ name: 'upper', versions: ['1'], stable: '1' });
+    expect(next.defaultModel).toBe('digits');
+  });
+
+  test('a whole model failed: gone, the default model stays named', () => {
+    const next = withoutFailed(table, [{ model: 'digits', reason: 'config.json: bad JSON' }]);
+    expect(next.models.map((m) => m.name)).toEqual(['echo', 'upper']);
+    expect(next.defaultModel).toBe('digits');
+  });
+});
+
+test('a rescan accepts a default model that is in the repository but unavailable', () => {
+  const current = { defaultModel: 'digits', models: [] };
+  expect(rescanPlan([], 'digits', current, new Map()).ok).toBe(false);
+  expect(rescanPlan([], 'digits', current, new Map(), ['digits']).ok).toBe(true);
 });

@@ -32,6 +32,18 @@ export interface TablePlan {
    * same barrier as a model reload and a roll-back restores the previous settings.
    */
   settings?: NodeSettings;
+  /**
+   * What this host could not load (its files, never the fleet's): not in `models`, answered `model_unavailable`
+   * by name. Host-side like `settings`: the supervisor adds it to every plan it hands its nodes.
+   */
+  unavailable?: UnavailableModel[];
+}
+
+/** A model (version absent) or one version of it that failed to load on this host, and why. */
+export interface UnavailableModel {
+  model: string;
+  version?: string;
+  reason: string;
 }
 
 /** What a configuration reload changes on a running node (the rest of a node's start options is fixed). */
@@ -399,17 +411,65 @@ export function defaultModelPlan(current: TablePlan, model: string): Planned<Tab
   return found.ok ? accept({ ...current, defaultModel: model }) : found;
 }
 
-/** A rescan (SIGHUP, `reload`): the repository's table keeping the API's choices; the default model must exist. */
+/**
+ * A rescan (SIGHUP, `reload`): the repository's table keeping the API's choices; the default model must exist
+ * (or be one of `unavailable`: in the repository, but it does not load).
+ */
 export function rescanPlan(
   entries: readonly RepositoryModel[],
   defaultModel: string,
   current: TablePlan,
   lastDefaults: ReadonlyMap<string, string>,
+  unavailable: readonly string[] = [],
 ): Planned<TablePlan> {
   const plan = repositoryPlan(entries, defaultModel, current, lastDefaults);
-  if (!plan.models.some((model) => model.name === plan.defaultModel))
+  if (
+    !plan.models.some((model) => model.name === plan.defaultModel) &&
+    !unavailable.includes(plan.defaultModel)
+  )
     return reject('unknown_model', `default model "${plan.defaultModel}" is not in the repository`);
   return accept(plan);
+}
+
+/**
+ * The table without what failed to load (`failed`: versions, or whole models when version is absent), so the
+ * rest is served. A model whose stable failed keeps its last good version: the previous stable when it loaded,
+ * else the newest version that did (versions are in the repository's order). A failed candidate is dropped
+ * with its canary and shadow; a model with no version left leaves the table. The default model stays named
+ * even when it is gone: requests naming none are answered `model_unavailable`. `unavailable` lists `failed`.
+ */
+export function withoutFailed(plan: TablePlan, failed: readonly UnavailableModel[]): TablePlan {
+  const models: ModelPlan[] = [];
+  for (const model of plan.models) {
+    if (failed.some((entry) => entry.model === model.name && entry.version === undefined)) continue;
+    const bad = new Set(
+      failed.flatMap((entry) =>
+        entry.model === model.name && entry.version !== undefined ? [entry.version] : [],
+      ),
+    );
+    const versions = model.versions.filter((version) => !bad.has(version));
+    if (versions.length === 0) continue;
+    const next: ModelPlan = { ...model, versions };
+    if (bad.has(model.stable)) {
+      next.stable =
+        model.previousStable !== undefined && versions.includes(model.previousStable)
+          ? model.previousStable
+          : versions[versions.length - 1]!;
+      if (next.previousStable === next.stable) delete next.previousStable;
+    }
+    if (next.previousStable !== undefined && !versions.includes(next.previousStable))
+      delete next.previousStable;
+    if (
+      next.candidate !== undefined &&
+      (!versions.includes(next.candidate) || next.candidate === next.stable)
+    ) {
+      delete next.candidate;
+      next.canaryPercent = 0;
+      next.shadow = false;
+    }
+    models.push(next);
+  }
+  return { ...plan, models, unavailable: [...failed] };
 }
 
 /** The plan with the node settings it runs with: those asked for, else the current table's, else its own. */

@@ -1,7 +1,7 @@
 import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { RepositoryError, scanRepository } from './index';
+import { RepositoryError, scanRepository, scanRepositoryDetailed } from './index';
 import { compareVersions } from './repository';
 
 const SHIPPED = path.resolve(__dirname, '../../../models');
@@ -79,4 +79,34 @@ test('a model without versions, or an empty repository, is refused', () => {
 
 test('compareVersions', () => {
   expect(['b', '10', '2', 'a', '1'].sort(compareVersions)).toEqual(['1', '2', '10', 'a', 'b']);
+});
+
+test('the detailed scan reads what it can and names each model it cannot', () => {
+  const dir = repo({ bad: { config: '{ nope', versions: ['1'] }, m: { config: good, versions: ['1'] } });
+  const scan = scanRepositoryDetailed(dir);
+  expect(scan.models.map((model) => model.name)).toEqual(['m']);
+  expect(scan.broken).toEqual([
+    { name: 'bad', dir: path.join(dir, 'bad'), reason: expect.stringContaining('bad/config.json') },
+  ]);
+  expect(() => scanRepository(dir)).toThrow(/bad\/config\.json/);
+});
+
+test('a pull cache adds versions and models; its file wins for a version in both, config.json does not', () => {
+  const dir = repo({ m: { config: good, versions: ['1', '2'] } });
+  const cache = repo({
+    m: { config: { ...good, description: 'pulled' }, versions: ['2', '3'] },
+    p: { config: good, versions: ['1'] },
+  });
+  const models = scanRepository(dir, cache);
+  expect(models.map((model) => model.name)).toEqual(['m', 'p']);
+  const m = models[0]!;
+  expect(m.description).toBe('');
+  expect(m.versions).toEqual([
+    { version: '1', file: path.join(dir, 'm', '1', 'model.onnx') },
+    { version: '2', file: path.join(cache, 'm', '2', 'model.onnx') },
+    { version: '3', file: path.join(cache, 'm', '3', 'model.onnx') },
+  ]);
+  expect(models[1]!.dir).toBe(path.join(cache, 'p'));
+  // A cache that does not exist yet (nothing pulled) is no error.
+  expect(scanRepository(dir, path.join(dir, 'no-cache')).map((model) => model.name)).toEqual(['m']);
 });

@@ -43,24 +43,82 @@ export function isRepositoryName(name: string): boolean {
   return NAME_PATTERN.test(name);
 }
 
-/** Reads every `<dir>/<model>/config.json` and its `<version>/model.onnx` files. Any malformed model stops the scan with a message naming the file. */
-export function scanRepository(dir: string): ModelEntry[] {
+/** A model directory that cannot be served as a whole (its config.json, or no version file): why. */
+export interface BrokenModel {
+  name: string;
+  dir: string;
+  reason: string;
+}
+
+/**
+ * Reads every `<dir>/<model>/config.json` and its `<version>/model.onnx` files. Any malformed model stops the scan with a message naming the file.
+ * With `cache` (versions pulled from a fleet: `<cache>/<model>/…`), both are read as one repository (see readModel).
+ */
+export function scanRepository(dir: string, cache?: string): ModelEntry[] {
+  const scan = scanRepositoryDetailed(dir, cache);
+  const [broken] = scan.broken;
+  if (broken) throw new RepositoryError(broken.reason);
+  return scan.models;
+}
+
+/**
+ * The scan that loads what loads: each model that cannot be read is one entry of `broken` (with the message
+ * scanRepository would stop with) and the others are read. Throws only when `dir` is not a directory, or when
+ * the repository holds no model directory at all.
+ */
+export function scanRepositoryDetailed(
+  dir: string,
+  cache?: string,
+): { models: ModelEntry[]; broken: BrokenModel[] } {
   const root = path.resolve(dir);
   if (!existsSync(root) || !statSync(root).isDirectory())
     throw new RepositoryError(`model repository ${root} is not a directory`);
+  const cacheRoot = cache === undefined ? undefined : path.resolve(cache);
+  const names = new Set(modelDirs(root));
+  if (cacheRoot && existsSync(cacheRoot)) for (const name of modelDirs(cacheRoot)) names.add(name);
   const models: ModelEntry[] = [];
-  for (const name of readdirSync(root).sort()) {
+  const broken: BrokenModel[] = [];
+  for (const name of [...names].sort()) {
     const modelDir = path.join(root, name);
-    if (!statSync(modelDir).isDirectory() || !existsSync(path.join(modelDir, 'config.json'))) continue;
-    models.push(readModel(modelDir, name));
+    try {
+      models.push(readModel(modelDir, name, cacheRoot && path.join(cacheRoot, name)));
+    } catch (error) {
+      broken.push({ name, dir: modelDir, reason: (error as Error).message });
+    }
   }
-  if (models.length === 0)
+  if (models.length === 0 && broken.length === 0)
     throw new RepositoryError(`model repository ${root} holds no model (expected <name>/config.json)`);
-  return models;
+  return { models, broken };
 }
 
-export function readModel(modelDir: string, name: string): ModelEntry {
-  const configPath = path.join(modelDir, 'config.json');
+/** The model directories of one root: those holding a config.json. */
+function modelDirs(root: string): string[] {
+  return readdirSync(root).filter((name) => {
+    const modelDir = path.join(root, name);
+    return statSync(modelDir).isDirectory() && existsSync(path.join(modelDir, 'config.json'));
+  });
+}
+
+/** The version files of one model directory (absent directory: none). */
+function versionFiles(modelDir: string | undefined): Map<string, string> {
+  const files = new Map<string, string>();
+  if (modelDir === undefined || !existsSync(modelDir)) return files;
+  for (const entry of readdirSync(modelDir)) {
+    const file = path.join(modelDir, entry, 'model.onnx');
+    if (NAME_PATTERN.test(entry) && existsSync(file)) files.set(entry, file);
+  }
+  return files;
+}
+
+/**
+ * One model. With `pulledDir` (the model's directory in the pull cache): the versions of both directories, a
+ * version in both read from the cache (it holds only bytes verified against the fleet's store, pulled because
+ * the repository lacked or differed from them); config.json from the repository, else from the cache.
+ */
+export function readModel(modelDir: string, name: string, pulledDir?: string): ModelEntry {
+  const configDir =
+    pulledDir !== undefined && !existsSync(path.join(modelDir, 'config.json')) ? pulledDir : modelDir;
+  const configPath = path.join(configDir, 'config.json');
   if (!NAME_PATTERN.test(name))
     throw new RepositoryError(`${configPath}: model directory name "${name}" is not a valid model name`);
   let raw: Record<string, unknown>;
@@ -82,11 +140,13 @@ export function readModel(modelDir: string, name: string): ModelEntry {
     const message = error instanceof ProtocolError ? error.message : String(error);
     throw new RepositoryError(`${configPath}: ${message}`);
   }
-  const versions = readdirSync(modelDir)
-    .filter((entry) => NAME_PATTERN.test(entry) && existsSync(path.join(modelDir, entry, 'model.onnx')))
+  const files = versionFiles(modelDir);
+  for (const [version, file] of versionFiles(pulledDir)) files.set(version, file);
+  const versions = [...files.keys()]
     .sort(compareVersions)
-    .map((version) => ({ version, file: path.join(modelDir, version, 'model.onnx') }));
-  if (versions.length === 0) throw new RepositoryError(`${modelDir}: no version directory with a model.onnx`);
+    .map((version) => ({ version, file: files.get(version)! }));
+  if (versions.length === 0)
+    throw new RepositoryError(`${configDir}: no version directory with a model.onnx`);
   const defaultVersion =
     raw.default_version === undefined ? versions[versions.length - 1]!.version : String(raw.default_version);
   if (!versions.some((entry) => entry.version === defaultVersion)) {
@@ -95,7 +155,7 @@ export function readModel(modelDir: string, name: string): ModelEntry {
   return {
     name,
     description: typeof raw.description === 'string' ? raw.description : '',
-    dir: modelDir,
+    dir: configDir,
     signature,
     batching: readBatching(raw.batching, configPath),
     versions,

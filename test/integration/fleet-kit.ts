@@ -22,6 +22,8 @@ export interface FleetHost {
   /** The host's admin listener (/api/*, /metrics). */
   adminUrl: string;
   modelsDir: string;
+  /** STREAMINFER_STATE_DIR: versions pulled from the fleet are in its `models` (pulledFile). */
+  stateDir: string;
   child: ChildProcess;
   logs(): string;
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
@@ -34,6 +36,11 @@ export interface FleetHostOptions {
   modelsDir?: string;
   env?: Record<string, string>;
   args?: string[];
+}
+
+/** Where a host keeps a version it pulled from the fleet: its state dir's pull cache. */
+export function pulledFile(host: FleetHost, model: string, version: string): string {
+  return path.join(host.stateDir, 'models', model, version, 'model.onnx');
 }
 
 export function pixels(row: number): number[] {
@@ -100,6 +107,7 @@ export async function startFleetHost(
     wsUrl: `${net.url(i).replace('http', 'ws')}/ws`,
     adminUrl: `http://${net.address(i)}:${net.adminPort(i)}`,
     modelsDir,
+    stateDir,
     child,
     logs: () => output,
     exited,

@@ -16,6 +16,7 @@ import {
   health,
   pixels,
   probeFromInside,
+  pulledFile,
   startFleetHost,
   stopHost,
   waitFor,
@@ -308,7 +309,7 @@ describe('a fleet of three hosts', () => {
     expect(candidate.status).toBe(200);
     await converged(candidate.body.epoch as number);
     for (const host of hosts) {
-      const file = path.join(host.modelsDir, 'digits', '3', 'model.onnx');
+      const file = pulledFile(host, 'digits', '3');
       expect(createHash('sha256').update(readFileSync(file)).digest('hex')).toBe(sha256);
     }
     const client = await WsClient.connect(hosts[2]!.wsUrl);

@@ -17,6 +17,7 @@ import {
   type FleetHost,
   health,
   pixels,
+  pulledFile,
   startFleetHost,
   stopHost,
   waitFor,
@@ -87,6 +88,7 @@ async function refusedEverywhere(version: string, reason: RegExp): Promise<void>
   expect(await revision()).toBe(before);
   for (const host of hosts) {
     expect(existsSync(path.join(host.modelsDir, 'digits', version, 'model.onnx'))).toBe(false);
+    expect(existsSync(pulledFile(host, 'digits', version))).toBe(false);
     expect(await versionServed(host, '3')).toBe('3');
     expect(host.logs()).toMatch(new RegExp(`"version":"${version}".*"msg":"fleet: artifact refused"`));
   }
@@ -197,9 +199,7 @@ describe('signed model artifacts in a fleet', () => {
       () => 'hosts did not reach the candidate epoch',
     );
     for (const host of hosts) {
-      expect(sha256(readFileSync(path.join(host.modelsDir, 'digits', '3', 'model.onnx')))).toBe(
-        pushed.sha256,
-      );
+      expect(sha256(readFileSync(pulledFile(host, 'digits', '3')))).toBe(pushed.sha256);
       expect(await versionServed(host, '3')).toBe('3');
     }
   });
@@ -248,6 +248,7 @@ describe('signed model artifacts in a fleet', () => {
     expect(answer.body.message).not.toMatch(/host h0/);
     expect(await revision()).toBe(before);
     expect(existsSync(path.join(hosts[1]!.modelsDir, 'digits', '10'))).toBe(false);
+    expect(existsSync(pulledFile(hosts[1]!, 'digits', '10'))).toBe(false);
     for (const host of hosts) expect(await versionServed(host, '3')).toBe('3');
   });
 

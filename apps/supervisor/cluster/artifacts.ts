@@ -13,10 +13,16 @@
  * renamed into place: the signature by a trusted key, the manifest naming this fleet, model and version, and the
  * bytes matching its digests; else ArtifactRefusedError. The trust boundary is NATS: bytes already in the host's
  * repository (put there by the operator, or pulled and verified before) are not re-verified.
+ *
+ * The pull cache (issue 26): a host writes what it pulls into `<stateDir>/models` (pullCacheDir), never into its
+ * models dir — under the shipped systemd unit (ProtectSystem=strict) that one is read-only, the state directory
+ * (StateDirectory=) is not. The repository scan reads both (libs/registry readModel): a version in both is read
+ * from the cache (it holds only bytes verified against the store, pulled because the models dir lacked them or
+ * differed); config.json from the models dir, else from the cache.
  */
 import { createHash, type KeyObject, randomBytes } from 'node:crypto';
-import { createReadStream, createWriteStream } from 'node:fs';
-import { mkdir, readFile, rename, rm, stat } from 'node:fs/promises';
+import { constants, createReadStream, createWriteStream } from 'node:fs';
+import { access, mkdir, readFile, rename, rm, stat } from 'node:fs/promises';
 import * as path from 'node:path';
 import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -36,6 +42,27 @@ import { ClusterError } from './errors';
 import { openObjectStore } from './kv-bucket';
 
 const DIGEST_PREFIX = 'SHA-256=';
+
+/** Where a host writes the model versions it pulls from the fleet: `<stateDir>/models`. */
+export function pullCacheDir(stateDir: string): string {
+  return path.resolve(stateDir, 'models');
+}
+
+/**
+ * A pull that cannot write its directory said plainly (EROFS, EACCES, EPERM): which directory, and the setting
+ * that moves it. Other errors are returned as they are.
+ */
+export function unwritable(error: unknown, dir: string): unknown {
+  const code = (error as NodeJS.ErrnoException)?.code;
+  if (code !== 'EROFS' && code !== 'EACCES' && code !== 'EPERM') return error;
+  const why =
+    code === 'EROFS' ? 'is on a read-only file system (EROFS)' : `is not writable by this user (${code})`;
+  return new ClusterError(
+    'artifact_unwritable',
+    `cannot write pulled model files: ${dir} ${why}; pulled versions go to <stateDir>/models: set STREAMINFER_STATE_DIR (config key stateDir) to a writable directory (the systemd unit's StateDirectory=, /var/lib/streaminfer)`,
+    { cause: error },
+  );
+}
 // The repository's model name rule (libs/registry/repository.ts); versions follow it too. No '/', no '..'.
 const NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
 
@@ -127,13 +154,21 @@ export class ModelArtifacts {
     private readonly conn: ClusterConnection,
     private readonly store: ObjectStore,
     private readonly trust: ArtifactTrust | undefined,
+    private readonly cacheDir: string | undefined,
   ) {}
 
-  /** Opens the fleet's model store, creating it when missing. With `trust`, pulled versions are verified. */
-  static async open(conn: ClusterConnection, trust?: ArtifactTrust): Promise<ModelArtifacts> {
+  /**
+   * Opens the fleet's model store, creating it when missing. With `trust`, pulled versions are verified. With
+   * `cacheDir` (pullCacheDir), pulled files are written there instead of into the models dir.
+   */
+  static async open(
+    conn: ClusterConnection,
+    trust?: ArtifactTrust,
+    cacheDir?: string,
+  ): Promise<ModelArtifacts> {
     const bucket = conn.names.modelsBucket;
     const store = await conn.call(`object store ${bucket}`, () => openObjectStore(conn, bucket));
-    return new ModelArtifacts(conn, store, trust);
+    return new ModelArtifacts(conn, store, trust, cacheDir);
   }
 
   /**
@@ -221,10 +256,12 @@ export class ModelArtifacts {
     const expected = info ? digestHex(info.digest) : undefined;
     if (!info || expected === undefined)
       throw new ClusterError('artifact_missing', `${name} is not in ${this.conn.names.modelsBucket}`);
-    const configFile = path.join(modelsDir, model, 'config.json');
-    const file = path.join(modelsDir, model, version, 'model.onnx');
-    const haveConfig = await exists(configFile);
-    const haveModel = (await exists(file)) && (await fileSha256(file)) === expected;
+    const target = this.cacheDir ?? modelsDir;
+    const configFile = path.join(target, model, 'config.json');
+    const file = path.join(target, model, version, 'model.onnx');
+    const haveConfig =
+      (await exists(path.join(modelsDir, model, 'config.json'))) || (await exists(configFile));
+    const haveModel = await this.haveModel(modelsDir, model, version, expected);
     const keys = this.trust?.keys();
     if (keys === undefined) {
       if (!haveConfig) await this.fetchFile(configObject(model), configFile);
@@ -251,6 +288,26 @@ export class ModelArtifacts {
     return { ...(await this.fetchFile(name, file, pin('model.onnx'))), fetched: true, keyId };
   }
 
+  /**
+   * Whether the version's bytes are the pushed ones where the repository reads them: the cache's file when there
+   * is one (it wins), else the models dir's. The models dir holding the pushed bytes drops a stale cache copy.
+   */
+  private async haveModel(modelsDir: string, model: string, version: string, expected: string) {
+    const own = path.join(modelsDir, model, version, 'model.onnx');
+    const ownOk = (await exists(own)) && (await fileSha256(own)) === expected;
+    if (this.cacheDir === undefined) return ownOk;
+    const cached = path.join(this.cacheDir, model, version, 'model.onnx');
+    if (!(await exists(cached))) return ownOk;
+    if ((await fileSha256(cached)) === expected) return true;
+    if (!ownOk) return false;
+    try {
+      await rm(path.dirname(cached), { recursive: true, force: true });
+    } catch (error) {
+      throw unwritable(error, path.dirname(cached));
+    }
+    return true;
+  }
+
   private refuse(
     model: string,
     version: string,
@@ -269,7 +326,13 @@ export class ModelArtifacts {
 
   /** Streams one object to `target` through a temp file in the same directory, then renames it. */
   private async fetchFile(name: string, target: string, pinned?: Pinned): Promise<ArtifactDigest> {
-    await mkdir(path.dirname(target), { recursive: true });
+    const dir = path.dirname(target);
+    try {
+      await mkdir(dir, { recursive: true });
+      await access(dir, constants.W_OK);
+    } catch (error) {
+      throw await unwritableAncestor(error, dir);
+    }
     const temp = `${target}.${randomBytes(4).toString('hex')}.part`;
     try {
       return await this.conn.call(`fetch ${name}`, async () => {
@@ -313,6 +376,35 @@ export class ModelArtifacts {
     } finally {
       await rm(temp, { force: true });
     }
+  }
+}
+
+/**
+ * mkdir -p under a read-only mount fails with ENOENT (Node's recursive mkdir), which hides the cause: the
+ * nearest directory that exists is asked whether it can be written, and that answer is given instead.
+ */
+async function unwritableAncestor(error: unknown, dir: string): Promise<unknown> {
+  const mapped = unwritable(error, dir);
+  if (mapped !== error) return mapped;
+  for (let at = dir; ; at = path.dirname(at)) {
+    if (await isDirectory(at)) {
+      try {
+        await access(at, constants.W_OK);
+        return error;
+      } catch (denied) {
+        const plain = unwritable(denied, at);
+        return plain === denied ? error : plain;
+      }
+    }
+    if (path.dirname(at) === at) return error;
+  }
+}
+
+async function isDirectory(dir: string): Promise<boolean> {
+  try {
+    return (await stat(dir)).isDirectory();
+  } catch {
+    return false;
   }
 }
 

@@ -11,6 +11,8 @@ export type ClusterErrorCode =
   /** The bytes fetched do not hash to the store's digest: nothing was put in place. */
   | 'checksum_mismatch'
   | 'artifact_missing'
+  /** A pulled file cannot be written (EROFS, EACCES): the message names the directory and the setting. */
+  | 'artifact_unwritable'
   /** A pulled version is not signed by a trusted key for this fleet, model and version (ArtifactRefusedError). */
   | 'artifact_refused'
   /** A record read back (or about to be written) does not have the shape this build expects. */

@@ -8,6 +8,7 @@ export {
   fileSha256,
   ModelArtifacts,
   modelObject,
+  pullCacheDir,
   versionConfigObject,
 } from './artifacts';
 export type { ClusterOptions, NatsConnection } from './connection';
