@@ -4,12 +4,12 @@ import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import { Command, Option } from 'commander';
 import pino from 'pino';
-import { AdminSetupError } from '../../libs/admin';
+import { type AdminSecrets, AdminSetupError } from '../../libs/admin';
 import { ConfigError, describeSettings, resolveConfigDetailed } from '../../libs/config';
 import { assertNativeUws } from '../../libs/inference/uws-check';
 import { type NatsAuth, NatsAuthError } from '../../libs/nats-auth';
 import { type LoadedTls, loadTls } from '../node/tls-files';
-import { type AdminSecrets, readAdminSecrets } from '../supervisor/admin-api';
+import { serverAdminSecrets } from '../supervisor/admin-api';
 import { ClusterError } from '../supervisor/cluster';
 import { loadClusterNats } from '../supervisor/fleet-join';
 import { SystemdNotifier } from '../supervisor/notify';
@@ -190,7 +190,7 @@ serve
       );
     let admin: AdminSecrets;
     try {
-      admin = readAdminSecrets(config, (message) => logger.warn(message));
+      admin = serverAdminSecrets(config, (message) => logger.warn(message));
     } catch (error) {
       fail(error instanceof AdminSetupError ? error.message : (error as Error).message);
     }

@@ -14,14 +14,13 @@ import {
   type AdminAddress,
   AdminListener,
   type AdminPolicy,
+  type AdminSecrets,
   AdminSetupError,
   checkAdminRequest,
+  readAdminSecrets,
   readRequestBody,
-  readTlsPair,
-  readTokenFile,
   requestHead,
   sendText,
-  type TlsPair,
 } from '../../libs/admin';
 import type { PipelineConfig } from './config';
 import type { PipelineMetrics } from './metrics';
@@ -44,11 +43,6 @@ function error(res: ServerResponse, status: number, code: string, message: strin
 }
 
 /** The admin endpoint's secrets: the token (admin.tokenFile, else STREAMINFER_ADMIN_TOKEN) and TLS files. */
-export interface PipelineAdminSecrets {
-  token?: string;
-  tls?: TlsPair;
-}
-
 /**
  * Reads admin.tokenFile and admin.tls (at start, and on SIGHUP) and applies the rule the server's admin
  * listener has: off loopback and off a unix socket, a token is required. Throws AdminSetupError.
@@ -57,18 +51,21 @@ export function readPipelineAdminSecrets(
   admin: PipelineConfig['admin'],
   env: Record<string, string | undefined>,
   warn: (message: string) => void,
-): PipelineAdminSecrets {
-  const token =
-    admin.tokenFile !== ''
-      ? readTokenFile(admin.tokenFile, warn)
-      : env.STREAMINFER_ADMIN_TOKEN?.trim() || undefined;
-  if (token === undefined && admin.socket === '' && !isLoopbackName(admin.host))
+): AdminSecrets {
+  const secrets = readAdminSecrets(
+    {
+      ...(admin.tokenFile !== '' ? { tokenFile: admin.tokenFile } : {}),
+      token: env.STREAMINFER_ADMIN_TOKEN?.trim() || undefined,
+      ...(admin.tls.cert !== '' ? { tlsCert: admin.tls.cert, tlsKey: admin.tls.key } : {}),
+    },
+    warn,
+  );
+  if (secrets.token === undefined && admin.socket === '' && !isLoopbackName(admin.host))
     throw new AdminSetupError(
       `the pipeline admin endpoint on "${admin.host}" (admin.host) is reachable from other machines and has no token: ` +
         'set admin.tokenFile (or STREAMINFER_ADMIN_TOKEN), or keep admin.host on loopback or use admin.socket',
     );
-  const tls = admin.tls.cert !== '' ? readTlsPair(admin.tls.cert, admin.tls.key) : undefined;
-  return { ...(token !== undefined ? { token } : {}), ...(tls ? { tls } : {}) };
+  return secrets;
 }
 
 export class PipelineAdmin {
@@ -79,7 +76,7 @@ export class PipelineAdmin {
     private readonly pipeline: () => DeliveryPipeline | undefined,
     private readonly metrics: PipelineMetrics,
     private readonly config: PipelineConfig['admin'],
-    private secrets: PipelineAdminSecrets,
+    private secrets: AdminSecrets,
     private readonly logger: Logger,
   ) {
     this.policy = policyOf(secrets);
@@ -101,7 +98,7 @@ export class PipelineAdmin {
   }
 
   /** New secrets (SIGHUP): the token for the next request, the certificate for new connections. */
-  useSecrets(secrets: PipelineAdminSecrets): void {
+  useSecrets(secrets: AdminSecrets): void {
     if (secrets.tls) this.listener?.useTls(secrets.tls);
     this.secrets = secrets;
     this.policy = policyOf(secrets);
@@ -169,7 +166,7 @@ export class PipelineAdmin {
   }
 }
 
-function policyOf(secrets: PipelineAdminSecrets): AdminPolicy {
+function policyOf(secrets: AdminSecrets): AdminPolicy {
   return { ...(secrets.token !== undefined ? { token: secrets.token } : {}), allowedOrigins: [] };
 }
 

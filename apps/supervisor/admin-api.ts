@@ -10,13 +10,12 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Counter, type Registry } from 'prom-client';
 import {
   type AdminPolicy,
+  type AdminSecrets,
   checkAdminRequest,
+  readAdminSecrets,
   readRequestBody,
-  readTlsPair,
-  readTokenFile,
   requestHead,
   sendText,
-  type TlsPair,
 } from '../../libs/admin';
 import type { ServerConfig } from '../../libs/config';
 import type { MetricJson } from '../../libs/metrics';
@@ -59,27 +58,25 @@ export interface ReloadRequest {
 }
 
 /** The admin listener's secrets as read from their files (or the token from the environment or a flag). */
-export interface AdminSecrets {
-  token?: string;
-  tls?: TlsPair;
-}
-
 /**
  * Reads the admin token file and TLS files a configuration names (at start, and on every configuration
  * reload, so a rotated token or certificate is picked up). Throws AdminSetupError naming the file.
  */
-export function readAdminSecrets(config: ServerConfig, warn: (message: string) => void): AdminSecrets {
-  const token =
-    config.adminTokenFile !== undefined ? readTokenFile(config.adminTokenFile, warn) : config.adminToken;
-  if (config.adminTokenFile !== undefined && token !== undefined && token.length < 16)
+export function serverAdminSecrets(config: ServerConfig, warn: (message: string) => void): AdminSecrets {
+  const secrets = readAdminSecrets(
+    {
+      tokenFile: config.adminTokenFile,
+      token: config.adminToken,
+      ...(config.adminTlsCert !== undefined ? { tlsCert: config.adminTlsCert } : {}),
+      ...(config.adminTlsKey !== undefined ? { tlsKey: config.adminTlsKey } : {}),
+    },
+    warn,
+  );
+  if (config.adminTokenFile !== undefined && secrets.token !== undefined && secrets.token.length < 16)
     warn(
       `the admin token in ${config.adminTokenFile} is shorter than 16 characters: use a long random token`,
     );
-  const tls =
-    config.adminTlsCert !== undefined && config.adminTlsKey !== undefined
-      ? readTlsPair(config.adminTlsCert, config.adminTlsKey)
-      : undefined;
-  return { ...(token !== undefined ? { token } : {}), ...(tls ? { tls } : {}) };
+  return secrets;
 }
 
 /** Where a control request arrived: the admin listener, or a node's data port. */

@@ -108,6 +108,16 @@ const SILENCE_POLL_MS = 1000;
 const PROBE_RELOAD_ID = 'membership-probe';
 const PROBE_TIMEOUT_MS = 5000;
 
+/** How a fleet change asked of a host's admin API runs. */
+export interface FleetChangeOptions {
+  strategy: ReloadStrategy;
+  reason: string;
+  ifRevision?: number;
+  force?: boolean;
+  /** A record that cannot be read (invalid_record) is replaced by CAS from this host's table. */
+  repair?: boolean;
+}
+
 export class FleetMember {
   private readonly commitTimeoutMs: number;
   private readonly heartbeatMs: number;
@@ -288,14 +298,7 @@ export class FleetMember {
    */
   async change(
     next: (table: FleetTable) => FleetTable,
-    options: {
-      strategy: ReloadStrategy;
-      reason: string;
-      ifRevision?: number;
-      force?: boolean;
-      /** A record that cannot be read (invalid_record) is replaced by CAS from this host's table. */
-      repair?: boolean;
-    },
+    options: FleetChangeOptions,
   ): Promise<FleetReloadOutcome> {
     this.requireCluster();
     if (this.excluded)

@@ -12,6 +12,7 @@ import {
   type AdminAddress,
   AdminListener,
   type AdminPolicy,
+  type AdminSecrets,
   AdminSetupError,
   parseAllowedOrigins,
 } from '../../libs/admin';
@@ -54,17 +55,16 @@ import { loadTls } from '../node/tls-files';
 import {
   AdminApi,
   type AdminHost,
-  type AdminSecrets,
   outcomeResponse,
   type ReloadRequest,
-  readAdminSecrets,
   respond,
+  serverAdminSecrets,
 } from './admin-api';
 import { type FleetTable, pullCacheDir } from './cluster';
 import type { ReloadOutcome, ReloadStrategy } from './coordinator';
 import { diffTables, type NodeChannel, ReloadBusyError, ReloadCoordinator } from './coordinator';
 import { joinFleet } from './fleet-join';
-import type { FleetHost, FleetMember, FleetView } from './fleet-member';
+import type { FleetChangeOptions, FleetHost, FleetMember, FleetView } from './fleet-member';
 import type { FleetReloadOutcome } from './fleet-reload';
 import { NodeSet } from './node-set';
 import type { NodeHeartbeat, NotifyHost, SystemdNotifier } from './notify';
@@ -90,7 +90,7 @@ export interface SupervisorOptions {
   tenants?: readonly TenantSpec[];
   /** The fleet's NATS settings loaded at start (with `cluster`); default: loaded from `config` on joining. */
   nats?: NatsAuth;
-  /** The admin token and TLS files as read at start (readAdminSecrets; the CLI reads them before it forks). */
+  /** The admin token and TLS files as read at start (serverAdminSecrets; the CLI reads them before it forks). */
   admin?: AdminSecrets;
 }
 
@@ -161,7 +161,8 @@ export class Supervisor implements AdminHost, NotifyHost {
     this.startedConfig = options.config;
     this.tenants = options.tenants;
     this.tenantShares = new TenantShares((node, message) => this.nodeSet.sendToNode(node, message));
-    this.adminSecrets = options.admin ?? readAdminSecrets(options.config, (message) => logger.warn(message));
+    this.adminSecrets =
+      options.admin ?? serverAdminSecrets(options.config, (message) => logger.warn(message));
     this.reloadsTotal = new Counter({
       name: 'streaminfer_reloads_total',
       help: 'Model table reloads, by result (committed, failed, unchanged) and strategy.',
@@ -747,13 +748,7 @@ export class Supervisor implements AdminHost, NotifyHost {
    */
   private async fleetChange(
     next: (table: FleetTable) => FleetTable,
-    options: {
-      strategy: ReloadStrategy;
-      reason: string;
-      ifRevision?: number;
-      force?: boolean;
-      repair?: boolean;
-    },
+    options: FleetChangeOptions,
   ): Promise<ReloadOutcome> {
     const coordinator = this.coordinator!;
     const before = coordinator.table;
@@ -960,7 +955,7 @@ export class Supervisor implements AdminHost, NotifyHost {
     // Token and TLS files are read again (rotation): one that cannot be used rejects the configuration.
     let secrets: AdminSecrets;
     try {
-      secrets = readAdminSecrets(change.next, (message) => this.logger.warn({ reason }, message));
+      secrets = serverAdminSecrets(change.next, (message) => this.logger.warn({ reason }, message));
     } catch (error) {
       if (!(error instanceof AdminSetupError)) throw error;
       this.logger.error(

@@ -63,3 +63,25 @@ export function readTlsPair(certFile: string, keyFile: string): TlsPair {
   }
   return { cert, key, certFile, keyFile };
 }
+
+/** What an admin listener authenticates with: its token and its TLS pair, each when configured. */
+export interface AdminSecrets {
+  token?: string;
+  tls?: TlsPair;
+}
+
+/**
+ * Reads what an admin listener's settings name (at start, and on every reload): the token from its file (else the
+ * token given inline), the TLS pair from its files. Throws AdminSetupError naming the file.
+ */
+export function readAdminSecrets(
+  files: { tokenFile?: string | undefined; token?: string | undefined; tlsCert?: string; tlsKey?: string },
+  warn: (message: string) => void,
+): AdminSecrets {
+  const token = files.tokenFile !== undefined ? readTokenFile(files.tokenFile, warn) : files.token;
+  const tls =
+    files.tlsCert !== undefined && files.tlsKey !== undefined
+      ? readTlsPair(files.tlsCert, files.tlsKey)
+      : undefined;
+  return { ...(token !== undefined ? { token } : {}), ...(tls ? { tls } : {}) };
+}

@@ -14,7 +14,14 @@ export {
   type ProxyHeaders,
   parseAllowedOrigins,
 } from './auth';
-export { AdminSetupError, readTlsPair, readTokenFile, type TlsPair } from './files';
+export {
+  type AdminSecrets,
+  AdminSetupError,
+  readAdminSecrets,
+  readTlsPair,
+  readTokenFile,
+  type TlsPair,
+} from './files';
 export { readRequestBody, requestHead, sendText } from './http';
 export { type AdminAddress, type AdminEndpoint, type AdminHandler, AdminListener } from './listener';
 export { bearerToken, sameToken } from './token';
