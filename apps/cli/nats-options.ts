@@ -11,6 +11,7 @@ import {
   type NatsAuth,
   type NatsAuthSettings,
   natsSettingsFromEnv,
+  natsSettingsFromKeys,
 } from '../../libs/nats-auth';
 
 export interface NatsFlags {
@@ -40,19 +41,7 @@ export function addNatsOptions(command: Command): Command {
 
 /** The flags given, as settings (undefined where not given, so the environment can apply). */
 export function natsFlagSettings(flags: NatsFlags): Omit<NatsAuthSettings, 'servers'> {
-  const out: Omit<NatsAuthSettings, 'servers'> = {};
-  if (flags.natsUser !== undefined) out.user = flags.natsUser;
-  if (flags.natsPasswordFile !== undefined) out.passwordFile = flags.natsPasswordFile;
-  if (flags.natsTokenFile !== undefined) out.tokenFile = flags.natsTokenFile;
-  if (flags.natsNkeyFile !== undefined) out.nkeyFile = flags.natsNkeyFile;
-  if (flags.natsCreds !== undefined) out.creds = flags.natsCreds;
-  const tls: NonNullable<NatsAuthSettings['tls']> = {};
-  if (flags.natsTlsCa !== undefined) tls.ca = flags.natsTlsCa;
-  if (flags.natsTlsCert !== undefined) tls.cert = flags.natsTlsCert;
-  if (flags.natsTlsKey !== undefined) tls.key = flags.natsTlsKey;
-  if (flags.natsTlsFirst) tls.handshakeFirst = true;
-  if (Object.keys(tls).length > 0) out.tls = tls;
-  return out;
+  return natsSettingsFromKeys(flags);
 }
 
 /** Flags > STREAMINFER_NATS_* > nothing, loaded and checked (throws NatsAuthError naming the flag). */

@@ -8,7 +8,13 @@ import * as path from 'node:path';
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { ServerConfig } from '../../libs/config';
-import { flagNames, loadNatsAuth, type NatsAuth, type NatsAuthSettings } from '../../libs/nats-auth';
+import {
+  flagNames,
+  loadNatsAuth,
+  type NatsAuth,
+  type NatsAuthSettings,
+  natsSettingsFromKeys,
+} from '../../libs/nats-auth';
 import { REFUSAL_REASONS, type TrustedKeys } from '../../libs/signing';
 import {
   type ArtifactTrust,
@@ -44,21 +50,7 @@ export interface JoinOptions {
 
 /** The server settings' NATS part (cluster, natsUser, natsPasswordFile, …) as the shared option set. */
 export function clusterNatsSettings(config: ServerConfig): NatsAuthSettings {
-  const settings: NatsAuthSettings = { servers: config.cluster ?? '' };
-  if (config.natsUser !== undefined) settings.user = config.natsUser;
-  if (config.natsPassword !== undefined) settings.password = config.natsPassword;
-  if (config.natsPasswordFile !== undefined) settings.passwordFile = config.natsPasswordFile;
-  if (config.natsToken !== undefined) settings.token = config.natsToken;
-  if (config.natsTokenFile !== undefined) settings.tokenFile = config.natsTokenFile;
-  if (config.natsNkeyFile !== undefined) settings.nkeyFile = config.natsNkeyFile;
-  if (config.natsCreds !== undefined) settings.creds = config.natsCreds;
-  const tls: NonNullable<NatsAuthSettings['tls']> = {};
-  if (config.natsTlsCa !== undefined) tls.ca = config.natsTlsCa;
-  if (config.natsTlsCert !== undefined) tls.cert = config.natsTlsCert;
-  if (config.natsTlsKey !== undefined) tls.key = config.natsTlsKey;
-  if (config.natsTlsFirst) tls.handshakeFirst = true;
-  if (Object.keys(tls).length > 0) settings.tls = tls;
-  return settings;
+  return { servers: config.cluster ?? '', ...natsSettingsFromKeys(config) };
 }
 
 /**

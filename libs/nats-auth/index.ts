@@ -16,6 +16,7 @@ export {
 export { REDACTED, redactNatsUrls, redactServers } from './redact';
 export { describeReplicasRefusal, MAX_REPLICAS, replicasProblem, replicasShortfall } from './replicas';
 export {
+  type FlatNatsSettings,
   flagNames,
   mergeNatsSettings,
   NATS_ENV,
@@ -25,5 +26,6 @@ export {
   type NatsSettingNames,
   type NatsTlsSettings,
   natsSettingsFromEnv,
+  natsSettingsFromKeys,
   parseFlagWord,
 } from './settings';

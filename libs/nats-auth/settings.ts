@@ -177,3 +177,39 @@ export function mergeNatsSettings(
   if (Object.keys(tls).length > 0) out.tls = tls;
   return out;
 }
+
+/**
+ * The NATS settings under their flat names (`natsUser`, `natsPasswordFile`, …, as the server's config keys and the
+ * commands' flags spell them), as the shared option set; absent keys stay absent so other layers can apply.
+ */
+export interface FlatNatsSettings {
+  natsUser?: string | undefined;
+  natsPassword?: string | undefined;
+  natsPasswordFile?: string | undefined;
+  natsToken?: string | undefined;
+  natsTokenFile?: string | undefined;
+  natsNkeyFile?: string | undefined;
+  natsCreds?: string | undefined;
+  natsTlsCa?: string | undefined;
+  natsTlsCert?: string | undefined;
+  natsTlsKey?: string | undefined;
+  natsTlsFirst?: boolean | undefined;
+}
+
+export function natsSettingsFromKeys(flat: FlatNatsSettings): Omit<NatsAuthSettings, 'servers'> {
+  const out: Omit<NatsAuthSettings, 'servers'> = {};
+  if (flat.natsUser !== undefined) out.user = flat.natsUser;
+  if (flat.natsPassword !== undefined) out.password = flat.natsPassword;
+  if (flat.natsPasswordFile !== undefined) out.passwordFile = flat.natsPasswordFile;
+  if (flat.natsToken !== undefined) out.token = flat.natsToken;
+  if (flat.natsTokenFile !== undefined) out.tokenFile = flat.natsTokenFile;
+  if (flat.natsNkeyFile !== undefined) out.nkeyFile = flat.natsNkeyFile;
+  if (flat.natsCreds !== undefined) out.creds = flat.natsCreds;
+  const tls: NatsTlsSettings = {};
+  if (flat.natsTlsCa !== undefined) tls.ca = flat.natsTlsCa;
+  if (flat.natsTlsCert !== undefined) tls.cert = flat.natsTlsCert;
+  if (flat.natsTlsKey !== undefined) tls.key = flat.natsTlsKey;
+  if (flat.natsTlsFirst) tls.handshakeFirst = true;
+  if (Object.keys(tls).length > 0) out.tls = tls;
+  return out;
+}
