@@ -7,6 +7,7 @@
  */
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
+import type { KvExpiry } from '../../libs/kv-expiry';
 import type { NatsAuth } from '../../libs/nats-auth';
 import { requirePositiveInt, StreamIoError } from './errors';
 import {
@@ -40,6 +41,8 @@ export class LeaseKeeper {
   onChange?: (change: LeaseChange) => void;
   /** The lease thread died: every partition was released as lost; the owner must fail loudly. */
   onFatal?: (err: Error) => void;
+  /** How a lease nobody renews leaves the bucket, as the thread chose it at open. */
+  expiry: KvExpiry = 'bucket';
 
   private readonly worker: Worker;
   private readonly slots: BigInt64Array;
@@ -74,6 +77,7 @@ export class LeaseKeeper {
       partitions: options.partitions,
       ttlMs: options.ttlMs,
       reclaim: options.reclaim ?? false,
+      expiry: options.expiry ?? 'auto',
       maxStallMs: options.maxStallMs,
       slots: sab,
       logLevel: options.logger.level,
@@ -168,6 +172,7 @@ export class LeaseKeeper {
   private onMessage(m: FromThread): void {
     switch (m.type) {
       case 'opened':
+        this.expiry = m.expiry;
         this.opened?.resolve();
         this.opened = null;
         return;

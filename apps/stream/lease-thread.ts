@@ -81,6 +81,7 @@ async function open(): Promise<void> {
       partitions: init.partitions,
       ttlMs: init.ttlMs,
       reclaim: init.reclaim,
+      expiry: init.expiry,
       logger,
       mayRenew: mainAlive,
       onValidity: (partition, until) => Atomics.store(slots, SLOT_PARTITIONS + partition, BigInt(until)),
@@ -93,7 +94,7 @@ async function open(): Promise<void> {
   }
   leases.onChange = (change) => post({ type: 'change', change });
   leases.onLive = (live) => post({ type: 'live', live });
-  post({ type: 'opened' });
+  post({ type: 'opened', expiry: leases.expiry });
 }
 
 async function stop(): Promise<void> {

@@ -4,6 +4,7 @@
  * per-message fence reads the slots.
  */
 
+import type { KvExpiry, KvExpiryWanted } from '../../libs/kv-expiry';
 import type { NatsAuth } from '../../libs/nats-auth';
 import { StreamIoError, type StreamIoErrorCode } from './errors';
 import type { LeaseChange, ReleaseReason } from './leases';
@@ -31,6 +32,7 @@ export interface ThreadInit {
   partitions: number;
   ttlMs: number;
   reclaim: boolean;
+  expiry: KvExpiryWanted;
   maxStallMs: number;
   slots: SharedArrayBuffer;
   logLevel: string;
@@ -50,7 +52,7 @@ export type ToThread =
   | { type: 'stop' };
 
 export type FromThread =
-  | { type: 'opened' }
+  | { type: 'opened'; expiry: KvExpiry }
   | { type: 'failed'; error: WireError }
   | { type: 'acquire'; id: number; partition: number }
   | { type: 'release'; id: number; partition: number; reason: ReleaseReason }

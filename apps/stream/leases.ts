@@ -1,12 +1,22 @@
 /**
  * Partition ownership through leases in a NATS KV bucket, so several `stream` instances share P partitions.
- * A lease is the key `<group>.p.<k>`, created only when absent (kv.create) and renewed by compare-and-set;
- * the bucket's TTL (max_age: nats 2.9 has no per-message TTL) removes a lease whose owner stopped renewing.
- * Every instance writes a heartbeat `<group>.i.<id>`; the live heartbeats decide each one's balanced share.
+ * A lease is the key `<group>.p.<k>`, created only when absent (kv.create) and renewed by compare-and-set.
+ * A lease whose owner stopped renewing goes by the bucket's TTL (max_age: nats 2.9 has no per-message TTL,
+ * the others find out on their next pass) or, on nats 2.11+, by its own per-key TTL with a limit marker the
+ * others' watch receives (libs/kv-expiry). Every instance writes a heartbeat `<group>.i.<id>`; the live
+ * heartbeats decide each one's balanced share.
  */
 import { JetStreamApiCodes, JetStreamApiError } from '@nats-io/jetstream';
 import { type KV, Kvm, type KvWatchEntry } from '@nats-io/kv';
 import type { Logger } from 'pino';
+import {
+  bucketLimits,
+  chooseExpiry,
+  type KvExpiry,
+  type KvExpiryWanted,
+  keyTtlHeader,
+  type ServerFacts,
+} from '../../libs/kv-expiry';
 import { describeReplicasRefusal, replicasShortfall } from '../../libs/nats-auth';
 import type { NatsHandle } from './connection';
 import { requireName, requirePositiveInt, StreamIoError } from './errors';
@@ -36,6 +46,11 @@ export interface LeaseOptions {
   mayRenew?: () => boolean;
   /** Each change of a partition's fence: until when holds() is true (ms since epoch), 0 once lost or released. */
   onValidity?: (partition: number, validUntil: number) => void;
+  /**
+   * 'auto' (default): per-key TTLs and limit markers where the server (2.11+) and the bucket have them, the
+   * bucket-wide TTL otherwise; 'bucket': the bucket-wide TTL only (the benchmark compares the two).
+   */
+  expiry?: KvExpiryWanted;
 }
 
 export type ReleaseReason = 'rebalance' | 'lost' | 'stop';
@@ -141,6 +156,25 @@ function isWrongRevision(err: unknown): boolean {
 /** Debounce before an assignment pass, so a burst of watch events (a graceful stop deletes several keys) is one pass. */
 const ASSIGN_DEBOUNCE_MS = 50;
 
+/**
+ * Per-key TTL mode with the watch running: expiries, joins and leaves arrive on the watch, so a pass on every
+ * renewal tick would only poll; one pass every this many ticks (once per TTL) is the backstop.
+ */
+const KEY_MODE_PASS_EVERY_TICKS = 3;
+
+/** What the connected server says of itself; a refused $JS.API.INFO leaves the version to decide. */
+export async function serverFacts(nats: NatsHandle): Promise<ServerFacts> {
+  const version = nats.nc.info?.version;
+  const level = await nats.jsm
+    .getAccountInfo()
+    .then((info) => info.api.level)
+    .catch(() => undefined);
+  return {
+    ...(version !== undefined ? { version } : {}),
+    ...(level !== undefined ? { apiLevel: level } : {}),
+  };
+}
+
 export class PartitionLeases {
   /** Called on every ownership change (e.g. to update a partitions-owned gauge); must not throw. */
   onChange?: (change: LeaseChange) => void;
@@ -158,6 +192,10 @@ export class PartitionLeases {
   private assignAgain = false;
   private heartbeating = false;
   private watcher: { stop(): void } | null = null;
+  /** The watch is delivering (in per-key TTL mode it stands in for most passes). */
+  private watching = false;
+  private ticks = 0;
+  private readonly ttlHeader: string;
   private stopped = false;
   /** reclaim: the first pass looked for leases left under this id. */
   private reclaimed = false;
@@ -165,18 +203,25 @@ export class PartitionLeases {
   private constructor(
     private readonly kv: KV,
     private readonly options: LeaseOptions,
+    /** How a lease or heartbeat nobody rewrites leaves the bucket (chosen at open, logged). */
+    readonly expiry: KvExpiry,
   ) {
     this.preference = preferenceOrder(options.instanceId, options.partitions);
     this.renewEveryMs = Math.max(1, Math.floor(options.ttlMs / 3));
+    this.ttlHeader = keyTtlHeader(options.ttlMs);
   }
 
   static async open(options: LeaseOptions): Promise<PartitionLeases> {
     checkLeaseOptions(options);
     let kv: KV;
+    let expiry: KvExpiry;
     try {
       const replicas = options.nats.replicas;
+      const wanted = options.expiry ?? 'auto';
+      const server = await serverFacts(options.nats);
+      // history 1 matters for per-key TTLs too: no older revision can come back when the newest expires.
       kv = await new Kvm(options.nats.js).create(options.bucket, {
-        ttl: options.ttlMs,
+        ...bucketLimits(wanted, server, options.ttlMs),
         history: 1,
         replicas,
       });
@@ -195,6 +240,17 @@ export class PartitionLeases {
           'stream_mismatch',
           `lease bucket ${options.bucket} has ttl ${ttl} ms, expected ${options.ttlMs} ms`,
         );
+      // A bucket keeps the mechanism it was created with; the log says which one runs, and why.
+      const choice = chooseExpiry(
+        wanted,
+        server,
+        { markerTtlMs: status.markerTTL },
+        `lease bucket ${options.bucket}`,
+      );
+      expiry = choice.expiry;
+      const line = { bucket: options.bucket, expiry, instance: options.instanceId };
+      if (choice.warn) options.logger.warn(line, choice.why);
+      else options.logger.info(line, choice.why);
     } catch (err) {
       if (err instanceof StreamIoError) throw err;
       const refused = describeReplicasRefusal(err, options.nats.replicas, `lease bucket ${options.bucket}`);
@@ -203,7 +259,7 @@ export class PartitionLeases {
         cause: err,
       });
     }
-    return new PartitionLeases(kv, options);
+    return new PartitionLeases(kv, options, expiry);
   }
 
   /** Starts heartbeats, renewals and assignment (first pass right away). */
@@ -350,7 +406,36 @@ export class PartitionLeases {
         this.markLost(lease);
       } else void this.renew(lease);
     }
-    void this.heartbeat().finally(() => this.scheduleAssign());
+    this.ticks++;
+    const passDue =
+      this.expiry === 'bucket' || !this.watching || this.ticks % KEY_MODE_PASS_EVERY_TICKS === 0;
+    void this.heartbeat().finally(() => {
+      if (passDue) this.scheduleAssign();
+    });
+  }
+
+  /**
+   * Every write of a lease or heartbeat: `previous` 'absent' (create), a revision (compare-and-set) or none.
+   * In per-key TTL mode each carries Nats-TTL (kv.update and kv.put take none: a plain publish then).
+   */
+  private async write(
+    key: string,
+    value: string,
+    previous: number | 'absent' | undefined,
+    timeoutMs?: number,
+  ): Promise<number> {
+    const keyTtl = this.expiry === 'key';
+    if (previous === 'absent') return this.kv.create(key, value, keyTtl ? this.ttlHeader : undefined);
+    if (!keyTtl) {
+      if (previous !== undefined) return this.kv.update(key, value, previous, timeoutMs);
+      return this.kv.put(key, value, timeoutMs !== undefined ? { timeout: timeoutMs } : {});
+    }
+    const ack = await this.options.nats.js.publish(`$KV.${this.options.bucket}.${key}`, value, {
+      ttl: this.ttlHeader,
+      ...(previous !== undefined ? { expect: { lastSubjectSequence: previous } } : {}),
+      ...(timeoutMs !== undefined ? { timeout: timeoutMs } : {}),
+    });
+    return ack.seq;
   }
 
   private async renew(lease: Lease): Promise<void> {
@@ -358,7 +443,7 @@ export class PartitionLeases {
     lease.renewing = true;
     const sentAt = Date.now();
     try {
-      lease.revision = await this.kv.update(
+      lease.revision = await this.write(
         this.leaseKey(lease.partition),
         lease.value,
         lease.revision,
@@ -427,7 +512,7 @@ export class PartitionLeases {
         at: new Date().toISOString(),
         owned: this.owned(),
       };
-      await this.kv.put(this.heartbeatKey(), JSON.stringify(value), { timeout: this.renewEveryMs });
+      await this.write(this.heartbeatKey(), JSON.stringify(value), undefined, this.renewEveryMs);
     } catch (err) {
       this.options.logger.debug({ err }, 'heartbeat failed');
     } finally {
@@ -446,10 +531,13 @@ export class PartitionLeases {
       this.watcher = iter;
       const leasePrefix = `${this.options.group}.p.`;
       const instancePrefix = `${this.options.group}.i.`;
+      this.watching = true;
       // If the watch ends (connection closed) the ticks still run every pass, only later.
       for await (const entry of iter) this.onWatch(entry, leasePrefix, instancePrefix);
     } catch (err) {
       if (!this.stopped) this.warn('watch', err);
+    } finally {
+      this.watching = false;
     }
   }
 
@@ -585,9 +673,9 @@ export class PartitionLeases {
         if (!entry || entry.operation !== 'PUT') return;
         const holder = (JSON.parse(new TextDecoder().decode(entry.value)) as Partial<LeaseValue>).instance;
         if (holder !== this.options.instanceId) return;
-        revision = await this.kv.update(this.leaseKey(partition), text, entry.revision);
+        revision = await this.write(this.leaseKey(partition), text, entry.revision);
         this.options.logger.info({ partition }, 'took back the lease of a previous life of this instance');
-      } else revision = await this.kv.create(this.leaseKey(partition), text);
+      } else revision = await this.write(this.leaseKey(partition), text, 'absent');
     } catch (err) {
       // Someone else was faster: the usual race between joiners, not an error.
       if (!isWrongRevision(err)) this.warn(`create of partition ${partition}`, err);

@@ -106,6 +106,12 @@ export async function joinFleet(
       onError: (error, what) => logger.warn({ err: (error as Error).message }, `fleet: ${what} failed`),
     }),
   );
+  // Which mechanism drops a silent host's heartbeat: per-key TTL with limit markers (2.11+) or max_age.
+  (board.expiry.warn ? logger.warn : logger.info).call(
+    logger,
+    { bucket: connection.names.hostsBucket, expiry: board.mode },
+    `fleet: ${board.expiry.why}`,
+  );
   let base: { record: FleetRecord; revision: number } | undefined;
   let behind: string | undefined;
   try {

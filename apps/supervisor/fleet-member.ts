@@ -645,6 +645,7 @@ export class FleetMember {
   private untilSilent(host: string, step: Promise<HostStepAnswer>): Promise<HostStepAnswer> {
     let timer: NodeJS.Timeout | undefined;
     let settled = false;
+    let stopWatch: () => void = () => undefined;
     const silent = new Promise<HostStepAnswer>((resolve) => {
       const check = async () => {
         if (settled) return;
@@ -660,13 +661,22 @@ export class FleetMember {
               ? `host ${host} is no longer a member`
               : `host ${host} went silent: no heartbeat within ${this.options.board.ttlMs} ms`,
           });
-        else timer = setTimeout(() => void check(), SILENCE_POLL_MS);
+        else {
+          if (timer) clearTimeout(timer);
+          timer = setTimeout(() => void check(), SILENCE_POLL_MS);
+        }
       };
       timer = setTimeout(() => void check(), SILENCE_POLL_MS);
+      // Per-key TTL mode: the heartbeat's limit marker says it at once (the check confirms), not the next poll.
+      stopWatch = this.options.board.watchGone(host, () => {
+        if (timer) clearTimeout(timer);
+        void check();
+      });
     });
     return Promise.race([step, silent]).finally(() => {
       settled = true;
       if (timer) clearTimeout(timer);
+      stopWatch();
     });
   }
 

@@ -1,11 +1,14 @@
 /**
  * The fleet's live hosts: each host puts its HostBeat under its host id every TTL/4 in a bucket whose max_age
- * is the TTL (nats 2.9 has no per-key TTL), so a host that stops drops out after the TTL.
+ * is the TTL, so a host that stops drops out after the TTL. On nats 2.11+ each beat also carries its own TTL
+ * and the bucket has limit markers (libs/kv-expiry): a peer waiting on a host learns from a watch that its
+ * heartbeat expired, instead of on its next poll.
  */
 import type { KV } from '@nats-io/kv';
+import { type ExpiryChoice, type KvExpiry, type KvExpiryWanted, keyTtlHeader } from '../../../libs/kv-expiry';
 import type { ClusterConnection } from './connection';
 import { requirePositiveInt } from './errors';
-import { listKeys, openBucket } from './kv-bucket';
+import { listKeys, openTtlBucket } from './kv-bucket';
 import { decodeJson, type HostBeat, parseHostBeat, requireHostId } from './records';
 
 export const DEFAULT_HEARTBEAT_TTL_MS = 10_000;
@@ -15,10 +18,14 @@ export interface HostBoardOptions {
   ttlMs?: number;
   /** A failed beat or a malformed heartbeat skipped by list(); never thrown. */
   onError?: (err: unknown, what: string) => void;
+  /** 'auto' (default): per-key TTLs and limit markers where server and bucket have them; 'bucket': max_age only. */
+  expiry?: KvExpiryWanted;
 }
 
 export class HostBoard {
   readonly ttlMs: number;
+  /** How a heartbeat nobody rewrites leaves the bucket, and why (chosen at open; the caller logs it). */
+  readonly expiry: ExpiryChoice;
   private timer: NodeJS.Timeout | undefined;
   private beating = false;
 
@@ -26,21 +33,73 @@ export class HostBoard {
     private readonly conn: ClusterConnection,
     private readonly kv: KV,
     ttlMs: number,
+    expiry: ExpiryChoice,
     private readonly onError: (err: unknown, what: string) => void,
   ) {
     this.ttlMs = ttlMs;
+    this.expiry = expiry;
   }
 
   static async open(conn: ClusterConnection, options: HostBoardOptions = {}): Promise<HostBoard> {
     const ttlMs = requirePositiveInt('heartbeat ttlMs', options.ttlMs ?? DEFAULT_HEARTBEAT_TTL_MS, 1000);
-    const kv = await openBucket(conn, conn.names.hostsBucket, { history: 1, ttlMs });
-    return new HostBoard(conn, kv, ttlMs, options.onError ?? (() => undefined));
+    const { kv, choice } = await openTtlBucket(conn, conn.names.hostsBucket, {
+      history: 1,
+      ttlMs,
+      wanted: options.expiry ?? 'auto',
+    });
+    return new HostBoard(conn, kv, ttlMs, choice, options.onError ?? (() => undefined));
   }
 
-  /** Puts one heartbeat under `value.host`. */
+  get mode(): KvExpiry {
+    return this.expiry.expiry;
+  }
+
+  /** Puts one heartbeat under `value.host` (with its own TTL in per-key mode: kv.put takes none). */
   async beat(value: HostBeat): Promise<void> {
     const beat = parseHostBeat(value);
-    await this.conn.call('heartbeat', () => this.kv.put(beat.host, JSON.stringify(beat)));
+    const text = JSON.stringify(beat);
+    await this.conn.call('heartbeat', async () => {
+      if (this.mode === 'bucket') await this.kv.put(beat.host, text);
+      else
+        await this.conn.js.publish(`$KV.${this.conn.names.hostsBucket}.${beat.host}`, text, {
+          ttl: keyTtlHeader(this.ttlMs),
+        });
+    });
+  }
+
+  /**
+   * Calls `onGone` when the server removes `hostId`'s heartbeat (its limit marker, a delete or a purge), as
+   * its watch receives it: per-key TTL mode only (in bucket mode nothing tells; the caller polls alive()).
+   * Returns the stop. A watch that cannot start leaves the caller's polling to find out.
+   */
+  watchGone(hostId: string, onGone: () => void): () => void {
+    if (this.mode !== 'key') return () => undefined;
+    let stopped = false;
+    let iter: { stop(): void } | undefined;
+    void (async () => {
+      try {
+        const watch = await this.kv.watch({ key: requireHostId(hostId), include: 'updates' });
+        if (stopped) {
+          watch.stop();
+          return;
+        }
+        iter = watch;
+        for await (const entry of watch) {
+          if (entry.operation !== 'PUT') {
+            if (!stopped) onGone();
+            return;
+          }
+        }
+      } catch (err) {
+        if (!stopped) this.onError(err, `heartbeat watch of ${hostId}`);
+      } finally {
+        iter?.stop();
+      }
+    })();
+    return () => {
+      stopped = true;
+      iter?.stop();
+    };
   }
 
   /** Beats now and every intervalMs (default TTL/4) until stop(); a failed beat goes to onError. */

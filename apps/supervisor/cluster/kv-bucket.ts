@@ -5,6 +5,13 @@
 import { JetStreamApiCodes, JetStreamApiError } from '@nats-io/jetstream';
 import { type KV, Kvm } from '@nats-io/kv';
 import { type ObjectStore, Objm } from '@nats-io/obj';
+import {
+  bucketLimits,
+  chooseExpiry,
+  type ExpiryChoice,
+  type KvExpiryWanted,
+  type ServerFacts,
+} from '../../../libs/kv-expiry';
 import { describeReplicasRefusal, replicasShortfall } from '../../../libs/nats-auth';
 import type { ClusterConnection } from './connection';
 import { ClusterError } from './errors';
@@ -16,7 +23,7 @@ import { ClusterError } from './errors';
 export function openBucket(
   conn: ClusterConnection,
   bucket: string,
-  options: { history: number; ttlMs?: number },
+  options: { history: number; ttlMs?: number; markerTtlMs?: number },
 ): Promise<KV> {
   return conn.call(`bucket ${bucket}`, async () => {
     const kvm = new Kvm(conn.js);
@@ -26,6 +33,7 @@ export function openBucket(
         history: options.history,
         ttl: options.ttlMs ?? 0,
         replicas: conn.replicas,
+        ...(options.markerTtlMs ? { markerTTL: options.markerTtlMs } : {}),
       });
     } catch (err) {
       const refused = describeReplicasRefusal(err, conn.replicas, `bucket ${bucket}`);
@@ -45,6 +53,42 @@ export function openBucket(
       );
     return kv;
   });
+}
+
+/** What the connected server says of itself; a refused $JS.API.INFO leaves the version to decide. */
+async function serverFacts(conn: ClusterConnection): Promise<ServerFacts> {
+  const version = conn.nc.info?.version;
+  const level = await conn.jsm
+    .getAccountInfo()
+    .then((info) => info.api.level)
+    .catch(() => undefined);
+  return {
+    ...(version !== undefined ? { version } : {}),
+    ...(level !== undefined ? { apiLevel: level } : {}),
+  };
+}
+
+/**
+ * A bucket whose keys expire (libs/kv-expiry): created with limit markers where the server has them (and
+ * `wanted` allows), opened as openBucket does; the mechanism it runs is the bucket's, said in `choice`.
+ */
+export async function openTtlBucket(
+  conn: ClusterConnection,
+  bucket: string,
+  options: { history: number; ttlMs: number; wanted: KvExpiryWanted },
+): Promise<{ kv: KV; choice: ExpiryChoice }> {
+  const server = await conn.call(`bucket ${bucket}`, () => serverFacts(conn));
+  const limits = bucketLimits(options.wanted, server, options.ttlMs);
+  const kv = await openBucket(conn, bucket, {
+    history: options.history,
+    ttlMs: limits.ttl,
+    ...(limits.markerTTL ? { markerTtlMs: limits.markerTTL } : {}),
+  });
+  const status = await conn.call(`bucket ${bucket}`, () => kv.status());
+  return {
+    kv,
+    choice: chooseExpiry(options.wanted, server, { markerTtlMs: status.markerTTL }, `bucket ${bucket}`),
+  };
 }
 
 /** Creates the object store when missing (with the connection's replica count); an existing one needs as many. */
