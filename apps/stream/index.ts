@@ -43,6 +43,7 @@ export {
   PartitionLeases,
   preferenceOrder,
   type ReleaseReason,
+  serverFacts,
 } from './leases';
 export { PipelineMetrics } from './metrics';
 export { type PartitionStatus, PartitionWorker, type PipelineCounts } from './partition';

@@ -31,6 +31,7 @@ import {
   type RegistryStore,
   type RegistryWatch,
   RolloutRecords,
+  SILENCE_POLL_MS,
   serveHostSteps,
 } from './cluster';
 import type { ReloadCoordinator, ReloadStrategy, StepAnswer } from './coordinator';
@@ -102,8 +103,6 @@ const RESOLVE_POLL_MS = 1000;
 const MAX_RETRY_MS = 30_000;
 /** Tries of one membership CAS (join, leave, exclude) against other writers before it gives up. */
 const MEMBERSHIP_TRIES = 10;
-/** A step to a member is given up (`down`) once its heartbeat has expired: checked this often. */
-const SILENCE_POLL_MS = 1000;
 /** The reloadId of the step that asks a heartbeating host whether it is there (format-1 migration). */
 const PROBE_RELOAD_ID = 'membership-probe';
 const PROBE_TIMEOUT_MS = 5000;
@@ -643,41 +642,21 @@ export class FleetMember {
    * prepared and then went silent is in doubt on its side, and fences itself until it reads the outcome.
    */
   private untilSilent(host: string, step: Promise<HostStepAnswer>): Promise<HostStepAnswer> {
-    let timer: NodeJS.Timeout | undefined;
-    let settled = false;
-    let stopWatch: () => void = () => undefined;
-    const silent = new Promise<HostStepAnswer>((resolve) => {
-      const check = async () => {
-        if (settled) return;
-        const members = this.latest?.record.members;
-        const gone = members !== undefined && !members.includes(host);
-        const alive = gone ? false : await this.options.board.alive(host).catch(() => true);
-        if (settled) return;
-        if (!alive)
-          resolve({
-            ok: false,
-            down: true,
-            error: gone
-              ? `host ${host} is no longer a member`
-              : `host ${host} went silent: no heartbeat within ${this.options.board.ttlMs} ms`,
-          });
-        else {
-          if (timer) clearTimeout(timer);
-          timer = setTimeout(() => void check(), SILENCE_POLL_MS);
-        }
-      };
-      timer = setTimeout(() => void check(), SILENCE_POLL_MS);
-      // Per-key TTL mode: the heartbeat's limit marker says it at once (the check confirms), not the next poll.
-      stopWatch = this.options.board.watchGone(host, () => {
-        if (timer) clearTimeout(timer);
-        void check();
-      });
+    const wait = this.options.board.whenSilent(host, SILENCE_POLL_MS, () => {
+      const members = this.latest?.record.members;
+      return members !== undefined && !members.includes(host);
     });
-    return Promise.race([step, silent]).finally(() => {
-      settled = true;
-      if (timer) clearTimeout(timer);
-      stopWatch();
-    });
+    const silent = wait.silent.then(
+      (why): HostStepAnswer => ({
+        ok: false,
+        down: true,
+        error:
+          why === 'removed'
+            ? `host ${host} is no longer a member`
+            : `host ${host} went silent: no heartbeat within ${this.options.board.ttlMs} ms`,
+      }),
+    );
+    return Promise.race([step, silent]).finally(() => wait.stop());
   }
 
   /** One barrier step from the fleet coordinator. Never throws: a failure is `{ok: false}`. */

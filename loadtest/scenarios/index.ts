@@ -6,6 +6,7 @@ import type { Scenario } from '../types';
 import { batching } from './batching';
 import { fleet } from './fleet';
 import { hotSwap } from './hot-swap';
+import { kvTtl } from './kv-ttl';
 import { overload } from './overload';
 import { registry } from './registry';
 import { rollout } from './rollout';
@@ -32,6 +33,7 @@ export const SCENARIOS: readonly Scenario[] = [
   stream,
   streamChaos,
   streamScale,
+  kvTtl,
   sweep,
 ];
 

@@ -13,6 +13,9 @@ import { decodeJson, type HostBeat, parseHostBeat, requireHostId } from './recor
 
 export const DEFAULT_HEARTBEAT_TTL_MS = 10_000;
 
+/** How often a peer waiting on a host checks its heartbeat (the watch tells sooner in per-key TTL mode). */
+export const SILENCE_POLL_MS = 1000;
+
 export interface HostBoardOptions {
   /** Heartbeat TTL (the bucket's max_age), >= 1000 ms. */
   ttlMs?: number;
@@ -68,11 +71,56 @@ export class HostBoard {
   }
 
   /**
+   * Resolves once `hostId` is silent: 'removed' when `removed()` says so (no longer a member), 'silent' when
+   * its heartbeat is older than the TTL. alive() is polled every pollMs; in per-key TTL mode the heartbeat's
+   * limit marker also reaches a watch at once (the check then confirms), instead of on the next poll. stop()
+   * ends the polling and the watch; the promise then never settles.
+   */
+  whenSilent(
+    hostId: string,
+    pollMs: number,
+    removed: () => boolean = () => false,
+  ): { silent: Promise<'silent' | 'removed'>; stop(): void } {
+    let timer: NodeJS.Timeout | undefined;
+    let settled = false;
+    let stopWatch: () => void = () => undefined;
+    const silent = new Promise<'silent' | 'removed'>((resolve) => {
+      const check = async () => {
+        if (settled) return;
+        const gone = removed();
+        const alive = gone ? false : await this.alive(hostId).catch(() => true);
+        if (settled) return;
+        if (!alive) {
+          settled = true;
+          stopWatch();
+          resolve(gone ? 'removed' : 'silent');
+          return;
+        }
+        if (timer) clearTimeout(timer);
+        timer = setTimeout(() => void check(), pollMs);
+      };
+      timer = setTimeout(() => void check(), pollMs);
+      stopWatch = this.watchGone(hostId, () => {
+        if (timer) clearTimeout(timer);
+        void check();
+      });
+    });
+    return {
+      silent,
+      stop: () => {
+        settled = true;
+        if (timer) clearTimeout(timer);
+        stopWatch();
+      },
+    };
+  }
+
+  /**
    * Calls `onGone` when the server removes `hostId`'s heartbeat (its limit marker, a delete or a purge), as
    * its watch receives it: per-key TTL mode only (in bucket mode nothing tells; the caller polls alive()).
    * Returns the stop. A watch that cannot start leaves the caller's polling to find out.
    */
-  watchGone(hostId: string, onGone: () => void): () => void {
+  private watchGone(hostId: string, onGone: () => void): () => void {
     if (this.mode !== 'key') return () => undefined;
     let stopped = false;
     let iter: { stop(): void } | undefined;

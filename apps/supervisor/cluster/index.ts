@@ -18,7 +18,7 @@ export { CoordinatorLease, DEFAULT_LEASE_TTL_MS } from './coordinator-lease';
 export type { ClusterErrorCode, RegistryEntry } from './errors';
 export { ClusterError } from './errors';
 export type { HostBoardOptions } from './host-board';
-export { DEFAULT_HEARTBEAT_TTL_MS, HostBoard } from './host-board';
+export { DEFAULT_HEARTBEAT_TTL_MS, HostBoard, SILENCE_POLL_MS } from './host-board';
 export type {
   HostStep,
   HostStepAnswer,
