@@ -345,7 +345,14 @@ export const kvTtl: Scenario = {
       `Native at least as good on takeover, heartbeat gone and messages out: ${verdict ? 'yes' : 'no'}.`,
     ].join('\n');
     return {
-      params: { broker: url, version, apiLevel, ...plan, rounds: ctx.rounds, pollMs: SILENCE_POLL_MS },
+      params: {
+        broker: url,
+        version,
+        apiLevel: apiLevel ?? 'none',
+        ...plan,
+        rounds: ctx.rounds,
+        pollMs: SILENCE_POLL_MS,
+      },
       // No load runs (the report's load table would be empty): the sides are in the table above and in data.
       runs: [],
       ratios,
