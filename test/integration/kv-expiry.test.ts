@@ -13,9 +13,10 @@ import path from 'node:path';
 import { Writable } from 'node:stream';
 import { Kvm } from '@nats-io/kv';
 import pino from 'pino';
-import { connectNats, type NatsHandle, PartitionLeases, serverFacts } from '../../apps/stream';
+import { connectNats, LeaseKeeper, type NatsHandle, PartitionLeases, serverFacts } from '../../apps/stream';
 import { ClusterConnection, type HostBeat, HostBoard } from '../../apps/supervisor/cluster';
 import { type KvExpiry, noticeBoundMs, serverHasKeyTtl } from '../../libs/kv-expiry';
+import { loadNatsAuth } from '../../libs/nats-auth';
 import { CURRENT_NATS, DEBIAN_NATS, freePort } from './nats-auth-kit';
 
 const silent = pino({ level: 'silent' });
@@ -241,7 +242,32 @@ describe.each([
     }
   });
 
-  test('a bucket created under the other mechanism: opened with a clear word, keys still expire', async () => {
+  test('the pipeline’s lease thread chooses the same mechanism; markers only where the server has them', async () => {
+    const bucket = `kvexp${process.pid}k${Date.now() % 100_000}`;
+    const keeper = await LeaseKeeper.open({
+      auth: loadNatsAuth({ servers: server.url }),
+      bucket,
+      group: GROUP,
+      instanceId: 'thread',
+      partitions: 1,
+      ttlMs: 2000,
+      logger: silent,
+    });
+    try {
+      expect(keeper.expiry).toBe(expected);
+      keeper.start({ acquire: async () => undefined, release: async () => undefined });
+      await until('the lease', () => keeper.holds(0), 5000);
+      const status = await (await new Kvm(nats.js).open(bucket)).status();
+      // Limit markers where the server has them; max_age, the backstop, always.
+      expect(status.markerTTL > 0).toBe(expected === 'key');
+      expect(status.ttl).toBe(2000);
+    } finally {
+      await keeper.stop();
+      await nats.jsm.streams.delete(`KV_${bucket}`).catch(() => undefined);
+    }
+  });
+
+  test('a bucket created under the other mechanism: opened with a clear word; another TTL still refused', async () => {
     const bucket = `kvexp${process.pid}m${Date.now() % 100_000}`;
     const ttlMs = 1000;
     try {
