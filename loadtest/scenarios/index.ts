@@ -13,6 +13,7 @@ import { runaway } from './runaway';
 import { slowConsumer } from './slow-consumer';
 import { stream } from './stream';
 import { streamChaos } from './stream-chaos';
+import { streamOwnership } from './stream-ownership';
 import { streamScale } from './stream-scale';
 import { sweep } from './sweep';
 import { wsEcho } from './ws-echo';
@@ -32,6 +33,7 @@ export const SCENARIOS: readonly Scenario[] = [
   stream,
   streamChaos,
   streamScale,
+  streamOwnership,
   sweep,
 ];
 
