@@ -5,7 +5,8 @@
  * two worker instances (loadtest/stream/ownership-worker.ts) share `partitions` partitions, each with its
  * own durable; the pinned side's durables carry priority group `owners`, policy pinned_client and
  * priority_timeout = the lease TTL (the same time to tell a dead owner), and every instance pulls from
- * every partition. Three phases:
+ * every partition; the pinned-timed side also fences itself once its last pull is priority_timeout old.
+ * Three phases:
  *
  *   throughput  a backlog published while the workers are gated, then released: effects/s to drain it,
  *               and how many partitions each instance ended up working;
@@ -40,6 +41,14 @@ import { type OwnershipWorkerConfig, PRIORITY_GROUP } from '../stream/ownership-
 import type { Ratio, RunRecord, Scenario, ScenarioContext } from '../types';
 
 type Mode = OwnershipWorkerConfig['mode'];
+
+const MODES: readonly Mode[] = ['lease', 'pinned', 'pinned-timed'];
+
+const LABELS: Record<Mode, string> = {
+  lease: 'KV leases',
+  pinned: 'pinned client',
+  'pinned-timed': 'pinned client + last-pull fence',
+};
 
 interface Plan {
   partitions: number;
@@ -80,6 +89,22 @@ const QUICK: Plan = {
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, Math.max(0, ms)));
 
+/** Every process this scenario started: none may outlive the bench (its SIGINT handler ends in exit). */
+const children = new Set<ChildProcess>();
+let exitHook = false;
+
+function track(child: ChildProcess): ChildProcess {
+  if (!exitHook) {
+    process.once('exit', () => {
+      for (const c of children) c.kill('SIGKILL');
+    });
+    exitHook = true;
+  }
+  children.add(child);
+  child.once('exit', () => children.delete(child));
+  return child;
+}
+
 // ---- The broker: the current release, its own process. ----
 
 function currentNatsServer(): string {
@@ -106,9 +131,11 @@ async function startBroker(binary: string): Promise<Broker> {
   const version = execFileSync(binary, ['--version'], { encoding: 'utf8' }).trim();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-ownership-'));
   const port = await freePort();
-  const child = spawn(binary, ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', dir], {
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
+  const child = track(
+    spawn(binary, ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', dir], {
+      stdio: ['ignore', 'ignore', 'ignore'],
+    }),
+  );
   const url = `nats://127.0.0.1:${port}`;
   const stop = async () => {
     child.kill('SIGTERM');
@@ -173,7 +200,7 @@ class Run {
         ack_wait: nanos(this.plan.ackWaitMs),
         max_ack_pending: 10_000,
         max_deliver: -1,
-        ...(this.mode === 'pinned'
+        ...(this.mode !== 'lease'
           ? {
               priority_groups: [PRIORITY_GROUP],
               priority_policy: 'pinned_client' as const,
@@ -202,9 +229,11 @@ class Run {
         workUs: this.plan.workUs,
         gated,
       };
-      const child = spawn(process.execPath, [script, JSON.stringify(cfg)], {
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
+      const child = track(
+        spawn(process.execPath, [script, JSON.stringify(cfg)], {
+          stdio: ['ignore', 'pipe', 'pipe'],
+        }),
+      );
       const w: Worker = { id: cfg.instanceId, child, owns: new Set() };
       let buf = '';
       child.stdout!.setEncoding('utf8');
@@ -340,7 +369,7 @@ async function throughputPhase(run: Run): Promise<ThroughputFigures> {
   await run.provision();
   run.start(true);
   if (run.mode === 'lease' && !(await run.settled(30_000))) throw new Error('leases did not settle in 30 s');
-  if (run.mode === 'pinned') await sleep(1500);
+  if (run.mode !== 'lease') await sleep(1500);
   await run.publishBacklog(run.plan.backlog);
   await sleep(500);
   const released = Date.now();
@@ -494,7 +523,7 @@ function roundRows(all: RoundFigures[]): (string | number)[][] {
 export const streamOwnership: Scenario = {
   name: 'stream-ownership',
   description:
-    'partition ownership: KV leases vs NATS 2.11 pinned-client priority groups (failover after kill -9, throughput, duplicates, a stalled owner’s effects)',
+    'partition ownership: KV leases vs NATS 2.11 pinned-client priority groups, with and without a last-pull fence (failover after kill -9, throughput, duplicates, a stalled owner’s effects)',
   async run(ctx) {
     const plan = ctx.quick ? QUICK : FULL;
     const broker = await startBroker(currentNatsServer());
@@ -503,8 +532,8 @@ export const streamOwnership: Scenario = {
     try {
       const pinnedOk = /v?2\.(1[1-9]|[2-9]\d)\./.test(broker.version);
       for (let round = 1; round <= ctx.rounds; round++)
-        for (const mode of ['lease', 'pinned'] as const) {
-          if (mode === 'pinned' && !pinnedOk) {
+        for (const mode of MODES) {
+          if (mode !== 'lease' && !pinnedOk) {
             all.push({ mode, round, error: `${broker.version}: priority groups need 2.11+` });
             continue;
           }
@@ -514,32 +543,33 @@ export const streamOwnership: Scenario = {
       await nats.close().catch(() => undefined);
       await broker.stop();
     }
-    const lease = sideFigures(all.filter((r) => r.mode === 'lease'));
-    const pinned = sideFigures(all.filter((r) => r.mode === 'pinned'));
-    const ratios: Ratio[] = [
+    const figures = new Map(MODES.map((m) => [m, sideFigures(all.filter((r) => r.mode === m))]));
+    const lease = figures.get('lease')!;
+    const ratios: Ratio[] = MODES.filter((m) => m !== 'lease').flatMap((m) => [
       {
-        name: 'failover pinned ÷ lease (median of each round’s slowest partition)',
-        value: ratio(pinned.failoverMs, lease.failoverMs),
+        name: `failover ${m} ÷ lease (median of each round’s slowest partition)`,
+        value: ratio(figures.get(m)!.failoverMs, lease.failoverMs),
       },
       {
-        name: 'throughput pinned ÷ lease (effects/s, median)',
-        value: ratio(pinned.effectsPerS, lease.effectsPerS),
+        name: `throughput ${m} ÷ lease (effects/s, median)`,
+        value: ratio(figures.get(m)!.effectsPerS, lease.effectsPerS),
       },
-    ];
-    const runs: RunRecord[] = (['lease', 'pinned'] as const).map((mode) => {
-      const f = mode === 'lease' ? lease : pinned;
+    ]);
+    const runs: RunRecord[] = MODES.map((mode) => {
       const errors = all.filter((r) => r.mode === mode && r.error).map((r) => `round ${r.round}: ${r.error}`);
       return {
-        label: mode === 'lease' ? 'KV leases' : 'pinned client',
+        label: LABELS[mode],
         target: `ownership-${mode}`,
-        metrics: { ...f },
+        metrics: { ...figures.get(mode)! },
         ...(errors.length ? { error: errors.join('; ') } : {}),
       };
     });
     const notes = [
       `broker: ${broker.version}, its own process; ${plan.partitions} partitions, 2 instances, lease TTL = priority_timeout = ${plan.ttlMs} ms, ack_wait ${plan.ackWaitMs} ms, ${plan.workUs} µs of CPU per message, pulls of ${plan.batch}`,
-      `lease: failover ${fmt((lease.failoverMs ?? NaN) / 1000)} s, ${fmt(lease.effectsPerS)} effects/s, deposed-owner effects after the new owner's first ${lease.stallDeposed} (fenced ${lease.stallFenced}), duplicates kill/stall ${lease.killDuplicates}/${lease.stallDuplicates}, lost ${lease.killLost}/${lease.stallLost}`,
-      `pinned: failover ${fmt((pinned.failoverMs ?? NaN) / 1000)} s, ${fmt(pinned.effectsPerS)} effects/s, deposed-owner effects after the new owner's first ${pinned.stallDeposed} (fenced ${pinned.stallFenced}), duplicates kill/stall ${pinned.killDuplicates}/${pinned.stallDuplicates}, lost ${pinned.killLost}/${pinned.stallLost}; most partitions on one instance: ${pinned.maxPartitionsOnOne} of ${plan.partitions} (lease: ${lease.maxPartitionsOnOne})`,
+      ...MODES.map((m) => {
+        const f = figures.get(m)!;
+        return `${m}: failover ${fmt((f.failoverMs ?? Number.NaN) / 1000)} s, ${fmt(f.effectsPerS)} effects/s, most partitions on one instance ${f.maxPartitionsOnOne} of ${plan.partitions}; deposed-owner effects after the new owner's first ${f.stallDeposed} (fenced ${f.stallFenced}); duplicates kill/stall ${f.killDuplicates}/${f.stallDuplicates}, lost ${f.killLost}/${f.stallLost}`;
+      }),
     ];
     const markdown = [
       '',
@@ -567,7 +597,7 @@ export const streamOwnership: Scenario = {
       charts: [],
       notes,
       markdown,
-      data: { rounds: all, lease, pinned },
+      data: { rounds: all, sides: Object.fromEntries(figures) },
     };
   },
 };

@@ -1,6 +1,11 @@
 /** What the `stream-ownership` bench hands each ownership-worker.ts process (JSON in argv). */
 export interface OwnershipWorkerConfig {
-  mode: 'lease' | 'pinned';
+  /**
+   * lease: KV leases and holds(). pinned: priority group, fenced on the client's `consumer_unpinned`.
+   * pinned-timed: the same, also fenced once its last pull is priority_timeout (= ttlMs) old — the bound a
+   * pinned client could put on itself, as the lease's renewal + TTL.
+   */
+  mode: 'lease' | 'pinned' | 'pinned-timed';
   url: string;
   stream: string;
   /** Subject prefix of the events: `<prefix>.<p>.<key>`. */

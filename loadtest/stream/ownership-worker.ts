@@ -8,7 +8,10 @@
  *   pinned: NATS 2.11 priority groups: every instance pulls from every partition's durable in group
  *           `owners` (policy pinned_client); the server delivers only to the pinned one. The only signal it
  *           has of losing the pin is the client's `consumer_unpinned` status (a 423 on its next pull); it
- *           fences on that, the best this mechanism offers.
+ *           fences on that.
+ *   pinned-timed: pinned, and also fenced once its last pull is priority_timeout old (the server unpins a
+ *           client that has not pulled for that long): a "valid until" like the lease's, from the time
+ *           nats.js reports the pull (its `next` notification, read asynchronously).
  *
  * "Processing" is a busy loop of workUs per message (the decide + predict step), then the effect: one stdout
  * line, written synchronously (stdout is a pipe: a write has landed before the ack goes), then the ack.
@@ -60,8 +63,13 @@ async function runLease(cfg: OwnershipWorkerConfig, nats: NatsHandle): Promise<v
     logger,
   });
   const sources = new Map<number, JetStreamSource>();
+  // The acquisition a loop belongs to: a loop of a lease that was lost stops taking messages (as the
+  // pipeline's PartitionWorker aborts its runner), even once this instance holds the partition again.
+  const current = new Map<number, object>();
   keeper.start({
     acquire: async (p) => {
+      const generation = {};
+      current.set(p, generation);
       const source = await JetStreamSource.open(nats.js, nats.jsm, {
         stream: cfg.stream,
         durable: `${cfg.durable}-p${p}`,
@@ -75,9 +83,10 @@ async function runLease(cfg: OwnershipWorkerConfig, nats: NatsHandle): Promise<v
       line(`O ${p} ${now()} +`);
       void (async () => {
         for await (const m of source.messages()) {
+          if (current.get(p) !== generation) break;
           await gate;
           busy(cfg.workUs);
-          if (!keeper.holds(p)) {
+          if (!keeper.holds(p) || current.get(p) !== generation) {
             line(`F ${p} ${m.streamSeq} ${now()}`);
             m.nak();
             continue;
@@ -88,6 +97,7 @@ async function runLease(cfg: OwnershipWorkerConfig, nats: NatsHandle): Promise<v
       })().catch((err: unknown) => process.stderr.write(`partition ${p}: ${String(err)}\n`));
     },
     release: async (p) => {
+      current.delete(p);
       line(`O ${p} ${now()} -`);
       const source = sources.get(p);
       sources.delete(p);
@@ -105,9 +115,13 @@ async function runPinned(cfg: OwnershipWorkerConfig, nats: NatsHandle): Promise<
       expires: cfg.expiresMs,
     });
     let unpinned = false;
+    // When nats.js sent its last pull (its `next` notification): the server unpins priority_timeout after it.
+    let lastPullMs = now();
+    const timed = cfg.mode === 'pinned-timed';
     void (async () => {
       for await (const s of messages.status()) {
-        if (s.type === 'consumer_pinned') {
+        if (s.type === 'next') lastPullMs = now();
+        else if (s.type === 'consumer_pinned') {
           unpinned = false;
           line(`O ${p} ${now()} +`);
         } else if (s.type === 'consumer_unpinned') {
@@ -121,7 +135,7 @@ async function runPinned(cfg: OwnershipWorkerConfig, nats: NatsHandle): Promise<
         await gate;
         busy(cfg.workUs);
         const seq = m.info.streamSequence;
-        if (unpinned) {
+        if (unpinned || (timed && now() >= lastPullMs + cfg.ttlMs)) {
           line(`F ${p} ${seq} ${now()}`);
           m.nak();
           continue;
