@@ -44,6 +44,15 @@ type Mode = OwnershipWorkerConfig['mode'];
 
 const MODES: readonly Mode[] = ['lease', 'pinned', 'pinned-timed'];
 
+/** BENCH_OWNERSHIP_SIDES=lease,pinned: only these sides (default all three). */
+function sides(): readonly Mode[] {
+  const wanted = (process.env['BENCH_OWNERSHIP_SIDES'] ?? '').split(',').filter(Boolean);
+  const unknown = wanted.filter((w) => !MODES.includes(w as Mode));
+  if (unknown.length)
+    throw new Error(`BENCH_OWNERSHIP_SIDES: unknown ${unknown.join(', ')} (known: ${MODES.join(', ')})`);
+  return wanted.length ? MODES.filter((m) => wanted.includes(m)) : MODES;
+}
+
 const LABELS: Record<Mode, string> = {
   lease: 'KV leases',
   pinned: 'pinned client',
@@ -356,6 +365,17 @@ class Run {
   }
 }
 
+/** BENCH_OWNERSHIP_RECORDS=DIR: every run's worker lines as JSON, one file per run (to look into a figure). */
+function dumpRecords(run: Run): void {
+  const dir = process.env['BENCH_OWNERSHIP_RECORDS'];
+  if (!dir) return;
+  fs.mkdirSync(dir, { recursive: true });
+  fs.writeFileSync(
+    path.join(dir, `${run.tag}.json`),
+    JSON.stringify({ mode: run.mode, phase: run.phase, records: run.records, published: [...run.published] }),
+  );
+}
+
 // ---- The phases. ----
 
 interface ThroughputFigures {
@@ -458,6 +478,7 @@ async function measureSide(
       break;
     } finally {
       await run.cleanup();
+      dumpRecords(run);
     }
   }
   return out;
@@ -532,7 +553,7 @@ export const streamOwnership: Scenario = {
     try {
       const pinnedOk = /v?2\.(1[1-9]|[2-9]\d)\./.test(broker.version);
       for (let round = 1; round <= ctx.rounds; round++)
-        for (const mode of MODES) {
+        for (const mode of sides()) {
           if (mode !== 'lease' && !pinnedOk) {
             all.push({ mode, round, error: `${broker.version}: priority groups need 2.11+` });
             continue;
