@@ -14,6 +14,7 @@ import { runaway } from './runaway';
 import { slowConsumer } from './slow-consumer';
 import { stream } from './stream';
 import { streamChaos } from './stream-chaos';
+import { streamOwnership } from './stream-ownership';
 import { streamScale } from './stream-scale';
 import { sweep } from './sweep';
 import { wsEcho } from './ws-echo';
@@ -34,6 +35,7 @@ export const SCENARIOS: readonly Scenario[] = [
   streamChaos,
   streamScale,
   kvTtl,
+  streamOwnership,
   sweep,
 ];
 
