@@ -1,4 +1,9 @@
-/** What the global setups of the main run and the 2.9 compatibility run do (test/broker-setup*.ts). */
+/**
+ * What the global setups of the main run and the 2.9 compatibility run do (test/broker-setup*.ts). They also set
+ * STREAMINFER_TEST_NATS_RUN (`current` or `2.9`) for broker-kit.test.ts to know which release to expect.
+ */
+
+import { redactNatsUrls } from '../libs/nats-auth';
 import {
   type Broker,
   type BrokerRun,
@@ -32,12 +37,14 @@ export async function setUpBrokers(run: BrokerRun): Promise<void> {
   const urlVariable = run === 'current' ? 'STREAMINFER_TEST_NATS' : 'STREAMINFER_TEST_NATS_COMPAT';
   const existing = process.env[urlVariable];
   if (existing) {
+    // The URL may carry credentials: only its redacted form is printed.
+    const shown = redactNatsUrls(existing);
     const info = await brokerInfo(existing).catch((err: Error) => {
-      throw new Error(`the test broker given (${urlVariable}=${existing}) does not answer: ${err.message}`);
+      throw new Error(`the test broker given (${urlVariable}=${shown}) does not answer: ${err.message}`);
     });
     process.env['STREAMINFER_TEST_NATS'] = existing;
     say(
-      `${run} run: using the broker given at ${existing} (nats-server v${info.version}); servers of the tests' own: ${choice.binary} ${version}`,
+      `${run} run: using the broker given at ${shown} (nats-server v${info.version}); servers of the tests' own: ${choice.binary} ${version}`,
     );
     if (run === '2.9' && !info.version.startsWith('2.9.'))
       loudly(`the 2.9 compatibility run's broker is v${info.version}`);
