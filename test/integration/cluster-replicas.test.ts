@@ -11,12 +11,13 @@ import { connectNats, provisionStreams, StreamIoError, streamLayout } from '../.
 import { CheckpointStore } from '../../apps/stream/checkpoints';
 import { PartitionLeases } from '../../apps/stream/leases';
 import { ClusterError, connectCluster, ModelArtifacts, RegistryStore } from '../../apps/supervisor/cluster';
+import { TEST_NATS_URL } from './broker-kit';
 import { type NatsCluster, startNatsCluster } from './nats-cluster-kit';
 
 jest.setTimeout(120_000);
 
-// The shared broker: one server, not clustered (Debian's 2.9 in CI).
-const LONE_NATS = process.env['STREAMINFER_TEST_NATS'] ?? 'nats://127.0.0.1:4222';
+// The shared broker: one server, not clustered (the current release; 2.9 in the compatibility run).
+const LONE_NATS = TEST_NATS_URL;
 
 let cluster: NatsCluster;
 

@@ -1,6 +1,6 @@
 /**
  * The fleet's NATS I/O (apps/supervisor/cluster) against a real nats-server: the shared NATS at
- * STREAMINFER_TEST_NATS (default 127.0.0.1:4222) for the stores, and one of our own, stopped and restarted,
+ * (broker-kit's TEST_NATS_URL) for the stores, and one of our own, stopped and restarted,
  * for the watch resume and the fail-fast while NATS is down.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
@@ -27,9 +27,10 @@ import {
   serveHostSteps,
 } from '../../apps/supervisor/cluster';
 import { keyIdOf } from '../../libs/signing';
+import { TEST_NATS_URL, testNatsServer } from './broker-kit';
 
-const NATS_URL = process.env['STREAMINFER_TEST_NATS'] ?? 'nats://127.0.0.1:4222';
-const NATS_SERVER = process.env['STREAMINFER_TEST_NATS_SERVER'] ?? '/usr/sbin/nats-server';
+const NATS_URL = TEST_NATS_URL;
+const NATS_SERVER = testNatsServer();
 
 const connections: ClusterConnection[] = [];
 const fleets: string[] = [];

@@ -1,6 +1,5 @@
 /**
- * Issue 26 point 3, fleet membership: three hosts on loopback, on the NATS at STREAMINFER_TEST_NATS (default
- * 127.0.0.1:4222), one fleet of a name of their own. Membership is the registry record's `members` (joined and
+ * Issue 26 point 3, fleet membership: three hosts on loopback, on the shared test broker (broker-kit), one fleet of a name of their own. Membership is the registry record's `members` (joined and
  * left by CAS), never the heartbeat bucket: a heartbeat key for a host that is not a member is ignored; a
  * member killed (-9) is skipped at once (no responder on its step subject); an operator excludes a silent
  * (SIGSTOPped) member and the next change goes on without it; the excluded host, woken, re-joins by CAS once
@@ -12,13 +11,14 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { Kvm } from '@nats-io/kv';
 import { connectCluster, type HostBeat, HostBoard } from '../../apps/supervisor/cluster';
+import { TEST_NATS_URL } from './broker-kit';
 import { admin, FLEET_TOKEN, type FleetHost, health, startFleetHost, stopHost, waitFor } from './fleet-kit';
 import { runCliToExit } from './harness';
 import { createFleetNet, type FleetNet } from './netns-kit';
 
 jest.setTimeout(120_000);
 
-const NATS_URL = process.env.STREAMINFER_TEST_NATS ?? 'nats://127.0.0.1:4222';
+const NATS_URL = TEST_NATS_URL;
 const FLEET = `m${randomBytes(3).toString('hex')}`;
 // A step timeout well above the heartbeat TTL (10 s): a silent member must not cost a change the step timeout.
 const ENV = { STREAMINFER_RELOAD_STEP_TIMEOUT_MS: '30000' };

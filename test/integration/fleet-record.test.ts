@@ -1,6 +1,6 @@
 /**
- * Issue 26, points 1, 2 and 4, on a real two-host fleet (loopback, the NATS at STREAMINFER_TEST_NATS, default
- * 127.0.0.1:4222, a fleet name of its own): a well-formed record naming a version no host has, a garbage record,
+ * Issue 26, points 1, 2 and 4, on a real two-host fleet (loopback, the shared test broker of broker-kit, a
+ * fleet name of its own): a well-formed record naming a version no host has, a garbage record,
  * and a registry bucket lost while a host keeps running at a higher epoch. Each is written or deleted behind the
  * hosts' backs, as a bad restore or anyone with NATS access would.
  */
@@ -12,6 +12,7 @@ import {
   type FleetRecord,
   RegistryStore,
 } from '../../apps/supervisor/cluster';
+import { TEST_NATS_URL } from './broker-kit';
 import {
   admin,
   FLEET_TOKEN,
@@ -26,7 +27,7 @@ import { createFleetNet, type FleetNet } from './netns-kit';
 
 jest.setTimeout(120_000);
 
-const NATS_URL = process.env.STREAMINFER_TEST_NATS ?? 'nats://127.0.0.1:4222';
+const NATS_URL = TEST_NATS_URL;
 const FLEET = `fr${randomBytes(4).toString('hex')}`;
 const HOST_OPTIONS = { fleet: FLEET, cluster: NATS_URL, env: { STREAMINFER_RELOAD_STEP_TIMEOUT_MS: '3000' } };
 

@@ -7,17 +7,16 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
-import os from 'node:os';
 import path from 'node:path';
 import { encodeAccount, encodeOperator, encodeUser, fmtCreds } from '@nats-io/jwt';
 import { nkeys } from '@nats-io/nats-core';
+import { CURRENT_NATS_SERVER, DEBIAN_NATS_SERVER, testNatsServer } from './broker-kit';
 import { REPO_ROOT } from './harness';
 
-export const DEBIAN_NATS = process.env['STREAMINFER_NATS_SERVER'] ?? '/usr/sbin/nats-server';
-/** The current release (tls_first needs ≥ 2.10.4): CI builds it into this cache (.ci/run). */
-export const CURRENT_NATS =
-  process.env['STREAMINFER_NATS_SERVER_CURRENT'] ??
-  path.join(os.homedir(), '.cache/streaminfer/nats-server-v2.15.2/nats-server');
+/** Debian's 2.9: the TLS mode upgraded after the greeting runs on it, the way 2.9 clients connect. */
+export const DEBIAN_NATS = DEBIAN_NATS_SERVER;
+/** The current release (tls_first needs ≥ 2.10.4; the shipped config's sync_interval is unknown to 2.9). */
+export const CURRENT_NATS = CURRENT_NATS_SERVER;
 
 /** How a client of one mode connects: CLI flags, environment, pipeline.json `nats` section. */
 export interface NatsClient {
@@ -197,7 +196,7 @@ export async function userPasswordServer(dir: string): Promise<AuthServer> {
   writeFileSync(passwordFile, `${password}\n`);
   return startServer(
     'user',
-    DEBIAN_NATS,
+    testNatsServer(),
     dir,
     (port, store) =>
       `listen: 127.0.0.1:${port}\njetstream { store_dir: "${store}" }\n` +
@@ -228,7 +227,7 @@ export async function tokenServer(dir: string): Promise<AuthServer> {
   writeFileSync(tokenFile, `${token}\n`);
   return startServer(
     'token',
-    DEBIAN_NATS,
+    testNatsServer(),
     dir,
     (port, store) =>
       `listen: 127.0.0.1:${port}\njetstream { store_dir: "${store}" }\nauthorization { token: "${token}" }\n`,
@@ -260,7 +259,7 @@ export async function nkeyServer(dir: string): Promise<AuthServer> {
   writeFileSync(nkeyFile, `${seed}\n`);
   return startServer(
     'nkey',
-    DEBIAN_NATS,
+    testNatsServer(),
     dir,
     (port, store) =>
       `listen: 127.0.0.1:${port}\njetstream { store_dir: "${store}" }\n` +
@@ -406,7 +405,7 @@ export async function credsServer(dir: string): Promise<AuthServer> {
   const seed = new TextDecoder().decode(user.getSeed());
   return startServer(
     'creds',
-    DEBIAN_NATS,
+    testNatsServer(),
     dir,
     (port, store) =>
       `listen: 127.0.0.1:${port}\njetstream { store_dir: "${store}" }\noperator: ${operatorJwt}\n` +

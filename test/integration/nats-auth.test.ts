@@ -7,7 +7,7 @@
  * end, and nothing captured (logs, stderr, answers) holds a secret. Wrong credentials fail fast, naming the
  * server; a producer of the accounts config may publish events and nothing else.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Kvm } from '@nats-io/kv';
@@ -28,6 +28,7 @@ import {
   type AuthServer,
   accountsServer,
   type Certificates,
+  CURRENT_NATS,
   credsServer,
   makeCertificates,
   nkeyServer,
@@ -44,6 +45,15 @@ let dir: string;
 let certs: Certificates;
 const servers = new Map<string, AuthServer>();
 
+// tls-first (handshake_first, 2.10.4) and deploy/nats-server.conf (sync_interval) need the current release. Where
+// it could not be built (no Go or module proxy: the run falls back to Debian's 2.9) they are left out, loudly.
+const HAS_CURRENT = existsSync(CURRENT_NATS);
+const needsCurrent = HAS_CURRENT ? describe : describe.skip;
+if (!HAS_CURRENT)
+  process.stderr.write(
+    `nats-auth: WARNING: no current nats-server at ${CURRENT_NATS}: the tls-first and accounts modes are NOT tested\n`,
+  );
+
 beforeAll(async () => {
   dir = mkdtempSync(path.join(os.tmpdir(), 'streaminfer-nats-auth-'));
   certs = makeCertificates(dir);
@@ -52,9 +62,8 @@ beforeAll(async () => {
     tokenServer(dir),
     nkeyServer(dir),
     tlsServer(dir, certs, false),
-    tlsServer(dir, certs, true),
-    accountsServer(dir),
     credsServer(dir),
+    ...(HAS_CURRENT ? [tlsServer(dir, certs, true), accountsServer(dir)] : []),
   ]);
   for (const server of started) servers.set(server.mode, server);
 });
@@ -216,7 +225,7 @@ async function pipelinePart(s: AuthServer, captured: Captured): Promise<void> {
   }
 }
 
-describe.each(['user', 'token', 'nkey', 'tls', 'tls-first', 'accounts', 'creds'])(
+describe.each(['user', 'token', 'nkey', 'tls', 'creds', ...(HAS_CURRENT ? ['tls-first', 'accounts'] : [])])(
   'NATS auth mode %s',
   (mode) => {
     it('a two-host fleet serves, the pipeline processes simulated events, and no secret leaks', async () => {
@@ -313,7 +322,7 @@ describe('refusals fail fast and name the server', () => {
   });
 
   it('a CA that did not sign the server certificate fails the TLS handshake at once (exit 2)', async () => {
-    const s = server('tls-first');
+    const s = server(HAS_CURRENT ? 'tls-first' : 'tls');
     const args = s.fleet.args.map((a) => (a === certs.ca ? certs.otherCa : a));
     const { code, out } = await runCliToExit([
       'simulate',
@@ -358,7 +367,7 @@ describe('refusals fail fast and name the server', () => {
   });
 });
 
-describe('the accounts config (deploy/nats-server.conf)', () => {
+needsCurrent('the accounts config (deploy/nats-server.conf)', () => {
   it('lets a producer publish events and nothing else: no registry, no checkpoint, logged as a violation', async () => {
     const s = server('accounts');
     const password = (client: typeof s.producer) =>

@@ -13,16 +13,10 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { CURRENT_NATS_SERVER, DEBIAN_NATS_SERVER } from './broker-kit';
 import { createFleetNet, type FleetNet, type Isolation } from './netns-kit';
 
-/** The current release: STREAMINFER_NATS_SERVER_CURRENT, else where scripts/nats-server.sh caches it. */
-export const CURRENT_NATS_SERVER =
-  process.env['STREAMINFER_NATS_SERVER_CURRENT'] ||
-  path.join(
-    process.env['XDG_CACHE_HOME'] || path.join(os.homedir(), '.cache'),
-    'streaminfer/nats-server-v2.15.2/nats-server',
-  );
-const DEBIAN_NATS_SERVER = process.env['STREAMINFER_NATS_SERVER'] ?? '/usr/sbin/nats-server';
+export { CURRENT_NATS_SERVER };
 
 /** The current release when it is built, else Debian's (the cluster's `version` says which ran). */
 export function clusterNatsServer(): string {

@@ -11,6 +11,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { testNatsServer } from './broker-kit';
 
 export type Isolation = 'netns' | 'loopback';
 
@@ -68,7 +69,6 @@ export interface FleetNet {
   destroy(): Promise<void>;
 }
 
-const NATS_SERVER = process.env['STREAMINFER_NATS_SERVER'] ?? '/usr/sbin/nats-server';
 const TMP_PREFIX = 'streaminfer-netns-';
 let kitCount = 0;
 let probed: boolean | undefined;
@@ -360,7 +360,7 @@ export async function createFleetNet(options: FleetNetOptions): Promise<FleetNet
       natsPort = opts.port ?? natsPort ?? (await freePort(gateway));
       natsOut = '';
       const args = ['-a', gateway, '-p', String(natsPort), '-js', '-sd', natsStoreDir];
-      const child = spawn(NATS_SERVER, args, { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+      const child = spawn(testNatsServer(), args, { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
       nats = child;
       const append = (chunk: Buffer) => {
         natsOut = (natsOut + chunk.toString()).slice(-20_000);

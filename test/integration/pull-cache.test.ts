@@ -5,7 +5,7 @@
  *
  * The models dir is made read-only the way the unit makes it: a read-only bind mount (as root; `chmod` does not
  * stop root). Run as another user, `chmod a-w` is used instead (EACCES). Against the shared NATS at
- * STREAMINFER_TEST_NATS (default 127.0.0.1:4222), in a fleet of its own.
+ * the shared test broker (broker-kit), in a fleet of its own.
  */
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -20,12 +20,13 @@ import {
   ModelArtifacts,
   pullCacheDir,
 } from '../../apps/supervisor/cluster';
+import { TEST_NATS_URL } from './broker-kit';
 import { pixels } from './fleet-kit';
 import { MODELS_DIR, modelsSubset, postJson, runCliToExit, type ServerHandle, startServer } from './harness';
 
 jest.setTimeout(90_000);
 
-const NATS_URL = process.env['STREAMINFER_TEST_NATS'] ?? 'nats://127.0.0.1:4222';
+const NATS_URL = TEST_NATS_URL;
 const FLEET = `pc${process.pid}_${randomBytes(3).toString('hex')}`;
 const ROOT = process.getuid?.() === 0;
 const mounted: string[] = [];

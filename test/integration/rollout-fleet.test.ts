@@ -1,16 +1,17 @@
 /**
- * Progressive delivery in a fleet (two hosts on loopback, on the NATS at STREAMINFER_TEST_NATS, default
- * 127.0.0.1:4222): a rollout started on one host moves the share on every host (the fleet's barrier) and is
+ * Progressive delivery in a fleet (two hosts on loopback, on the shared test broker of
+ * broker-kit): a rollout started on one host moves the share on every host (the fleet's barrier) and is
  * readable from any host (KV `rollout.<model>`); when its driver stops, the other host takes it over at its
  * step and carries it to the promotion.
  */
 import { randomBytes } from 'node:crypto';
 import { connectCluster } from '../../apps/supervisor/cluster';
+import { TEST_NATS_URL } from './broker-kit';
 import type { ServerHandle } from './harness';
 import { postJson, sleep, startServer } from './harness';
 import { Load, quickPlan, rollout, stableOf, waitFor } from './rollout-kit';
 
-const NATS_URL = process.env.STREAMINFER_TEST_NATS ?? 'nats://127.0.0.1:4222';
+const NATS_URL = TEST_NATS_URL;
 
 describe('progressive delivery in a fleet', () => {
   const fleet = `r${process.pid}_${randomBytes(4).toString('hex')}`;

@@ -1,15 +1,16 @@
 /**
- * `streaminfer simulate` as a separate process against the real broker (nats-server -js on 127.0.0.1:4222,
- * or STREAMINFER_TEST_NATS): what it leaves in the stream must match its summary. Each run uses a stream
+ * `streaminfer simulate` as a separate process against the real broker (the shared test broker,
+ * broker-kit): what it leaves in the stream must match its summary. Each run uses a stream
  * and subject root of its own, deleted after.
  */
 import { type ConsumerMessages, DeliverPolicy } from '@nats-io/jetstream';
 import type { SimulateSummary as Summary } from '../../apps/cli/simulate';
 import { connectNats, eventSubject, type NatsHandle } from '../../apps/stream';
 import { parseEvent } from '../../libs/stream';
+import { TEST_NATS_URL } from './broker-kit';
 import { runCli, runCliToExit } from './harness';
 
-const NATS_URL = process.env['STREAMINFER_TEST_NATS'] ?? 'nats://127.0.0.1:4222';
+const NATS_URL = TEST_NATS_URL;
 
 let nats: NatsHandle;
 let counter = 0;

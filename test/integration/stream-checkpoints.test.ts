@@ -1,5 +1,5 @@
 /**
- * The checkpoint store against the real broker (nats-server -js on 127.0.0.1:4222, or STREAMINFER_TEST_NATS):
+ * The checkpoint store against the real broker (the shared test broker, broker-kit):
  * two owners of one partition (a stalled one and its successor) numbering the same checkpoint id, and pruning.
  */
 import { CheckpointStore } from '../../apps/stream/checkpoints';

@@ -1,7 +1,7 @@
 /**
- * The JetStream I/O layer against the real broker (nats-server -js on 127.0.0.1:4222, or
- * STREAMINFER_TEST_NATS). Every test provisions streams of its own (unique names, subjects under a unique
- * root) and deletes them after. A missing broker fails the suite: CI's .ci/run starts one.
+ * The JetStream I/O layer against the real broker (the shared test broker,
+ * broker-kit). Every test provisions streams of its own (unique names, subjects under a unique
+ * root) and deletes them after. A missing broker fails the suite: jest's global setup starts one.
  */
 import {
   connectNats,
@@ -21,8 +21,9 @@ import {
   type StreamLayout,
   streamLayout,
 } from '../../apps/stream';
+import { TEST_NATS_URL } from './broker-kit';
 
-const NATS_URL = process.env['STREAMINFER_TEST_NATS'] ?? 'nats://127.0.0.1:4222';
+const NATS_URL = TEST_NATS_URL;
 const text = new TextDecoder();
 
 let nats: NatsHandle;
@@ -145,7 +146,7 @@ beforeAll(async () => {
     nats = await connectNats({ servers: NATS_URL, connectTimeoutMs: 2000 });
   } catch (err) {
     throw new Error(
-      `NATS JetStream is not reachable at ${NATS_URL}: start \`nats-server -js\` (.ci/run does). ${String(err)}`,
+      `NATS JetStream is not reachable at ${NATS_URL}: jest's global setup starts one (test/broker-setup.ts). ${String(err)}`,
     );
   }
 });

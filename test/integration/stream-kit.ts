@@ -8,9 +8,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { type ConsumerMessages, DeliverPolicy } from '@nats-io/jetstream';
 import { eventSubject, type NatsHandle } from '../../apps/stream';
+import { TEST_NATS_URL } from './broker-kit';
 import { runCli } from './harness';
 
-export const NATS_URL = process.env['STREAMINFER_TEST_NATS'] ?? 'nats://127.0.0.1:4222';
+export const NATS_URL = TEST_NATS_URL;
 
 export interface StreamNames {
   tag: string;

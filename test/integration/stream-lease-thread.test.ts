@@ -1,6 +1,6 @@
 /**
- * Leases kept on their own thread (LeaseKeeper) against the real broker (nats-server -js on 127.0.0.1:4222,
- * or STREAMINFER_TEST_NATS): a main thread blocked past the TTL keeps its partitions, one blocked past
+ * Leases kept on their own thread (LeaseKeeper) against the real broker (the shared test broker,
+ * broker-kit): a main thread blocked past the TTL keeps its partitions, one blocked past
  * maxStallMs loses them, a dead lease thread drops them at once, and option and bucket errors arrive typed.
  * The main thread is blocked by a synchronous busy loop, as a large restore or snapshot blocks it.
  */

@@ -1,5 +1,5 @@
 /**
- * Partition leases against the real broker (nats-server -js on 127.0.0.1:4222, or STREAMINFER_TEST_NATS):
+ * Partition leases against the real broker (the shared test broker, broker-kit):
  * balanced split, graceful handover on join and stop, takeover after a crash only once the TTL has passed,
  * and fencing. Every test has a bucket of its own, deleted after.
  */

@@ -1,5 +1,5 @@
 /**
- * The delivery pipeline against the real broker (nats-server -js; STREAMINFER_TEST_NATS): the issue's
+ * The delivery pipeline against the real broker (the shared test broker, broker-kit): the issue's
  * correctness cases end to end — producer publishes with Msg-Id, the pipeline consumes, decides, predicts
  * and publishes; the test reads the output streams back. The model is replaced by a deterministic function
  * of the feature row (the backends have their own tests, and `streaminfer stream` runs the real model in
