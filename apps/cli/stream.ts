@@ -10,6 +10,7 @@ import { PipelineConfigError } from '../stream/config';
 import { pipelineNatsAuth } from '../stream/connection';
 import { loadPipelineConfig, superviseStream } from '../stream/supervise';
 import { addNatsOptions, type NatsFlags, natsFlagSettings } from './nats-options';
+import { streamRecoverCommand } from './stream-recover';
 
 interface StreamFlags extends NatsFlags {
   config?: string;
@@ -66,7 +67,9 @@ export function streamOverrides(
 }
 
 export function registerStream(program: Command, fail: (message: string) => never): void {
-  addNatsOptions(program.command('stream'))
+  const stream = addNatsOptions(program.command('stream'));
+  stream.addCommand(streamRecoverCommand(fail));
+  stream
     .description(
       'run the delivery pipeline on NATS JetStream: events → event-time features → delay-risk → predictions and alerts',
     )
