@@ -98,6 +98,11 @@ export interface PipelineDeps {
   /** Called whenever an epoch starts (at start, at each committed reload, when following another's). */
   onEpoch?: (pin: ModelPin, epoch: number) => void;
   /**
+   * The config's model pin was given by the operator on the command line (`streaminfer stream --version`):
+   * it wins over the epoch log at start, recorded as a transition. Otherwise the log wins.
+   */
+  pinFromOperator?: boolean;
+  /**
    * The pipeline failed while running (its lease thread died: every partition was dropped as lost) and must
    * be restarted; the process exits non-zero and its supervisor restarts it.
    */
@@ -117,6 +122,7 @@ export class DeliveryPipeline {
   private readonly clock: () => number;
   private readonly onEpoch: ((pin: ModelPin, epoch: number) => void) | undefined;
   private readonly onFatal: ((err: Error) => void) | undefined;
+  private readonly pinFromOperator: boolean;
   /** Servers, identity and TLS of every connection (the lease thread's too); files read at construction. */
   private readonly natsAuth: NatsAuth;
   private nats: NatsHandle | undefined;
@@ -159,6 +165,7 @@ export class DeliveryPipeline {
     this.clock = deps.clock ?? Date.now;
     this.onEpoch = deps.onEpoch;
     this.onFatal = deps.onFatal;
+    this.pinFromOperator = deps.pinFromOperator ?? false;
     this.pin = { model: deps.config.model.name, version: deps.config.model.version };
     this.failed = new FailedPartitions(this.metrics, this.logger, this.clock, (partition) => {
       if (this.state === 'running' && this.leases?.holds(partition) && !this.workers.has(partition))
@@ -627,29 +634,42 @@ export class DeliveryPipeline {
   }
 
   /**
-   * At start: the last recorded epoch continues if it pins the configured version. Otherwise, alone, the
-   * config wins (a new epoch is recorded); beside live instances the log wins (they follow it, and a stale
-   * config on one host must not move the others back): change versions with a reload.
+   * At start the epoch log wins: the last recorded epoch continues, on its version, whatever the config
+   * pins (a reload by API or SIGHUP is recorded there, and a restart or a routine deploy with the unchanged
+   * config must not roll it back). Only an operator's `--version` on the command line (pinFromOperator)
+   * moves it, as a transition recorded like a reload. With no log yet, the config's pin is epoch 1.
    */
   private async resumeEpoch(peers: string[]): Promise<void> {
     const last = await this.epochs!.last();
     const others = peers.filter((id) => id !== this.instanceId);
-    if (last && last.model === this.pin.model && last.version === this.pin.version) {
+    const same = last !== null && last.model === this.pin.model && last.version === this.pin.version;
+    if (last && same) {
       this.epoch = last.epoch;
-    } else if (last && others.length > 0) {
+    } else if (last && !this.pinFromOperator) {
       this.logger.warn(
         {
           config: this.pin,
-          log: { epoch: last.epoch, model: last.model, version: last.version },
+          log: { epoch: last.epoch, model: last.model, version: last.version, reason: last.reason },
           instances: others,
         },
-        'the config pins another version than the epoch log; following the log (reload to change it)',
+        'the config pins another version than the epoch log; following the log (reload, or start with --version, to change it)',
       );
       this.pin = { model: last.model, version: last.version };
       this.epoch = last.epoch;
     } else {
-      await this.epochs!.record((last?.epoch ?? 0) + 1, this.pin, last, 'start');
-      this.epoch = (last?.epoch ?? 0) + 1;
+      const epoch = (last?.epoch ?? 0) + 1;
+      await this.epochs!.record(epoch, this.pin, last, last ? 'start --version' : 'start');
+      this.epoch = epoch;
+      if (last)
+        this.logger.warn(
+          {
+            epoch,
+            from: { epoch: last.epoch, model: last.model, version: last.version },
+            to: this.pin,
+            instances: others,
+          },
+          'epoch transition at start: --version on the command line overrides the epoch log',
+        );
     }
     this.metrics.setPin(this.pin.model, this.pin.version, this.epoch);
     this.onEpoch?.({ ...this.pin }, this.epoch);

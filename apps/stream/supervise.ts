@@ -22,6 +22,11 @@ export interface SuperviseOptions {
   configFile?: string;
   /** Flag overrides, applied over the file. */
   overrides: Record<string, unknown>;
+  /**
+   * `--version` was given: the first pipeline process pins it over the epoch log (a transition). Restarts
+   * after that follow the log, so a crash never undoes a reload made since.
+   */
+  pinFromOperator?: boolean;
   logger: Logger;
 }
 
@@ -49,6 +54,7 @@ export async function superviseStream(options: SuperviseOptions): Promise<number
   let readyAt: number | undefined;
   let reloadIds = 0;
   let restartTimer: NodeJS.Timeout | undefined;
+  let pinFromOperator = options.pinFromOperator ?? false;
   let resolveExit: (code: number) => void = () => {};
   const exited = new Promise<number>((resolve) => {
     resolveExit = resolve;
@@ -60,13 +66,18 @@ export async function superviseStream(options: SuperviseOptions): Promise<number
   const start = () => {
     readyAt = undefined;
     const c = fork(join(__dirname, 'main.js'), [], {
-      env: { ...process.env, STREAMINFER_PIPELINE_CONFIG: JSON.stringify(config) },
+      env: {
+        ...process.env,
+        STREAMINFER_PIPELINE_CONFIG: JSON.stringify(config),
+        STREAMINFER_PIPELINE_PIN_FROM_OPERATOR: pinFromOperator ? '1' : '0',
+      },
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
     child = c;
     c.on('message', (m: PipelineChildMessage) => {
       if (m.type === 'ready') {
         readyAt = Date.now();
+        pinFromOperator = false;
         logger.info(
           { pid: c.pid, admin: m.adminPort, admin_url: m.adminUrl, epoch: m.epoch },
           'pipeline ready',
