@@ -55,6 +55,8 @@ export async function superviseStream(options: SuperviseOptions): Promise<number
   let reloadIds = 0;
   let restartTimer: NodeJS.Timeout | undefined;
   let pinFromOperator = options.pinFromOperator ?? false;
+  /** The model the config file (with the flags) said when last read: SIGHUP reloads when it changes. */
+  let fileModel = config.model;
   let resolveExit: (code: number) => void = () => {};
   const exited = new Promise<number>((resolve) => {
     resolveExit = resolve;
@@ -123,12 +125,16 @@ export async function superviseStream(options: SuperviseOptions): Promise<number
       return;
     }
     if (next.instance.id === '') next = { ...next, instance: { ...next.instance, id: config.instance.id } };
-    const { model: before, ...restBefore } = config;
+    const { model: _pinned, ...restBefore } = config;
     const { model: after, ...restAfter } = next;
     if (JSON.stringify(restBefore) !== JSON.stringify(restAfter))
       logger.warn('SIGHUP: settings other than model need a restart of `streaminfer stream` to apply');
-    config = { ...config, model: after };
+    // A change of the file's model, not a difference from the pin: a reload by API (the pin now) must not
+    // be undone by a SIGHUP that only re-reads certificates.
+    const before = fileModel;
+    fileModel = after;
     if (before.name !== after.name || before.version !== after.version) {
+      config = { ...config, model: after };
       toChild({
         type: 'reload',
         id: ++reloadIds,

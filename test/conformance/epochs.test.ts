@@ -2,7 +2,7 @@
  * Conformance: a restart never undoes a reload (issue 27 point 7). `streaminfer reload --version 2` records
  * epoch 2 in the epoch log; a plain restart with the unchanged config (which still says version 1) continues
  * epoch 2 on version 2; only `--version` on the command line moves it, recorded as a transition; and a crash
- * restart after that follows the log again (a reload made since stays).
+ * restart after that follows the log again (a reload made since stays), as does a SIGHUP with the unchanged file.
  */
 import type { ChildProcess } from 'node:child_process';
 import { cpSync } from 'node:fs';
@@ -141,6 +141,13 @@ it('a plain restart continues the reloaded epoch; --version is a recorded transi
   );
   expect(p).toMatchObject({ version: '2', epoch: 2 });
   expect(second.output()).toContain('following the log');
+  // SIGHUP with the unchanged file (a certificate rotation, `systemctl reload`): the model stays.
+  process.kill(second.child.pid!, 'SIGHUP');
+  await waitFor('SIGHUP handled', () => second.output().includes('SIGHUP: model unchanged'), 10_000).catch(
+    () => undefined,
+  );
+  await new Promise((resolve) => setTimeout(resolve, 1500));
+  expect(await pipeline(b.admin)).toMatchObject({ epoch: 2, version: '2' });
   await stop(second);
   expect((await epochLog(names)).map((e) => [e.epoch, e.version])).toEqual([
     [1, '1'],
