@@ -9,13 +9,13 @@ import path from 'node:path';
 import { CURRENT_NATS, DEBIAN_NATS, freePort } from '../integration/nats-auth-kit';
 import { waitFor } from '../integration/stream-kit';
 
-/** The nats-server binaries present: the current release (the target) and Debian's 2.9 (compatibility). */
-export function brokerBinaries(): Array<{ name: string; binary: string }> {
-  const out: Array<{ name: string; binary: string }> = [];
-  if (existsSync(CURRENT_NATS)) out.push({ name: 'current', binary: CURRENT_NATS });
-  const debian = existsSync(DEBIAN_NATS) ? DEBIAN_NATS : 'nats-server';
-  out.push({ name: 'debian', binary: debian });
-  return out;
+/**
+ * The nats-server binary of the release under test: Debian's 2.9 when the dev broker (STREAMINFER_TEST_NATS)
+ * is a 2.9, else the current release — so the run on each dev broker checks its own release.
+ */
+export function brokerBinaryLike(version: string): { name: string; binary: string } {
+  if (!version.startsWith('2.9.') && existsSync(CURRENT_NATS)) return { name: version, binary: CURRENT_NATS };
+  return { name: '2.9', binary: existsSync(DEBIAN_NATS) ? DEBIAN_NATS : 'nats-server' };
 }
 
 export interface OwnBroker {
