@@ -85,6 +85,7 @@ interface Health {
     stale_reasons?: string[];
     partitions_failed?: Array<{ partition: number; state: string; attempts: number }>;
     checkpoint?: { last_id: number | null };
+    consumer?: { pending: number; ack_pending: number; unprocessed: number };
   };
 }
 
@@ -218,6 +219,22 @@ describe('conformance: /health', () => {
     expect(seen!.body.stale_reasons!.join('; ')).toMatch(/unprocessed/);
     // Paused by the operator is still consuming: stale, not down.
     expect(seen!.status).toBe(200);
+    // Every one of them counts (none is at the broker any more: the client fetched them all), and the
+    // oldest one ages while nothing is published.
+    await waitFor(
+      '748 unprocessed',
+      async () => (await health(admin)).body.consumer?.unprocessed === 748,
+      5_000,
+    );
+    console.log(`stall: consumer ${JSON.stringify((await health(admin)).body.consumer)}`);
+    await waitFor(
+      'the oldest unprocessed event past the freshness SLO',
+      async () =>
+        ((await health(admin)).body.stale_reasons ?? []).some((r) =>
+          r.startsWith('oldest unprocessed event'),
+        ),
+      10_000,
+    );
 
     expect(await post(admin, '/api/resume')).toBe(200);
     await waitFor(
