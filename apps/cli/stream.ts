@@ -10,6 +10,7 @@ import { PipelineConfigError } from '../stream/config';
 import { pipelineNatsAuth } from '../stream/connection';
 import { loadPipelineConfig, superviseStream } from '../stream/supervise';
 import { addNatsOptions, type NatsFlags, natsFlagSettings } from './nats-options';
+import { streamRecoverCommand } from './stream-recover';
 
 interface StreamFlags extends NatsFlags {
   config?: string;
@@ -66,7 +67,9 @@ export function streamOverrides(
 }
 
 export function registerStream(program: Command, fail: (message: string) => never): void {
-  addNatsOptions(program.command('stream'))
+  const stream = addNatsOptions(program.command('stream'));
+  stream.addCommand(streamRecoverCommand(fail));
+  stream
     .description(
       'run the delivery pipeline on NATS JetStream: events → event-time features → delay-risk → predictions and alerts',
     )
@@ -75,7 +78,10 @@ export function registerStream(program: Command, fail: (message: string) => neve
     .option('--mode <mode>', 'inference: embedded (own worker pool) or external (a StreamInfer server)')
     .option('--url <ws-url>', 'external mode: the server WebSocket endpoint (default ws://127.0.0.1:8000/ws)')
     .option('--models-dir <dir>', 'embedded mode: model repository (default ./models)')
-    .option('--version <v>', 'model version the first epoch pins')
+    .option(
+      '--version <v>',
+      'model version to pin: wins over the epoch log at start (recorded as a transition); without it a restart continues the last epoch',
+    )
     .option('--admin-port <port>', 'health, metrics and admin API port (default 9470; 0 picks one)')
     .option('--subject-root <prefix>', 'prefix every subject (tenants, tests)')
     .option('--log-level <level>', 'pino log level')
@@ -93,6 +99,11 @@ export function registerStream(program: Command, fail: (message: string) => neve
         if (err instanceof NatsAuthError) fail(err.message);
         fail(err instanceof PipelineConfigError ? `config ${err.message}` : (err as Error).message);
       }
-      process.exitCode = await superviseStream({ configFile: flags.config, overrides, logger });
+      process.exitCode = await superviseStream({
+        configFile: flags.config,
+        overrides,
+        logger,
+        pinFromOperator: flags.version !== undefined,
+      });
     });
 }

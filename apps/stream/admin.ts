@@ -3,7 +3,9 @@
  * (`/health`, `/ready`), Prometheus `/metrics`, and the admin API — `POST /api/reload {model?, version?}` (the
  * epoch barrier; same contract as the server's, so `streaminfer reload --url` works against both),
  * `GET /api/reload` (last outcome), `GET /api/pipeline`, `POST /api/pause` / `POST /api/resume` (stop and
- * restart consuming, keeping keyed state). `/api/*` and `/metrics` pass the server's checks
+ * restart consuming, keeping keyed state), `POST /api/partitions/<k>/recover {from}` (a failed partition:
+ * its bad checkpoint pointer quarantined, restored from the previous checkpoint or the ack floor).
+ * `/health` is 503 unless consuming (`not_consuming` says why). `/api/*` and `/metrics` pass the server's checks
  * (checkAdminRequest): the token when one is configured, JSON bodies, no foreign Origin. Every handler is
  * guarded: a bad request is a typed JSON error, never a crash.
  */
@@ -23,6 +25,8 @@ import {
   sendText,
 } from '../../libs/admin';
 import type { PipelineConfig } from './config';
+import { StreamIoError } from './errors';
+import { RecoverRefused } from './failed-partitions';
 import type { PipelineMetrics } from './metrics';
 import type { DeliveryPipeline } from './pipeline';
 
@@ -161,6 +165,31 @@ export class PipelineAdmin {
       if (typeof request === 'string') return error(res, 400, 'bad_request', request);
       const outcome = await pipeline.reload(request, 'admin api');
       return send(res, outcome.result === 'failed' ? 500 : 200, outcome);
+    }
+    const recover = /^\/api\/partitions\/(\d{1,6})\/recover$/.exec(path);
+    if (recover) {
+      if (method !== 'POST') return error(res, 405, 'method_not_allowed', `use POST ${path}`);
+      const text = await readRequestBody(req, MAX_BODY_BYTES);
+      if (text === undefined)
+        return error(res, 413, 'payload_too_large', `body exceeds ${MAX_BODY_BYTES} bytes`, true);
+      let body: unknown;
+      try {
+        body = JSON.parse(text);
+      } catch {
+        return error(res, 400, 'bad_request', 'body must be JSON: {"from": "previous" | "ack-floor"}');
+      }
+      const from = (body as { from?: unknown } | null)?.from;
+      if (from !== 'previous' && from !== 'ack-floor')
+        return error(res, 400, 'bad_request', '"from" must be "previous" or "ack-floor"');
+      try {
+        const outcome = await pipeline.recoverPartition(Number(recover[1]), from);
+        return send(res, outcome.state === 'running' ? 200 : 500, outcome);
+      } catch (err) {
+        if (err instanceof RecoverRefused) return error(res, err.status, err.code, err.message);
+        if (err instanceof StreamIoError && err.code === 'checkpoint_invalid')
+          return error(res, 409, 'checkpoint_invalid', err.message);
+        throw err;
+      }
     }
     return error(res, 404, 'not_found', `no route ${path}`);
   }

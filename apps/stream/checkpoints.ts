@@ -121,21 +121,94 @@ export class CheckpointStore {
     }
   }
 
-  /** The latest completed checkpoint, or null when there is none. */
+  /** The latest completed checkpoint, or null when there is none; one that does not read throws checkpoint_invalid. */
   async latest(): Promise<Checkpoint | null> {
     const entry = await this.pointers.get(this.key);
     if (!entry || entry.operation !== 'PUT' || entry.value.length === 0) return null;
-    const pointer = JSON.parse(decoder.decode(entry.value)) as Pointer;
-    const blob = await this.objects.getBlob(pointer.object);
-    if (!blob)
-      throw new StreamIoError('stream_mismatch', `checkpoint ${pointer.object} is named but missing`);
-    const checkpoint = JSON.parse(decoder.decode(blob)) as Checkpoint;
-    if (checkpoint.version !== CHECKPOINT_VERSION)
+    const pointer = parsePointer(entry.value, `checkpoint pointer ${this.key} (bucket ${this.bucket}_head)`);
+    return this.read(pointer.object);
+  }
+
+  /** One stored checkpoint object, validated (checkpoint_invalid when missing or malformed). */
+  private async read(object: string): Promise<Checkpoint> {
+    const blob = await this.objects.getBlob(object);
+    if (!blob) throw new StreamIoError('checkpoint_invalid', `checkpoint ${object} is named but missing`);
+    return parseCheckpoint(blob, `checkpoint ${object}`);
+  }
+
+  /**
+   * Operator recovery of a partition whose checkpoint does not read (nothing may work the partition
+   * meanwhile): the pointer is kept aside under `<key>.quarantined`, then the restore point becomes
+   * 'previous' — the newest stored checkpoint of the partition that reads, other than the one the bad
+   * pointer names — or 'ack-floor': a new checkpoint with empty keyed state at `ackFloor` (what the
+   * broker has acknowledged), whose output positions are the streams' ends now.
+   */
+  async recover(
+    from: 'previous' | 'ack-floor',
+    empty: () => Promise<Omit<Checkpoint, 'id' | 'createdAt'>>,
+  ): Promise<{ quarantined: string | null; id: number; position: number; object: string }> {
+    const entry = await this.pointers.get(this.key);
+    let quarantined: string | null = null;
+    let named: string | undefined;
+    let namedId = 0;
+    if (entry && entry.operation === 'PUT' && entry.value.length > 0) {
+      quarantined = `${this.key}.quarantined`;
+      await this.pointers.put(quarantined, entry.value);
+      try {
+        const bad = parsePointer(entry.value, 'pointer');
+        named = bad.object;
+        namedId = bad.id;
+      } catch {
+        // Unreadable: it names nothing this can trust.
+      }
+    }
+    const stored = await this.storedObjects();
+    if (from === 'previous') {
+      const problems: string[] = [];
+      for (const { name } of stored) {
+        if (name === named) continue;
+        try {
+          const checkpoint = await this.read(name);
+          await this.writePointer({
+            id: checkpoint.id,
+            object: name,
+            position: checkpoint.position,
+            createdAt: checkpoint.createdAt,
+          });
+          return { quarantined, id: checkpoint.id, position: checkpoint.position, object: name };
+        } catch (err) {
+          problems.push((err as Error).message);
+        }
+      }
       throw new StreamIoError(
-        'stream_mismatch',
-        `checkpoint version ${checkpoint.version} (this build reads ${CHECKPOINT_VERSION})`,
+        'checkpoint_invalid',
+        `no earlier checkpoint of ${this.key} reads${problems.length > 0 ? ` (${problems.join('; ')})` : ''}: recover from the ack floor instead`,
       );
-    return checkpoint;
+    }
+    const id = Math.max(namedId, ...stored.map((o) => o.id), 0) + 1;
+    const object = `${this.key}.${id}.${this.token}`;
+    const checkpoint: Checkpoint = { ...(await empty()), id, createdAt: new Date().toISOString() };
+    await this.objects.putBlob({ name: object }, new TextEncoder().encode(JSON.stringify(checkpoint)));
+    await this.writePointer({ id, object, position: checkpoint.position, createdAt: checkpoint.createdAt });
+    return { quarantined, id, position: checkpoint.position, object };
+  }
+
+  private async writePointer(pointer: Pointer): Promise<void> {
+    await this.pointers.put(this.key, JSON.stringify(pointer));
+  }
+
+  /** This partition's stored checkpoint objects, newest (highest id) first. */
+  private async storedObjects(): Promise<Array<{ name: string; id: number }>> {
+    const prefix = `$O.${this.bucket}.M.`;
+    const info = await this.jsm.streams.info(`OBJ_${this.bucket}`, { subjects_filter: `${prefix}>` });
+    const out: Array<{ name: string; id: number }> = [];
+    for (const subject of Object.keys(info.state.subjects ?? {})) {
+      const name = Buffer.from(subject.slice(prefix.length), 'base64url').toString();
+      if (!name.startsWith(`${this.key}.`)) continue;
+      const id = Number(name.slice(this.key.length + 1).split('.')[0]);
+      if (Number.isInteger(id)) out.push({ name, id });
+    }
+    return out.sort((a, b) => b.id - a.id);
   }
 
   /** Writes a serialised checkpoint (the pipeline serialises it at its barrier), then moves the pointer. */
@@ -180,4 +253,65 @@ export class CheckpointStore {
         .catch(() => undefined);
     }
   }
+}
+
+function invalid(what: string, problem: string): StreamIoError {
+  return new StreamIoError('checkpoint_invalid', `${what}: ${problem}`);
+}
+
+function parseJson(bytes: Uint8Array, what: string): Record<string, unknown> {
+  let value: unknown;
+  try {
+    value = JSON.parse(decoder.decode(bytes));
+  } catch (err) {
+    throw invalid(what, `not JSON (${(err as Error).message})`);
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value))
+    throw invalid(what, 'not a JSON object');
+  return value as Record<string, unknown>;
+}
+
+const isCount = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) >= 0;
+const isText = (v: unknown): v is string => typeof v === 'string' && v !== '';
+
+/** A pointer as save() writes it, or checkpoint_invalid naming what is wrong. */
+export function parsePointer(bytes: Uint8Array, what: string): Pointer {
+  const p = parseJson(bytes, what);
+  if (!isCount(p.id) || p.id < 1) throw invalid(what, '"id" must be an integer >= 1');
+  if (!isText(p.object)) throw invalid(what, '"object" must name a checkpoint object');
+  if (!isCount(p.position)) throw invalid(what, '"position" must be an integer >= 0');
+  if (!isText(p.createdAt)) throw invalid(what, '"createdAt" must be a time');
+  return { id: p.id, object: p.object, position: p.position, createdAt: p.createdAt };
+}
+
+/**
+ * A checkpoint object of this build's format, or checkpoint_invalid naming what is wrong. The keyed state
+ * itself is checked when the decider restores it (StreamSnapshotError, turned into checkpoint_invalid there).
+ */
+export function parseCheckpoint(bytes: Uint8Array, what: string): Checkpoint {
+  const c = parseJson(bytes, what);
+  if (c.version !== CHECKPOINT_VERSION)
+    throw invalid(
+      what,
+      `format version ${JSON.stringify(c.version)} (this build reads ${CHECKPOINT_VERSION})`,
+    );
+  if (!isCount(c.id) || c.id < 1) throw invalid(what, '"id" must be an integer >= 1');
+  if (!isText(c.createdAt) || Number.isNaN(Date.parse(c.createdAt)))
+    throw invalid(what, '"createdAt" must be an ISO time');
+  if (!isCount(c.position)) throw invalid(what, '"position" must be an integer >= 0');
+  const outputs = c.outputs as Record<string, unknown> | null | undefined;
+  if (
+    typeof outputs !== 'object' ||
+    outputs === null ||
+    !isCount(outputs.predictions) ||
+    !isCount(outputs.side)
+  )
+    throw invalid(what, '"outputs" must hold the predictions and side stream sequences');
+  const pin = c.pin as Record<string, unknown> | null | undefined;
+  if (typeof pin !== 'object' || pin === null || !isText(pin.model) || !isText(pin.version))
+    throw invalid(what, '"pin" must name a model and a version');
+  if (!isCount(c.epoch)) throw invalid(what, '"epoch" must be an integer >= 0');
+  if (typeof c.state !== 'object' || c.state === null || Array.isArray(c.state))
+    throw invalid(what, '"state" must be a decider snapshot');
+  return c as unknown as Checkpoint;
 }

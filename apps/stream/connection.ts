@@ -81,6 +81,8 @@ export interface NatsHandle {
   jsm: JetStreamManager;
   /** The replica count what this connection creates gets (checked at connect). */
   replicas: number;
+  /** Since when (ms since epoch) the connection is down, reconnecting; null while connected. */
+  disconnectedSince(): number | null;
   close(): Promise<void>;
 }
 
@@ -116,6 +118,10 @@ export async function connectNats(options: NatsOptions = {}): Promise<NatsHandle
     );
   }
   if (options.onProblem) void followProblems(nc, servers, options.onProblem);
+  let down: number | null = null;
+  void followConnected(nc, (since) => {
+    down = since;
+  });
   try {
     // jetstreamManager() checks that JetStream is enabled: a plain nats-server fails here, not later.
     const jsm = await jetstreamManager(nc, { timeout: apiTimeoutMs });
@@ -123,7 +129,14 @@ export async function connectNats(options: NatsOptions = {}): Promise<NatsHandle
     // A count a lone server cannot hold is refused here, not on the first stream.
     const problem = replicasProblem(replicas, nc.info, servers);
     if (problem) throw new StreamIoError('invalid_options', problem);
-    return { nc, js, jsm, replicas, close: () => nc.close() };
+    return {
+      nc,
+      js,
+      jsm,
+      replicas,
+      disconnectedSince: () => (nc.isClosed() ? (down ?? Date.now()) : down),
+      close: () => nc.close(),
+    };
   } catch (err) {
     await nc.close().catch(() => undefined);
     if (err instanceof StreamIoError) throw err;
@@ -143,5 +156,13 @@ async function followProblems(nc: NatsConnection, servers: string, report: (mess
   for await (const status of nc.status()) {
     const problem = describeStatusProblem(status);
     if (problem) report(`${problem} (NATS at ${servers})`);
+  }
+}
+
+/** Tracks the connection: the client reconnects by itself, and a consumer loop never ends meanwhile. */
+async function followConnected(nc: NatsConnection, set: (since: number | null) => void) {
+  for await (const status of nc.status()) {
+    if (status.type === 'disconnect') set(Date.now());
+    else if (status.type === 'reconnect') set(null);
   }
 }

@@ -9,7 +9,13 @@ export type StreamIoErrorCode =
   | 'consumer_provision_failed'
   | 'publish_failed'
   /** A partition's lease is gone: its checkpoint must not become the restore point. */
-  | 'lease_lost';
+  | 'lease_lost'
+  /**
+   * A partition's checkpoint (pointer or object) does not read: bad JSON, another format version, a field
+   * missing or of the wrong type, an object named but gone. The partition stays failed until an operator
+   * recovers it (POST /api/partitions/<k>/recover); retrying cannot help.
+   */
+  | 'checkpoint_invalid';
 
 export class StreamIoError extends Error {
   readonly code: StreamIoErrorCode;

@@ -89,6 +89,8 @@ async function main(): Promise<void> {
     metrics,
     logger,
     onEpoch: (pin, epoch) => send({ type: 'epoch', model: pin.model, version: pin.version, epoch }),
+    // `streaminfer stream --version`: the supervisor says so for the first start only.
+    pinFromOperator: process.env.STREAMINFER_PIPELINE_PIN_FROM_OPERATOR === '1',
     // Exit non-zero: the supervisor restarts the process (with its crash backoff) and its leases come back.
     onFatal: (err) => {
       send({ type: 'failed', error: `lease thread died: ${err.message}` });

@@ -93,6 +93,15 @@ export class PipelineMetrics {
     ageBuckets: 6,
     registers: [this.registry],
   });
+  /** The same observations over the last 10 s, for /health's `stale` (not exported: the summary above is). */
+  private readonly freshnessNow = new Summary({
+    name: 'streaminfer_stream_freshness_now_seconds',
+    help: 'Freshness quantiles over the last 10 s',
+    percentiles: [0.95],
+    maxAgeSeconds: 10,
+    ageBuckets: 5,
+    registers: [],
+  });
   readonly inference = new Histogram({
     name: 'streaminfer_stream_inference_duration_seconds',
     help: 'One prediction, from the call to the backend to its answer (queueing and batching included)',
@@ -112,7 +121,17 @@ export class PipelineMetrics {
   });
   readonly oldestUnprocessedAge = new Gauge({
     name: 'streaminfer_stream_oldest_unprocessed_age_seconds',
-    help: 'Age (now − broker store time) of the oldest input message not yet acked; 0 when none',
+    help: 'Age (now − broker store time) of the oldest input message not processed yet (at the broker, or fetched and not published); 0 when none',
+    registers: [this.registry],
+  });
+  readonly unprocessed = new Gauge({
+    name: 'streaminfer_stream_unprocessed_messages',
+    help: 'Input messages not processed yet: pending at the broker, and fetched but not published (the lag slo.lagMessages bounds)',
+    registers: [this.registry],
+  });
+  readonly stale = new Gauge({
+    name: 'streaminfer_stream_stale',
+    help: "1 while /health's stale is true: running but past slo.freshnessP95Ms or slo.lagMessages",
     registers: [this.registry],
   });
   readonly watermarkLag = new Gauge({
@@ -204,6 +223,12 @@ export class PipelineMetrics {
     labelNames: ['partition'],
     registers: [this.registry],
   });
+  readonly partitionFailed = new Gauge({
+    name: 'streaminfer_stream_partition_failed',
+    help: '1 for each partition whose lease this instance holds but cannot work (its checkpoint does not read)',
+    labelNames: ['partition'],
+    registers: [this.registry],
+  });
   readonly partitionsOwned = new Gauge({
     name: 'streaminfer_stream_partitions_owned',
     help: 'Partitions this instance works (of the pipeline total, streaminfer_stream_partitions)',
@@ -245,7 +270,7 @@ export class PipelineMetrics {
   });
   readonly up = new Gauge({
     name: 'streaminfer_stream_up',
-    help: '1 while the pipeline is consuming (connected, not paused by an error)',
+    help: "1 while the pipeline is consuming (/health's consuming: connected, every partition worked, none failed)",
     registers: [this.registry],
   });
 
@@ -256,6 +281,13 @@ export class PipelineMetrics {
   observeFreshness(seconds: number): void {
     this.freshness.observe(seconds);
     this.freshnessRecent.observe(seconds);
+    this.freshnessNow.observe(seconds);
+  }
+
+  /** Freshness p95 (seconds) of the last 10 s; NaN when nothing was published. */
+  async freshnessNowP95(): Promise<number> {
+    const data = await this.freshnessNow.get();
+    return data.values.find((v) => v.labels.quantile === 0.95)?.value ?? Number.NaN;
   }
 
   setPin(model: string, version: string, epoch: number): void {

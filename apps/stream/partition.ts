@@ -20,6 +20,7 @@ import { Checkpointer, type CheckpointState } from './checkpointer';
 import type { PipelineConfig } from './config';
 import type { NatsHandle } from './connection';
 import { decisionEffects } from './effects';
+import { StreamIoError } from './errors';
 import type { InferenceBackend, ModelPin } from './inference';
 import { partitionFilter, partitionOfKey, type StreamLayout } from './layout';
 import type { PipelineMetrics } from './metrics';
@@ -84,6 +85,8 @@ export interface PartitionStatus {
   ack_pending: number;
   /** Pending, and delivered but not processed (unacked minus the acks held for the checkpoint). */
   unprocessed: number;
+  /** Now − store time of the oldest message not processed (0: none). */
+  oldest_unprocessed_age_s: number;
   checkpoint?: { last_id: number | null; position: number | null; age_s: number | null; held_acks: number };
   state_keys: number;
   state_bytes: number;
@@ -147,7 +150,12 @@ export class PartitionWorker {
   private timers: NodeJS.Timeout[] = [];
   /** Barriers (checkpoints, epoch switches) one at a time. */
   private barrierChain: Promise<unknown> = Promise.resolve();
-  private lag = { pending: 0, ackPending: 0, oldestAgeS: 0, held: 0 };
+  private lag: { pending: number; ackPending: number; held: number; nextAt: number | null } = {
+    pending: 0,
+    ackPending: 0,
+    held: 0,
+    nextAt: null,
+  };
   /** When `lag` was last read from the broker (ms since epoch; 0: not yet). */
   private lagSince = 0;
   private readonly keys = new KeyCounter();
@@ -187,6 +195,11 @@ export class PartitionWorker {
       },
       snapshot,
     );
+  }
+
+  /** A not yet started worker's keyed state: empty (an operator's recovery from the ack floor starts on it). */
+  emptySnapshot(): DeciderSnapshot {
+    return this.decider.snapshot();
   }
 
   /** Restores the partition's latest checkpoint (checkpoint mode), opens its consumer and starts working. */
@@ -232,7 +245,15 @@ export class PartitionWorker {
     this.checkpointer = checkpointer;
     const checkpoint = await checkpointer.restore();
     if (checkpoint) {
-      this.decider = this.makeDecider(checkpoint.state);
+      try {
+        this.decider = this.makeDecider(checkpoint.state);
+      } catch (err) {
+        throw new StreamIoError(
+          'checkpoint_invalid',
+          `checkpoint ${checkpoint.id} of partition ${this.partition}: ${(err as Error).message}`,
+          { cause: err },
+        );
+      }
       // The checkpoint's version replays what came after it (the artifact must still load): the same
       // decision ids as before the crash. The partition moves to the instance's epoch once caught up.
       this.pin = { ...checkpoint.pin };
@@ -477,7 +498,8 @@ export class PartitionWorker {
       watermark: wm === null ? null : new Date(wm).toISOString(),
       pending: this.lag.pending,
       ack_pending: this.lag.ackPending,
-      unprocessed: this.lag.pending + Math.max(0, this.lag.ackPending - this.lag.held),
+      unprocessed: this.unprocessed,
+      oldest_unprocessed_age_s: this.oldestUnprocessedAgeS(),
       ...(this.checkpointer
         ? {
             checkpoint: {
@@ -503,10 +525,17 @@ export class PartitionWorker {
     checkpointAt: number | null;
   } {
     return {
-      ...this.lag,
+      pending: this.lag.pending,
+      ackPending: this.lag.ackPending,
+      oldestAgeS: this.oldestUnprocessedAgeS(),
       watermark: this.decider.watermark(),
       checkpointAt: this.checkpointer?.lastCompleted?.at ?? null,
     };
+  }
+
+  private oldestUnprocessedAgeS(): number {
+    const at = this.oldestUnprocessedAt();
+    return at === null ? 0 : Math.max(0, this.ctx.clock() - at) / 1000;
   }
 
   private async processAndFilter(message: SourceMessage): Promise<Effect[]> {
@@ -813,27 +842,49 @@ export class PartitionWorker {
   }
 
   private async refreshLag(): Promise<void> {
-    const { nats, layout, metrics, clock } = this.ctx;
+    const { nats, layout, metrics } = this.ctx;
     if (!this.source || this.state !== 'running') return;
     try {
       const info = await nats.jsm.consumers.info(layout.events.name, this.durable);
-      let oldestAgeS = 0;
-      if (info.num_pending + info.num_ack_pending > 0) {
-        // The stream message just after the ack floor: at most as old as this partition's first unacked one
-        // (the stream interleaves partitions in time order), so the age is an upper bound, never hidden lag.
-        const stored = await nats.jsm.streams
-          .getMessage(layout.events.name, { seq: info.ack_floor.stream_seq + 1 })
-          .catch(() => null);
-        if (stored) oldestAgeS = Math.max(0, clock() - stored.time.getTime()) / 1000;
-      }
       // Acks held for the checkpoint, counted with the broker's figures: those events are processed.
       const held = this.checkpointer?.heldMessages ?? 0;
-      this.lag = { pending: info.num_pending, ackPending: info.num_ack_pending, oldestAgeS, held };
+      const unprocessed = info.num_pending + Math.max(0, info.num_ack_pending - held);
+      // The partition's first message past the last one started: nothing after the position was processed
+      // (delivered and buffered, held at a barrier, or still at the broker). Its store time ages while
+      // nothing is published, which freshness measured at PubAcks cannot show.
+      let nextAt: number | null = null;
+      if (unprocessed > 0) {
+        const next = await nats.jsm.streams
+          .getMessage(layout.events.name, {
+            // Above the ack floor too: without checkpoints a new owner's position starts below what is acked.
+            seq: Math.max(this.position, info.ack_floor.stream_seq) + 1,
+            next_by_subj: partitionFilter(layout.subjects.eventsPrefix, this.partition),
+          } as unknown as { seq: number })
+          .catch(() => null);
+        if (next) nextAt = next.time.getTime();
+      }
+      this.lag = { pending: info.num_pending, ackPending: info.num_ack_pending, held, nextAt };
       this.lagSince = Date.now();
       metrics.partitionPending.set({ partition: this.label }, info.num_pending);
     } catch (err) {
       this.ctx.logger.debug({ partition: this.partition, err: String(err) }, 'consumer info failed');
     }
+  }
+
+  /**
+   * Store time (ms) of the oldest message not processed yet: started or waiting in this process, or the
+   * next one at the broker (as last read; it keeps ageing while the broker cannot be asked). null: none.
+   */
+  oldestUnprocessedAt(): number | null {
+    const local = this.running?.oldestUnsettled?.storedAtMs;
+    const next = this.lag.nextAt;
+    if (local === undefined) return next;
+    return next === null ? local : Math.min(local, next);
+  }
+
+  /** Messages of the partition not processed: at the broker, or delivered and not done (held acks are done). */
+  get unprocessed(): number {
+    return this.lag.pending + Math.max(0, this.lag.ackPending - this.lag.held);
   }
 }
 

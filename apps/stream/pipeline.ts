@@ -11,9 +11,19 @@ import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { Logger } from 'pino';
 import type { NatsAuth, NatsAuthMode } from '../../libs/nats-auth';
+import { CHECKPOINT_VERSION, type Checkpoint, CheckpointStore } from './checkpoints';
 import type { PipelineConfig } from './config';
 import { connectNats, type NatsHandle, pipelineNatsAuth } from './connection';
 import { EpochLog, type EpochRecord } from './epochs';
+import { StreamIoError } from './errors';
+import {
+  type FailedPartitionStatus,
+  FailedPartitions,
+  type RecoverFrom,
+  type RecoverOutcome,
+  RecoverRefused,
+} from './failed-partitions';
+import { assessHealth } from './health';
 import type { InferenceBackend, ModelPin } from './inference';
 import { type StreamLayout, streamLayout } from './layout';
 import { LeaseKeeper } from './lease-keeper';
@@ -58,6 +68,10 @@ export interface PipelineStatus {
   consumer: { pending: number; ack_pending: number; unprocessed: number; oldest_unprocessed_age_s: number };
   freshness: { p50_ms: number; p95_ms: number; p99_ms: number };
   stale: boolean;
+  /** Why stale (empty when not): which SLO is past, by how much. */
+  stale_reasons: string[];
+  /** Why not consuming (empty when consuming): /health answers 503 with these. */
+  not_consuming: string[];
   counts: Record<string, number>;
   /** Checkpoint mode: the oldest of the owned partitions' last checkpoints, and the acks waiting (all). */
   checkpoint?: { last_id: number | null; position: number | null; age_s: number | null; held_acks: number };
@@ -66,6 +80,8 @@ export interface PipelineStatus {
   /** This instance among the pipeline's: its id, the live ones, the partitions it works. */
   instance: { id: string; live: string[]; partitions_total: number; owned: number[] };
   partitions: PartitionStatus[];
+  /** Partitions whose lease this instance holds but whose checkpoint does not read (recover them). */
+  partitions_failed: FailedPartitionStatus[];
   /** Where it connects and how (never a secret: userinfo in the URLs redacted). */
   nats: { servers: string; auth: NatsAuthMode; tls: boolean };
   error?: string;
@@ -81,6 +97,11 @@ export interface PipelineDeps {
   clock?: () => number;
   /** Called whenever an epoch starts (at start, at each committed reload, when following another's). */
   onEpoch?: (pin: ModelPin, epoch: number) => void;
+  /**
+   * The config's model pin was given by the operator on the command line (`streaminfer stream --version`):
+   * it wins over the epoch log at start, recorded as a transition. Otherwise the log wins.
+   */
+  pinFromOperator?: boolean;
   /**
    * The pipeline failed while running (its lease thread died: every partition was dropped as lost) and must
    * be restarted; the process exits non-zero and its supervisor restarts it.
@@ -101,6 +122,7 @@ export class DeliveryPipeline {
   private readonly clock: () => number;
   private readonly onEpoch: ((pin: ModelPin, epoch: number) => void) | undefined;
   private readonly onFatal: ((err: Error) => void) | undefined;
+  private readonly pinFromOperator: boolean;
   /** Servers, identity and TLS of every connection (the lease thread's too); files read at construction. */
   private readonly natsAuth: NatsAuth;
   private nats: NatsHandle | undefined;
@@ -109,6 +131,7 @@ export class DeliveryPipeline {
   private leases: LeaseKeeper | undefined;
   private ctx: PartitionContext | undefined;
   private readonly workers = new Map<number, PartitionWorker>();
+  private readonly failed: FailedPartitions;
   /** Partitions being taken or given up (a status or a barrier waits for neither). */
   private readonly moving = new Map<number, Promise<void>>();
   private pin: ModelPin;
@@ -142,7 +165,12 @@ export class DeliveryPipeline {
     this.clock = deps.clock ?? Date.now;
     this.onEpoch = deps.onEpoch;
     this.onFatal = deps.onFatal;
+    this.pinFromOperator = deps.pinFromOperator ?? false;
     this.pin = { model: deps.config.model.name, version: deps.config.model.version };
+    this.failed = new FailedPartitions(this.metrics, this.logger, this.clock, (partition) => {
+      if (this.state === 'running' && this.leases?.holds(partition) && !this.workers.has(partition))
+        void this.track(partition, this.startWorker(partition)).catch(() => undefined);
+    });
     this.instanceId = deps.config.instance.id || defaultInstanceId();
     this.layout = streamLayout({
       eventsStream: this.config.streams.events,
@@ -268,28 +296,43 @@ export class DeliveryPipeline {
 
   /** Lease acquired: restore the partition (checkpoint mode) and work it. */
   private take(partition: number): Promise<void> {
-    const run = (async () => {
-      if (this.state !== 'running') throw new Error(`pipeline is ${this.state}`);
-      const worker = new PartitionWorker(this.ctx!, partition);
-      this.workers.set(partition, worker);
-      try {
-        await worker.start();
-      } catch (err) {
-        this.workers.delete(partition);
-        await worker.stop('abandon').catch(() => undefined);
-        this.logger.error({ partition, err: String(err) }, 'could not start the partition; lease given back');
-        throw err;
+    return this.track(partition, this.startWorker(partition));
+  }
+
+  /**
+   * A checkpoint that does not read keeps the lease and marks the partition failed (retried with a backoff,
+   * recovered by the operator); any other failure gives the lease back.
+   */
+  private async startWorker(partition: number): Promise<void> {
+    if (this.state !== 'running') throw new Error(`pipeline is ${this.state}`);
+    const worker = new PartitionWorker(this.ctx!, partition);
+    this.workers.set(partition, worker);
+    try {
+      await worker.start();
+    } catch (err) {
+      this.workers.delete(partition);
+      await worker.stop('abandon').catch(() => undefined);
+      if (err instanceof StreamIoError && err.code === 'checkpoint_invalid') {
+        this.failed.fail(partition, err.message);
+        return;
       }
-      if (this.paused) await worker.pause();
-      this.metrics.partitionMoves.inc({ direction: 'in', reason: 'acquired' });
-    })();
-    return this.track(partition, run);
+      this.failed.clear(partition);
+      this.logger.error({ partition, err: String(err) }, 'could not start the partition; lease given back');
+      throw err;
+    }
+    if (this.failed.has(partition)) {
+      this.failed.clear(partition);
+      this.logger.info({ partition }, 'failed partition working again');
+    }
+    if (this.paused) await worker.pause();
+    this.metrics.partitionMoves.inc({ direction: 'in', reason: 'acquired' });
   }
 
   /** Lease given up ('rebalance', 'stop': drained and checkpointed) or lost (stop at once, write nothing). */
   private giveUp(partition: number, reason: ReleaseReason): Promise<void> {
     const run = (async () => {
       await this.moving.get(partition)?.catch(() => undefined);
+      this.failed.clear(partition);
       const worker = this.workers.get(partition);
       if (!worker) return;
       this.workers.delete(partition);
@@ -335,12 +378,102 @@ export class DeliveryPipeline {
     await Promise.all([...this.workers.values()].map((w) => w.restartConsumer()));
   }
 
+  /**
+   * The operator's way out for a failed partition (its checkpoint does not read): the bad pointer is kept
+   * aside, the restore point becomes the previous checkpoint or an empty one at the broker's ack floor, and
+   * the partition starts at once. Only on the instance holding the failed partition's lease.
+   */
+  async recoverPartition(partition: number, from: RecoverFrom): Promise<RecoverOutcome> {
+    if (!Number.isInteger(partition) || partition < 0 || partition >= this.config.partitions)
+      throw new RecoverRefused(
+        404,
+        'not_found',
+        `no partition ${partition} (partitions 0-${this.config.partitions - 1})`,
+      );
+    if (!this.config.checkpoint.enabled)
+      throw new RecoverRefused(
+        409,
+        'conflict',
+        'checkpoints are off (checkpoint.enabled): nothing to recover',
+      );
+    await this.moving.get(partition)?.catch(() => undefined);
+    if (this.state !== 'running' || !this.failed.has(partition) || !this.leases?.holds(partition))
+      throw new RecoverRefused(
+        409,
+        'conflict',
+        `partition ${partition} is ${this.workers.has(partition) ? 'running' : 'not failed on this instance'} ` +
+          '(recover a failed partition on the instance that holds it: see partitions_failed in /health)',
+      );
+    this.failed.hold(partition);
+    const run = (async (): Promise<RecoverOutcome> => {
+      const nats = this.checkpointNats ?? this.nats!;
+      const store = await CheckpointStore.open(
+        nats.js,
+        this.config.checkpoint.bucket,
+        this.config.consumer.durable,
+        `p${partition}`,
+        nats.replicas,
+      );
+      const restored = await store.recover(from, () => this.emptyCheckpoint(partition));
+      this.logger.warn(
+        {
+          partition,
+          from,
+          quarantined: restored.quarantined,
+          checkpoint: restored.id,
+          position: restored.position,
+        },
+        'failed partition recovered by the operator: restore point replaced',
+      );
+      await this.startWorker(partition);
+      const again = this.failed.list().find((f) => f.partition === partition);
+      return {
+        partition,
+        from,
+        quarantined: restored.quarantined,
+        restored: { id: restored.id, position: restored.position, object: restored.object },
+        state: again ? 'failed' : 'running',
+        ...(again ? { error: again.reason } : {}),
+      };
+    })();
+    const settled = run.then(
+      () => undefined,
+      (err: unknown) => {
+        // The recovery itself failed (e.g. no earlier checkpoint reads): still failed, retried as before.
+        if (this.failed.has(partition)) this.failed.fail(partition, (err as Error).message);
+      },
+    );
+    void this.track(partition, settled);
+    return run;
+  }
+
+  /** An empty checkpoint at the partition consumer's ack floor, on the instance's epoch. */
+  private async emptyCheckpoint(partition: number): Promise<Omit<Checkpoint, 'id' | 'createdAt'>> {
+    const nats = this.nats!;
+    const durable = `${this.config.consumer.durable}-p${partition}`;
+    const info = await nats.jsm.consumers.info(this.layout.events.name, durable).catch(() => null);
+    const [predictions, side] = await Promise.all(
+      [this.layout.predictions.name, this.layout.side.name].map(
+        async (stream) => (await nats.jsm.streams.info(stream)).state.last_seq,
+      ),
+    );
+    return {
+      version: CHECKPOINT_VERSION,
+      position: info?.ack_floor.stream_seq ?? 0,
+      outputs: { predictions: predictions ?? 0, side: side ?? 0 },
+      pin: { ...this.pin },
+      epoch: this.epoch,
+      state: new PartitionWorker(this.ctx!, partition).emptySnapshot(),
+    };
+  }
+
   /** Drains: gives every partition up (published, acked, checkpointed), closes the backend and the connection. */
   async stop(): Promise<void> {
     if (this.state === 'stopped' || this.state === 'draining') return;
     this.state = 'draining';
     for (const t of this.timers) clearInterval(t);
     this.timers = [];
+    this.failed.clearAll();
     await this.reloadChain;
     // Releases each partition through giveUp(…, 'stop') and deletes its lease: survivors take it at once.
     await this.leases
@@ -374,11 +507,27 @@ export class DeliveryPipeline {
 
   async status(): Promise<PipelineStatus> {
     const q = await this.metrics.freshnessQuantiles();
+    const recentP95 = await this.metrics.freshnessNowP95();
     const partitions = [...this.workers.values()]
       .map((w) => w.status())
       .sort((a, b) => a.partition - b.partition);
     const p95Ms = q.p95 * 1000;
     const pending = partitions.reduce((n, p) => n + p.pending, 0);
+    const failed = this.failed.list();
+    const downs = [this.nats, this.checkpointNats]
+      .map((n) => n?.disconnectedSince() ?? null)
+      .filter((d): d is number => d !== null);
+    const health = assessHealth({
+      state: this.state,
+      now: this.clock(),
+      natsDownSince: downs.length === 0 ? null : Math.min(...downs),
+      partitionsTotal: this.config.partitions,
+      liveInstances: this.leases?.liveInstances().length ?? 0,
+      partitions,
+      failed,
+      recentFreshnessP95Ms: recentP95 * 1000,
+      slo: this.config.slo,
+    });
     const gauges = [...this.workers.values()].map((w) => w.gauges());
     const watermarks = partitions.map((p) => p.watermark).filter((w): w is string => w !== null);
     const checkpoints = partitions.map((p) => p.checkpoint).filter((c) => c !== undefined);
@@ -392,7 +541,7 @@ export class DeliveryPipeline {
     );
     return {
       state: this.state,
-      consuming: this.state === 'running' && partitions.every((p) => p.consuming),
+      consuming: health.consuming,
       paused: this.paused,
       epoch: this.epoch,
       model: this.pin.model,
@@ -406,9 +555,9 @@ export class DeliveryPipeline {
         oldest_unprocessed_age_s: gauges.reduce((n, g) => Math.max(n, g.oldestAgeS), 0),
       },
       freshness: { p50_ms: q.p50 * 1000, p95_ms: p95Ms, p99_ms: q.p99 * 1000 },
-      stale:
-        (Number.isFinite(p95Ms) && p95Ms > this.config.slo.freshnessP95Ms) ||
-        pending > this.config.slo.lagMessages,
+      stale: health.stale,
+      stale_reasons: health.stale_reasons,
+      not_consuming: health.not_consuming,
       counts: { ...this.counts },
       ...(this.config.checkpoint.enabled
         ? {
@@ -429,6 +578,7 @@ export class DeliveryPipeline {
         owned: this.ownedPartitions(),
       },
       partitions,
+      partitions_failed: failed,
       nats: { servers: this.natsAuth.shown, auth: this.natsAuth.mode, tls: this.natsAuth.tls !== undefined },
       ...(this.error ? { error: this.error } : {}),
     };
@@ -445,6 +595,7 @@ export class DeliveryPipeline {
     let keys = 0;
     let bytes = 0;
     let inFlight = 0;
+    let unprocessed = 0;
     for (const w of this.workers.values()) {
       const g = w.gauges();
       pending += g.pending;
@@ -458,6 +609,7 @@ export class DeliveryPipeline {
       keys += s.state_keys;
       bytes += s.state_bytes;
       inFlight += w.inFlight;
+      unprocessed += w.unprocessed;
     }
     const m = this.metrics;
     m.consumerPending.set(pending);
@@ -466,6 +618,15 @@ export class DeliveryPipeline {
     m.stateKeys.set(keys);
     m.stateBytes.set(bytes);
     m.inflight.set(inFlight);
+    m.unprocessed.set(unprocessed);
+    // up and stale as /health says them (a broker down or a failed partition is not "up").
+    void this.status().then(
+      (s) => {
+        m.up.set(s.consuming ? 1 : 0);
+        m.stale.set(s.stale ? 1 : 0);
+      },
+      () => undefined,
+    );
     if (watermark !== null) m.watermarkLag.set(Math.max(0, now - watermark) / 1000);
     if (checkpointAt !== null) m.checkpointAge.set(Math.max(0, now - checkpointAt) / 1000);
     m.partitionsOwned.set(this.workers.size);
@@ -473,29 +634,42 @@ export class DeliveryPipeline {
   }
 
   /**
-   * At start: the last recorded epoch continues if it pins the configured version. Otherwise, alone, the
-   * config wins (a new epoch is recorded); beside live instances the log wins (they follow it, and a stale
-   * config on one host must not move the others back): change versions with a reload.
+   * At start the epoch log wins: the last recorded epoch continues, on its version, whatever the config
+   * pins (a reload by API or SIGHUP is recorded there, and a restart or a routine deploy with the unchanged
+   * config must not roll it back). Only an operator's `--version` on the command line (pinFromOperator)
+   * moves it, as a transition recorded like a reload. With no log yet, the config's pin is epoch 1.
    */
   private async resumeEpoch(peers: string[]): Promise<void> {
     const last = await this.epochs!.last();
     const others = peers.filter((id) => id !== this.instanceId);
-    if (last && last.model === this.pin.model && last.version === this.pin.version) {
+    const same = last !== null && last.model === this.pin.model && last.version === this.pin.version;
+    if (last && same) {
       this.epoch = last.epoch;
-    } else if (last && others.length > 0) {
+    } else if (last && !this.pinFromOperator) {
       this.logger.warn(
         {
           config: this.pin,
-          log: { epoch: last.epoch, model: last.model, version: last.version },
+          log: { epoch: last.epoch, model: last.model, version: last.version, reason: last.reason },
           instances: others,
         },
-        'the config pins another version than the epoch log; following the log (reload to change it)',
+        'the config pins another version than the epoch log; following the log (reload, or start with --version, to change it)',
       );
       this.pin = { model: last.model, version: last.version };
       this.epoch = last.epoch;
     } else {
-      await this.epochs!.record((last?.epoch ?? 0) + 1, this.pin, last, 'start');
-      this.epoch = (last?.epoch ?? 0) + 1;
+      const epoch = (last?.epoch ?? 0) + 1;
+      await this.epochs!.record(epoch, this.pin, last, last ? 'start --version' : 'start');
+      this.epoch = epoch;
+      if (last)
+        this.logger.warn(
+          {
+            epoch,
+            from: { epoch: last.epoch, model: last.model, version: last.version },
+            to: this.pin,
+            instances: others,
+          },
+          'epoch transition at start: --version on the command line overrides the epoch log',
+        );
     }
     this.metrics.setPin(this.pin.model, this.pin.version, this.epoch);
     this.onEpoch?.({ ...this.pin }, this.epoch);

@@ -68,6 +68,8 @@ export interface RunningPipeline {
   resume(): void;
   /** Messages started and not yet settled. */
   readonly inFlight: number;
+  /** The earliest received of the messages not settled (started or held at a barrier); undefined: none. */
+  readonly oldestUnsettled: SourceMessage | undefined;
   /** stop() or abort() was called. */
   readonly stopping: boolean;
   /** Settles when the source ends (after stop()) and nothing is in flight; rejects on a source error. */
@@ -210,6 +212,10 @@ export function runPipeline(options: RunnerOptions): RunningPipeline {
     done,
     get inFlight() {
       return inFlight.size;
+    },
+    get oldestUnsettled() {
+      // Insertion order: a keep-alive's set() on a present key does not move it.
+      return touched.keys().next().value;
     },
     get stopping() {
       return stopping;

@@ -22,6 +22,11 @@ export interface SuperviseOptions {
   configFile?: string;
   /** Flag overrides, applied over the file. */
   overrides: Record<string, unknown>;
+  /**
+   * `--version` was given: the first pipeline process pins it over the epoch log (a transition). Restarts
+   * after that follow the log, so a crash never undoes a reload made since.
+   */
+  pinFromOperator?: boolean;
   logger: Logger;
 }
 
@@ -49,6 +54,9 @@ export async function superviseStream(options: SuperviseOptions): Promise<number
   let readyAt: number | undefined;
   let reloadIds = 0;
   let restartTimer: NodeJS.Timeout | undefined;
+  let pinFromOperator = options.pinFromOperator ?? false;
+  /** The model the config file (with the flags) said when last read: SIGHUP reloads when it changes. */
+  let fileModel = config.model;
   let resolveExit: (code: number) => void = () => {};
   const exited = new Promise<number>((resolve) => {
     resolveExit = resolve;
@@ -60,13 +68,18 @@ export async function superviseStream(options: SuperviseOptions): Promise<number
   const start = () => {
     readyAt = undefined;
     const c = fork(join(__dirname, 'main.js'), [], {
-      env: { ...process.env, STREAMINFER_PIPELINE_CONFIG: JSON.stringify(config) },
+      env: {
+        ...process.env,
+        STREAMINFER_PIPELINE_CONFIG: JSON.stringify(config),
+        STREAMINFER_PIPELINE_PIN_FROM_OPERATOR: pinFromOperator ? '1' : '0',
+      },
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
     child = c;
     c.on('message', (m: PipelineChildMessage) => {
       if (m.type === 'ready') {
         readyAt = Date.now();
+        pinFromOperator = false;
         logger.info(
           { pid: c.pid, admin: m.adminPort, admin_url: m.adminUrl, epoch: m.epoch },
           'pipeline ready',
@@ -112,12 +125,16 @@ export async function superviseStream(options: SuperviseOptions): Promise<number
       return;
     }
     if (next.instance.id === '') next = { ...next, instance: { ...next.instance, id: config.instance.id } };
-    const { model: before, ...restBefore } = config;
+    const { model: _pinned, ...restBefore } = config;
     const { model: after, ...restAfter } = next;
     if (JSON.stringify(restBefore) !== JSON.stringify(restAfter))
       logger.warn('SIGHUP: settings other than model need a restart of `streaminfer stream` to apply');
-    config = { ...config, model: after };
+    // A change of the file's model, not a difference from the pin: a reload by API (the pin now) must not
+    // be undone by a SIGHUP that only re-reads certificates.
+    const before = fileModel;
+    fileModel = after;
     if (before.name !== after.name || before.version !== after.version) {
+      config = { ...config, model: after };
       toChild({
         type: 'reload',
         id: ++reloadIds,
