@@ -221,6 +221,17 @@ describe('producer conformance', () => {
       async () => (await unaccounted(published, since)).length === 0,
     ).catch(() => undefined);
     const lost = await unaccounted(published, since);
+    const mine = new Set(published.map((x) => x.eventId));
+    const predictedIds = new Set(
+      (await readStream(nats, names.predictions, `${names.tag}.delivery.predictions.>`))
+        .map((m) => m.json<{ event_id: string }>().event_id)
+        .filter((id) => mine.has(id)),
+    );
+    console.log(
+      `producer conformance (broker ${nats.nc.info?.version}): published ${published.length}, refused at publish ` +
+        `${published.length - stored.length}, stored ${stored.length}, predicted ${predictedIds.size}, not ready ` +
+        `${stored.filter((x) => x.notReady).length}, dead-lettered ${(await deadLetters()).filter((d) => mine.has(d.event_id)).length}, lost ${lost.length}`,
+    );
     expect({ stored: stored.length, lost: lost.map((l) => `${l.subject} ${l.eventId}`) }).toEqual({
       stored: stored.length,
       lost: [],
