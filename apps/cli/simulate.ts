@@ -26,11 +26,14 @@ import {
   simulationRecords,
 } from '../../loadtest/simulator';
 import {
+  brokerPlacesEvents,
   connectNats,
   DEFAULT_DUPLICATE_WINDOW_MS,
   DEFAULT_NATS_URL,
   eventSubject,
+  inputStreamSpec,
   JetStreamSink,
+  keySubject,
   provisionStreams,
   StreamIoError,
   streamLayout,
@@ -106,6 +109,11 @@ export interface SimulateSummary {
   seed: number;
   stream: string;
   subject_prefix: string;
+  /**
+   * Who placed events in partitions: 'broker' (nats-server 2.10+: published to `<prefix>.<delivery_id>`,
+   * stored by the stream's partition transform) or 'producer' (2.9: published to `<prefix>.<k>.<delivery_id>`).
+   */
+  placement: 'broker' | 'producer';
   /** What ended the run. */
   stopped: 'duration' | 'SIGINT' | 'SIGTERM';
 }
@@ -264,7 +272,13 @@ export async function runSimulate(
     onProblem: (message) => hooks.progress?.(`simulate: ${message}`),
   });
   try {
-    await provisionStreams(nats.jsm, [layout.events], nats.replicas);
+    // The producer contract (docs/producers.md): the delivery subject where the broker places events.
+    const places = brokerPlacesEvents(nats.nc.info?.version);
+    await provisionStreams(nats.jsm, [inputStreamSpec(layout, config.partitions, places)], nats.replicas);
+    const prefix = layout.subjects.eventsPrefix;
+    const subjectOf = places
+      ? (id: string) => keySubject(prefix, id)
+      : (id: string) => eventSubject(prefix, id, config.partitions);
     // A producer outlasts a broker busy for a while (a consumer catching up floods it with its own
     // publishes): up to 8 attempts, 5 s each, with backoff, under the same Msg-Id (a copy that landed is dropped).
     const sink = new JetStreamSink(nats.js, { maxAttempts: 8 });
@@ -293,6 +307,7 @@ export async function runSimulate(
       seed: config.seed,
       stream: layout.events.name,
       subject_prefix: layout.subjects.eventsPrefix,
+      placement: places ? 'broker' : 'producer',
       stopped: 'duration',
     };
 
@@ -355,7 +370,7 @@ export async function runSimulate(
       try {
         const sentAt = performance.now();
         const ack = await sink.publish({
-          subject: eventSubject(layout.subjects.eventsPrefix, r.delivery_id, config.partitions),
+          subject: subjectOf(r.delivery_id),
           data: r.payload,
           msgId: r.msgId,
         });
@@ -459,7 +474,8 @@ export class LogHistogram {
 export function formatSummary(s: SimulateSummary): string {
   return [
     `simulate: ${s.stopped === 'duration' ? 'done' : `stopped by ${s.stopped}`} after ${s.elapsed_s} s` +
-      ` on ${s.subject_prefix}.<delivery_id> (stream ${s.stream}, seed ${s.seed})`,
+      ` on ${s.subject_prefix}.${s.placement === 'broker' ? '' : '<partition>.'}<delivery_id>` +
+      ` (stream ${s.stream}, seed ${s.seed})`,
     `  sent ${s.sent} at ${s.rate_actual} events/s (target ${s.rate_target}): ${s.events} events,` +
       ` ${s.duplicates} duplicates, ${s.too_late} too late, ${s.invalid} invalid`,
     `  broker duplicates ${s.broker_duplicates} (stored ${s.stored}), failed ${s.failed}`,

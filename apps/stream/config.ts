@@ -54,8 +54,9 @@ export interface PipelineConfig {
   /** Messages between receipt and ack at once, per partition (≤ maxAckPending). */
   concurrency: number;
   /**
-   * Key partitions: producers publish to `<events>.<partition>.<delivery_id>` (partition = FNV-1a of the
-   * delivery id mod this count); each partition has its own consumer (`<durable>-p<k>`), state, watermark
+   * Key partitions: producers publish to `<events>.<delivery_id>` (nats-server 2.10+ places it) or
+   * `<events>.<partition>.<delivery_id>` (partition = FNV-1a of the delivery id's UTF-8 bytes mod this count;
+   * docs/producers.md); each partition has its own consumer (`<durable>-p<k>`), state, watermark
    * and checkpoints, and is worked by one instance at a time. Fixed for a stream's life: changing it moves keys.
    */
   partitions: number;

@@ -19,8 +19,17 @@ export { createExternalBackend, type ExternalBackend, type ExternalBackendOption
 export { ExternalInferenceError, type ExternalInferenceErrorCode } from './external-errors';
 export type { InferenceBackend, InferenceMode, ModelPin } from './inference';
 export {
+  brokerPlacesEvents,
+  checkInputStream,
+  inputStreamSpec,
+  partitionsOfSubjects,
+  placementTransform,
+  subjectsOverlap,
+} from './input-stream';
+export {
   DEFAULT_DUPLICATE_WINDOW_MS,
   eventSubject,
+  fnv1a32,
   keySubject,
   type LayoutOptions,
   layoutStreams,

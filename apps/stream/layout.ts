@@ -20,6 +20,13 @@ export interface StreamSpec {
   /** 0 keeps messages until the limits below are hit. */
   maxAgeMs: number;
   maxBytes: number;
+  /** Where the broker stores what it captures under `src` (nats-server 2.10+). */
+  subjectTransform?: { src: string; dest: string };
+  /**
+   * The input stream: everything it captures under `prefix` must be one of `subjects` (consumed by the
+   * `partitions`), else it is stored and never read (input-stream.ts).
+   */
+  exclusive?: { prefix: string; partitions: number };
 }
 
 export interface SubjectLayout {
@@ -109,18 +116,50 @@ export function layoutStreams(layout: StreamLayout): StreamSpec[] {
 }
 
 /**
- * The partition a key belongs to: FNV-1a of the delivery id, modulo the partition count. Producers and the
- * pipeline must agree on it (and on the count: changing it moves keys, like Kafka's partition count).
+ * The partition a key belongs to: FNV-1a of the delivery id's UTF-8 bytes, modulo the partition count — what
+ * nats-server's `partition(n, …)` subject transform computes, and what a producer in any language gets from
+ * the subject token's bytes (docs/producers.md has test vectors). Producers and the pipeline must agree on it
+ * (and on the count: changing it moves keys, like Kafka's partition count).
  */
 export function partitionOfKey(key: string, partitions: number): number {
   return fnv1a32(key) % partitions;
 }
 
-/** 32-bit FNV-1a of a string's UTF-16 code units (stable across processes and hosts). */
+const FNV_OFFSET = 0x811c9dc5;
+const FNV_PRIME = 0x01000193;
+
+/**
+ * 32-bit FNV-1a of a string's UTF-8 bytes (a lone surrogate counts as U+FFFD, as TextEncoder writes it),
+ * encoded on the fly: this runs for every message, so no buffer is made.
+ */
 export function fnv1a32(text: string): number {
-  let hash = 0x811c9dc5;
-  for (let i = 0; i < text.length; i++) hash = Math.imul(hash ^ text.charCodeAt(i), 0x01000193);
-  return hash >>> 0;
+  let h = FNV_OFFSET;
+  for (let i = 0; i < text.length; i++) {
+    let c = text.charCodeAt(i);
+    if (c < 0x80) {
+      h = Math.imul(h ^ c, FNV_PRIME);
+      continue;
+    }
+    if (c >= 0xd800 && c <= 0xdfff) {
+      const next = i + 1 < text.length ? text.charCodeAt(i + 1) : 0;
+      if (c <= 0xdbff && next >= 0xdc00 && next <= 0xdfff) {
+        c = 0x10000 + ((c - 0xd800) << 10) + (next - 0xdc00);
+        i++;
+      } else c = 0xfffd;
+    }
+    if (c < 0x800) {
+      h = Math.imul(h ^ (0xc0 | (c >> 6)), FNV_PRIME);
+    } else if (c < 0x10000) {
+      h = Math.imul(h ^ (0xe0 | (c >> 12)), FNV_PRIME);
+      h = Math.imul(h ^ (0x80 | ((c >> 6) & 0x3f)), FNV_PRIME);
+    } else {
+      h = Math.imul(h ^ (0xf0 | (c >> 18)), FNV_PRIME);
+      h = Math.imul(h ^ (0x80 | ((c >> 12) & 0x3f)), FNV_PRIME);
+      h = Math.imul(h ^ (0x80 | ((c >> 6) & 0x3f)), FNV_PRIME);
+    }
+    h = Math.imul(h ^ (0x80 | (c & 0x3f)), FNV_PRIME);
+  }
+  return h >>> 0;
 }
 
 /** Where a producer publishes an event: `<eventsPrefix>.<partition>.<delivery_id>`. */

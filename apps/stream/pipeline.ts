@@ -25,6 +25,7 @@ import {
 } from './failed-partitions';
 import { assessHealth } from './health';
 import type { InferenceBackend, ModelPin } from './inference';
+import { brokerPlacesEvents, inputStreamSpec } from './input-stream';
 import { type StreamLayout, streamLayout } from './layout';
 import { LeaseKeeper } from './lease-keeper';
 import type { ReleaseReason } from './leases';
@@ -208,11 +209,23 @@ export class DeliveryPipeline {
         replicas,
         name: `streaminfer-stream-${this.instanceId}-checkpoints`,
       });
-    await provisionStreams(
+    const places = brokerPlacesEvents(nats.nc.info?.version);
+    const provisioned = await provisionStreams(
       nats.jsm,
-      [this.layout.events, this.layout.predictions, this.layout.side],
+      [
+        inputStreamSpec(this.layout, this.config.partitions, places),
+        this.layout.predictions,
+        this.layout.side,
+      ],
       replicas,
     );
+    for (const change of provisioned.updated) this.logger.warn({ change }, 'input stream updated');
+    if (!places)
+      this.logger.warn(
+        { server: nats.nc.info?.version, subject: `${this.layout.subjects.eventsPrefix}.<k>.<delivery_id>` },
+        'this broker cannot place events (stream subject transforms need nats-server 2.10+): producers publish ' +
+          'to the partition subject; a publish to <events>.<delivery_id> is refused',
+      );
     const sink = new JetStreamSink(nats.js, {
       onPublishFailure: (effect, attempt, err) => {
         this.metrics.sinkFailures.inc();

@@ -2,12 +2,15 @@
 import { JetStreamApiError, type JetStreamManager, type StreamInfo } from '@nats-io/jetstream';
 import { describeReplicasRefusal, replicasShortfall } from '../../libs/nats-auth';
 import { StreamIoError } from './errors';
+import { checkInputStream } from './input-stream';
 import type { StreamSpec } from './layout';
 import { nanos } from './nanos';
 
 export interface ProvisionResult {
   created: string[];
   existing: string[];
+  /** Input streams brought to the subjects the partitions consume: what changed, for the log. */
+  updated: string[];
 }
 
 const STREAM_NOT_FOUND = 10059;
@@ -20,6 +23,53 @@ async function infoOrNull(jsm: JetStreamManager, name: string): Promise<StreamIn
     if (err instanceof JetStreamApiError && err.code === STREAM_NOT_FOUND) return null;
     throw new StreamIoError('stream_provision_failed', `stream ${name}: ${String(err)}`, { cause: err });
   }
+}
+
+/**
+ * The input stream must capture exactly what is consumed. One that holds nothing but the events prefix is the
+ * contract's own and is updated (subjects, transform); messages it stored earlier under other subjects stay
+ * where they are. Any other difference is refused.
+ */
+async function reconcileInput(
+  jsm: JetStreamManager,
+  spec: StreamSpec,
+  info: StreamInfo,
+  replicas: number,
+): Promise<string | null> {
+  const short = replicasShortfall(info.config.num_replicas ?? 1, replicas, `stream ${spec.name}`, spec.name);
+  if (short) throw new StreamIoError('stream_mismatch', short);
+  const check = checkInputStream(spec, info.config);
+  if (check.missing.length === 0 && check.strays.length === 0 && !check.transformDiffers) return null;
+  const have = (info.config.subjects ?? []).join(', ');
+  if (!check.updatable) {
+    const wrong = [
+      ...(check.missing.length > 0 ? [`without subjects ${check.missing.join(', ')}`] : []),
+      ...(check.strays.length > 0
+        ? [`with subjects no partition consumes (${check.strays.join(', ')})`]
+        : []),
+      ...(check.transformDiffers ? ['without the placement transform'] : []),
+    ];
+    throw new StreamIoError(
+      'stream_mismatch',
+      `stream ${spec.name} exists ${wrong.join(' and ')} (has ${have}); not updated: ${check.refusal}`,
+    );
+  }
+  try {
+    await jsm.streams.update(spec.name, {
+      subjects: spec.subjects,
+      subject_transform: spec.subjectTransform
+        ? { src: spec.subjectTransform.src, dest: spec.subjectTransform.dest }
+        : undefined,
+    });
+  } catch (err) {
+    throw new StreamIoError('stream_provision_failed', `updating stream ${spec.name}: ${String(err)}`, {
+      cause: err,
+    });
+  }
+  const transform = spec.subjectTransform
+    ? `, ${spec.subjectTransform.src} → ${spec.subjectTransform.dest}`
+    : '';
+  return `stream ${spec.name}: subjects ${have} → ${spec.subjects.join(', ')}${transform}`;
 }
 
 function checkExisting(spec: StreamSpec, info: StreamInfo, replicas: number): void {
@@ -42,18 +92,25 @@ export async function provisionStreams(
   specs: StreamSpec[],
   replicas = 1,
 ): Promise<ProvisionResult> {
-  const result: ProvisionResult = { created: [], existing: [] };
+  const result: ProvisionResult = { created: [], existing: [], updated: [] };
+  const adopt = async (spec: StreamSpec, info: StreamInfo) => {
+    if (spec.exclusive) {
+      const change = await reconcileInput(jsm, spec, info, replicas);
+      if (change) result.updated.push(change);
+    } else checkExisting(spec, info, replicas);
+    result.existing.push(spec.name);
+  };
   for (const spec of specs) {
     const info = await infoOrNull(jsm, spec.name);
     if (info) {
-      checkExisting(spec, info, replicas);
-      result.existing.push(spec.name);
+      await adopt(spec, info);
       continue;
     }
     try {
       await jsm.streams.add({
         name: spec.name,
         subjects: spec.subjects,
+        ...(spec.subjectTransform ? { subject_transform: { ...spec.subjectTransform } } : {}),
         duplicate_window: nanos(spec.duplicateWindowMs),
         max_age: nanos(spec.maxAgeMs),
         max_bytes: spec.maxBytes,
@@ -65,8 +122,7 @@ export async function provisionStreams(
       if (err instanceof JetStreamApiError && err.code === STREAM_NAME_IN_USE) {
         const raced = await infoOrNull(jsm, spec.name);
         if (raced) {
-          checkExisting(spec, raced, replicas);
-          result.existing.push(spec.name);
+          await adopt(spec, raced);
           continue;
         }
       }

@@ -11,7 +11,13 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Kvm } from '@nats-io/kv';
-import { connectNats, provisionStreams, streamLayout } from '../../apps/stream';
+import {
+  brokerPlacesEvents,
+  connectNats,
+  inputStreamSpec,
+  provisionStreams,
+  streamLayout,
+} from '../../apps/stream';
 import { loadNatsAuth } from '../../libs/nats-auth';
 import {
   admin,
@@ -376,7 +382,9 @@ needsCurrent('the accounts config (deploy/nats-server.conf)', () => {
     const pipeline = await connectNats({
       auth: loadNatsAuth({ servers: s.pipeline.url, user: 'pipeline', passwordFile: password(s.pipeline) }),
     });
-    await provisionStreams(pipeline.jsm, [streamLayout({}).events]);
+    await provisionStreams(pipeline.jsm, [
+      inputStreamSpec(streamLayout({}), 4, brokerPlacesEvents(pipeline.nc.info?.version)),
+    ]);
     await pipeline.close();
     const problems: string[] = [];
     const producer = await connectNats({

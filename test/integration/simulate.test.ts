@@ -63,6 +63,13 @@ afterAll(async () => {
 describe('streaminfer simulate', () => {
   it('publishes the workload: the stream holds one message per unique event, invalid ones as counted', async () => {
     const { root, stream, args } = unique();
+    // A core subscriber sees the subject a message was published to (the stream may store it transformed).
+    const published = { delivery: 0, partition: 0 };
+    const delivery = nats.nc.subscribe(`${root}.delivery.events.*`, { callback: () => published.delivery++ });
+    const partition = nats.nc.subscribe(`${root}.delivery.events.*.*`, {
+      callback: () => published.partition++,
+    });
+    await nats.nc.flush();
     const started = Date.now();
     const { code, out } = await runCliToExit([
       'simulate',
@@ -130,6 +137,17 @@ describe('streaminfer simulate', () => {
     }
     expect(invalid).toBe(s.invalid);
     expect(deliveries.size).toBe(s.deliveries);
+    // nats-server 2.10+ places events itself: the simulator publishes the delivery subject there, as the
+    // producer contract says (docs/producers.md); on 2.9 it computes the partition.
+    await nats.nc.flush();
+    delivery.unsubscribe();
+    partition.unsubscribe();
+    const [major = 0, minor = 0] = (nats.nc.info?.version ?? '0.0').split('.').map(Number);
+    const brokerPlaces = major > 2 || (major === 2 && minor >= 10);
+    expect(s.placement).toBe(brokerPlaces ? 'broker' : 'producer');
+    expect(published).toEqual(
+      brokerPlaces ? { delivery: s.sent, partition: 0 } : { delivery: 0, partition: s.sent },
+    );
   }, 15_000);
 
   it('at a high rate without --deliveries: more deliveries at a 4 s GPS, the target rate right after a short ramp', async () => {

@@ -165,7 +165,7 @@ describe('stream provisioning', () => {
     const first = await provisionStreams(nats.jsm, layoutStreams(layout));
     expect(first.created).toEqual([layout.events.name, layout.predictions.name, layout.side.name]);
     const second = await provisionStreams(nats.jsm, layoutStreams(layout));
-    expect(second).toEqual({ created: [], existing: first.created });
+    expect(second).toEqual({ created: [], existing: first.created, updated: [] });
 
     const predictions = await nats.jsm.streams.info(layout.predictions.name);
     expect(predictions.config.subjects).toEqual([

@@ -230,3 +230,18 @@ describe('contract shapes', () => {
     expect(ids.size).toBe(5);
   });
 });
+
+describe('ids: letters and digits of any script (subject tokens are UTF-8)', () => {
+  it.each(['Müller_7', '配達-0042', 'Łódź-9', 'Ωmega', 'e\u0301clair', 'заказ-1'])('accepts %s', (id) => {
+    const r = validateEvent({ ...GPS, event_id: `${id}-g`, delivery_id: id });
+    expect(r.ok && r.event.delivery_id).toBe(id);
+    expect(validateEvent({ ...STATUS, route_id: id }).ok).toBe(true);
+  });
+
+  it.each(['🚚-1', 'a\u00a0b', 'a\u200bb', 'tab\t', 'a/b'])('refuses %j (not a letter or digit)', (id) => {
+    expect(validateEvent({ ...GPS, delivery_id: id })).toEqual({
+      ok: false,
+      reason: 'delivery_id: may only hold letters, digits, "_" and "-"',
+    });
+  });
+});

@@ -98,8 +98,9 @@ export function formatIsoTime(ms: number): string {
   return s.endsWith('.000Z') ? `${s.slice(0, -5)}Z` : s;
 }
 
-// delivery_id becomes a NATS subject token: no '.', '*', '>' or whitespace.
-const ID_RE = /^[A-Za-z0-9_-]+$/;
+// delivery_id becomes a NATS subject token: no '.', '*', '>' or whitespace. Letters (with their combining
+// marks) and digits of any script: a subject token is UTF-8, and the partition is hashed over its bytes.
+const ID_RE = /^[\p{L}\p{M}\p{N}_-]+$/u;
 
 class Invalid extends Error {}
 
