@@ -8,6 +8,8 @@ export type StreamIoErrorCode =
   | 'stream_provision_failed'
   | 'consumer_provision_failed'
   | 'publish_failed'
+  /** An effect larger than the connection's max_payload that cannot be cut to fit: no attempt can succeed. */
+  | 'payload_too_large'
   /** A partition's lease is gone: its checkpoint must not become the restore point. */
   | 'lease_lost';
 

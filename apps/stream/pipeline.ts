@@ -190,6 +190,14 @@ export class DeliveryPipeline {
         this.metrics.sinkFailures.inc();
         this.logger.warn({ subject: effect.subject, attempt, err: String(err) }, 'publish failed; retrying');
       },
+      maxPayload: () => nats.nc.info?.max_payload,
+      onFitted: (effect, bytes) => {
+        this.metrics.truncatedSideOutputs.inc();
+        this.logger.warn(
+          { subject: effect.subject, msgId: effect.msgId, bytes, maxPayload: nats.nc.info?.max_payload },
+          'side output over the broker max_payload: published with its payload truncated',
+        );
+      },
     });
     this.epochs = new EpochLog(nats.jsm, sink, this.layout, this.clock);
     const leases = await LeaseKeeper.open({
