@@ -567,7 +567,7 @@ export class PartitionWorker {
       ]);
     }
     this.keys.add(key, ctx.clock());
-    const fresh = this.decider.ingest(message.data, this.label);
+    const fresh = this.decider.ingest(message.data, this.label, key);
     let entry: Unsettled | undefined;
     switch (fresh.disposition) {
       case 'invalid': {

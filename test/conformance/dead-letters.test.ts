@@ -238,4 +238,29 @@ describe('dead letters (public contract)', () => {
       15_000,
     );
   }, 90_000);
+
+  it('an event whose payload names another delivery than its subject is dead-lettered with the reason', async () => {
+    const names = uniqueNames('cdm');
+    await startPipeline(names);
+    const [pickup, ...points] = workload('dm', 2);
+    await publish(names, 'dm', pickup!.payload, pickup!.id);
+    // On dm's subject, but the payload says dm-other: its state would live where dm-other's does not.
+    const stray = JSON.parse(points[0]!.payload);
+    stray.delivery_id = 'dm-other';
+    stray.event_id = 'dm-stray';
+    const straySeq = await publish(names, 'dm', JSON.stringify(stray), 'dm-stray');
+    for (const e of points) await publish(names, 'dm', e.payload, e.id);
+    await waitFor('the stray dead-lettered', async () => (await deadLetters(names)).length === 1, 15_000);
+    expect((await deadLetters(names))[0]).toMatchObject({
+      source_stream_seq: straySeq,
+      reason: expect.stringMatching(/^delivery_id: .*dm-other.*dm/),
+    });
+    await waitFor(
+      'the others predicted',
+      async () => (await firstPredictions(names, 'dm')).size === 2,
+      15_000,
+    );
+    const predicted = await readStream(nats, names.predictions, `${names.tag}.delivery.predictions.>`);
+    expect(predicted.map((m) => m.json<Prediction>().event_id)).not.toContain('dm-stray');
+  }, 90_000);
 });

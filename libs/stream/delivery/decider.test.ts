@@ -153,6 +153,15 @@ describe('DeliveryDecider', () => {
     }
   });
 
+  test('a payload naming another delivery than its subject is invalid and leaves no state', () => {
+    const decider = new DeliveryDecider(options());
+    const r = decider.ingest(pickedUp('order-2'), '0', 'order-1');
+    expect(r.disposition).toBe('invalid');
+    expect(r.reason).toBe('delivery_id: "order-2" is not the delivery its subject names ("order-1")');
+    expect(decider.stats().deliveries).toBe(0);
+    expect(decider.ingest(pickedUp('order-1'), '0', 'order-1').disposition).toBe('accepted');
+  });
+
   test('alerts once per crossing, re-armed below 0.6', () => {
     const decider = new DeliveryDecider(options());
     run(decider, [pickedUp(), a]);

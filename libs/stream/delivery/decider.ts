@@ -448,13 +448,21 @@ export class DeliveryDecider {
         : int('$.prunedBefore', snapshot.prunedBefore);
   }
 
-  /** One raw message (its bytes as received) from a source partition. */
-  ingest(payload: Uint8Array | string, partition: string): DecideResult {
+  /**
+   * One raw message (its bytes as received) from a source partition. `subjectKey`: the delivery its subject
+   * names; a payload naming another one is invalid (its state would be split from that delivery's).
+   */
+  ingest(payload: Uint8Array | string, partition: string, subjectKey?: string): DecideResult {
     const parsed = parseEvent(payload);
-    if (!parsed.ok) {
+    const reason = !parsed.ok
+      ? parsed.reason
+      : subjectKey !== undefined && parsed.event.delivery_id !== subjectKey
+        ? `delivery_id: ${JSON.stringify(parsed.event.delivery_id)} is not the delivery its subject names (${JSON.stringify(subjectKey)})`
+        : undefined;
+    if (!parsed.ok || reason !== undefined) {
       return {
         disposition: 'invalid',
-        reason: parsed.reason,
+        reason,
         behindWatermark: false,
         decisions: [],
         windowResults: [],
