@@ -186,6 +186,7 @@ export class PartitionWorker {
         stateTtlMs: et.stateTtlMs,
         dedupeTtlMs: et.dedupeTtlMs,
         alertThreshold: this.ctx.config.alertThreshold,
+        maxEventBytes: this.ctx.config.maxEventBytes,
       },
       snapshot,
     );

@@ -263,4 +263,39 @@ describe('dead letters (public contract)', () => {
     const predicted = await readStream(nats, names.predictions, `${names.tag}.delivery.predictions.>`);
     expect(predicted.map((m) => m.json<Prediction>().event_id)).not.toContain('dm-stray');
   }, 90_000);
+
+  it('valid events with extra fields are predicted up to maxEventBytes (64 KiB), dead-lettered beyond it', async () => {
+    const names = uniqueNames('cdx');
+    await startPipeline(names);
+    const [pickup, ...points] = workload('dx', 2);
+    await publish(names, 'dx', pickup!.payload, pickup!.id);
+    // Extra fields are ignored (the schema), whatever their size up to the limit: 6 KB and 60 KB.
+    const padded = (payload: string, bytes: number) => {
+      const e = JSON.parse(payload);
+      e.notes = 'n'.repeat(bytes - payload.length - ',"notes":""'.length);
+      const out = JSON.stringify(e);
+      expect(Buffer.byteLength(out)).toBe(bytes);
+      return out;
+    };
+    await publish(names, 'dx', padded(points[0]!.payload, 6_000), points[0]!.id);
+    await publish(names, 'dx', padded(points[1]!.payload, 60_000), points[1]!.id);
+    const over = JSON.parse(points[1]!.payload);
+    over.event_id = 'dx-over';
+    const overSeq = await publish(names, 'dx', padded(JSON.stringify(over), 70_000), 'dx-over');
+    await waitFor(
+      'both padded events predicted',
+      async () => (await firstPredictions(names, 'dx')).size === 2,
+      15_000,
+    );
+    await waitFor(
+      'the one over the limit dead-lettered',
+      async () => (await deadLetters(names)).length === 1,
+      10_000,
+    );
+    expect((await deadLetters(names))[0]).toMatchObject({
+      source_stream_seq: overSeq,
+      raw_bytes: 70_000,
+      reason: 'payload: 70000 bytes, over maxEventBytes 65536',
+    });
+  }, 90_000);
 });
