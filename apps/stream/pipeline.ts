@@ -25,6 +25,7 @@ import {
   PartitionWorker,
   type PipelineCounts,
 } from './partition';
+import { type UnservedPinCode, unservedPinCode } from './pin-errors';
 import { provisionStreams } from './provision';
 import { JetStreamSink } from './sink';
 
@@ -42,6 +43,8 @@ export interface ReloadOutcome {
   drained: number;
   duration_ms: number;
   error?: string;
+  /** Failed because the requested model or version does not exist (the admin API answers 404). */
+  code?: UnservedPinCode;
 }
 
 export interface PipelineStatus {
@@ -566,7 +569,12 @@ export class DeliveryPipeline {
       model: request.model ?? before.model,
       version: request.version ?? before.version,
     };
-    const outcome = (result: ReloadOutcome['result'], drained: number, error?: string): ReloadOutcome => {
+    const outcome = (
+      result: ReloadOutcome['result'],
+      drained: number,
+      error?: string,
+      code?: UnservedPinCode,
+    ): ReloadOutcome => {
       const o: ReloadOutcome = {
         id,
         result,
@@ -586,6 +594,7 @@ export class DeliveryPipeline {
         drained,
         duration_ms: this.clock() - started,
         ...(error ? { error } : {}),
+        ...(code ? { code } : {}),
       };
       this.lastReload = o;
       return o;
@@ -595,7 +604,12 @@ export class DeliveryPipeline {
     try {
       await this.backend.prepare(next);
     } catch (err) {
-      return outcome('failed', 0, `cannot pin ${next.model}@${next.version}: ${(err as Error).message}`);
+      return outcome(
+        'failed',
+        0,
+        `cannot pin ${next.model}@${next.version}: ${(err as Error).message}`,
+        unservedPinCode(err),
+      );
     }
     const drained = [...this.workers.values()].reduce((n, w) => n + w.inFlight, 0);
     let previous: EpochRecord | null;
