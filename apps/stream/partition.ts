@@ -712,13 +712,15 @@ export class PartitionWorker {
     // the same Msg-Ids is not a second prediction.
     if (entry?.counted) return;
     const { counts, metrics } = this.ctx;
-    // Dead letters count once stored (the runner's own, for a processor error, come without an entry).
+    // Dead letters count once stored (the runner's own, for a processor error, come without effects kept).
+    let letters = 0;
     for (const e of published) {
       if (!isDeadLetter(e)) continue;
+      letters++;
       counts.dead_letters++;
       metrics.deadLetters.inc({ reason: e.deadLetter });
     }
-    if (entry) entry.counted = true;
+    if (entry && (entry.effects || letters > 0)) entry.counted = true;
     if (!entry?.effects) return;
     const now = this.ctx.clock();
     for (const t of entry.firstTimes) metrics.observeFreshness(Math.max(0, now - t) / 1000);

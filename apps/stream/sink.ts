@@ -119,11 +119,11 @@ export class JetStreamSink {
    */
   private fitted(effect: Effect): Uint8Array | string {
     const max = this.options.maxPayload?.();
+    if (max === undefined) return effect.data;
     const { data } = effect;
-    // A string's UTF-8 is at most 3 bytes per code unit: the common small effect is never measured.
-    if (max === undefined || (typeof data === 'string' ? data.length * 3 : data.length) <= max - 512)
-      return data;
     const room = max - headerBytes(effect.msgId) - 64;
+    // A string's UTF-8 is at most 3 bytes per code unit: the common small effect is never measured.
+    if ((typeof data === 'string' ? data.length * 3 : data.length) <= room) return data;
     const bytes = typeof data === 'string' ? Buffer.byteLength(data) : data.length;
     if (bytes <= room) return data;
     if (!effect.fit)
