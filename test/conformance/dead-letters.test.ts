@@ -135,7 +135,7 @@ const sha256 = (data: Uint8Array) => createHash('sha256').update(data).digest('h
 describe('dead letters (public contract)', () => {
   it('a dead letter over the broker max_payload arrives truncated, and the events behind it are predicted', async () => {
     const names = uniqueNames('cdl');
-    const { admin } = await startPipeline(names);
+    const { admin, stream } = await startPipeline(names);
     // 200 KB of control characters (each escapes to `\u0001`: 1.2 MB as JSON text) and 1 MB that is not
     // UTF-8 (base64: 1.33 MB): both fit the broker as events, neither fits it as a dead letter whole.
     const control = new Uint8Array(200_000).fill(1);
@@ -189,6 +189,19 @@ describe('dead letters (public contract)', () => {
         /streaminfer_stream_dead_letters_total\{reason="invalid"\} 2\n/.test(await metricsText(admin)),
       5_000,
     );
+
+    // kill -9 and restart: the restored partition does not replay into the bad events again.
+    const { pid } = stream.readies()[0]!;
+    process.kill(pid, 'SIGKILL');
+    await stream.ready(2);
+    const more = workload('dz', 90).slice(81);
+    for (const e of more) await publish(names, 'dz', e.payload, e.id);
+    await waitFor(
+      'the events after the restart predicted',
+      async () => (await firstPredictions(names, 'dz')).size >= gps.length + more.length,
+      30_000,
+    );
+    expect(await deadLetters(names)).toHaveLength(2);
   }, 90_000);
 
   it('a dead letter the broker cannot store yet is retried and reported, counted only once it lands', async () => {
