@@ -24,6 +24,7 @@ import {
   requestHead,
   sendText,
 } from '../../libs/admin';
+import { httpStatusOf } from '../../libs/protocol';
 import type { PipelineConfig } from './config';
 import { StreamIoError } from './errors';
 import { RecoverRefused } from './failed-partitions';
@@ -164,7 +165,9 @@ export class PipelineAdmin {
       const request = parseReload(body);
       if (typeof request === 'string') return error(res, 400, 'bad_request', request);
       const outcome = await pipeline.reload(request, 'admin api');
-      return send(res, outcome.result === 'failed' ? 500 : 200, outcome);
+      // A model or version that does not exist is the caller's to fix (404, its code), like the server's.
+      const status = outcome.code ? httpStatusOf(outcome.code) : outcome.result === 'failed' ? 500 : 200;
+      return send(res, status, outcome);
     }
     const recover = /^\/api\/partitions\/(\d{1,6})\/recover$/.exec(path);
     if (recover) {

@@ -27,6 +27,12 @@ describe('pipeline config', () => {
     for (const bad of [0, 6, 2.5, '3']) expect(refused({ replicas: bad }).message).toMatch(/^replicas/);
   });
 
+  test('maxEventBytes: 64 KiB by default, 512 B to 8 MiB accepted', () => {
+    expect(resolvePipelineConfig({}).maxEventBytes).toBe(65_536);
+    for (const ok of [512, 4096, 8 * 1024 * 1024])
+      expect(resolvePipelineConfig({ maxEventBytes: ok }).maxEventBytes).toBe(ok);
+  });
+
   test('later overrides win, nested objects merge', () => {
     const c = resolvePipelineConfig(
       { inference: { mode: 'external' } },
@@ -67,6 +73,10 @@ describe('pipeline config', () => {
     [{ inference: { mode: 'magic' } }, 'inference.mode'],
     [{ inference: { mode: 'external', url: 'http://x' } }, 'inference.url'],
     [{ alertThreshold: 1.2 }, 'alertThreshold'],
+    [{ maxEventBytes: 100 }, 'maxEventBytes'],
+    [{ maxEventBytes: 9 * 1024 * 1024 }, 'maxEventBytes'],
+    [{ maxEventBytes: 4096.5 }, 'maxEventBytes'],
+    [{ maxEventBytes: '4096' }, 'maxEventBytes'],
     [{ nats: 'localhost:4222' }, 'nats.servers'],
     [{ nats: { servers: 'nats://a:1', password: 'inline' } }, 'nats.password'],
     [{ nats: { servers: 'nats://a:1', tls: { handshakeFirst: 'yes' } } }, 'nats.tls.handshakeFirst'],

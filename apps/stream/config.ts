@@ -76,6 +76,11 @@ export interface PipelineConfig {
   };
   model: { name: string; version: string };
   alertThreshold: number;
+  /**
+   * Largest event payload accepted (bytes); a bigger one is dead-lettered unparsed (`payload: …`). Extra
+   * fields are ignored and not kept in state, so this bounds only the parse: 512 B to 8 MiB.
+   */
+  maxEventBytes: number;
   inference: {
     mode: 'embedded' | 'external';
     /** embedded: the model repository and its worker pool. */
@@ -140,6 +145,7 @@ export const DEFAULT_PIPELINE_CONFIG: PipelineConfig = {
   },
   model: { name: 'delay-risk', version: '1' },
   alertThreshold: 0.8,
+  maxEventBytes: 65_536,
   inference: {
     mode: 'embedded',
     modelsDir: './models',
@@ -189,6 +195,7 @@ const SHAPE: Shape = {
   },
   model: { name: 'string', version: 'string' },
   alertThreshold: 'number',
+  maxEventBytes: 'int',
   inference: {
     mode: ['embedded', 'external'],
     modelsDir: 'string',
@@ -255,6 +262,9 @@ function merge(
   }
   return out;
 }
+
+/** maxEventBytes' ceiling: NATS's recommended largest max_payload (an event must fit the broker first). */
+const MAX_EVENT_BYTES_LIMIT = 8 * 1024 * 1024;
 
 function atLeast(path: string, value: number, min: number): void {
   if (value < min) throw new PipelineConfigError(path, `must be at least ${min} (got ${value})`);
@@ -323,6 +333,11 @@ export function resolvePipelineConfig(...overrides: unknown[]): PipelineConfig {
     throw new PipelineConfigError('model.version', 'not a version');
   if (!(c.alertThreshold > 0 && c.alertThreshold < 1))
     throw new PipelineConfigError('alertThreshold', `must be in (0, 1) (got ${c.alertThreshold})`);
+  if (c.maxEventBytes < 512 || c.maxEventBytes > MAX_EVENT_BYTES_LIMIT)
+    throw new PipelineConfigError(
+      'maxEventBytes',
+      `must be ${512} to ${MAX_EVENT_BYTES_LIMIT} bytes (got ${c.maxEventBytes})`,
+    );
   atLeast('inference.workers', c.inference.workers, 1);
   atLeast('inference.connections', c.inference.connections, 1);
   atLeast('inference.maxInflight', c.inference.maxInflight, 1);

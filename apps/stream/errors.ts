@@ -8,6 +8,8 @@ export type StreamIoErrorCode =
   | 'stream_provision_failed'
   | 'consumer_provision_failed'
   | 'publish_failed'
+  /** An effect larger than the connection's max_payload that cannot be cut to fit: no attempt can succeed. */
+  | 'payload_too_large'
   /** A partition's lease is gone: its checkpoint must not become the restore point. */
   | 'lease_lost'
   /**
@@ -46,5 +48,11 @@ export function requireName(name: string, value: string): string {
   return value;
 }
 
-/** The pipeline process's exit status when NATS refused its settings (credentials, TLS): not restarted. */
-export const EXIT_NATS_REFUSED = 2;
+/**
+ * The pipeline process's exit status when a setting was refused at start — NATS refused its credentials or
+ * TLS, the backend does not serve the pinned model or version, an option is invalid: a restart fails the
+ * same way, so the supervisor stops (exit 2, like a bad config file) instead of restarting.
+ */
+export const EXIT_SETTING_REFUSED = 2;
+/** NATS refused the settings: one case of EXIT_SETTING_REFUSED. */
+export const EXIT_NATS_REFUSED = EXIT_SETTING_REFUSED;

@@ -9,8 +9,10 @@ import { NatsAuthError } from '../../libs/nats-auth';
 import { PipelineAdmin, readPipelineAdminSecrets } from './admin';
 import { createBackend } from './backends';
 import { type PipelineConfig, resolvePipelineConfig } from './config';
-import { EXIT_NATS_REFUSED, StreamIoError } from './errors';
+import { EXIT_SETTING_REFUSED, StreamIoError } from './errors';
+import { ExternalInferenceError } from './external-errors';
 import { PipelineMetrics } from './metrics';
+import { unservedPinCode } from './pin-errors';
 import { DeliveryPipeline } from './pipeline';
 
 export type PipelineChildMessage =
@@ -103,14 +105,20 @@ async function main(): Promise<void> {
   logger.info({ admin: adminAddress.url }, 'pipeline ready');
 }
 
+/** A start that fails the same way every time: a setting to fix, not a crash to restart after. */
+function refusedSetting(err: unknown): boolean {
+  if (err instanceof NatsAuthError) return true;
+  if (err instanceof StreamIoError) return err.code === 'nats_refused' || err.code === 'invalid_options';
+  if (unservedPinCode(err) !== undefined) return true;
+  return err instanceof ExternalInferenceError && err.code === 'invalid_options';
+}
+
 main().catch((err: unknown) => {
   const message = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
   // pino may not exist yet (bad config): stderr is the one place that always works.
   process.stderr.write(`streaminfer stream: ${message}\n`);
   send({ type: 'failed', error: message });
-  const refused =
-    err instanceof NatsAuthError || (err instanceof StreamIoError && err.code === 'nats_refused');
-  const code = refused ? EXIT_NATS_REFUSED : 1;
+  const code = refusedSetting(err) ? EXIT_SETTING_REFUSED : 1;
   process.exitCode = code;
   setTimeout(() => process.exit(code), 100).unref();
 });

@@ -65,8 +65,18 @@ export class PipelineMetrics {
   });
   readonly deadLetters = new Counter({
     name: 'streaminfer_stream_dead_letters_total',
-    help: 'Dead letters published, by reason (invalid, processor_error, max_deliver)',
+    help: 'Dead letters published (counted at their PubAck), by reason (invalid, processor_error, max_deliver)',
     labelNames: ['reason'],
+    registers: [this.registry],
+  });
+  readonly deadLettersFailing = new Gauge({
+    name: 'streaminfer_stream_dead_letters_failing',
+    help: 'Dead letters whose publish failed and is retried with backoff (their partition holds its position; > 0 is degraded)',
+    registers: [this.registry],
+  });
+  readonly truncatedSideOutputs = new Counter({
+    name: 'streaminfer_stream_truncated_side_outputs_total',
+    help: 'Dead letters and late records over the broker max_payload, published with the raw payload cut (length and SHA-256 kept)',
     registers: [this.registry],
   });
   readonly sinkFailures = new Counter({

@@ -25,7 +25,7 @@ import type { InferenceBackend, ModelPin } from './inference';
 import { partitionFilter, partitionOfKey, type StreamLayout } from './layout';
 import type { PipelineMetrics } from './metrics';
 import { type RunningPipeline, runPipeline } from './runner';
-import { deadLetterEffect, lateEffect } from './side-outputs';
+import { deadLetterEffect, isDeadLetter, lateEffect } from './side-outputs';
 import type { Effect, JetStreamSink } from './sink';
 import { JetStreamSource, type SourceMessage } from './source';
 
@@ -161,6 +161,8 @@ export class PartitionWorker {
   private readonly keys = new KeyCounter();
   private reportedKey: string | undefined;
   private catching = false;
+  /** Messages whose dead letter failed to publish and is being retried (streaminfer_stream_dead_letters_failing). */
+  private readonly failingDeadLetters = new Set<number>();
 
   constructor(
     private readonly ctx: PartitionContext,
@@ -192,6 +194,7 @@ export class PartitionWorker {
         stateTtlMs: et.stateTtlMs,
         dedupeTtlMs: et.dedupeTtlMs,
         alertThreshold: this.ctx.config.alertThreshold,
+        maxEventBytes: this.ctx.config.maxEventBytes,
       },
       snapshot,
     );
@@ -308,9 +311,10 @@ export class PartitionWorker {
       concurrency: ctx.config.concurrency,
       process: (message) => this.processAndFilter(message),
       onError: (err, message) => this.onError(err, message),
-      onPublished: (message) => this.onPublished(message),
+      onPublished: (message, effects) => this.onPublished(message, effects),
       ...(this.checkpointer ? { ack: this.checkpointer.hold, retryInPlace: true } : {}),
       onSettled: (message, outcome) => {
+        if (outcome !== 'acked') this.deadLetterLanded(message);
         if (outcome === 'naked') ctx.metrics.redeliveryNaks.inc();
         else this.unsettled.delete(message.streamSeq);
       },
@@ -582,9 +586,7 @@ export class PartitionWorker {
     if (home !== this.partition) {
       // Its keyed state lives in another partition: deciding here would split a delivery's state.
       counts.invalid++;
-      counts.dead_letters++;
       metrics.invalid.inc({ field: 'subject' });
-      metrics.deadLetters.inc({ reason: 'invalid' });
       return this.keep(message, [
         deadLetterEffect(
           ctx.layout.subjects,
@@ -595,15 +597,13 @@ export class PartitionWorker {
       ]);
     }
     this.keys.add(key, ctx.clock());
-    const fresh = this.decider.ingest(message.data, this.label);
+    const fresh = this.decider.ingest(message.data, this.label, key);
     let entry: Unsettled | undefined;
     switch (fresh.disposition) {
       case 'invalid': {
         counts.invalid++;
-        counts.dead_letters++;
         metrics.events.inc({ type: 'invalid' });
         metrics.invalid.inc({ field: fieldOf(fresh.reason ?? '') });
-        metrics.deadLetters.inc({ reason: 'invalid' });
         return this.keep(message, [
           deadLetterEffect(ctx.layout.subjects, ctx.layout.events.name, message, fresh.reason ?? 'invalid'),
         ]);
@@ -630,14 +630,19 @@ export class PartitionWorker {
       metrics.late.inc();
       const event = result.event!;
       entry.effects = [
-        lateEffect(ctx.layout.subjects, event.event_id, {
-          event: JSON.parse(new TextDecoder().decode(message.data)),
-          delivery_id: event.delivery_id,
-          event_time: event.event_time,
-          watermark: new Date(result.watermark ?? 0).toISOString(),
-          allowed_lateness_ms: ctx.config.eventTime.allowedLatenessMs,
-          source_stream_seq: message.streamSeq,
-        }),
+        lateEffect(
+          ctx.layout.subjects,
+          event.event_id,
+          {
+            event: JSON.parse(new TextDecoder().decode(message.data)),
+            delivery_id: event.delivery_id,
+            event_time: event.event_time,
+            watermark: new Date(result.watermark ?? 0).toISOString(),
+            allowed_lateness_ms: ctx.config.eventTime.allowedLatenessMs,
+            source_stream_seq: message.streamSeq,
+          },
+          message.data,
+        ),
       ];
       return entry.effects;
     }
@@ -665,7 +670,6 @@ export class PartitionWorker {
       firstTimes: [],
       revisions: 0,
       alerts: 0,
-      counted: true,
     });
     return effects;
   }
@@ -730,13 +734,23 @@ export class PartitionWorker {
       this.ctx.metrics.windowResults.inc({ window: f.window, kind: f.revision === 0 ? 'first' : 'revision' });
   }
 
-  private onPublished(message: SourceMessage): void {
+  private onPublished(message: SourceMessage, published: readonly Effect[]): void {
     const entry = this.unsettled.get(message.streamSeq);
+    this.deadLetterLanded(message);
     // Counted once: a redelivery (its first copy still unsettled) publishing the same effects again under
     // the same Msg-Ids is not a second prediction.
-    if (!entry?.effects || entry.counted) return;
-    entry.counted = true;
+    if (entry?.counted) return;
     const { counts, metrics } = this.ctx;
+    // Dead letters count once stored (the runner's own, for a processor error, come without effects kept).
+    let letters = 0;
+    for (const e of published) {
+      if (!isDeadLetter(e)) continue;
+      letters++;
+      counts.dead_letters++;
+      metrics.deadLetters.inc({ reason: e.deadLetter });
+    }
+    if (entry && (entry.effects || letters > 0)) entry.counted = true;
+    if (!entry?.effects) return;
     const now = this.ctx.clock();
     for (const t of entry.firstTimes) metrics.observeFreshness(Math.max(0, now - t) / 1000);
     const firsts = entry.firstTimes.length;
@@ -754,7 +768,29 @@ export class PartitionWorker {
       this.ctx.logger.warn({ ...log, err: err.message }, 'inference unavailable; retrying');
       return;
     }
+    const effects = this.unsettled.get(message.streamSeq)?.effects;
+    if (effects?.some(isDeadLetter)) {
+      // Not dropped (that would lose the event) and not silent: reported once, and counted until it lands.
+      if (this.failingDeadLetters.has(message.streamSeq)) {
+        this.ctx.logger.debug({ ...log, err: String(err) }, 'dead letter still not published; retrying');
+        return;
+      }
+      this.failingDeadLetters.add(message.streamSeq);
+      this.ctx.metrics.deadLettersFailing.inc();
+      this.ctx.logger.error(
+        { ...log, err: String(err) },
+        'dead letter not published; retrying with backoff (the partition holds its position until it lands)',
+      );
+      return;
+    }
     this.ctx.logger.warn({ ...log, err: String(err) }, 'message not completed');
+  }
+
+  /** A dead letter reported failing has landed (or its message was given up): no longer degraded. */
+  private deadLetterLanded(message: SourceMessage): void {
+    if (!this.failingDeadLetters.delete(message.streamSeq)) return;
+    this.ctx.metrics.deadLettersFailing.dec();
+    this.ctx.logger.info({ partition: this.partition, seq: message.streamSeq }, 'dead letter published');
   }
 
   private tick(): void {

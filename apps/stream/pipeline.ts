@@ -36,6 +36,7 @@ import {
   PartitionWorker,
   type PipelineCounts,
 } from './partition';
+import { type UnservedPinCode, unservedPinCode } from './pin-errors';
 import { provisionStreams } from './provision';
 import { JetStreamSink } from './sink';
 
@@ -53,6 +54,8 @@ export interface ReloadOutcome {
   drained: number;
   duration_ms: number;
   error?: string;
+  /** Failed because the requested model or version does not exist (the admin API answers 404). */
+  code?: UnservedPinCode;
 }
 
 export interface PipelineStatus {
@@ -230,6 +233,14 @@ export class DeliveryPipeline {
       onPublishFailure: (effect, attempt, err) => {
         this.metrics.sinkFailures.inc();
         this.logger.warn({ subject: effect.subject, attempt, err: String(err) }, 'publish failed; retrying');
+      },
+      maxPayload: () => nats.nc.info?.max_payload,
+      onFitted: (effect, bytes) => {
+        this.metrics.truncatedSideOutputs.inc();
+        this.logger.warn(
+          { subject: effect.subject, msgId: effect.msgId, bytes, maxPayload: nats.nc.info?.max_payload },
+          'side output over the broker max_payload: published with its payload truncated',
+        );
       },
     });
     this.epochs = new EpochLog(nats.jsm, sink, this.layout, this.clock);
@@ -745,7 +756,12 @@ export class DeliveryPipeline {
       model: request.model ?? before.model,
       version: request.version ?? before.version,
     };
-    const outcome = (result: ReloadOutcome['result'], drained: number, error?: string): ReloadOutcome => {
+    const outcome = (
+      result: ReloadOutcome['result'],
+      drained: number,
+      error?: string,
+      code?: UnservedPinCode,
+    ): ReloadOutcome => {
       const o: ReloadOutcome = {
         id,
         result,
@@ -765,6 +781,7 @@ export class DeliveryPipeline {
         drained,
         duration_ms: this.clock() - started,
         ...(error ? { error } : {}),
+        ...(code ? { code } : {}),
       };
       this.lastReload = o;
       return o;
@@ -774,7 +791,12 @@ export class DeliveryPipeline {
     try {
       await this.backend.prepare(next);
     } catch (err) {
-      return outcome('failed', 0, `cannot pin ${next.model}@${next.version}: ${(err as Error).message}`);
+      return outcome(
+        'failed',
+        0,
+        `cannot pin ${next.model}@${next.version}: ${(err as Error).message}`,
+        unservedPinCode(err),
+      );
     }
     const drained = [...this.workers.values()].reduce((n, w) => n + w.inFlight, 0);
     let previous: EpochRecord | null;

@@ -12,6 +12,11 @@ export interface Effect {
   data: Uint8Array | string;
   /** JetStream dedupe id: the decision id for predictions and alerts. */
   msgId: string;
+  /**
+   * The effect cut down to at most `maxBytes` (side outputs holding a raw payload): the sink calls it when
+   * `data` would exceed the connection's max_payload, which no retry could get past.
+   */
+  fit?: (maxBytes: number) => string;
 }
 
 export interface Published {
@@ -30,6 +35,15 @@ export interface SinkOptions {
   /** Injected so tests do not wait real backoff. */
   sleep?: (ms: number) => Promise<void>;
   onPublishFailure?: (effect: Effect, attempt: number, err: unknown) => void;
+  /** The connection's max_payload (the server's INFO); undefined: not known, nothing is fitted. */
+  maxPayload?: () => number | undefined;
+  /** An effect was cut to fit max_payload (its original size in bytes). */
+  onFitted?: (effect: Effect, bytes: number) => void;
+}
+
+/** Bytes of a publish besides the payload that count against max_payload: the Msg-Id header block. */
+function headerBytes(msgId: string): number {
+  return 'NATS/1.0\r\nNats-Msg-Id: \r\n\r\n'.length + Buffer.byteLength(msgId);
 }
 
 export interface SinkStats {
@@ -70,10 +84,11 @@ export class JetStreamSink {
   async publish(effect: Effect): Promise<Published> {
     if (effect.msgId === '')
       throw new StreamIoError('invalid_options', `effect on ${effect.subject} has no msgId`);
+    const data = this.fitted(effect);
     let lastError: unknown;
     for (let attempt = 1; attempt <= this.maxAttempts; attempt++) {
       try {
-        const ack = await this.js.publish(effect.subject, effect.data, {
+        const ack = await this.js.publish(effect.subject, data, {
           msgID: effect.msgId,
           timeout: this.timeoutMs,
         });
@@ -96,6 +111,28 @@ export class JetStreamSink {
       `publish to ${effect.subject} (Msg-Id ${effect.msgId}) failed ${this.maxAttempts} times: ${String(lastError)}`,
       { cause: lastError },
     );
+  }
+
+  /**
+   * The effect's data, cut by its `fit` when it would exceed max_payload. An effect without one that is too
+   * large fails at once: the broker would refuse every attempt.
+   */
+  private fitted(effect: Effect): Uint8Array | string {
+    const max = this.options.maxPayload?.();
+    if (max === undefined) return effect.data;
+    const { data } = effect;
+    const room = max - headerBytes(effect.msgId) - 64;
+    // A string's UTF-8 is at most 3 bytes per code unit: the common small effect is never measured.
+    if ((typeof data === 'string' ? data.length * 3 : data.length) <= room) return data;
+    const bytes = typeof data === 'string' ? Buffer.byteLength(data) : data.length;
+    if (bytes <= room) return data;
+    if (!effect.fit)
+      throw new StreamIoError(
+        'payload_too_large',
+        `publish to ${effect.subject} (Msg-Id ${effect.msgId}): ${bytes} bytes, over the connection's max_payload ${max}`,
+      );
+    this.options.onFitted?.(effect, bytes);
+    return effect.fit(room);
   }
 
   /**

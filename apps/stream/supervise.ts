@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { nextCrashStreak, restartDelayMs } from '../supervisor/node-set';
 import { type PipelineConfig, resolvePipelineConfig } from './config';
-import { EXIT_NATS_REFUSED } from './errors';
+import { EXIT_SETTING_REFUSED } from './errors';
 import type { PipelineChildMessage, PipelineParentMessage } from './main';
 import { instanceHost } from './pipeline';
 
@@ -97,9 +97,13 @@ export async function superviseStream(options: SuperviseOptions): Promise<number
         resolveExit(code ?? 0);
         return;
       }
-      if (code === EXIT_NATS_REFUSED && readyAt === undefined) {
-        // Refused credentials or TLS settings fail the same way on every restart: stop, as a bad config does.
-        logger.error({ code }, 'pipeline process could not start: NATS refused the connection settings');
+      if (code === EXIT_SETTING_REFUSED && readyAt === undefined) {
+        // Refused credentials or TLS, an unknown model or version: every restart fails the same way. Stop, as
+        // a bad config does (the process printed why).
+        logger.error(
+          { code },
+          'pipeline process could not start: a setting was refused (NATS connection, model or version, options)',
+        );
         resolveExit(code);
         return;
       }

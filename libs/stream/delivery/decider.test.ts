@@ -153,6 +153,31 @@ describe('DeliveryDecider', () => {
     }
   });
 
+  test('a payload naming another delivery than its subject is invalid and leaves no state', () => {
+    const decider = new DeliveryDecider(options());
+    const r = decider.ingest(pickedUp('order-2'), '0', 'order-1');
+    expect(r.disposition).toBe('invalid');
+    expect(r.reason).toBe('delivery_id: "order-2" is not the delivery its subject names ("order-1")');
+    expect(decider.stats().deliveries).toBe(0);
+    expect(decider.ingest(pickedUp('order-1'), '0', 'order-1').disposition).toBe('accepted');
+  });
+
+  test('maxEventBytes bounds the payload; extra fields below it are ignored', () => {
+    const withNotes = (bytes: number) => {
+      const e = JSON.parse(pickedUp());
+      e.notes = 'n'.repeat(bytes - pickedUp().length - ',"notes":""'.length);
+      return JSON.stringify(e);
+    };
+    expect(new DeliveryDecider(options()).ingest(withNotes(60_000), '0').disposition).toBe('accepted');
+    const small = new DeliveryDecider(options({ maxEventBytes: 1024 }));
+    expect(small.ingest(withNotes(1024), '0').disposition).toBe('accepted');
+    expect(small.ingest(withNotes(1025), '0')).toMatchObject({
+      disposition: 'invalid',
+      reason: 'payload: 1025 bytes, over maxEventBytes 1024',
+    });
+    expect(() => new DeliveryDecider(options({ maxEventBytes: 0 }))).toThrow(RangeError);
+  });
+
   test('alerts once per crossing, re-armed below 0.6', () => {
     const decider = new DeliveryDecider(options());
     run(decider, [pickedUp(), a]);

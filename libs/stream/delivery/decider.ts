@@ -43,7 +43,14 @@ import {
 } from './features';
 import { haversineKm } from './geo';
 import { type HistoryColumns, packHistory, unpackHistory } from './history-codec';
-import { type DeliveryEvent, type GpsEvent, parseEvent, type StatusEvent, type TrafficEvent } from './schema';
+import {
+  type DeliveryEvent,
+  type GpsEvent,
+  MAX_EVENT_BYTES,
+  parseEvent,
+  type StatusEvent,
+  type TrafficEvent,
+} from './schema';
 import { type KeyText, SnapshotJob } from './snapshot-job';
 
 /** Engine windows of a delivery (results are counted; the features read the history). */
@@ -62,6 +69,8 @@ export interface DeliveryDeciderOptions {
   /** Event time a processed event_id is remembered (≥ 10 min + allowed lateness). */
   dedupeTtlMs: number;
   alertThreshold?: number;
+  /** Largest payload accepted (bytes); default MAX_EVENT_BYTES. */
+  maxEventBytes?: number;
 }
 
 /** One prediction to make: who, which event, which revision, and the model's input row. */
@@ -192,6 +201,7 @@ export class DeliveryDecider {
   /** Decisions before this event time were pruned. */
   private prunedBefore = Number.NEGATIVE_INFINITY;
   private readonly threshold: number;
+  private readonly maxEventBytes: number;
   private historyEvents = 0;
   private revisable = 0;
   private undecidedCount = 0;
@@ -208,6 +218,9 @@ export class DeliveryDecider {
     }
     this.horizonMs = TRAFFIC_WINDOW_MS + options.allowedLatenessMs;
     this.allowedLatenessMs = options.allowedLatenessMs;
+    this.maxEventBytes = options.maxEventBytes ?? MAX_EVENT_BYTES;
+    if (!(Number.isSafeInteger(this.maxEventBytes) && this.maxEventBytes > 0))
+      throw new RangeError(`maxEventBytes must be a positive integer, got ${options.maxEventBytes}`);
     if (snapshot !== undefined) {
       if (!isRecord(snapshot)) bad('$', 'an object');
       if (snapshot.version !== DECIDER_SNAPSHOT_VERSION) bad('$.version', String(DECIDER_SNAPSHOT_VERSION));
@@ -448,13 +461,21 @@ export class DeliveryDecider {
         : int('$.prunedBefore', snapshot.prunedBefore);
   }
 
-  /** One raw message (its bytes as received) from a source partition. */
-  ingest(payload: Uint8Array | string, partition: string): DecideResult {
-    const parsed = parseEvent(payload);
-    if (!parsed.ok) {
+  /**
+   * One raw message (its bytes as received) from a source partition. `subjectKey`: the delivery its subject
+   * names; a payload naming another one is invalid (its state would be split from that delivery's).
+   */
+  ingest(payload: Uint8Array | string, partition: string, subjectKey?: string): DecideResult {
+    const parsed = parseEvent(payload, this.maxEventBytes);
+    const reason = !parsed.ok
+      ? parsed.reason
+      : subjectKey !== undefined && parsed.event.delivery_id !== subjectKey
+        ? `delivery_id: ${JSON.stringify(parsed.event.delivery_id)} is not the delivery its subject names (${JSON.stringify(subjectKey)})`
+        : undefined;
+    if (!parsed.ok || reason !== undefined) {
       return {
         disposition: 'invalid',
-        reason: parsed.reason,
+        reason,
         behindWatermark: false,
         decisions: [],
         windowResults: [],

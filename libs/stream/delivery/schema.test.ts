@@ -192,7 +192,7 @@ describe('parseEvent (raw payloads)', () => {
     const big = JSON.stringify({ ...GPS, pad: 'x'.repeat(MAX_EVENT_BYTES) });
     expect(parseEvent(big)).toMatchObject({
       ok: false,
-      reason: expect.stringMatching(/^payload: \d+ bytes, over 4096/),
+      reason: expect.stringMatching(/^payload: \d+ bytes, over maxEventBytes 65536/),
     });
     expect(parseEvent('[1,2]')).toMatchObject({
       ok: false,

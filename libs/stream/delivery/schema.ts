@@ -24,8 +24,11 @@ export const MIN_SEVERITY = 1;
 export const MAX_SEVERITY = 5;
 /** Longest accepted `event_id` / `delivery_id` / `route_id`. */
 export const MAX_ID_LENGTH = 128;
-/** Largest accepted payload (bytes, UTF-8); bigger ones are dead-lettered unparsed. */
-export const MAX_EVENT_BYTES = 4096;
+/**
+ * Largest accepted payload by default (bytes, UTF-8; the pipeline's `maxEventBytes`); bigger ones are
+ * dead-lettered unparsed. Room for extra fields (ignored, not kept in state) while bounding the parse.
+ */
+export const MAX_EVENT_BYTES = 65_536;
 
 interface EventBase {
   event_id: string;
@@ -225,10 +228,10 @@ export function validateEvent(raw: unknown): ValidationResult {
   }
 }
 
-/** Decodes and validates a message payload (UTF-8 JSON), as the pipeline receives it. */
-export function parseEvent(payload: Uint8Array | string): ValidationResult {
+/** Decodes and validates a message payload (UTF-8 JSON) of at most `maxBytes`, as the pipeline receives it. */
+export function parseEvent(payload: Uint8Array | string, maxBytes = MAX_EVENT_BYTES): ValidationResult {
   const size = typeof payload === 'string' ? new TextEncoder().encode(payload).length : payload.length;
-  if (size > MAX_EVENT_BYTES) return { ok: false, reason: `payload: ${size} bytes, over ${MAX_EVENT_BYTES}` };
+  if (size > maxBytes) return { ok: false, reason: `payload: ${size} bytes, over maxEventBytes ${maxBytes}` };
   let text: string;
   try {
     text = typeof payload === 'string' ? payload : new TextDecoder('utf-8', { fatal: true }).decode(payload);

@@ -1,0 +1,314 @@
+/**
+ * Dead letters, from outside: what a producer publishes on the input subjects that the pipeline does not
+ * predict on reaches `delivery.dlq` with its reason, and never stops the events behind it. Only the public
+ * contract: `streaminfer stream` as a user runs it (the shipped model), publishes on
+ * `delivery.events.<partition>.<delivery_id>`, reads `delivery.dlq` / `delivery.predictions.>` and /metrics.
+ */
+import type { ChildProcess } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { connectNats, type NatsHandle } from '../../apps/stream';
+import type { Prediction } from '../../libs/stream';
+import { modelsSubset } from '../integration/harness';
+import {
+  deleteStreams,
+  eventSubjectFor,
+  NATS_URL,
+  readStream,
+  type StreamNames,
+  startStreamCli,
+  uniqueNames,
+  waitFor,
+  writeStreamConfig,
+} from '../integration/stream-kit';
+
+const T0 = Date.UTC(2026, 10, 8, 10, 0, 0);
+const iso = (ms: number) => new Date(ms).toISOString().replace('.000Z', 'Z');
+const PARTITIONS = 4;
+
+let nats: NatsHandle;
+const created: StreamNames[] = [];
+const children: ChildProcess[] = [];
+
+beforeAll(async () => {
+  nats = await connectNats({ servers: NATS_URL, name: 'conformance-dead-letters' });
+});
+
+/** SIGTERM (the pipeline process drains and exits with its supervisor), SIGKILL after 10 s. */
+async function stopChild(c: ChildProcess): Promise<void> {
+  if (c.exitCode !== null || c.signalCode !== null) return;
+  const exited = new Promise((resolve) => c.once('exit', resolve));
+  c.kill('SIGTERM');
+  const timer = setTimeout(() => c.kill('SIGKILL'), 10_000);
+  await exited;
+  clearTimeout(timer);
+}
+
+afterAll(async () => {
+  await Promise.all(children.map(stopChild));
+  await deleteStreams(nats, created);
+  await nats.close();
+});
+
+/**
+ * The pipeline on its own streams. maxAckPending 30: a message that holds its partition's position shows
+ * within a few dozen events (acks wait for the checkpoint that covers them; the shipped 50,000 only later).
+ */
+async function startPipeline(names: StreamNames, over: Record<string, unknown> = {}) {
+  created.push(names);
+  const file = writeStreamConfig(
+    names,
+    { maxAckPending: 30, ackWaitMs: 5_000, batchSize: 10 },
+    {
+      concurrency: 20,
+      partitions: PARTITIONS,
+      checkpoint: { enabled: true, intervalMs: 500, bucket: `${names.tag}_ckpt` },
+      inference: { mode: 'embedded', modelsDir: modelsSubset(['delay-risk']) },
+      ...over,
+    },
+  );
+  const stream = startStreamCli(['--config', file]);
+  children.push(stream.child);
+  const { admin } = await stream.ready();
+  return { stream, admin };
+}
+
+/** One pickup, then a GPS point every 5 s. */
+function workload(delivery: string, count: number): Array<{ id: string; payload: string }> {
+  const out = [
+    {
+      id: `st-${delivery}`,
+      payload: JSON.stringify({
+        event_id: `st-${delivery}`,
+        delivery_id: delivery,
+        event_time: iso(T0),
+        type: 'status',
+        status: 'picked_up',
+        promised_time: iso(T0 + 12 * 60_000),
+        dest_lat: 13.02,
+        dest_lon: 77.5946,
+        route_id: 'r1',
+      }),
+    },
+  ];
+  for (let i = 0; i < count; i++) {
+    const id = `${delivery}-g${i}`;
+    out.push({
+      id,
+      payload: JSON.stringify({
+        event_id: id,
+        delivery_id: delivery,
+        event_time: iso(T0 + (i + 1) * 5_000),
+        type: 'gps',
+        driver_lat: 12.9716 + i * 0.0002,
+        driver_lon: 77.5946,
+      }),
+    });
+  }
+  return out;
+}
+
+async function publish(names: StreamNames, delivery: string, data: string | Uint8Array, msgId: string) {
+  const ack = await nats.js.publish(eventSubjectFor(names, delivery, PARTITIONS), data, { msgID: msgId });
+  return ack.seq;
+}
+
+async function firstPredictions(names: StreamNames, delivery: string): Promise<Set<string>> {
+  const all = await readStream(nats, names.predictions, `${names.tag}.delivery.predictions.${delivery}`);
+  return new Set(
+    all
+      .map((m) => m.json<Prediction>())
+      .filter((p) => p.revision === 0)
+      .map((p) => p.event_id),
+  );
+}
+
+async function deadLetters(names: StreamNames): Promise<Array<Record<string, unknown>>> {
+  return (await readStream(nats, names.side, `${names.tag}.delivery.dlq`)).map((m) => m.json());
+}
+
+async function metricsText(admin: number): Promise<string> {
+  return (await fetch(`http://127.0.0.1:${admin}/metrics`)).text();
+}
+
+const sha256 = (data: Uint8Array) => createHash('sha256').update(data).digest('hex');
+
+describe('dead letters (public contract)', () => {
+  it('a dead letter over the broker max_payload arrives truncated, and the events behind it are predicted', async () => {
+    const names = uniqueNames('cdl');
+    const { admin, stream } = await startPipeline(names);
+    // 200 KB of control characters (each escapes to `\u0001`: 1.2 MB as JSON text) and 1 MB that is not
+    // UTF-8 (base64: 1.33 MB): both fit the broker as events, neither fits it as a dead letter whole.
+    const control = new Uint8Array(200_000).fill(1);
+    const binary = new Uint8Array(1_000_000).fill(0xff);
+    const controlSeq = await publish(names, 'dz', control, 'bad-control');
+    const binarySeq = await publish(names, 'dz', binary, 'bad-binary');
+    // Behind them in the same partition: more events than maxAckPending.
+    const good = workload('dz', 80);
+    for (const e of good) await publish(names, 'dz', e.payload, e.id);
+    // The pickup has no position yet: each GPS point after it gets the first predictions.
+    const gps = good.slice(1).map((e) => e.id);
+
+    await waitFor(
+      `${gps.length} first predictions behind the bad events`,
+      async () => (await firstPredictions(names, 'dz')).size >= gps.length,
+      30_000,
+    );
+    expect([...(await firstPredictions(names, 'dz'))].sort()).toEqual(gps.sort());
+
+    await waitFor('both dead letters', async () => (await deadLetters(names)).length >= 2, 10_000);
+    const letters = await deadLetters(names);
+    expect(letters).toHaveLength(2);
+    const bySeq = new Map(letters.map((l) => [l.source_stream_seq, l]));
+    for (const [seq, payload] of [
+      [controlSeq, control],
+      [binarySeq, binary],
+    ] as const) {
+      const letter = bySeq.get(seq);
+      expect(letter).toMatchObject({
+        source_stream_seq: seq,
+        raw_bytes: payload.length,
+        raw_sha256: sha256(payload),
+        raw_truncated: true,
+        reason: expect.stringMatching(/^payload: /),
+      });
+    }
+    // The kept prefix is the payload's own start.
+    const textLetter = bySeq.get(controlSeq)!;
+    expect(typeof textLetter.raw).toBe('string');
+    expect((textLetter.raw as string).length).toBeGreaterThan(1000);
+    expect(textLetter.raw as string).toBe('\u0001'.repeat((textLetter.raw as string).length));
+    const binLetter = bySeq.get(binarySeq)!;
+    const kept = Buffer.from(binLetter.raw_base64 as string, 'base64');
+    expect(kept.length).toBeGreaterThan(1000);
+    expect(kept.every((b) => b === 0xff)).toBe(true);
+
+    // Counted once each, as published.
+    await waitFor(
+      'dead letters counted',
+      async () =>
+        /streaminfer_stream_dead_letters_total\{reason="invalid"\} 2\n/.test(await metricsText(admin)),
+      5_000,
+    );
+
+    // kill -9 and restart: the restored partition does not replay into the bad events again.
+    const { pid } = stream.readies()[0]!;
+    process.kill(pid, 'SIGKILL');
+    await stream.ready(2);
+    const more = workload('dz', 90).slice(81);
+    for (const e of more) await publish(names, 'dz', e.payload, e.id);
+    await waitFor(
+      'the events after the restart predicted',
+      async () => (await firstPredictions(names, 'dz')).size >= gps.length + more.length,
+      30_000,
+    );
+    expect(await deadLetters(names)).toHaveLength(2);
+  }, 90_000);
+
+  it('a dead letter the broker cannot store yet is retried and reported, counted only once it lands', async () => {
+    const names = uniqueNames('cdf');
+    const { admin } = await startPipeline(names);
+    await waitFor(
+      'every partition consuming',
+      async () => {
+        const status = (await (await fetch(`http://127.0.0.1:${admin}/api/pipeline`)).json()) as {
+          partitions: Array<{ consuming: boolean }>;
+        };
+        return status.partitions.length === PARTITIONS && status.partitions.every((p) => p.consuming);
+      },
+      15_000,
+    );
+    const metric = async (name: string) => {
+      const m = new RegExp(`^${name} (\\S+)$`, 'm').exec(await metricsText(admin));
+      return m ? Number(m[1]) : 0;
+    };
+    // The side stream goes away (an operator's mistake, a broker that lost it): nothing can store the letter.
+    const side = await nats.jsm.streams.info(names.side);
+    await nats.jsm.streams.delete(names.side);
+    const badSeq = await publish(names, 'dq', 'not json', 'bad-json');
+    await waitFor(
+      'the failing dead letter reported',
+      async () => (await metric('streaminfer_stream_dead_letters_failing')) === 1,
+      15_000,
+    );
+    expect(await metric('streaminfer_stream_dead_letters_total{reason="invalid"}')).toBe(0);
+
+    await nats.jsm.streams.add(side.config);
+    await waitFor('the dead letter stored', async () => (await deadLetters(names)).length === 1, 20_000);
+    expect((await deadLetters(names))[0]).toMatchObject({ source_stream_seq: badSeq, raw: 'not json' });
+    await waitFor(
+      'counted once stored, no longer failing',
+      async () =>
+        (await metric('streaminfer_stream_dead_letters_total{reason="invalid"}')) === 1 &&
+        (await metric('streaminfer_stream_dead_letters_failing')) === 0,
+      5_000,
+    );
+    // The partition goes on.
+    const after = workload('dq', 3);
+    for (const e of after) await publish(names, 'dq', e.payload, e.id);
+    await waitFor(
+      'predictions after it',
+      async () => (await firstPredictions(names, 'dq')).size === 3,
+      15_000,
+    );
+  }, 90_000);
+
+  it('an event whose payload names another delivery than its subject is dead-lettered with the reason', async () => {
+    const names = uniqueNames('cdm');
+    await startPipeline(names);
+    const [pickup, ...points] = workload('dm', 2);
+    await publish(names, 'dm', pickup!.payload, pickup!.id);
+    // On dm's subject, but the payload says dm-other: its state would live where dm-other's does not.
+    const stray = JSON.parse(points[0]!.payload);
+    stray.delivery_id = 'dm-other';
+    stray.event_id = 'dm-stray';
+    const straySeq = await publish(names, 'dm', JSON.stringify(stray), 'dm-stray');
+    for (const e of points) await publish(names, 'dm', e.payload, e.id);
+    await waitFor('the stray dead-lettered', async () => (await deadLetters(names)).length === 1, 15_000);
+    expect((await deadLetters(names))[0]).toMatchObject({
+      source_stream_seq: straySeq,
+      reason: expect.stringMatching(/^delivery_id: .*dm-other.*dm/),
+    });
+    await waitFor(
+      'the others predicted',
+      async () => (await firstPredictions(names, 'dm')).size === 2,
+      15_000,
+    );
+    const predicted = await readStream(nats, names.predictions, `${names.tag}.delivery.predictions.>`);
+    expect(predicted.map((m) => m.json<Prediction>().event_id)).not.toContain('dm-stray');
+  }, 90_000);
+
+  it('valid events with extra fields are predicted up to maxEventBytes (64 KiB), dead-lettered beyond it', async () => {
+    const names = uniqueNames('cdx');
+    await startPipeline(names);
+    const [pickup, ...points] = workload('dx', 2);
+    await publish(names, 'dx', pickup!.payload, pickup!.id);
+    // Extra fields are ignored (the schema), whatever their size up to the limit: 6 KB and 60 KB.
+    const padded = (payload: string, bytes: number) => {
+      const e = JSON.parse(payload);
+      e.notes = 'n'.repeat(bytes - payload.length - ',"notes":""'.length);
+      const out = JSON.stringify(e);
+      expect(Buffer.byteLength(out)).toBe(bytes);
+      return out;
+    };
+    await publish(names, 'dx', padded(points[0]!.payload, 6_000), points[0]!.id);
+    await publish(names, 'dx', padded(points[1]!.payload, 60_000), points[1]!.id);
+    const over = JSON.parse(points[1]!.payload);
+    over.event_id = 'dx-over';
+    const overSeq = await publish(names, 'dx', padded(JSON.stringify(over), 70_000), 'dx-over');
+    await waitFor(
+      'both padded events predicted',
+      async () => (await firstPredictions(names, 'dx')).size === 2,
+      15_000,
+    );
+    await waitFor(
+      'the one over the limit dead-lettered',
+      async () => (await deadLetters(names)).length === 1,
+      10_000,
+    );
+    expect((await deadLetters(names))[0]).toMatchObject({
+      source_stream_seq: overSeq,
+      raw_bytes: 70_000,
+      reason: 'payload: 70000 bytes, over maxEventBytes 65536',
+    });
+  }, 90_000);
+});
