@@ -619,7 +619,6 @@ describe('delivery pipeline with checkpoints (in process)', () => {
     expect(continued.length).toBeGreaterThan(300);
     // And each equals what one uninterrupted decider decides for the same input.
     const reference = new DeliveryDecider({
-      clock: () => 0,
       outOfOrdernessMs: 10_000,
       allowedLatenessMs: 60_000,
       idleTimeoutMs: 10_000,
