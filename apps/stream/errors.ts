@@ -8,6 +8,8 @@ export type StreamIoErrorCode =
   | 'stream_provision_failed'
   | 'consumer_provision_failed'
   | 'publish_failed'
+  /** The consumer handed out deliveries that never arrived (a dropped connection): reopen in stream order. */
+  | 'delivery_gap'
   /** A partition's lease is gone: its checkpoint must not become the restore point. */
   | 'lease_lost';
 

@@ -172,7 +172,13 @@ export class JetStreamSource {
     return this.options.maxDeliver;
   }
 
-  /** Messages in delivery order until stop(); the client keeps up to batchSize pulled ahead. */
+  /**
+   * Messages in delivery order until stop(); the client keeps up to batchSize pulled ahead. Every delivery,
+   * a redelivery too, takes the consumer's next delivery sequence, so a jump means deliveries were handed to
+   * a connection that dropped them (a node killed or cut off under it): the iteration ends with
+   * `delivery_gap` before the message after the gap, which would otherwise be decided before them (they come
+   * back only after ack_wait, and a checkpointing partition would take them for redeliveries of what it had).
+   */
   async *messages(): AsyncGenerator<SourceMessage> {
     if (this.messagesIter)
       throw new StreamIoError('invalid_options', 'a source is consumed by one loop only');
@@ -188,7 +194,18 @@ export class JetStreamSource {
       void iter.close().catch(() => undefined);
       return;
     }
-    for await (const msg of iter) yield this.wrap(msg);
+    let last = 0;
+    for await (const msg of iter) {
+      const seq = msg.info.deliverySequence;
+      if (last !== 0 && seq !== last + 1) {
+        throw new StreamIoError(
+          'delivery_gap',
+          `consumer ${this.options.durable}: delivery ${seq} after ${last}: the deliveries between never arrived`,
+        );
+      }
+      last = seq;
+      yield this.wrap(msg);
+    }
   }
 
   async lag(): Promise<SourceLag> {
