@@ -20,6 +20,8 @@ export type PartitionFn = (subject: string) => string;
 
 export const SINGLE_PARTITION: PartitionFn = () => '0';
 
+const PULL_EXPIRES_MS = 5000;
+
 /** Spreads keys over `count` partitions by the subject's last token (the delivery id). */
 export function hashPartitioner(count: number): PartitionFn {
   requirePositiveInt('partition count', count);
@@ -186,6 +188,9 @@ export class JetStreamSource {
     if (this.stopped) return;
     const iter = (await consumer.consume({
       max_messages: this.options.batchSize,
+      // Pulls expire after 5 s (heartbeats every 2.5 s), not 30: when the consumer's leader moves (a node
+      // killed), the open pulls die with it and the client re-pulls once two heartbeats are missed.
+      expires: PULL_EXPIRES_MS,
     })) as unknown as MessageStream;
     this.messagesIter = iter;
     if (this.stopped) {
