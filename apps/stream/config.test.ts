@@ -33,6 +33,21 @@ describe('pipeline config', () => {
       expect(resolvePipelineConfig({ maxEventBytes: ok }).maxEventBytes).toBe(ok);
   });
 
+  test('eventTime admission bounds: 5 min skew and 3,650 days by default; too small refused naming the key', () => {
+    expect(resolvePipelineConfig({}).eventTime).toMatchObject({
+      maxClockSkewMs: 300_000,
+      maxEventAgeMs: 315_360_000_000,
+    });
+    expect(refused({ eventTime: { maxClockSkewMs: 999 } }).message).toMatch(
+      /^eventTime\.maxClockSkewMs: must be at least 1000/,
+    );
+    // An event that could still be on time (70 s behind with the defaults) is never refused as too old.
+    expect(refused({ eventTime: { maxEventAgeMs: 69_999 } }).message).toMatch(
+      /^eventTime\.maxEventAgeMs: must be at least 70000/,
+    );
+    expect(refused({ eventTime: { maxClockSkewMs: '5m' } }).message).toMatch(/^eventTime\.maxClockSkewMs/);
+  });
+
   test('later overrides win, nested objects merge', () => {
     const c = resolvePipelineConfig(
       { inference: { mode: 'external' } },

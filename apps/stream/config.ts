@@ -73,6 +73,13 @@ export interface PipelineConfig {
     idleTimeoutMs: number;
     stateTtlMs: number;
     dedupeTtlMs: number;
+    /**
+     * Admission bounds against the broker's store time of each event: stamped more than maxClockSkewMs after
+     * it (a producer clock ahead, a year 9999) or more than maxEventAgeMs before it (epoch seconds read as ms),
+     * the event is dead-lettered instead of moving its partition's watermark.
+     */
+    maxClockSkewMs: number;
+    maxEventAgeMs: number;
   };
   model: { name: string; version: string };
   alertThreshold: number;
@@ -142,6 +149,8 @@ export const DEFAULT_PIPELINE_CONFIG: PipelineConfig = {
     idleTimeoutMs: 10_000,
     stateTtlMs: 20 * 60_000,
     dedupeTtlMs: 15 * 60_000,
+    maxClockSkewMs: 5 * 60_000,
+    maxEventAgeMs: 3650 * 24 * 3_600_000,
   },
   model: { name: 'delay-risk', version: '1' },
   alertThreshold: 0.8,
@@ -192,6 +201,8 @@ const SHAPE: Shape = {
     idleTimeoutMs: 'int',
     stateTtlMs: 'int',
     dedupeTtlMs: 'int',
+    maxClockSkewMs: 'int',
+    maxEventAgeMs: 'int',
   },
   model: { name: 'string', version: 'string' },
   alertThreshold: 'number',
@@ -327,6 +338,10 @@ export function resolvePipelineConfig(...overrides: unknown[]): PipelineConfig {
   const floor = 10 * 60_000 + et.allowedLatenessMs;
   atLeast('eventTime.stateTtlMs', et.stateTtlMs, floor);
   atLeast('eventTime.dedupeTtlMs', et.dedupeTtlMs, floor);
+  // Below a second, honest clocks (NTP keeps them within milliseconds) would be dead-lettered.
+  atLeast('eventTime.maxClockSkewMs', et.maxClockSkewMs, 1000);
+  // An event that could still be on time is never refused as too old.
+  atLeast('eventTime.maxEventAgeMs', et.maxEventAgeMs, et.outOfOrdernessMs + et.allowedLatenessMs);
   if (!/^[A-Za-z0-9_.-]{1,128}$/.test(c.model.name))
     throw new PipelineConfigError('model.name', 'not a model name');
   if (!/^[A-Za-z0-9_.-]{1,64}$/.test(c.model.version))

@@ -10,6 +10,8 @@ export type StreamIoErrorCode =
   | 'publish_failed'
   /** An effect larger than the connection's max_payload that cannot be cut to fit: no attempt can succeed. */
   | 'payload_too_large'
+  /** The consumer handed out deliveries that never arrived (a dropped connection): reopen in stream order. */
+  | 'delivery_gap'
   /** A partition's lease is gone: its checkpoint must not become the restore point. */
   | 'lease_lost'
   /**

@@ -149,6 +149,11 @@ export class PipelineMetrics {
     help: 'Now − the event-time watermark (includes the configured out-of-orderness bound)',
     registers: [this.registry],
   });
+  readonly watermarkAhead = new Gauge({
+    name: 'streaminfer_stream_watermark_ahead_seconds',
+    help: 'The highest partition watermark − now: negative normally; above 0, events from the future were accepted',
+    registers: [this.registry],
+  });
   readonly stateKeys = new Gauge({
     name: 'streaminfer_stream_state_keys',
     help: 'Deliveries held in keyed state',

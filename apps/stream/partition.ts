@@ -187,12 +187,13 @@ export class PartitionWorker {
     const et = this.ctx.config.eventTime;
     return new DeliveryDecider(
       {
-        clock: this.ctx.clock,
         outOfOrdernessMs: et.outOfOrdernessMs,
         allowedLatenessMs: et.allowedLatenessMs,
         idleTimeoutMs: et.idleTimeoutMs,
         stateTtlMs: et.stateTtlMs,
         dedupeTtlMs: et.dedupeTtlMs,
+        maxClockSkewMs: et.maxClockSkewMs,
+        maxEventAgeMs: et.maxEventAgeMs,
         alertThreshold: this.ctx.config.alertThreshold,
         maxEventBytes: this.ctx.config.maxEventBytes,
       },
@@ -597,7 +598,8 @@ export class PartitionWorker {
       ]);
     }
     this.keys.add(key, ctx.clock());
-    const fresh = this.decider.ingest(message.data, this.label, key);
+    // Admitted when the broker stored it: a fixed fact of the message, so a replay decides the same.
+    const fresh = this.decider.ingest(message.data, this.label, key, message.storedAtMs);
     let entry: Unsettled | undefined;
     switch (fresh.disposition) {
       case 'invalid': {
@@ -795,7 +797,6 @@ export class PartitionWorker {
 
   private tick(): void {
     const { metrics } = this.ctx;
-    this.countWindows(this.decider.tick().windowResults);
     const now = this.ctx.clock();
     this.keys.rollIfDue(now);
     this.reportBusiest(this.keys.busiest);

@@ -615,6 +615,7 @@ export class DeliveryPipeline {
     let ackPending = 0;
     let oldest = 0;
     let watermark: number | null = null;
+    let highest: number | null = null;
     let checkpointAt: number | null = null;
     let keys = 0;
     let bytes = 0;
@@ -625,8 +626,10 @@ export class DeliveryPipeline {
       pending += g.pending;
       ackPending += g.ackPending;
       oldest = Math.max(oldest, g.oldestAgeS);
-      if (g.watermark !== null)
+      if (g.watermark !== null) {
         watermark = watermark === null ? g.watermark : Math.min(watermark, g.watermark);
+        highest = highest === null ? g.watermark : Math.max(highest, g.watermark);
+      }
       if (g.checkpointAt !== null)
         checkpointAt = checkpointAt === null ? g.checkpointAt : Math.min(checkpointAt, g.checkpointAt);
       const s = w.status();
@@ -652,6 +655,7 @@ export class DeliveryPipeline {
       () => undefined,
     );
     if (watermark !== null) m.watermarkLag.set(Math.max(0, now - watermark) / 1000);
+    if (highest !== null) m.watermarkAhead.set((highest - now) / 1000);
     if (checkpointAt !== null) m.checkpointAge.set(Math.max(0, now - checkpointAt) / 1000);
     m.partitionsOwned.set(this.workers.size);
     m.liveInstances.set(this.leases?.liveInstances().length ?? 0);

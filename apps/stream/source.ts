@@ -20,6 +20,8 @@ export type PartitionFn = (subject: string) => string;
 
 export const SINGLE_PARTITION: PartitionFn = () => '0';
 
+const PULL_EXPIRES_MS = 5000;
+
 /** Spreads keys over `count` partitions by the subject's last token (the delivery id). */
 export function hashPartitioner(count: number): PartitionFn {
   requirePositiveInt('partition count', count);
@@ -172,7 +174,13 @@ export class JetStreamSource {
     return this.options.maxDeliver;
   }
 
-  /** Messages in delivery order until stop(); the client keeps up to batchSize pulled ahead. */
+  /**
+   * Messages in delivery order until stop(); the client keeps up to batchSize pulled ahead. Every delivery,
+   * a redelivery too, takes the consumer's next delivery sequence, so a jump means deliveries were handed to
+   * a connection that dropped them (a node killed or cut off under it): the iteration ends with
+   * `delivery_gap` before the message after the gap, which would otherwise be decided before them (they come
+   * back only after ack_wait, and a checkpointing partition would take them for redeliveries of what it had).
+   */
   async *messages(): AsyncGenerator<SourceMessage> {
     if (this.messagesIter)
       throw new StreamIoError('invalid_options', 'a source is consumed by one loop only');
@@ -180,6 +188,9 @@ export class JetStreamSource {
     if (this.stopped) return;
     const iter = (await consumer.consume({
       max_messages: this.options.batchSize,
+      // Pulls expire after 5 s (heartbeats every 2.5 s), not 30: when the consumer's leader moves (a node
+      // killed), the open pulls die with it and the client re-pulls once two heartbeats are missed.
+      expires: PULL_EXPIRES_MS,
     })) as unknown as MessageStream;
     this.messagesIter = iter;
     if (this.stopped) {
@@ -188,7 +199,18 @@ export class JetStreamSource {
       void iter.close().catch(() => undefined);
       return;
     }
-    for await (const msg of iter) yield this.wrap(msg);
+    let last = 0;
+    for await (const msg of iter) {
+      const seq = msg.info.deliverySequence;
+      if (last !== 0 && seq !== last + 1) {
+        throw new StreamIoError(
+          'delivery_gap',
+          `consumer ${this.options.durable}: delivery ${seq} after ${last}: the deliveries between never arrived`,
+        );
+      }
+      last = seq;
+      yield this.wrap(msg);
+    }
   }
 
   async lag(): Promise<SourceLag> {

@@ -34,11 +34,6 @@ export function speed(events: readonly StreamEvent<Payload>[]): SpeedResult {
   return { metresPerSecond: elapsed > 0 ? path / elapsed : 0, points: events.length };
 }
 
-export class ManualClock {
-  now = 0;
-  readonly clock = (): number => this.now;
-}
-
 export function gps(id: string, key: string, t: number, x: number, partition = 'p0'): StreamEvent<Payload> {
   return { key, eventTime: t, partition, eventId: id, payload: { type: 'gps', x } };
 }
@@ -59,11 +54,9 @@ export function status(
 
 /** The reference workload's windows: speed over 5 min sliding by 1 min, traffic over 10 min, 5-min tumbling ids. */
 export function deliveryOptions(
-  clock: () => number,
   overrides: Partial<EventTimeEngineOptions<Payload, unknown>> = {},
 ): EventTimeEngineOptions<Payload, unknown> {
   return {
-    clock,
     outOfOrdernessMs: 30 * SEC,
     allowedLatenessMs: 2 * MIN,
     idleTimeoutMs: 10 * SEC,
@@ -99,10 +92,9 @@ export function deliveryOptions(
 }
 
 export function deliveryEngine(
-  clock: ManualClock,
   overrides: Partial<EventTimeEngineOptions<Payload, unknown>> = {},
 ): EventTimeEngine<Payload, unknown> {
-  return createEventTimeEngine(deliveryOptions(clock.clock, overrides));
+  return createEventTimeEngine(deliveryOptions(overrides));
 }
 
 /** Seeded PRNG (mulberry32): the randomized tests are reproducible. */

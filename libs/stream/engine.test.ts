@@ -1,7 +1,6 @@
 import {
   deliveryEngine,
   gps,
-  ManualClock,
   MIN,
   type Payload,
   SEC,
@@ -41,8 +40,8 @@ describe('event-time order', () => {
   const push = gps('W', 'order-482', T0 + 6 * MIN, 2000); // watermark 10:05:30: [10:00,10:05) has fired
 
   it('computes the sliding 5-minute speed in event-time order, equal to in-order arrival', () => {
-    const inOrder = deliveryEngine(new ManualClock());
-    const disordered = deliveryEngine(new ManualClock());
+    const inOrder = deliveryEngine();
+    const disordered = deliveryEngine();
     const expected = results(feed(inOrder, [start, a, b, after, push]), 'speed5m');
     const actual = results(feed(disordered, [start, b, a, after, push]), 'speed5m');
     expect(withoutWatermark(actual)).toEqual(withoutWatermark(expected));
@@ -54,7 +53,7 @@ describe('event-time order', () => {
   });
 
   it('keeps last-valid state by event time: an older event arriving later does not overwrite it', () => {
-    const engine = deliveryEngine(new ManualClock());
+    const engine = deliveryEngine();
     feed(engine, [b, a]);
     expect(engine.latest('order-482', 'position')?.eventId).toBe('B');
     feed(engine, [
@@ -70,7 +69,7 @@ describe('event-time order', () => {
 describe('firing, allowed lateness and the late side output', () => {
   // Tumbling [10:00, 10:05) (ids5m); bound 30 s, allowed lateness 2 min.
   function setup() {
-    const engine = deliveryEngine(new ManualClock());
+    const engine = deliveryEngine();
     const first = engine.ingest(gps('e1', 'd1', T0 + 1 * MIN, 0));
     return { engine, first };
   }
@@ -100,28 +99,28 @@ describe('firing, allowed lateness and the late side output', () => {
     ]);
   });
 
-  it('a 10:02 event after the firing but within allowed lateness re-emits the window as revision 1, then 2', () => {
+  it('a 10:03:30 event after the firing but within allowed lateness re-emits the window as revision 1, then 2', () => {
     const { engine } = setup();
     engine.ingest(gps('e2', 'd1', T0 + 5 * MIN + 30 * SEC, 10)); // fires [10:00,10:05)
-    const late = engine.ingest(gps('late1', 'd1', T0 + 2 * MIN, 5));
+    const late = engine.ingest(gps('late1', 'd1', T0 + 3 * MIN + 30 * SEC, 5)); // 1:30 behind
     expect(late[0]).toEqual({
       kind: 'accepted',
-      event: gps('late1', 'd1', T0 + 2 * MIN, 5),
+      event: gps('late1', 'd1', T0 + 3 * MIN + 30 * SEC, 5),
       behindWatermark: true,
     });
     const revised = results(late, 'ids5m');
     expect(revised).toHaveLength(1);
     expect(revised[0]).toMatchObject({ start: T0, revision: 1, result: ['e1', 'late1'], eventCount: 2 });
-    const again = results(engine.ingest(gps('late2', 'd1', T0 + 3 * MIN, 7)), 'ids5m');
+    const again = results(engine.ingest(gps('late2', 'd1', T0 + 4 * MIN, 7)), 'ids5m');
     expect(again[0]).toMatchObject({ start: T0, revision: 2, result: ['e1', 'late1', 'late2'] });
     expect(engine.stats().counters).toMatchObject({ revisions: expect.any(Number), late: 0 });
   });
 
   it('a 10:02 event beyond allowed lateness goes to the side output, is counted and changes nothing', () => {
     const { engine } = setup();
-    engine.ingest(gps('e2', 'd1', T0 + 7 * MIN + 30 * SEC, 10)); // watermark 10:07 = end + lateness: closed
+    engine.ingest(gps('e2', 'd1', T0 + 7 * MIN + 30 * SEC, 10)); // watermark 10:07
     const before = JSON.stringify({ ...engine.snapshot(), dedupe: [], counters: {} });
-    // A status event: only the tumbling ids5m takes it (a GPS fix would still reach open sliding windows).
+    // 5 min behind the watermark, 2 min allowed.
     const tooLate = status('tooLate', 'd1', T0 + 2 * MIN, 'picked_up');
     const late = engine.ingest(tooLate);
     expect(late).toEqual([{ kind: 'late', event: tooLate, watermark: T0 + 7 * MIN }]);
@@ -132,29 +131,44 @@ describe('firing, allowed lateness and the late side output', () => {
     expect(engine.stats().counters.late).toBe(1);
   });
 
-  it('one ms before the close it still revises; the close is exactly end + allowed lateness', () => {
+  it('exactly allowedLatenessMs behind the watermark still counts; 1 ms more is late', () => {
     const { engine } = setup();
-    engine.ingest(gps('e2', 'd1', T0 + 7 * MIN + 30 * SEC - 1, 10)); // watermark 10:06:59.999
-    expect(results(engine.ingest(gps('ok', 'd1', T0 + 4 * MIN, 5)), 'ids5m')[0]?.revision).toBe(1);
+    engine.ingest(gps('e2', 'd1', T0 + 6 * MIN + 30 * SEC, 10)); // watermark 10:06
+    const ok = engine.ingest(gps('ok', 'd1', T0 + 4 * MIN, 5));
+    expect(ok[0]).toMatchObject({ kind: 'accepted', behindWatermark: true });
+    expect(results(ok, 'ids5m')[0]?.revision).toBe(1);
+    expect(engine.ingest(gps('tooLate', 'd1', T0 + 4 * MIN - 1, 5))[0]?.kind).toBe('late');
+  });
+
+  it('lateness is the distance behind the watermark, wherever the event time falls in the window grid', () => {
+    // Judged by its windows' ends, a status event 2:30 behind was late at :55 past a 5-min boundary and
+    // accepted at :05 — the same distance behind, a different outcome.
+    for (const offset of [5 * SEC, 55 * SEC, 2 * MIN + 30 * SEC, 4 * MIN + 55 * SEC]) {
+      const engine = deliveryEngine();
+      const t = T0 + 10 * MIN + offset;
+      engine.ingest(gps('lead', 'd1', t + 2 * MIN + 30 * SEC + 30 * SEC, 0)); // watermark t + 2:30
+      expect(engine.ingest(status('s', 'd1', t, 'picked_up'))[0]?.kind).toBe('late');
+      expect(engine.ingest(status('s2', 'd1', t + 30 * SEC, 'picked_up'))[0]?.kind).toBe('accepted');
+    }
   });
 
   it('revises only the sliding windows still open; windows not yet fired just take the event', () => {
-    const engine = deliveryEngine(new ManualClock());
+    const engine = deliveryEngine();
     for (let m = 0; m < 7; m++) engine.ingest(gps(`g${m}`, 'd1', T0 + m * MIN, m * 100));
-    engine.ingest(gps('push', 'd1', T0 + 7 * MIN + 30 * SEC, 700)); // watermark 10:07
+    engine.ingest(gps('push', 'd1', T0 + 6 * MIN + 30 * SEC, 700)); // watermark 10:06
     const late = results(engine.ingest(gps('late', 'd1', T0 + 4 * MIN + 30 * SEC, 450)), 'speed5m');
-    // Windows holding 10:04:30 end 10:05 … 10:09; [10:00,10:05) closed at 10:07, [10:03,10:08) and
-    // [10:04,10:09) have not fired: only [10:01,10:06) and [10:02,10:07) are revised.
+    // Windows holding 10:04:30 end 10:05 … 10:09, none closed (an event on time is never in a closed
+    // window); [10:00,10:05) and [10:01,10:06) have fired and are revised, the later ones just take it.
     expect(late.map((r) => [r.start - T0, r.revision])).toEqual([
+      [0, 1],
       [1 * MIN, 1],
-      [2 * MIN, 1],
     ]);
     const flushed = results(engine.flush(), 'speed5m').find((r) => r.start === T0 + 4 * MIN);
     expect(flushed).toMatchObject({ revision: 0, eventCount: 5 });
   });
 
   it('a late event that opens a window nobody had opened yet emits it at once as revision 0', () => {
-    const engine = deliveryEngine(new ManualClock());
+    const engine = deliveryEngine();
     engine.ingest(traffic('t1', 'd1', T0));
     engine.ingest(gps('g', 'd1', T0 + 6 * MIN, 0)); // watermark 10:05:30
     const effects = results(engine.ingest(gps('late', 'd1', T0 + 4 * MIN, 0)), 'speed5m');
@@ -165,7 +179,7 @@ describe('firing, allowed lateness and the late side output', () => {
 
 describe('evaluate', () => {
   it('reads an open window without emitting, and nothing once it has closed', () => {
-    const engine = deliveryEngine(new ManualClock());
+    const engine = deliveryEngine();
     engine.ingest(gps('a', 'd1', T0, 0));
     engine.ingest(gps('b', 'd1', T0 + 30 * SEC, 300));
     expect(engine.evaluate('d1', 'speed5m', T0)).toEqual({
@@ -184,7 +198,7 @@ describe('evaluate', () => {
 
 describe('dedupe', () => {
   it('a duplicate returns one duplicate effect and changes nothing', () => {
-    const engine = deliveryEngine(new ManualClock());
+    const engine = deliveryEngine();
     const event = gps('gps-78221', 'order-482', T0 + 12 * SEC, 1);
     expect(engine.ingest(event)[0]?.kind).toBe('accepted');
     const before = JSON.stringify({ ...engine.snapshot(), counters: {} });
@@ -195,7 +209,7 @@ describe('dedupe', () => {
   });
 
   it('a duplicate after the window fired produces no revision', () => {
-    const engine = deliveryEngine(new ManualClock());
+    const engine = deliveryEngine();
     const e1 = gps('e1', 'd1', T0 + MIN, 0);
     engine.ingest(e1);
     engine.ingest(gps('e2', 'd1', T0 + 6 * MIN, 0));
@@ -203,7 +217,7 @@ describe('dedupe', () => {
   });
 
   it('forgets ids once the watermark passes eventTime + dedupeTtl; a resend that old can only be late', () => {
-    const engine = deliveryEngine(new ManualClock());
+    const engine = deliveryEngine();
     const old = gps('old', 'd1', T0, 0);
     engine.ingest(old);
     engine.ingest(gps('n1', 'd2', T0 + 30 * MIN + 29 * SEC, 0)); // watermark T0 + 29:59
@@ -216,7 +230,7 @@ describe('dedupe', () => {
 
 describe('dedupe buckets', () => {
   it('rounds forget times up to the next second: an id is kept at least dedupeTtlMs, at most 1 s more', () => {
-    const engine = deliveryEngine(new ManualClock());
+    const engine = deliveryEngine();
     const e = gps('half', 'd1', T0 + 500, 0);
     engine.ingest(e);
     // [forgetAt, front-coded ids]
@@ -230,25 +244,21 @@ describe('dedupe buckets', () => {
 });
 
 describe('watermarks across partitions', () => {
-  it('is the min over partitions, monotone, and an idle partition stops holding it back', () => {
-    const clock = new ManualClock();
-    const engine = deliveryEngine(clock);
+  it('is the min over partitions, monotone, and a partition silent for idleTimeoutMs of event time stops holding it back', () => {
+    const engine = deliveryEngine();
     expect(engine.watermark()).toBeNull();
     engine.ingest(gps('a0', 'd1', T0, 0, 'p0'));
-    engine.ingest(gps('b0', 'd2', T0 + MIN, 0, 'p1'));
+    engine.ingest(gps('b0', 'd2', T0 + 5 * SEC, 0, 'p1'));
     expect(engine.watermark()).toBe(T0 - 30 * SEC);
-    clock.now = 5 * SEC;
-    const advanced = engine.ingest(gps('b1', 'd2', T0 + 20 * MIN, 0, 'p1'));
-    expect(engine.watermark()).toBe(T0 - 30 * SEC); // p0 is quiet but not idle yet
-    expect(results(advanced)).toEqual([]);
+    // p1's events move the event clock on; p0, silent, holds the watermark until 10 s (idleTimeoutMs) of it.
+    const held = engine.ingest(gps('b1', 'd2', T0 + 9 * SEC, 0, 'p1'));
+    expect(engine.watermark()).toBe(T0 - 30 * SEC);
+    expect(results(held)).toEqual([]);
     expect(engine.stats()).toMatchObject({ partitions: 2, activePartitions: 2 });
-    clock.now = 10 * SEC - 1;
-    expect(engine.tick()).toEqual([]);
-    clock.now = 10 * SEC; // p0 silent for idleTimeoutMs
-    const fired = engine.tick();
+    const released = engine.ingest(gps('b2', 'd2', T0 + 20 * MIN, 0, 'p1'));
     expect(engine.watermark()).toBe(T0 + 19 * MIN + 30 * SEC);
     expect(engine.stats().activePartitions).toBe(1);
-    expect(results(fired, 'ids5m').map((r) => [r.key, r.start - T0])).toEqual([
+    expect(results(released, 'ids5m').map((r) => [r.key, r.start - T0])).toEqual([
       ['d1', 0],
       ['d2', 0],
     ]);
@@ -256,29 +266,25 @@ describe('watermarks across partitions', () => {
     const back = engine.ingest(gps('a1', 'd1', T0 + MIN, 0, 'p0'));
     expect(back[0]?.kind).toBe('late');
     expect(engine.watermark()).toBe(T0 + 19 * MIN + 30 * SEC);
+    expect(engine.stats().activePartitions).toBe(2);
   });
 
-  it('when every partition is idle the highest partition watermark stands', () => {
-    const clock = new ManualClock();
-    const engine = deliveryEngine(clock);
-    engine.ingest(gps('a', 'd1', T0, 0, 'p0'));
-    engine.ingest(gps('b', 'd1', T0 + 10 * MIN, 0, 'p1'));
-    expect(engine.watermark()).toBe(T0 - 30 * SEC);
-    clock.now = 60 * SEC;
-    engine.tick();
-    expect(engine.watermark()).toBe(T0 + 9 * MIN + 30 * SEC);
-  });
-
-  it('tick before any event does nothing', () => {
-    const engine = deliveryEngine(new ManualClock());
-    expect(engine.tick()).toEqual([]);
-    expect(engine.watermark()).toBeNull();
+  it('a partition that keeps sending, however far behind, stays active and holds the watermark', () => {
+    const engine = deliveryEngine();
+    engine.ingest(gps('a0', 'd1', T0, 0, 'p0'));
+    // p1 runs 9 s of event time per event, p0 1 s: 160 s behind in the end, never 10 s silent.
+    for (let i = 1; i <= 20; i++) {
+      engine.ingest(gps(`b${i}`, 'd2', T0 + i * 9 * SEC, 0, 'p1'));
+      engine.ingest(gps(`a${i}`, 'd1', T0 + i * SEC, 0, 'p0'));
+    }
+    expect(engine.watermark()).toBe(T0 + 20 * SEC - 30 * SEC);
+    expect(engine.stats().activePartitions).toBe(2);
   });
 });
 
 describe('state TTL and size', () => {
   it('removes a finished key once the watermark passes its last event + stateTtl, and reports it', () => {
-    const engine = deliveryEngine(new ManualClock());
+    const engine = deliveryEngine();
     engine.ingest(gps('a', 'done', T0, 0));
     engine.ingest(status('s', 'done', T0 + MIN, 'delivered'));
     expect(engine.stats().keys).toBe(1);
@@ -292,13 +298,13 @@ describe('state TTL and size', () => {
   });
 
   it('a key that keeps receiving events is not expired by its first deadline', () => {
-    const engine = deliveryEngine(new ManualClock());
+    const engine = deliveryEngine();
     for (let m = 0; m <= 40; m++) engine.ingest(gps(`g${m}`, 'long', T0 + m * MIN, m));
     expect(engine.hasKey('long')).toBe(true);
   });
 
   it('state stays bounded over 2,000 sequential deliveries and returns to zero at end of input', () => {
-    const engine = deliveryEngine(new ManualClock());
+    const engine = deliveryEngine();
     let maxKeys = 0;
     let maxBuffered = 0;
     let maxBytes = 0;
@@ -333,7 +339,7 @@ describe('state TTL and size', () => {
 
 describe('flush and stats', () => {
   it('flush fires every pending window, expires every key, and later events are late', () => {
-    const engine = deliveryEngine(new ManualClock());
+    const engine = deliveryEngine();
     engine.ingest(gps('a', 'd1', T0, 0));
     engine.ingest(traffic('t', 'd1', T0 + SEC));
     const effects = engine.flush();
@@ -345,7 +351,7 @@ describe('flush and stats', () => {
   });
 
   it('a watermark jump past a stale expiry deadline still fires the later windows before the key expires', () => {
-    const engine = deliveryEngine(new ManualClock());
+    const engine = deliveryEngine();
     engine.ingest(gps('a', 'd1', T0, 0)); // queues the key's expiry for T0 + 30 min
     engine.ingest(gps('b', 'd1', T0 + 40 * MIN, 0)); // moves it to T0 + 70 min; the old timer is stale
     const effects = engine.flush();
@@ -355,22 +361,22 @@ describe('flush and stats', () => {
   });
 
   it('counts results, revisions, accepted, duplicates and late', () => {
-    const engine = deliveryEngine(new ManualClock());
+    const engine = deliveryEngine();
     engine.ingest(gps('a', 'd1', T0, 0));
     engine.ingest(gps('a', 'd1', T0, 0));
     engine.ingest(gps('b', 'd1', T0 + 5 * MIN + 30 * SEC, 0)); // fires ids5m [10:00) and 1 speed window
-    engine.ingest(gps('c', 'd1', T0 + SEC, 0)); // revises both
+    engine.ingest(gps('c', 'd1', T0 + 4 * MIN, 0)); // 1 min behind: revises both
     engine.ingest(gps('d', 'd1', T0 + 20 * MIN, 0)); // closes them
     engine.ingest(gps('e', 'd1', T0, 0)); // late
     const { counters } = engine.stats();
     expect(counters).toMatchObject({ accepted: 4, duplicates: 1, late: 1 });
-    // ids5m [10:00,10:05) and the speed windows holding 10:00:01 not yet closed at 10:05: [9:59) and [10:00).
-    expect(counters.revisions).toBe(3);
+    // ids5m [10:00,10:05) and the one speed window holding 10:04 that had fired at 10:05: [10:00,10:05).
+    expect(counters.revisions).toBe(2);
     expect(counters.results).toBeGreaterThan(0);
   });
 
   it('rejects malformed events with StreamEventError naming the field', () => {
-    const engine = deliveryEngine(new ManualClock());
+    const engine = deliveryEngine();
     const ok = gps('a', 'd1', T0, 0);
     for (const [field, event] of [
       ['key', { ...ok, key: '' }],

@@ -52,8 +52,6 @@ interface KeyState<P> {
 export interface EventTimeEngine<P = unknown, R = unknown> {
   /** One event in; its disposition (accepted | duplicate | late) first, then any results it caused. */
   ingest(event: StreamEvent<P>): StreamEffect<P, R>[];
-  /** Processing time moved on: re-evaluate partition idleness and fire what the watermark now passes. */
-  tick(): StreamEffect<P, R>[];
   /** End of a bounded input: the watermark jumps to END_OF_INPUT, every window fires and every key expires. */
   flush(): StreamEffect<P, R>[];
   /** Current engine watermark; null before the first event. */
@@ -145,11 +143,10 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
       this.counters.duplicates++;
       return [{ kind: 'duplicate', event }];
     }
-    const now = this.options.clock();
     // Remember from the later of its time and now's watermark, so a late event's id outlives its arrival.
     const forgetAt = Math.max(event.eventTime, this.wm) + this.options.dedupeTtlMs;
     this.remember(event.eventId, Math.ceil(forgetAt / DEDUPE_BUCKET_MS) * DEDUPE_BUCKET_MS);
-    this.partitions.observe(event.partition, event.eventTime, now);
+    this.partitions.observe(event.partition, event.eventTime);
     const effects: StreamEffect<P, R>[] = [];
     if (this.isTooLate(event)) {
       this.counters.late++;
@@ -157,13 +154,7 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
     } else {
       this.apply(event, effects);
     }
-    this.advance(now, effects);
-    return effects;
-  }
-
-  tick(): StreamEffect<P, R>[] {
-    const effects: StreamEffect<P, R>[] = [];
-    this.advance(this.options.clock(), effects);
+    this.advance(effects);
     return effects;
   }
 
@@ -203,7 +194,7 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
       bufferedEvents: this.buffered,
       dedupeIds: this.seen.size,
       partitions: this.partitions.size,
-      activePartitions: this.partitions.activeCount(this.options.clock()),
+      activePartitions: this.partitions.activeCount(),
       approxBytes: this.bytes,
       counters: { ...this.counters },
     };
@@ -296,16 +287,14 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
     };
   }
 
-  /** An event changes nothing once every window it belongs to has closed (watermark ≥ end + lateness). */
+  /**
+   * Late: more than allowedLatenessMs behind the watermark (as the events before it left it). A function of
+   * the event and the watermark only — not of where its time falls in the window grid (judged by its windows'
+   * ends, an event 2 min behind was late or not with its event time's minute, which looked random), and not
+   * of processing time. Every window of an event on time is still open: its end > t ≥ wm − lateness.
+   */
   private isTooLate(event: StreamEvent<P>): boolean {
-    let lastEnd = Number.NEGATIVE_INFINITY;
-    for (const spec of this.options.windows) {
-      if (spec.accepts !== undefined && !spec.accepts(event)) continue;
-      lastEnd = Math.max(lastEnd, lastEndOf(event.eventTime, spec.sizeMs, spec.stepMs));
-    }
-    // An event no window takes (e.g. last-valid state only) is treated as a 1 ms window of its own.
-    if (lastEnd === Number.NEGATIVE_INFINITY) lastEnd = event.eventTime + 1;
-    return this.wm >= lastEnd + this.options.allowedLatenessMs;
+    return this.wm - event.eventTime > this.options.allowedLatenessMs;
   }
 
   private apply(event: StreamEvent<P>, effects: StreamEffect<P, R>[]): void {
@@ -407,9 +396,9 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
     });
   }
 
-  private advance(now: number, effects: StreamEffect<P, R>[]): void {
+  private advance(effects: StreamEffect<P, R>[]): void {
     if (this.partitions.size === 0) return;
-    const w = this.partitions.current(now);
+    const w = this.partitions.current();
     if (w > this.wm) this.wm = w;
     this.runTimers(effects);
   }

@@ -12,7 +12,7 @@ function optionError(input: unknown): StreamOptionError {
   throw new Error('expected a StreamOptionError');
 }
 
-const base = deliveryOptions(() => 0);
+const base = deliveryOptions();
 
 describe('validateEngineOptions', () => {
   it('returns a frozen copy with tumbling steps filled in', () => {
@@ -30,7 +30,6 @@ describe('validateEngineOptions', () => {
   it.each([
     ['options', null],
     ['nonsense', { ...base, nonsense: 1 }],
-    ['clock', { ...base, clock: 5 }],
     ['outOfOrdernessMs', { ...base, outOfOrdernessMs: -1 }],
     ['allowedLatenessMs', { ...base, allowedLatenessMs: 1.5 }],
     ['idleTimeoutMs', { ...base, idleTimeoutMs: 0 }],
@@ -65,7 +64,6 @@ describe('validateEngineOptions', () => {
 
   it('accepts an engine with last-valid state only (no windows)', () => {
     const engine = createEventTimeEngine({
-      clock: () => 0,
       outOfOrdernessMs: 0,
       allowedLatenessMs: 2,
       idleTimeoutMs: SEC,

@@ -5,7 +5,6 @@ import type { EventTimeEngineOptions, LatestSpec, ResolvedEngineOptions, Resolve
 export const MAX_WINDOWS_PER_EVENT = 1000;
 
 const KNOWN_OPTIONS = new Set([
-  'clock',
   'outOfOrdernessMs',
   'allowedLatenessMs',
   'idleTimeoutMs',
@@ -73,7 +72,6 @@ export function validateEngineOptions<P, R>(
   if (!isRecord(input)) fail('options', 'an object', input);
   const raw = input as unknown as Record<string, unknown>;
   rejectUnknown('', raw, KNOWN_OPTIONS);
-  if (typeof raw.clock !== 'function') fail('clock', 'a function returning ms', raw.clock);
   const outOfOrdernessMs = integer('outOfOrdernessMs', raw.outOfOrdernessMs, 0);
   const allowedLatenessMs = integer('allowedLatenessMs', raw.allowedLatenessMs, 0);
   const idleTimeoutMs = integer('idleTimeoutMs', raw.idleTimeoutMs, 1);
@@ -126,7 +124,6 @@ export function validateEngineOptions<P, R>(
   }
 
   return Object.freeze({
-    clock: raw.clock as () => number,
     outOfOrdernessMs,
     allowedLatenessMs,
     idleTimeoutMs,

@@ -1,14 +1,4 @@
-import {
-  deliveryEngine,
-  gps,
-  ManualClock,
-  MIN,
-  type Payload,
-  rng,
-  SEC,
-  T0,
-  traffic,
-} from './engine.test-util';
+import { deliveryEngine, gps, MIN, type Payload, rng, SEC, T0, traffic } from './engine.test-util';
 import type { ResultEffect, StreamEffect, StreamEvent } from './index';
 
 const BOUND = 30 * SEC; // deliveryOptions' outOfOrdernessMs
@@ -42,7 +32,7 @@ function disorder(events: readonly StreamEvent<Payload>[], seed: number, maxDela
 }
 
 function run(events: readonly StreamEvent<Payload>[]): StreamEffect<Payload, unknown>[] {
-  const engine = deliveryEngine(new ManualClock()); // a still clock: no partition goes idle
+  const engine = deliveryEngine();
   const effects = events.flatMap((e) => engine.ingest(e));
   return effects.concat(engine.flush());
 }
@@ -116,5 +106,67 @@ describe('arrival order does not change results (seeded)', () => {
     const actual = run(withDuplicates);
     expect(actual.filter((e) => e.kind === 'duplicate')).toHaveLength(duplicates);
     expect(resultsOf(actual)).toEqual(resultsOf(run(events)));
+  });
+});
+
+describe('lateness is a function of the event and the watermark (seeded)', () => {
+  const SEEDS = 10;
+  const EVENTS = 1500;
+
+  /** Arrival order with some events held back up to 12 min: many end beyond the allowed lateness. */
+  function withStragglers(events: readonly StreamEvent<Payload>[], seed: number) {
+    const random = rng(seed);
+    return events
+      .map((e, i) => ({
+        e,
+        i,
+        arrival: e.eventTime + Math.floor(random() * (random() < 0.1 ? 12 * MIN : BOUND)),
+      }))
+      .sort((a, b) => a.arrival - b.arrival || a.i - b.i)
+      .map((x) => x.e);
+  }
+
+  it('an event is late exactly when the watermark the events before it made is more than allowedLatenessMs past it', () => {
+    let late = 0;
+    let accepted = 0;
+    for (let seed = 1; seed <= SEEDS; seed++) {
+      const arrival = withStragglers(stream(seed, EVENTS), seed * 13);
+      const engine = deliveryEngine();
+      // The contract's watermark, from the events alone: per partition max event time − bound; a partition is
+      // left out once the others' events ran idleTimeoutMs (10 s) past the event clock at its last event.
+      const max = new Map<string, number>();
+      const seenAt = new Map<string, number>();
+      let clock = Number.NEGATIVE_INFINITY;
+      let wm = Number.NEGATIVE_INFINITY;
+      for (const e of arrival) {
+        const own = engine.ingest(e)[0]!;
+        expect([e.eventId, own.kind]).toEqual([e.eventId, wm - e.eventTime > LATENESS ? 'late' : 'accepted']);
+        if (own.kind === 'late') late++;
+        else accepted++;
+        clock = Math.max(clock, e.eventTime);
+        max.set(e.partition, Math.max(max.get(e.partition) ?? e.eventTime, e.eventTime));
+        seenAt.set(e.partition, clock);
+        const active = [...max].filter(([p]) => clock - seenAt.get(p)! < 10 * SEC).map(([, m]) => m - BOUND);
+        wm = Math.max(wm, Math.min(...active));
+        expect(engine.watermark()).toBe(wm);
+      }
+    }
+    expect(late).toBeGreaterThan(SEEDS * 20);
+    expect(accepted).toBeGreaterThan(SEEDS * EVENTS * 0.8);
+    console.log(
+      `lateness: ${SEEDS} seeds × ${EVENTS} events, ${late} late, ${accepted} accepted, each as the contract says`,
+    );
+  });
+
+  it('the same stream shifted by any offset meets the same dispositions (the window grid does not decide)', () => {
+    const random = rng(77);
+    for (let seed = 1; seed <= SEEDS; seed++) {
+      const arrival = withStragglers(stream(seed, EVENTS), seed * 17);
+      const kinds = (shift: number) => {
+        const engine = deliveryEngine();
+        return arrival.map((e) => engine.ingest({ ...e, eventTime: e.eventTime + shift })[0]!.kind);
+      };
+      expect(kinds(1 + Math.floor(random() * 5 * MIN))).toEqual(kinds(0));
+    }
   });
 });

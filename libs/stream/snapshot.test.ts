@@ -2,7 +2,6 @@ import {
   deliveryEngine,
   deliveryOptions,
   gps,
-  ManualClock,
   MIN,
   type Payload,
   rng,
@@ -37,32 +36,20 @@ function events(seed: number, count: number): StreamEvent<Payload>[] {
 describe('snapshot / restore', () => {
   it('a JSON round trip mid-stream gives identical subsequent effects and snapshots', () => {
     const all = events(7, 4000);
-    const clock = new ManualClock();
-    const original = deliveryEngine(clock);
+    const original = deliveryEngine();
     const half = Math.floor(all.length / 2);
-    for (let i = 0; i < half; i++) {
-      clock.now = i * 10;
-      original.ingest(all[i]!);
-    }
+    for (let i = 0; i < half; i++) original.ingest(all[i]!);
     const json = JSON.stringify(original.snapshot());
-    const restoredClock = new ManualClock();
-    restoredClock.now = clock.now;
-    const restored = createEventTimeEngine(deliveryOptions(restoredClock.clock), JSON.parse(json));
+    const restored = createEventTimeEngine(deliveryOptions(), JSON.parse(json));
     expect(JSON.stringify(restored.snapshot())).toBe(json);
     expect(restored.stats()).toEqual(original.stats());
 
     const kinds = new Map<string, number>();
     for (let i = half; i < all.length; i++) {
-      clock.now = restoredClock.now = i * 10;
-      // Partition p1 pauses now and then: idleness must match too.
       const a = original.ingest(all[i]!);
       const b = restored.ingest(all[i]!);
       expect(b).toEqual(a);
       for (const e of a) kinds.set(e.kind, (kinds.get(e.kind) ?? 0) + 1);
-      if (i % 500 === 0) {
-        clock.now = restoredClock.now += 20 * SEC;
-        expect(restored.tick()).toEqual(original.tick());
-      }
     }
     expect(restored.flush()).toEqual(original.flush());
     expect(restored.snapshot()).toEqual(original.snapshot());
@@ -77,7 +64,7 @@ describe('snapshot / restore', () => {
   });
 
   it('an empty engine snapshots to an empty state with a null watermark', () => {
-    const engine = deliveryEngine(new ManualClock());
+    const engine = deliveryEngine();
     expect(engine.snapshot()).toEqual({
       version: 2,
       watermark: null,
@@ -86,28 +73,22 @@ describe('snapshot / restore', () => {
       dedupe: [],
       counters: { accepted: 0, duplicates: 0, late: 0, results: 0, revisions: 0, expiredKeys: 0 },
     });
-    const restored = createEventTimeEngine(
-      deliveryOptions(() => 0),
-      engine.snapshot(),
-    );
+    const restored = createEventTimeEngine(deliveryOptions(), engine.snapshot());
     expect(restored.watermark()).toBeNull();
   });
 
   it('restored dedupe ids and last-valid state still work', () => {
-    const engine = deliveryEngine(new ManualClock());
+    const engine = deliveryEngine();
     const e = gps('a', 'd1', T0, 3);
     engine.ingest(e);
-    const restored = createEventTimeEngine(
-      deliveryOptions(() => 0),
-      JSON.parse(JSON.stringify(engine.snapshot())),
-    );
+    const restored = createEventTimeEngine(deliveryOptions(), JSON.parse(JSON.stringify(engine.snapshot())));
     expect(restored.ingest(e)[0]?.kind).toBe('duplicate');
     expect(restored.latest('d1', 'position')).toEqual(e);
   });
 
   it('rejects malformed snapshots with StreamSnapshotError naming the path', () => {
     const good = (() => {
-      const engine = deliveryEngine(new ManualClock());
+      const engine = deliveryEngine();
       engine.ingest(gps('a', 'd1', T0, 3));
       engine.ingest(gps('b', 'd1', T0 + 6 * MIN, 3));
       return JSON.parse(JSON.stringify(engine.snapshot()));
@@ -202,10 +183,7 @@ describe('snapshot / restore', () => {
     for (const [path, mutate] of cases) {
       let caught: unknown;
       try {
-        createEventTimeEngine(
-          deliveryOptions(() => 0),
-          mutate(good),
-        );
+        createEventTimeEngine(deliveryOptions(), mutate(good));
       } catch (error) {
         caught = error;
       }

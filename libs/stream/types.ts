@@ -41,13 +41,17 @@ export interface LatestSpec<P = unknown> {
 }
 
 export interface EventTimeEngineOptions<P = unknown, R = unknown> {
-  /** Processing-time clock, ms; used only for partition idleness. */
-  readonly clock: () => number;
   /** Bound on disorder: a partition's watermark is its max event time minus this. */
   readonly outOfOrdernessMs: number;
-  /** How long after a window fired a late event may still revise it. */
+  /**
+   * How far behind the watermark an event may be and still count: further behind (wm − eventTime > this) it is
+   * late (side output, changes nothing). Within it, it revises the windows it belongs to.
+   */
   readonly allowedLatenessMs: number;
-  /** A partition silent for this long (processing time) no longer holds the watermark back. */
+  /**
+   * A partition silent while the others' events moved this far on (event time) no longer holds the watermark
+   * back. Event time, not processing time: the same input in the same order meets the same watermark.
+   */
   readonly idleTimeoutMs: number;
   /** A key is removed once the watermark passes its last event time plus this (event time). */
   readonly stateTtlMs: number;

@@ -73,22 +73,34 @@ describe('TimerHeap', () => {
 });
 
 describe('PartitionWatermarks', () => {
-  it('is the min over active partitions minus the bound, max over all when every one is idle', () => {
+  it('is the min over partitions minus the bound, leaving out those silent for idleTimeoutMs of event time', () => {
     const w = new PartitionWatermarks(10, 100);
-    expect(w.current(0)).toBe(NO_WATERMARK);
-    w.observe('a', 1000, 0);
-    w.observe('b', 500, 50);
-    expect(w.current(60)).toBe(490);
-    expect(w.current(149)).toBe(490); // b active until 150
-    expect(w.activeCount(149)).toBe(1); // a idle since 100
-    expect(w.current(150)).toBe(990); // both idle: the highest stands
-    expect(w.activeCount(150)).toBe(0);
-    w.observe('a', 900, 160); // older event: max stays, but a is active again
-    expect(w.current(160)).toBe(990);
+    expect(w.current()).toBe(NO_WATERMARK);
+    w.observe('a', 1000);
+    w.observe('b', 500); // behind, but just seen: active
+    expect(w.current()).toBe(490);
+    w.observe('a', 1099);
+    expect(w.current()).toBe(490); // b seen at event clock 1000: active until it reaches 1100
+    expect(w.activeCount()).toBe(2);
+    w.observe('a', 1100);
+    expect(w.current()).toBe(1090);
+    expect(w.activeCount()).toBe(1);
+    w.observe('b', 600); // an older event: b is active again and holds the watermark as it is behind
+    expect(w.current()).toBe(590);
     expect(w.snapshot()).toEqual([
-      { partition: 'a', maxEventTime: 1000, lastSeenAt: 160 },
-      { partition: 'b', maxEventTime: 500, lastSeenAt: 50 },
+      { partition: 'a', maxEventTime: 1100, lastSeenAt: 1100 },
+      { partition: 'b', maxEventTime: 600, lastSeenAt: 1100 },
     ]);
+  });
+
+  it('restores lastSeenAt no later than the event clock (snapshots of when it was processing time)', () => {
+    const w = new PartitionWatermarks(10, 100);
+    w.restore([
+      { partition: 'a', maxEventTime: 1000, lastSeenAt: 5_000_000 },
+      { partition: 'b', maxEventTime: 500, lastSeenAt: 0 },
+    ]);
+    expect(w.snapshot().map((s) => s.lastSeenAt)).toEqual([1000, 0]);
+    expect(w.current()).toBe(990);
   });
 });
 

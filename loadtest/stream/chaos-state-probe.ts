@@ -17,10 +17,8 @@ function main(): void {
     return v;
   }) as [number, number, number];
   const start = Date.UTC(2026, 10, 30, 10, 0, 0);
-  let now = start;
   // the shipped deploy/pipeline.json's event-time settings
   const decider = new DeliveryDecider({
-    clock: () => now,
     outOfOrdernessMs: 10_000,
     allowedLatenessMs: 60_000,
     idleTimeoutMs: 10_000,
@@ -45,8 +43,7 @@ function main(): void {
   const size = (v: unknown): number => JSON.stringify(v).length;
   let n = 0;
   for (const r of records) {
-    now = r.publishAtMs;
-    decider.ingest(r.payload, 'p0');
+    decider.ingest(r.payload, 'p0', undefined, r.publishAtMs);
     n++;
     if (n % every === 0 || n === max) {
       (globalThis as { gc?: () => void }).gc?.();
@@ -65,7 +62,7 @@ function main(): void {
       console.log(
         JSON.stringify({
           events: n,
-          eventMinutes: Math.round((now - start) / 6000) / 10,
+          eventMinutes: Math.round((r.publishAtMs - start) / 6000) / 10,
           mb: Math.round(bytes / 1e5) / 10,
           stringifyMs: Math.round(performance.now() - t0),
           snapshotMs,

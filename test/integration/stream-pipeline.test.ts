@@ -268,9 +268,10 @@ describe('delivery pipeline on JetStream', () => {
   it('window [10:00, 10:05) fires at watermark 10:05; a 10:02 event inside lateness revises, one beyond goes to the side output', async () => {
     const names = uniqueNames('spl');
     created.push(names);
+    // 5 min allowed: the 10:02 event, 4 min behind the 10:06 watermark, is inside it.
     const { metrics } = await startPipeline(names, new FunctionBackend(), {
       outOfOrdernessMs: 0,
-      allowedLatenessMs: 120_000,
+      allowedLatenessMs: 300_000,
     });
     await publish(names, [
       pickedUp('d1'),
@@ -300,7 +301,7 @@ describe('delivery pipeline on JetStream', () => {
         .sort(),
     ).toEqual(['g4', 'g6']);
     expect(out.find((p) => p.event_id === 'g2')?.revision).toBe(0);
-    // Watermark to 10:20: a 10:03 event is now beyond every window's lateness.
+    // Watermark to 10:20: a 10:03 event, 17 min behind, is beyond the lateness.
     await publish(names, [gps('g20', 'd1', T0 + 20 * 60_000, 12.98), gps('g3', 'd1', T0 + 180_000, 12.99)]);
     await drained(names);
     expect(await metricValue(metrics, 'streaminfer_stream_late_events_total')).toBe(1);
@@ -619,7 +620,6 @@ describe('delivery pipeline with checkpoints (in process)', () => {
     expect(continued.length).toBeGreaterThan(300);
     // And each equals what one uninterrupted decider decides for the same input.
     const reference = new DeliveryDecider({
-      clock: () => 0,
       outOfOrdernessMs: 10_000,
       allowedLatenessMs: 60_000,
       idleTimeoutMs: 10_000,

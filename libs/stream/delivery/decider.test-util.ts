@@ -1,23 +1,24 @@
 /** Simulated decider runs for the snapshot tests: ingests on two partitions (one goes quiet now and then, so
- * idleness moves the watermark) with processing-time ticks, and everything observable about each step. */
+ * idleness moves the watermark), each at an admission time, and everything observable about each step. */
 import { simulate } from '../../../loadtest/simulator';
 import { rng } from '../engine.test-util';
 import type { DeliveryDecider } from './decider';
 
-export type Step =
-  | { kind: 'ingest'; payload: string; partition: string; at: number }
-  | { kind: 'tick'; at: number };
+/** `at`: the admission time (processing time, ms from 0). */
+export interface Step {
+  payload: string;
+  partition: string;
+  at: number;
+}
 
 export interface RunShape {
   seed: number;
   deliveries: number;
   minutes: number;
-  /** Processing time between records: min + a uniform draw of `spread` ms. */
+  /** Admission time between records: min + a uniform draw of `spread` ms. */
   gapMs: readonly [min: number, spread: number];
   /** p1 is quiet for the last `quiet` of every `cycle` records. */
   cycle: readonly [cycle: number, quiet: number];
-  /** Chance of an 11 s processing-time tick after a record. */
-  tickChance: number;
 }
 
 export function steps(shape: RunShape): Step[] {
@@ -39,19 +40,14 @@ export function steps(shape: RunShape): Step[] {
   records.forEach((r, i) => {
     at += shape.gapMs[0] + Math.floor(random() * shape.gapMs[1]);
     const partition = i % cycle < cycle - quiet && random() < 0.5 ? 'p1' : 'p0';
-    out.push({ kind: 'ingest', payload: r.payload, partition, at });
-    if (random() < shape.tickChance) {
-      at += 11_000;
-      out.push({ kind: 'tick', at });
-    }
+    out.push({ payload: r.payload, partition, at });
   });
   return out;
 }
 
 /** Everything observable about one step; `alerts`: ask alertFor for the first decision or for every one. */
 export function play(decider: DeliveryDecider, step: Step, alerts: 'first' | 'all' = 'first'): string {
-  if (step.kind === 'tick') return JSON.stringify(['tick', decider.tick()]);
-  const r = decider.ingest(step.payload, step.partition);
+  const r = decider.ingest(step.payload, step.partition, undefined, step.at);
   const asked = alerts === 'all' ? r.decisions : r.decisions.slice(0, 1);
   return JSON.stringify([
     r.disposition,

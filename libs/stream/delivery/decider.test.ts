@@ -1,5 +1,6 @@
 import { simulate } from '../../../loadtest/simulator';
 import { type Decision, DeliveryDecider, type DeliveryDeciderOptions } from './decider';
+import { play, steps } from './decider.test-util';
 import { computeFeatures, featureVector } from './features';
 import { type DeliveryEvent, parseEvent } from './schema';
 
@@ -8,7 +9,6 @@ const iso = (ms: number) => new Date(ms).toISOString().replace('.000Z', 'Z');
 
 function options(over: Partial<DeliveryDeciderOptions> = {}): DeliveryDeciderOptions {
   return {
-    clock: () => 0,
     outOfOrdernessMs: 30_000,
     allowedLatenessMs: 60_000,
     idleTimeoutMs: 10_000,
@@ -274,5 +274,60 @@ describe('DeliveryDecider: snapshot', () => {
       expect(got).toEqual(expected.slice(cut));
       expect(restored.stats().deliveries).toBe(reference.stats().deliveries);
     }
+  });
+});
+
+describe('DeliveryDecider: processing time decides nothing', () => {
+  test('the same input in the same order, admitted with or without stalls, gives the same decisions and late set', () => {
+    // Two partitions, one quiet now and then; admission 20–50 ms apart, or with stalls of up to 2 min
+    // (a slow host, a broker election, a replay) between records.
+    const paced = steps({ seed: 5, deliveries: 6, minutes: 25, gapMs: [20, 30], cycle: [700, 100] });
+    const random = [0.3, 0.9, 0.1, 0.7, 0.5];
+    let stall = 0;
+    const stalled = paced.map((s, i) => {
+      if (i % 97 === 0) stall += Math.floor(random[i % random.length]! * 120_000);
+      return { ...s, at: s.at + stall };
+    });
+    // Admitted around the simulated morning, within the admission bounds either way.
+    const bounds = { maxClockSkewMs: 60 * 60_000, maxEventAgeMs: 24 * 3_600_000 };
+    const outputs = (run: typeof paced) => {
+      const decider = new DeliveryDecider(options(bounds));
+      return run.map((s) => play(decider, { ...s, at: T0 + s.at }, 'all'));
+    };
+    const a = outputs(paced);
+    const b = outputs(stalled);
+    expect(b).toEqual(a);
+    const late = a.filter((o) => o.startsWith('["late"')).length;
+    expect(late).toBeGreaterThan(10);
+    expect(a.filter((o) => o.startsWith('["invalid"')).length).toBeGreaterThan(0);
+  });
+
+  test('the admission bounds: too far ahead of its admission or too far behind it is invalid, with the reason', () => {
+    const decider = new DeliveryDecider(options({ maxClockSkewMs: 300_000, maxEventAgeMs: 86_400_000 }));
+    const at = T0 + 60 * 60_000;
+    expect(decider.ingest(pickedUp('order-1', T0), '0', undefined, at).disposition).toBe('accepted');
+    const ahead = decider.ingest(gps('g-9999', Date.UTC(9999, 11, 31), 12.9), '0', undefined, at);
+    expect(ahead).toMatchObject({
+      disposition: 'invalid',
+      reason:
+        'event_time: 9999-12-31T00:00:00Z is more than 300000 ms after its admission at 2026-11-08T11:00:00.000Z (clock skew)',
+    });
+    const old = decider.ingest(gps('g-1970', 1_000, 12.9), '0', undefined, at);
+    expect(old).toMatchObject({
+      disposition: 'invalid',
+      reason:
+        'event_time: 1970-01-01T00:00:01Z is more than 86400000 ms before its admission at 2026-11-08T11:00:00.000Z',
+    });
+    // Neither moved the watermark; at the bounds it is still accepted.
+    expect(decider.watermark()).toBe(T0 - 30_000);
+    expect(decider.ingest(gps('g-edge', at + 300_000, 12.9), '0', undefined, at).disposition).toBe(
+      'accepted',
+    );
+    expect(decider.ingest(gps('g-edge2', at + 300_001, 12.9), '0', undefined, at).disposition).toBe(
+      'invalid',
+    );
+    expect(decider.ingest(gps('g-old', at - 86_400_000, 12.9), '0', undefined, at).disposition).toBe('late');
+    // Without an admission time the bounds are not checked (the caller decides what admission means).
+    expect(decider.ingest(gps('g-free', Date.UTC(9999, 0, 1), 12.9), '0').disposition).toBe('accepted');
   });
 });

@@ -1,6 +1,6 @@
 /**
- * The delivery pipeline's decisions, pure (no I/O; the clock is injected): raw event in → its disposition
- * (invalid, duplicate, late, accepted) and the predictions to make, each a feature row with the decision's
+ * The delivery pipeline's decisions, pure (no I/O, no clock: event time, and each event's admission time for
+ * its bounds): raw event in → its disposition (invalid, duplicate, late, accepted) and the predictions to make, each a feature row with the decision's
  * identity. The process (apps/stream) runs the model on the rows and publishes.
  *
  * State, keyed by delivery_id:
@@ -59,8 +59,6 @@ export const DELIVERY_WINDOWS = { speed: 'speed5m', activity: 'activity5m' } as 
 export const ALERT_REARM_BELOW = 0.6;
 
 export interface DeliveryDeciderOptions {
-  /** Processing clock (ms): partition idleness only. */
-  clock: () => number;
   outOfOrdernessMs: number;
   allowedLatenessMs: number;
   idleTimeoutMs: number;
@@ -71,6 +69,13 @@ export interface DeliveryDeciderOptions {
   alertThreshold?: number;
   /** Largest payload accepted (bytes); default MAX_EVENT_BYTES. */
   maxEventBytes?: number;
+  /**
+   * Admission bounds, checked against the time an event was admitted (ingest's `admittedAtMs`; the broker's
+   * store time in the pipeline): an event stamped more than maxClockSkewMs after it, or more than
+   * maxEventAgeMs before it, is invalid (its clock is wrong) instead of moving the watermark. Unset: no bound.
+   */
+  maxClockSkewMs?: number;
+  maxEventAgeMs?: number;
 }
 
 /** One prediction to make: who, which event, which revision, and the model's input row. */
@@ -202,6 +207,8 @@ export class DeliveryDecider {
   private prunedBefore = Number.NEGATIVE_INFINITY;
   private readonly threshold: number;
   private readonly maxEventBytes: number;
+  private readonly maxClockSkewMs: number;
+  private readonly maxEventAgeMs: number;
   private historyEvents = 0;
   private revisable = 0;
   private undecidedCount = 0;
@@ -227,8 +234,9 @@ export class DeliveryDecider {
       // Without it the engine would start empty.
       if (!isRecord(snapshot.engine)) bad('$.engine', 'an object');
     }
+    this.maxClockSkewMs = options.maxClockSkewMs ?? Number.POSITIVE_INFINITY;
+    this.maxEventAgeMs = options.maxEventAgeMs ?? Number.POSITIVE_INFINITY;
     const engineOptions: EventTimeEngineOptions<EnginePoint, number> = {
-      clock: options.clock,
       outOfOrdernessMs: options.outOfOrdernessMs,
       allowedLatenessMs: options.allowedLatenessMs,
       idleTimeoutMs: options.idleTimeoutMs,
@@ -464,14 +472,21 @@ export class DeliveryDecider {
   /**
    * One raw message (its bytes as received) from a source partition. `subjectKey`: the delivery its subject
    * names; a payload naming another one is invalid (its state would be split from that delivery's).
+   * `admittedAtMs`: when it was admitted (the admission bounds are checked against it). The one input that is
+   * not event time: a fixed fact about the message, so a replay decides the same.
    */
-  ingest(payload: Uint8Array | string, partition: string, subjectKey?: string): DecideResult {
+  ingest(
+    payload: Uint8Array | string,
+    partition: string,
+    subjectKey?: string,
+    admittedAtMs?: number,
+  ): DecideResult {
     const parsed = parseEvent(payload, this.maxEventBytes);
     const reason = !parsed.ok
       ? parsed.reason
       : subjectKey !== undefined && parsed.event.delivery_id !== subjectKey
         ? `delivery_id: ${JSON.stringify(parsed.event.delivery_id)} is not the delivery its subject names (${JSON.stringify(subjectKey)})`
-        : undefined;
+        : this.implausible(parsed.event, admittedAtMs);
     if (!parsed.ok || reason !== undefined) {
       return {
         disposition: 'invalid',
@@ -482,7 +497,7 @@ export class DeliveryDecider {
         watermark: this.engine.watermark(),
       };
     }
-    const event = parsed.event;
+    const { event } = parsed;
     const streamEvent: StreamEvent<EnginePoint> = {
       key: event.delivery_id,
       eventTime: event.eventTimeMs,
@@ -512,18 +527,16 @@ export class DeliveryDecider {
     return result;
   }
 
-  /** Processing time moved on: idle partitions release the watermark; expired deliveries are dropped. */
-  tick(): { windowResults: WindowFiring[]; expired: number } {
-    const r: DecideResult = {
-      disposition: 'accepted',
-      behindWatermark: false,
-      decisions: [],
-      windowResults: [],
-      watermark: null,
-    };
-    const before = this.engine.stats().counters.expiredKeys;
-    this.afterEffects(this.engine.tick(), r);
-    return { windowResults: r.windowResults, expired: this.engine.stats().counters.expiredKeys - before };
+  /** Why an event's time cannot be right, judged against its admission time; undefined when plausible. */
+  private implausible(event: DeliveryEvent, admittedAtMs: number | undefined): string | undefined {
+    if (admittedAtMs === undefined) return undefined;
+    const ahead = event.eventTimeMs - admittedAtMs;
+    const at = new Date(admittedAtMs).toISOString();
+    if (ahead > this.maxClockSkewMs)
+      return `event_time: ${event.event_time} is more than ${this.maxClockSkewMs} ms after its admission at ${at} (clock skew)`;
+    if (-ahead > this.maxEventAgeMs)
+      return `event_time: ${event.event_time} is more than ${this.maxEventAgeMs} ms before its admission at ${at}`;
+    return undefined;
   }
 
   /**

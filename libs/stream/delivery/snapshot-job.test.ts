@@ -3,9 +3,8 @@ import { rng } from '../engine.test-util';
 import { DeliveryDecider, type DeliveryDeciderOptions } from './decider';
 import { play as playStep, type Step, steps } from './decider.test-util';
 
-function options(clock: () => number): DeliveryDeciderOptions {
+function options(): DeliveryDeciderOptions {
   return {
-    clock,
     outOfOrdernessMs: 15_000,
     allowedLatenessMs: 60_000,
     idleTimeoutMs: 10_000,
@@ -15,7 +14,7 @@ function options(clock: () => number): DeliveryDeciderOptions {
 }
 
 const runOf = (seed: number, deliveries: number, minutes: number) =>
-  steps({ seed, deliveries, minutes, gapMs: [5, 10], cycle: [900, 100], tickChance: 0.01 });
+  steps({ seed, deliveries, minutes, gapMs: [5, 10], cycle: [900, 100] });
 const play = (decider: DeliveryDecider, step: Step) => playStep(decider, step, 'all');
 
 describe('SnapshotJob: an incremental snapshot taken while events go on', () => {
@@ -26,8 +25,7 @@ describe('SnapshotJob: an incremental snapshot taken while events go on', () => 
     'seed %i, %i keys per step: the text is snapshot() at the start, and a restore from it decides as the run did',
     (seed, perStep) => {
       const run = runOf(seed, 12, 24);
-      let now = 0;
-      const live = new DeliveryDecider(options(() => now));
+      const live = new DeliveryDecider(options());
       const random = rng(seed * 7);
       const cuts = [
         Math.floor(run.length * 0.3),
@@ -39,7 +37,6 @@ describe('SnapshotJob: an incremental snapshot taken while events go on', () => 
       let i = 0;
       for (const cut of cuts) {
         for (; i < cut; i++) {
-          now = run[i]!.at;
           outputs.push(play(live, run[i]!));
         }
         const expected = JSON.stringify(live.snapshot());
@@ -49,21 +46,17 @@ describe('SnapshotJob: an incremental snapshot taken while events go on', () => 
         while (!job.step(perStep)) {
           const n = 1 + Math.floor(random() * 20);
           for (let k = 0; k < n && i < run.length; k++, i++) {
-            now = run[i]!.at;
             outputs.push(play(live, run[i]!));
           }
         }
         checks.push({ cut: i, text: job.finish(), expected });
       }
       for (; i < run.length; i++) {
-        now = run[i]!.at;
         outputs.push(play(live, run[i]!));
       }
       // The uninterrupted run: no jobs, pruning when it falls due.
-      let t = 0;
-      const plain = new DeliveryDecider(options(() => t));
+      const plain = new DeliveryDecider(options());
       const reference = run.map((s) => {
-        t = s.at;
         return play(plain, s);
       });
       expect(outputs).toEqual(reference);
@@ -74,13 +67,8 @@ describe('SnapshotJob: an incremental snapshot taken while events go on', () => 
       }
       // A restore from the job's text, fed what came after the job started, decides as the run did.
       const first = cuts[0]!;
-      let r = run[first - 1]!.at;
-      const restored = new DeliveryDecider(
-        options(() => r),
-        JSON.parse(checks[0]!.text),
-      );
+      const restored = new DeliveryDecider(options(), JSON.parse(checks[0]!.text));
       const replay = run.slice(first).map((s) => {
-        r = s.at;
         return play(restored, s);
       });
       expect(replay).toEqual(reference.slice(first));
@@ -88,11 +76,9 @@ describe('SnapshotJob: an incremental snapshot taken while events go on', () => 
   );
 
   test('keys unchanged since the last job are taken from its text; a changed key is captured again', () => {
-    let now = 0;
-    const decider = new DeliveryDecider(options(() => now));
+    const decider = new DeliveryDecider(options());
     const run = runOf(21, 8, 6);
     for (const s of run) {
-      now = s.at;
       play(decider, s);
     }
     const first = decider.beginSnapshot().finish();
@@ -101,7 +87,6 @@ describe('SnapshotJob: an incremental snapshot taken while events go on', () => 
     expect(first).toBe(JSON.stringify(decider.snapshot()));
     // One more event for one delivery: the next text is the new snapshot().
     const { records } = simulate({ seed: 22, deliveries: 1, durationMs: 60_000, gpsIntervalMs: 5_000 });
-    now += 1000;
     decider.ingest(records[0]!.payload, 'p0');
     const next = decider.beginSnapshot().finish();
     expect(next).not.toBe(first);
@@ -109,7 +94,7 @@ describe('SnapshotJob: an incremental snapshot taken while events go on', () => 
   });
 
   test('one job at a time; cancel ends it and a new one can start', () => {
-    const decider = new DeliveryDecider(options(() => 0));
+    const decider = new DeliveryDecider(options());
     const job = decider.beginSnapshot();
     expect(() => decider.beginSnapshot()).toThrow('already');
     job.cancel();

@@ -5,9 +5,8 @@ import { play, steps } from './decider.test-util';
 import { canonicalTime, isCanonicalTime, packHistory, unpackHistory } from './history-codec';
 import { type DeliveryEvent, formatIsoTime, parseEvent, parseIsoTime } from './schema';
 
-function options(clock: () => number): DeliveryDeciderOptions {
+function options(): DeliveryDeciderOptions {
   return {
-    clock,
     outOfOrdernessMs: 15_000,
     allowedLatenessMs: 60_000,
     idleTimeoutMs: 10_000,
@@ -16,19 +15,17 @@ function options(clock: () => number): DeliveryDeciderOptions {
   };
 }
 
-/** A simulated run on two partitions (one pauses now and then, so idleness moves the watermark), with ticks. */
+/** A simulated run on two partitions (one pauses now and then, so idleness moves the watermark). */
 const runOf = (seed: number) =>
-  steps({ seed, deliveries: 6, minutes: 25, gapMs: [20, 30], cycle: [700, 100], tickChance: 0.02 });
+  steps({ seed, deliveries: 6, minutes: 25, gapMs: [20, 30], cycle: [700, 100] });
 
 describe('DeliveryDecider snapshots at random points', () => {
   test.each([3])(
     'seed %i: a restore from JSON decides, revises, dedupes and fires exactly as the uninterrupted run',
     (seed) => {
       const run = runOf(seed);
-      let now = 0;
-      const reference = new DeliveryDecider(options(() => now));
+      const reference = new DeliveryDecider(options());
       const expected = run.map((s) => {
-        now = s.at;
         return play(reference, s);
       });
       const random = rng(seed * 31);
@@ -37,29 +34,20 @@ describe('DeliveryDecider snapshots at random points', () => {
       );
       let checkedSize = 0;
       for (const cut of cuts) {
-        let t = 0;
-        const first = new DeliveryDecider(options(() => t));
+        const first = new DeliveryDecider(options());
         run.slice(0, cut).forEach((s) => {
-          t = s.at;
           play(first, s);
         });
         const snapshot = first.snapshot();
         const json = JSON.stringify(snapshot);
         // The JSON round trip is exact: a restored decider snapshots to the same bytes, and so does the
         // snapshot object itself before and after serialising (nothing in it is shared with live state).
-        const restored = new DeliveryDecider(
-          options(() => t),
-          JSON.parse(json),
-        );
+        const restored = new DeliveryDecider(options(), JSON.parse(json));
         expect(JSON.stringify(restored.snapshot())).toBe(json);
         expect(restored.stats()).toEqual(first.stats());
-        const fromObject = new DeliveryDecider(
-          options(() => t),
-          snapshot,
-        );
+        const fromObject = new DeliveryDecider(options(), snapshot);
         expect(JSON.stringify(fromObject.snapshot())).toBe(json);
         const got = run.slice(cut).map((s) => {
-          t = s.at;
           return play(restored, s);
         });
         expect(got).toEqual(expected.slice(cut));
@@ -73,10 +61,8 @@ describe('DeliveryDecider snapshots at random points', () => {
   );
 
   test('rejects malformed decider snapshots with StreamSnapshotError naming the path', () => {
-    let now = 0;
-    const decider = new DeliveryDecider(options(() => now));
+    const decider = new DeliveryDecider(options());
     for (const s of runOf(5).slice(0, 800)) {
-      now = s.at;
       play(decider, s);
     }
     const good = JSON.parse(JSON.stringify(decider.snapshot())) as DeciderSnapshot;
@@ -102,10 +88,7 @@ describe('DeliveryDecider snapshots at random points', () => {
       mutate(copy);
       let caught: unknown;
       try {
-        new DeliveryDecider(
-          options(() => now),
-          copy,
-        );
+        new DeliveryDecider(options(), copy);
       } catch (error) {
         caught = error;
       }
