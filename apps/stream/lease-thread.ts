@@ -12,7 +12,7 @@ import {
   type FromThread,
   fromWire,
   SLOT_MAIN_BEAT,
-  SLOT_PARTITIONS,
+  storeFence,
   type ThreadInit,
   type ToThread,
   toWire,
@@ -40,8 +40,8 @@ function post(message: FromThread): void {
 /** Asks the main thread to run a handler; renewals go on here until it answers. */
 function ask(
   message:
-    | { type: 'acquire'; partition: number }
-    | { type: 'release'; partition: number; reason: ReleaseReason },
+    | { type: 'acquire'; partition: number; token: number }
+    | { type: 'release'; partition: number; reason: ReleaseReason; token: number },
 ): Promise<void> {
   const id = ++asked;
   return new Promise<void>((resolve, reject) => {
@@ -84,7 +84,7 @@ async function open(): Promise<void> {
       expiry: init.expiry,
       logger,
       mayRenew: mainAlive,
-      onValidity: (partition, until) => Atomics.store(slots, SLOT_PARTITIONS + partition, BigInt(until)),
+      onValidity: (partition, until, token) => storeFence(slots, partition, until, token),
     });
   } catch (err) {
     await nats?.close().catch(() => undefined);
@@ -115,8 +115,8 @@ port.on('message', (message: ToThread) => {
     }
     case 'start':
       leases?.start({
-        acquire: (partition) => ask({ type: 'acquire', partition }),
-        release: (partition, reason) => ask({ type: 'release', partition, reason }),
+        acquire: (partition, token) => ask({ type: 'acquire', partition, token }),
+        release: (partition, reason, token) => ask({ type: 'release', partition, reason, token }),
       });
       break;
     case 'peers':

@@ -228,7 +228,7 @@ export class DeliveryPipeline {
       counts: this.counts,
       current: () => ({ pin: { ...this.pin }, epoch: this.epoch }),
       operatorPaused: () => this.paused,
-      holds: (partition) => leases.holds(partition),
+      holds: (partition, token) => leases.holds(partition, token),
     };
     this.metrics.partitionsTotal.set(this.config.partitions);
     this.state = 'running';
@@ -238,8 +238,8 @@ export class DeliveryPipeline {
       this.metrics.liveInstances.set(leases.liveInstances().length);
     };
     leases.start({
-      acquire: (partition) => this.take(partition),
-      release: (partition, reason) => this.giveUp(partition, reason),
+      acquire: (partition, token) => this.take(partition, token),
+      release: (partition, reason, token) => this.giveUp(partition, reason, token),
     });
     this.timers.push(setInterval(() => this.tick(), 1000).unref());
     this.timers.push(setInterval(() => void this.followEpochLog(), EPOCH_POLL_MS).unref());
@@ -267,10 +267,12 @@ export class DeliveryPipeline {
   }
 
   /** Lease acquired: restore the partition (checkpoint mode) and work it. */
-  private take(partition: number): Promise<void> {
+  private take(partition: number, token: number): Promise<void> {
     const run = (async () => {
+      // A release of an earlier acquisition still stopping its worker finishes first.
+      await this.moving.get(partition)?.catch(() => undefined);
       if (this.state !== 'running') throw new Error(`pipeline is ${this.state}`);
-      const worker = new PartitionWorker(this.ctx!, partition);
+      const worker = new PartitionWorker(this.ctx!, partition, token);
       this.workers.set(partition, worker);
       try {
         await worker.start();
@@ -287,11 +289,12 @@ export class DeliveryPipeline {
   }
 
   /** Lease given up ('rebalance', 'stop': drained and checkpointed) or lost (stop at once, write nothing). */
-  private giveUp(partition: number, reason: ReleaseReason): Promise<void> {
+  private giveUp(partition: number, reason: ReleaseReason, token: number): Promise<void> {
     const run = (async () => {
       await this.moving.get(partition)?.catch(() => undefined);
       const worker = this.workers.get(partition);
-      if (!worker) return;
+      // Only the released acquisition's worker: a later acquisition's stays.
+      if (!worker || worker.token !== token) return;
       this.workers.delete(partition);
       await worker.stop(reason === 'lost' ? 'abandon' : 'drain');
       this.metrics.partitionMoves.inc({ direction: 'out', reason });
