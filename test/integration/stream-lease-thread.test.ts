@@ -190,6 +190,32 @@ test('the lease thread dies: holds() is false at once, every partition is releas
   await expect(a.stop()).resolves.toBeUndefined();
 });
 
+test('lost and claimed again: the old acquisition fails holds() while the new one passes', async () => {
+  const bucket = names.next();
+  const timeline = new Timeline();
+  const a = await keeper(bucket, 'inst-a', timeline, 1, 1500);
+  await pollUntil('a works 0', () => timeline.of('inst-a', 'acquire').length === 1);
+  const first = timeline.token('inst-a', 0);
+  expect(a.holds(0, first)).toBe(true);
+  const kv = await new Kvm(nats.js).open(bucket);
+  const key = `${GROUP}.p.0`;
+  await kv.put(key, JSON.stringify({ instance: 'intruder', acquiredAt: new Date().toISOString() }));
+  await pollUntil(
+    'released as lost',
+    () => timeline.of('inst-a', 'release').some((e) => e.reason === 'lost'),
+    3000,
+  );
+  expect(a.holds(0, first)).toBe(false);
+  // The key goes: the lease thread claims the partition again, a new acquisition with a token of its own.
+  await kv.delete(key);
+  await pollUntil('claimed again', () => timeline.of('inst-a', 'acquire').length === 2, 5000);
+  const second = timeline.token('inst-a', 0);
+  expect(second).toBeGreaterThan(first);
+  expect(a.holds(0, second)).toBe(true);
+  // A loop still running under the first acquisition stays fenced (a per-partition fence let it pass).
+  expect(a.holds(0, first)).toBe(false);
+});
+
 test('options and bucket errors arrive with the codes PartitionLeases gives', async () => {
   const base = options('unused', 'a', 4, 1500);
   const codeOf = (p: Promise<unknown>) =>
