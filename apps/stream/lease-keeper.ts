@@ -11,8 +11,10 @@ import type { KvExpiry } from '../../libs/kv-expiry';
 import type { NatsAuth } from '../../libs/nats-auth';
 import { requirePositiveInt, StreamIoError } from './errors';
 import {
+  beatView,
   type FromThread,
   fenceHolds,
+  fenceView,
   fromWire,
   SLOT_MAIN_BEAT,
   slotBuffer,
@@ -45,7 +47,8 @@ export class LeaseKeeper {
   expiry: KvExpiry = 'bucket';
 
   private readonly worker: Worker;
-  private readonly slots: BigInt64Array;
+  private readonly beatSlot: BigInt64Array;
+  private readonly fences: Uint32Array;
   private readonly beat: NodeJS.Timeout;
   /**
    * Partitions from the acquire request to the release (what PartitionLeases.owned() reports), each with
@@ -66,7 +69,8 @@ export class LeaseKeeper {
 
   private constructor(private readonly options: LeaseKeeperOptions & { maxStallMs: number }) {
     const sab = slotBuffer(options.partitions);
-    this.slots = new BigInt64Array(sab);
+    this.beatSlot = beatView(sab);
+    this.fences = fenceView(sab);
     this.beatNow();
     // Beats well inside maxStallMs; unref: a beat alone never keeps the process up.
     this.beat = setInterval(() => this.beatNow(), Math.min(1000, options.maxStallMs / 10)).unref();
@@ -130,11 +134,11 @@ export class LeaseKeeper {
   /**
    * The fence: owned under the acquisition `token` names (the one acquire was called with), and its last
    * renewal (sent time + ttl) not yet past. A loop of an earlier acquisition of the partition fails it even
-   * while this instance holds the partition again. No message, no await, no allocation of ours.
+   * while this instance holds the partition again. No message, no await, no allocation.
    */
   holds(partition: number, token: number): boolean {
     if (this.dead || this.held.get(partition) !== token) return false;
-    return fenceHolds(this.slots, partition, token, Date.now());
+    return fenceHolds(this.fences, partition, token, Date.now());
   }
 
   liveInstances(): string[] {
@@ -169,7 +173,7 @@ export class LeaseKeeper {
   // ---- internals ----
 
   private beatNow(): void {
-    Atomics.store(this.slots, SLOT_MAIN_BEAT, BigInt(Date.now()));
+    Atomics.store(this.beatSlot, SLOT_MAIN_BEAT, BigInt(Date.now()));
   }
 
   private send(message: ToThread): void {

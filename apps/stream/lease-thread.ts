@@ -9,7 +9,9 @@ import { parentPort, workerData } from 'node:worker_threads';
 import pino from 'pino';
 import { connectNats, type NatsHandle } from './connection';
 import {
+  beatView,
   type FromThread,
+  fenceView,
   fromWire,
   SLOT_MAIN_BEAT,
   storeFence,
@@ -21,7 +23,8 @@ import { PartitionLeases, type ReleaseReason } from './leases';
 
 const init = workerData as ThreadInit;
 const port = parentPort!;
-const slots = new BigInt64Array(init.slots);
+const slots = beatView(init.slots);
+const fences = fenceView(init.slots);
 // pino writes to fd 1 itself: these lines come out even while the main thread is blocked.
 const logger = pino({
   level: init.logLevel,
@@ -84,7 +87,7 @@ async function open(): Promise<void> {
       expiry: init.expiry,
       logger,
       mayRenew: mainAlive,
-      onValidity: (partition, until, token) => storeFence(slots, partition, until, token),
+      onValidity: (partition, until, token) => storeFence(fences, partition, until, token),
     });
   } catch (err) {
     await nats?.close().catch(() => undefined);
