@@ -2,7 +2,7 @@
  * Partition leases kept on a thread of their own (apps/stream/lease-thread.ts, its own NATS connection): the
  * main thread may block longer than the lease TTL (restoring a large checkpoint, a big snapshot, a starved
  * CPU) without losing its partitions. Same surface as PartitionLeases. holds() stays synchronous and exact:
- * it reads the fence the thread publishes in shared memory. The main thread beats into the same memory; the
+ * it reads the fence the thread publishes in shared memory, per acquisition (its token). The main thread beats into the same memory; the
  * thread lets the leases lapse once that beat is older than maxStallMs, so a wedged process still loses them.
  */
 import { join } from 'node:path';
@@ -11,10 +11,12 @@ import type { KvExpiry } from '../../libs/kv-expiry';
 import type { NatsAuth } from '../../libs/nats-auth';
 import { requirePositiveInt, StreamIoError } from './errors';
 import {
+  beatView,
   type FromThread,
+  fenceHolds,
+  fenceView,
   fromWire,
   SLOT_MAIN_BEAT,
-  SLOT_PARTITIONS,
   slotBuffer,
   type ThreadInit,
   type ToThread,
@@ -45,10 +47,14 @@ export class LeaseKeeper {
   expiry: KvExpiry = 'bucket';
 
   private readonly worker: Worker;
-  private readonly slots: BigInt64Array;
+  private readonly beatSlot: BigInt64Array;
+  private readonly fences: Uint32Array;
   private readonly beat: NodeJS.Timeout;
-  /** Partitions from the acquire request to the release (what PartitionLeases.owned() reports). */
-  private readonly held = new Set<number>();
+  /**
+   * Partitions from the acquire request to the release (what PartitionLeases.owned() reports), each with
+   * its acquisition's token.
+   */
+  private readonly held = new Map<number, number>();
   private handlers: LeaseHandlers | null = null;
   private live: string[] = [];
   private readonly peerAsks = new Map<
@@ -63,7 +69,8 @@ export class LeaseKeeper {
 
   private constructor(private readonly options: LeaseKeeperOptions & { maxStallMs: number }) {
     const sab = slotBuffer(options.partitions);
-    this.slots = new BigInt64Array(sab);
+    this.beatSlot = beatView(sab);
+    this.fences = fenceView(sab);
     this.beatNow();
     // Beats well inside maxStallMs; unref: a beat alone never keeps the process up.
     this.beat = setInterval(() => this.beatNow(), Math.min(1000, options.maxStallMs / 10)).unref();
@@ -121,13 +128,23 @@ export class LeaseKeeper {
   }
 
   owned(): number[] {
-    return [...this.held].sort((a, b) => a - b);
+    return [...this.held.keys()].sort((a, b) => a - b);
   }
 
-  /** The fence: owned, and its last renewal (sent time + ttl) not yet past. No message, no await. */
-  holds(partition: number): boolean {
-    if (this.dead || !this.held.has(partition)) return false;
-    return Date.now() < Number(Atomics.load(this.slots, SLOT_PARTITIONS + partition));
+  /**
+   * The fence: owned under the acquisition `token` names (the one acquire was called with), and its last
+   * renewal (sent time + ttl) not yet past. A loop of an earlier acquisition of the partition fails it even
+   * while this instance holds the partition again. No message, no await, no allocation.
+   */
+  holds(partition: number, token: number): boolean {
+    if (this.dead || this.held.get(partition) !== token) return false;
+    return fenceHolds(this.fences, partition, token, Date.now());
+  }
+
+  /** The token of the acquisition this instance holds the partition under now; undefined when not held. */
+  heldToken(partition: number): number | undefined {
+    const token = this.held.get(partition);
+    return token !== undefined && this.holds(partition, token) ? token : undefined;
   }
 
   liveInstances(): string[] {
@@ -162,7 +179,7 @@ export class LeaseKeeper {
   // ---- internals ----
 
   private beatNow(): void {
-    Atomics.store(this.slots, SLOT_MAIN_BEAT, BigInt(Date.now()));
+    Atomics.store(this.beatSlot, SLOT_MAIN_BEAT, BigInt(Date.now()));
   }
 
   private send(message: ToThread): void {
@@ -184,15 +201,21 @@ export class LeaseKeeper {
         void this.worker.terminate();
         return;
       case 'acquire':
-        this.held.add(m.partition);
-        void this.answer(m.id, () => this.handlers!.acquire(m.partition), m.partition);
+        this.held.set(m.partition, m.token);
+        void this.answer(m.id, () => this.handlers!.acquire(m.partition, m.token), m.partition, m.token);
         return;
       case 'release': {
         // Asked while this thread was blocked, the lease may have lapsed since: then it is lost, not handed
         // over (another instance may own it already: write nothing).
-        const reason = m.reason === 'lost' || !this.holds(m.partition) ? 'lost' : m.reason;
-        if (reason === 'lost') this.held.delete(m.partition);
-        void this.answer(m.id, () => this.handlers!.release(m.partition, reason), m.partition, true);
+        const reason = m.reason === 'lost' || !this.holds(m.partition, m.token) ? 'lost' : m.reason;
+        if (reason === 'lost') this.forget(m.partition, m.token);
+        void this.answer(
+          m.id,
+          () => this.handlers!.release(m.partition, reason, m.token),
+          m.partition,
+          m.token,
+          true,
+        );
         return;
       }
       case 'change':
@@ -219,17 +242,23 @@ export class LeaseKeeper {
     id: number,
     run: () => Promise<void>,
     partition: number,
+    token: number,
     release = false,
   ): Promise<void> {
     try {
       await run();
-      if (release) this.held.delete(partition);
+      if (release) this.forget(partition, token);
       this.send({ type: 'answer', id });
     } catch (err) {
       // A failed acquire gives the lease back; a failed release is logged by the thread, as before.
-      this.held.delete(partition);
+      this.forget(partition, token);
       this.send({ type: 'answer', id, error: toWire(err) });
     }
+  }
+
+  /** Drops the partition if `token`'s acquisition is still the one held (a later one stays). */
+  private forget(partition: number, token: number): void {
+    if (this.held.get(partition) === token) this.held.delete(partition);
   }
 
   private emit(change: LeaseChange): void {
@@ -257,15 +286,15 @@ export class LeaseKeeper {
     this.peerAsks.clear();
     // A stop (or a failed open) ends the thread on purpose: nothing is held any more then.
     if (this.stopped || opening) return;
-    const lost = this.owned();
+    const lost = [...this.held].sort((a, b) => a[0] - b[0]);
     this.held.clear();
     this.options.logger.error(
-      { err: err.message, partitions: lost, instance: this.options.instanceId },
+      { err: err.message, partitions: lost.map(([p]) => p), instance: this.options.instanceId },
       'lease thread died: every partition treated as lost',
     );
-    for (const partition of lost) {
+    for (const [partition, token] of lost) {
       this.handlers
-        ?.release(partition, 'lost')
+        ?.release(partition, 'lost', token)
         .catch((e: unknown) =>
           this.options.logger.error({ err: e, partition }, 'partition release handler failed'),
         );

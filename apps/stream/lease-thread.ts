@@ -9,10 +9,12 @@ import { parentPort, workerData } from 'node:worker_threads';
 import pino from 'pino';
 import { connectNats, type NatsHandle } from './connection';
 import {
+  beatView,
   type FromThread,
+  fenceView,
   fromWire,
   SLOT_MAIN_BEAT,
-  SLOT_PARTITIONS,
+  storeFence,
   type ThreadInit,
   type ToThread,
   toWire,
@@ -21,7 +23,8 @@ import { PartitionLeases, type ReleaseReason } from './leases';
 
 const init = workerData as ThreadInit;
 const port = parentPort!;
-const slots = new BigInt64Array(init.slots);
+const slots = beatView(init.slots);
+const fences = fenceView(init.slots);
 // pino writes to fd 1 itself: these lines come out even while the main thread is blocked.
 const logger = pino({
   level: init.logLevel,
@@ -40,8 +43,8 @@ function post(message: FromThread): void {
 /** Asks the main thread to run a handler; renewals go on here until it answers. */
 function ask(
   message:
-    | { type: 'acquire'; partition: number }
-    | { type: 'release'; partition: number; reason: ReleaseReason },
+    | { type: 'acquire'; partition: number; token: number }
+    | { type: 'release'; partition: number; reason: ReleaseReason; token: number },
 ): Promise<void> {
   const id = ++asked;
   return new Promise<void>((resolve, reject) => {
@@ -84,7 +87,7 @@ async function open(): Promise<void> {
       expiry: init.expiry,
       logger,
       mayRenew: mainAlive,
-      onValidity: (partition, until) => Atomics.store(slots, SLOT_PARTITIONS + partition, BigInt(until)),
+      onValidity: (partition, until, token) => storeFence(fences, partition, until, token),
     });
   } catch (err) {
     await nats?.close().catch(() => undefined);
@@ -115,8 +118,8 @@ port.on('message', (message: ToThread) => {
     }
     case 'start':
       leases?.start({
-        acquire: (partition) => ask({ type: 'acquire', partition }),
-        release: (partition, reason) => ask({ type: 'release', partition, reason }),
+        acquire: (partition, token) => ask({ type: 'acquire', partition, token }),
+        release: (partition, reason, token) => ask({ type: 'release', partition, reason, token }),
       });
       break;
     case 'peers':

@@ -44,8 +44,11 @@ export interface LeaseOptions {
    * no renewal, heartbeat or claim then, so the leases lapse and go to live instances.
    */
   mayRenew?: () => boolean;
-  /** Each change of a partition's fence: until when holds() is true (ms since epoch), 0 once lost or released. */
-  onValidity?: (partition: number, validUntil: number) => void;
+  /**
+   * Each change of a partition's fence: until when holds() is true (ms since epoch), 0 once lost or released,
+   * and the token of the acquisition it is valid for.
+   */
+  onValidity?: (partition: number, validUntil: number, token: number) => void;
   /**
    * 'auto' (default): per-key TTLs and limit markers where the server (2.11+) and the bucket have them, the
    * bucket-wide TTL otherwise; 'bucket': the bucket-wide TTL only (the benchmark compares the two).
@@ -55,11 +58,16 @@ export interface LeaseOptions {
 
 export type ReleaseReason = 'rebalance' | 'lost' | 'stop';
 
+/**
+ * `token` names one acquisition of the partition (the fencing token: its claim's KV revision, unique per
+ * claim). Whoever works the partition fences on holds(partition, token) with the token it was started under:
+ * after a loss and a new claim of the same partition, a loop of the old acquisition no longer passes.
+ */
 export interface LeaseHandlers {
   /** Start working the partition (may take seconds: restoring a checkpoint); renewals go on meanwhile. */
-  acquire(partition: number): Promise<void>;
+  acquire(partition: number, token: number): Promise<void>;
   /** Stop working it; 'lost' means another instance may own it already: stop at once, write nothing. */
-  release(partition: number, reason: ReleaseReason): Promise<void>;
+  release(partition: number, reason: ReleaseReason, token: number): Promise<void>;
 }
 
 export type LeaseChange =
@@ -135,6 +143,8 @@ interface Lease {
   partition: number;
   state: LeaseState;
   revision: number;
+  /** The claim's revision: this acquisition's fencing token (renewals move `revision`, never this). */
+  token: number;
   value: string;
   /** When the last successful write was sent: the server stamps it later, so expiry is never earlier than this + ttl. */
   renewedAt: number;
@@ -276,10 +286,18 @@ export class PartitionLeases {
     return [...this.leases.keys()].sort((a, b) => a - b);
   }
 
-  /** Owned and renewed within the TTL: the fence to check before writing anything for the partition. */
-  holds(partition: number): boolean {
+  /**
+   * Owned under the acquisition `token` names and renewed within the TTL: the fence to check before writing
+   * anything for the partition.
+   */
+  holds(partition: number, token: number): boolean {
     const lease = this.leases.get(partition);
-    return lease !== undefined && !lease.lost && Date.now() - lease.renewedAt < this.options.ttlMs;
+    return (
+      lease !== undefined &&
+      lease.token === token &&
+      !lease.lost &&
+      Date.now() - lease.renewedAt < this.options.ttlMs
+    );
   }
 
   liveInstances(): string[] {
@@ -314,7 +332,7 @@ export class PartitionLeases {
       for (const lease of leases) lease.state = 'releasing';
       await Promise.all(
         leases.map(async (lease) => {
-          await this.callRelease(handlers, lease.partition, lease.lost ? 'lost' : 'stop');
+          await this.callRelease(handlers, lease, lease.lost ? 'lost' : 'stop');
           await this.dropLease(lease);
         }),
       );
@@ -371,7 +389,11 @@ export class PartitionLeases {
 
   /** Publishes the fence of holds() for a lease that changed (renewed, lost, dropped). */
   private fence(lease: Lease): void {
-    this.options.onValidity?.(lease.partition, lease.lost ? 0 : lease.renewedAt + this.options.ttlMs);
+    this.options.onValidity?.(
+      lease.partition,
+      lease.lost ? 0 : lease.renewedAt + this.options.ttlMs,
+      lease.token,
+    );
   }
 
   private clearTimers(): void {
@@ -486,18 +508,15 @@ export class PartitionLeases {
     if (lease.state !== 'held') return;
     this.leases.delete(lease.partition);
     const handlers = this.handlers;
-    if (handlers) void this.callRelease(handlers, lease.partition, 'lost');
+    if (handlers) void this.callRelease(handlers, lease, 'lost');
     this.emit({ kind: 'released', partition: lease.partition, reason: 'lost', owned: this.owned() });
     this.scheduleAssign();
   }
 
-  private async callRelease(
-    handlers: LeaseHandlers,
-    partition: number,
-    reason: ReleaseReason,
-  ): Promise<void> {
+  private async callRelease(handlers: LeaseHandlers, lease: Lease, reason: ReleaseReason): Promise<void> {
+    const partition = lease.partition;
     try {
-      await handlers.release(partition, reason);
+      await handlers.release(partition, reason, lease.token);
     } catch (err) {
       this.options.logger.error({ err, partition, reason }, 'partition release handler failed');
     }
@@ -629,7 +648,7 @@ export class PartitionLeases {
   private async releaseExtra(handlers: LeaseHandlers, lease: Lease): Promise<void> {
     if (lease.state !== 'held') return;
     lease.state = 'releasing';
-    await this.callRelease(handlers, lease.partition, lease.lost ? 'lost' : 'rebalance');
+    await this.callRelease(handlers, lease, lease.lost ? 'lost' : 'rebalance');
     await this.dropLease(lease);
     this.options.logger.info({ partition: lease.partition }, 'partition released for rebalance');
   }
@@ -685,6 +704,7 @@ export class PartitionLeases {
       partition,
       state: 'acquiring',
       revision,
+      token: revision,
       value: text,
       renewedAt: sentAt,
       renewing: false,
@@ -694,7 +714,7 @@ export class PartitionLeases {
     this.fence(lease);
     this.options.logger.info({ partition, instance: this.options.instanceId }, 'partition lease acquired');
     try {
-      await handlers.acquire(partition);
+      await handlers.acquire(partition, lease.token);
     } catch (err) {
       this.options.logger.error({ err, partition }, 'partition acquire handler failed: lease given back');
       await this.dropLease(lease);
@@ -703,7 +723,7 @@ export class PartitionLeases {
     if (lease.lost) {
       // Fenced while the acquire handler ran: undo it.
       this.leases.delete(partition);
-      await this.callRelease(handlers, partition, 'lost');
+      await this.callRelease(handlers, lease, 'lost');
       this.emit({ kind: 'released', partition, reason: 'lost', owned: this.owned() });
       return;
     }

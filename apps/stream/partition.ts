@@ -68,8 +68,12 @@ export interface PartitionContext {
   current(): { pin: ModelPin; epoch: number };
   /** Paused by the operator: a barrier must not resume what the operator paused. */
   operatorPaused(): boolean;
-  /** This instance holds the partition's lease, renewed within its TTL (the fence for checkpoints). */
-  holds(partition: number): boolean;
+  /**
+   * This instance holds the partition's lease under the acquisition `token` names, renewed within its TTL:
+   * the fence for effects and checkpoints. Per acquisition: a worker of an earlier one fails it even once
+   * the partition is held again.
+   */
+  holds(partition: number, token: number): boolean;
 }
 
 export interface PartitionStatus {
@@ -167,6 +171,8 @@ export class PartitionWorker {
   constructor(
     private readonly ctx: PartitionContext,
     readonly partition: number,
+    /** The lease acquisition this worker runs under (its fencing token). */
+    readonly token: number,
   ) {
     this.label = String(partition);
     const { pin, epoch } = ctx.current();
@@ -243,7 +249,7 @@ export class PartitionWorker {
       ctx.metrics,
       ctx.logger,
       ctx.clock,
-      () => ctx.holds(this.partition),
+      () => ctx.holds(this.partition, this.token),
       (stream) => ctx.sink.lastAcked(stream),
     );
     this.checkpointer = checkpointer;
@@ -554,10 +560,12 @@ export class PartitionWorker {
    * A zombie (stalled past its lease's TTL; another instance may own the partition and have read back what
    * was published before its restore) must not publish: the same decision ids would come after that read-back.
    * Not acked either: with checkpoints its ack is held and never released (its checkpoints are fenced too);
-   * without, the retryable error naks it back to the owner.
+   * without, the retryable error naks it back to the owner. Fenced on its own acquisition: after a loss this
+   * instance may hold the partition again under a new one, worked by another worker; this one stays fenced
+   * until its release stops it.
    */
   private fence(): void {
-    if (this.ctx.holds(this.partition)) return;
+    if (this.ctx.holds(this.partition, this.token)) return;
     throw new RetryableError(`partition ${this.partition}: lease not held`);
   }
 

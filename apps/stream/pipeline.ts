@@ -172,8 +172,9 @@ export class DeliveryPipeline {
     this.pinFromOperator = deps.pinFromOperator ?? false;
     this.pin = { model: deps.config.model.name, version: deps.config.model.version };
     this.failed = new FailedPartitions(this.metrics, this.logger, this.clock, (partition) => {
-      if (this.state === 'running' && this.leases?.holds(partition) && !this.workers.has(partition))
-        void this.track(partition, this.startWorker(partition)).catch(() => undefined);
+      const token = this.leases?.heldToken(partition);
+      if (this.state === 'running' && token !== undefined && !this.workers.has(partition))
+        void this.track(partition, this.startWorker(partition, token)).catch(() => undefined);
     });
     this.instanceId = deps.config.instance.id || defaultInstanceId();
     this.layout = streamLayout({
@@ -280,7 +281,7 @@ export class DeliveryPipeline {
       counts: this.counts,
       current: () => ({ pin: { ...this.pin }, epoch: this.epoch }),
       operatorPaused: () => this.paused,
-      holds: (partition) => leases.holds(partition),
+      holds: (partition, token) => leases.holds(partition, token),
     };
     this.metrics.partitionsTotal.set(this.config.partitions);
     this.state = 'running';
@@ -290,8 +291,8 @@ export class DeliveryPipeline {
       this.metrics.liveInstances.set(leases.liveInstances().length);
     };
     leases.start({
-      acquire: (partition) => this.take(partition),
-      release: (partition, reason) => this.giveUp(partition, reason),
+      acquire: (partition, token) => this.take(partition, token),
+      release: (partition, reason, token) => this.giveUp(partition, reason, token),
     });
     this.timers.push(setInterval(() => this.tick(), 1000).unref());
     this.timers.push(setInterval(() => void this.followEpochLog(), EPOCH_POLL_MS).unref());
@@ -319,17 +320,22 @@ export class DeliveryPipeline {
   }
 
   /** Lease acquired: restore the partition (checkpoint mode) and work it. */
-  private take(partition: number): Promise<void> {
-    return this.track(partition, this.startWorker(partition));
+  private take(partition: number, token: number): Promise<void> {
+    const run = (async () => {
+      // A release of an earlier acquisition still stopping its worker finishes first.
+      await this.moving.get(partition)?.catch(() => undefined);
+      await this.startWorker(partition, token);
+    })();
+    return this.track(partition, run);
   }
 
   /**
    * A checkpoint that does not read keeps the lease and marks the partition failed (retried with a backoff,
    * recovered by the operator); any other failure gives the lease back.
    */
-  private async startWorker(partition: number): Promise<void> {
+  private async startWorker(partition: number, token: number): Promise<void> {
     if (this.state !== 'running') throw new Error(`pipeline is ${this.state}`);
-    const worker = new PartitionWorker(this.ctx!, partition);
+    const worker = new PartitionWorker(this.ctx!, partition, token);
     this.workers.set(partition, worker);
     try {
       await worker.start();
@@ -353,12 +359,13 @@ export class DeliveryPipeline {
   }
 
   /** Lease given up ('rebalance', 'stop': drained and checkpointed) or lost (stop at once, write nothing). */
-  private giveUp(partition: number, reason: ReleaseReason): Promise<void> {
+  private giveUp(partition: number, reason: ReleaseReason, token: number): Promise<void> {
     const run = (async () => {
       await this.moving.get(partition)?.catch(() => undefined);
       this.failed.clear(partition);
       const worker = this.workers.get(partition);
-      if (!worker) return;
+      // Only the released acquisition's worker: a later acquisition's stays.
+      if (!worker || worker.token !== token) return;
       this.workers.delete(partition);
       await worker.stop(reason === 'lost' ? 'abandon' : 'drain');
       this.metrics.partitionMoves.inc({ direction: 'out', reason });
@@ -421,7 +428,8 @@ export class DeliveryPipeline {
         'checkpoints are off (checkpoint.enabled): nothing to recover',
       );
     await this.moving.get(partition)?.catch(() => undefined);
-    if (this.state !== 'running' || !this.failed.has(partition) || !this.leases?.holds(partition))
+    const token = this.leases?.heldToken(partition);
+    if (this.state !== 'running' || !this.failed.has(partition) || token === undefined)
       throw new RecoverRefused(
         409,
         'conflict',
@@ -449,7 +457,7 @@ export class DeliveryPipeline {
         },
         'failed partition recovered by the operator: restore point replaced',
       );
-      await this.startWorker(partition);
+      await this.startWorker(partition, token);
       const again = this.failed.list().find((f) => f.partition === partition);
       return {
         partition,
@@ -487,7 +495,7 @@ export class DeliveryPipeline {
       outputs: { predictions: predictions ?? 0, side: side ?? 0 },
       pin: { ...this.pin },
       epoch: this.epoch,
-      state: new PartitionWorker(this.ctx!, partition).emptySnapshot(),
+      state: new PartitionWorker(this.ctx!, partition, 0).emptySnapshot(), // token 0: never started, never holds,
     };
   }
 

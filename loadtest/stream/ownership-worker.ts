@@ -3,8 +3,8 @@
  * of the pipeline does, with one of two ownership mechanisms, and says on stdout what it did.
  *
  *   lease:  the pipeline's own LeaseKeeper (KV leases on their own thread); on acquire it consumes the
- *           partition's durable (JetStreamSource), and before each effect checks holds() — the fence
- *           partition.ts applies — naking the message when the lease is not held.
+ *           partition's durable (JetStreamSource), and before each effect checks holds(p, token) with its
+ *           acquisition's token — the fence partition.ts applies — naking the message when not held.
  *   pinned: NATS 2.11 priority groups: every instance pulls from every partition's durable in group
  *           `owners` (policy pinned_client); the server delivers only to the pinned one. The only signal it
  *           has of losing the pin is the client's `consumer_unpinned` status (a 423 on its next pull); it
@@ -67,7 +67,7 @@ async function runLease(cfg: OwnershipWorkerConfig, nats: NatsHandle): Promise<v
   // pipeline's PartitionWorker aborts its runner), even once this instance holds the partition again.
   const current = new Map<number, object>();
   keeper.start({
-    acquire: async (p) => {
+    acquire: async (p, token) => {
       const generation = {};
       current.set(p, generation);
       const source = await JetStreamSource.open(nats.js, nats.jsm, {
@@ -86,7 +86,7 @@ async function runLease(cfg: OwnershipWorkerConfig, nats: NatsHandle): Promise<v
           if (current.get(p) !== generation) break;
           await gate;
           busy(cfg.workUs);
-          if (!keeper.holds(p) || current.get(p) !== generation) {
+          if (!keeper.holds(p, token) || current.get(p) !== generation) {
             line(`F ${p} ${m.streamSeq} ${now()}`);
             m.nak();
             continue;

@@ -255,8 +255,14 @@ describe.each([
     });
     try {
       expect(keeper.expiry).toBe(expected);
-      keeper.start({ acquire: async () => undefined, release: async () => undefined });
-      await until('the lease', () => keeper.holds(0), 5000);
+      let token = -1;
+      keeper.start({
+        acquire: async (_partition, acquired) => {
+          token = acquired;
+        },
+        release: async () => undefined,
+      });
+      await until('the lease', () => keeper.holds(0, token), 5000);
       const status = await (await new Kvm(nats.js).open(bucket)).status();
       // Limit markers where the server has them; max_age, the backstop, always.
       expect(status.markerTTL > 0).toBe(expected === 'key');

@@ -18,10 +18,13 @@ export class Timeline {
   private readonly holder = new Map<number, string>();
   /** How long an instance's next acquire handler takes (then 30 ms again). */
   readonly acquireMs = new Map<string, number>();
+  /** The token of each instance's latest acquisition of each partition. */
+  private readonly tokens = new Map<string, number>();
 
   handlers(instance: string) {
     return {
-      acquire: async (partition: number) => {
+      acquire: async (partition: number, token: number) => {
+        this.tokens.set(`${instance}/${partition}`, token);
         const other = this.holder.get(partition);
         if (other !== undefined && other !== instance)
           this.violations.push(`${instance} acquired ${partition} while ${other} held it`);
@@ -45,6 +48,11 @@ export class Timeline {
   /** A crash: the process is gone, so its partitions are no longer worked (nothing was called). */
   crashed(instance: string): void {
     for (const [p, who] of [...this.holder]) if (who === instance) this.holder.delete(p);
+  }
+
+  /** The fencing token `instance`'s latest acquire of `partition` was called with (-1: none). */
+  token(instance: string, partition: number): number {
+    return this.tokens.get(`${instance}/${partition}`) ?? -1;
   }
 
   of(instance: string, kind: LeaseEvent['kind']): LeaseEvent[] {

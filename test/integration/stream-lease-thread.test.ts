@@ -92,7 +92,7 @@ test('main thread blocked for 2.5 × TTL: the lease thread renews, every partiti
   blockMainThread(2.5 * ttlMs);
   const blockedMs = Date.now() - blockedAt;
   // Before any message is handled: the fence is exact without the main thread's help.
-  expect(range(4).map((p) => a.holds(p))).toEqual([true, true, true, true]);
+  expect(range(4).map((p) => a.holds(p, timeline.token('inst-a', p)))).toEqual([true, true, true, true]);
 
   // b only gets partitions a gives back by rebalance, after the block.
   await pollUntil('2/2', () => a.owned().length === 2 && b.owned().length === 2, 10_000);
@@ -112,7 +112,10 @@ test('main thread blocked past maxStallMs: renewals stop, the competitor takes t
   const b = await keeper(bucket, 'inst-b', timeline, 4, ttlMs);
   await pollUntil(
     '2/2',
-    () => a.owned().length === 2 && b.owned().length === 2 && a.owned().every((p) => a.holds(p)),
+    () =>
+      a.owned().length === 2 &&
+      b.owned().length === 2 &&
+      a.owned().every((p) => a.holds(p, timeline.token('inst-a', p))),
   );
   // Let the last acquire handler return: a pass waiting on the blocked main thread claims nothing more.
   await new Promise((resolve) => setTimeout(resolve, 300));
@@ -123,7 +126,7 @@ test('main thread blocked past maxStallMs: renewals stop, the competitor takes t
   // (~4.6 s); the margin covers a key listing that waits out its 3 s timeout when keys expire under it.
   blockMainThread(maxStallMs + 5 * ttlMs);
   const unblockedAt = Date.now();
-  expect(mine.map((p) => a.holds(p))).toEqual([false, false]);
+  expect(mine.map((p) => a.holds(p, timeline.token('inst-a', p)))).toEqual([false, false]);
 
   const kv = await new Kvm(nats.js).open(bucket);
   const entries = await Promise.all(range(4).map((p) => kv.get(`${GROUP}.p.${p}`)));
@@ -163,12 +166,18 @@ test('the lease thread dies: holds() is false at once, every partition is releas
   const fatal: Error[] = [];
   a.onFatal = (err) => fatal.push(err);
   await pollUntil('a works both', () => timeline.of('inst-a', 'acquire').length === 2);
-  expect([a.holds(0), a.holds(1)]).toEqual([true, true]);
+  expect([a.holds(0, timeline.token('inst-a', 0)), a.holds(1, timeline.token('inst-a', 1))]).toEqual([
+    true,
+    true,
+  ]);
   const killedAt = Date.now();
   await a.killThreadForTest();
   // Well inside the TTL: a lease that lapses only later would still hold here.
   expect(Date.now() - killedAt).toBeLessThan(1000);
-  expect([a.holds(0), a.holds(1)]).toEqual([false, false]);
+  expect([a.holds(0, timeline.token('inst-a', 0)), a.holds(1, timeline.token('inst-a', 1))]).toEqual([
+    false,
+    false,
+  ]);
   expect(a.owned()).toEqual([]);
   expect(timeline.of('inst-a', 'release').map((e) => [e.partition, e.reason])).toEqual(
     expect.arrayContaining([
@@ -179,6 +188,32 @@ test('the lease thread dies: holds() is false at once, every partition is releas
   expect(fatal).toHaveLength(1);
   await expect(a.peers()).rejects.toMatchObject({ code: 'lease_lost' });
   await expect(a.stop()).resolves.toBeUndefined();
+});
+
+test('lost and claimed again: the old acquisition fails holds() while the new one passes', async () => {
+  const bucket = names.next();
+  const timeline = new Timeline();
+  const a = await keeper(bucket, 'inst-a', timeline, 1, 1500);
+  await pollUntil('a works 0', () => timeline.of('inst-a', 'acquire').length === 1);
+  const first = timeline.token('inst-a', 0);
+  expect(a.holds(0, first)).toBe(true);
+  const kv = await new Kvm(nats.js).open(bucket);
+  const key = `${GROUP}.p.0`;
+  await kv.put(key, JSON.stringify({ instance: 'intruder', acquiredAt: new Date().toISOString() }));
+  await pollUntil(
+    'released as lost',
+    () => timeline.of('inst-a', 'release').some((e) => e.reason === 'lost'),
+    3000,
+  );
+  expect(a.holds(0, first)).toBe(false);
+  // The key goes: the lease thread claims the partition again, a new acquisition with a token of its own.
+  await kv.delete(key);
+  await pollUntil('claimed again', () => timeline.of('inst-a', 'acquire').length === 2, 5000);
+  const second = timeline.token('inst-a', 0);
+  expect(second).toBeGreaterThan(first);
+  expect(a.holds(0, second)).toBe(true);
+  // A loop still running under the first acquisition stays fenced (a per-partition fence let it pass).
+  expect(a.holds(0, first)).toBe(false);
 });
 
 test('options and bucket errors arrive with the codes PartitionLeases gives', async () => {

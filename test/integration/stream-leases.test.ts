@@ -110,7 +110,7 @@ test('two instances split 2/2, a third joins 2/1/1 by graceful handover, a stop 
     expect(next).toBeDefined();
   }
   expect(timeline.events.some((e) => e.reason === 'lost')).toBe(false);
-  expect(c.owned().every((p) => c.holds(p))).toBe(true);
+  expect(c.owned().every((p) => c.holds(p, timeline.token('inst-c', p)))).toBe(true);
 
   const stoppedAt = Date.now();
   await c.stop();
@@ -185,7 +185,7 @@ test('fencing: a lease overwritten from outside is released as lost within one r
   const ttlMs = 1500;
   const a = await instance(bucket, 'inst-a', timeline, 2, ttlMs);
   await pollUntil('a owns both', () => covered(2, a));
-  expect(a.holds(1)).toBe(true);
+  expect(a.holds(1, timeline.token('inst-a', 1))).toBe(true);
 
   const kv = await new Kvm(nats.js).open(bucket);
   const fencedAt = Date.now();
@@ -200,9 +200,9 @@ test('fencing: a lease overwritten from outside is released as lost within one r
   );
   const lostMs = Date.now() - fencedAt;
   expect(lostMs).toBeLessThan(ttlMs / 3 + 600);
-  expect(a.holds(1)).toBe(false);
+  expect(a.holds(1, timeline.token('inst-a', 1))).toBe(false);
   expect(a.owned()).toEqual([0]);
-  expect(a.holds(0)).toBe(true);
+  expect(a.holds(0, timeline.token('inst-a', 0))).toBe(true);
   process.stderr.write(
     `leases: fenced lease released as lost after ${lostMs} ms (renewal every ${ttlMs / 3} ms)\n`,
   );
@@ -219,7 +219,7 @@ test('a slow acquire handler does not let the leases expire: renewals run on the
   await new Promise((resolve) => setTimeout(resolve, ttlMs + 500));
   // Still in its acquire handler, past the TTL: renewed meanwhile, so still held.
   expect(timeline.events.filter((e) => e.kind === 'acquire').length).toBe(1);
-  expect(a.holds(first ?? -1)).toBe(true);
+  expect(a.holds(first ?? -1, timeline.token('inst-a', first ?? -1))).toBe(true);
   const kv = await new Kvm(nats.js).open(bucket);
   const entry = await kv.get(`${GROUP}.p.${first}`);
   expect(entry?.operation).toBe('PUT');
@@ -247,7 +247,7 @@ test('NATS gone: renewals keep failing, and the partitions are released as lost 
   expect(lostAt).toBeGreaterThanOrEqual(renewedAt + ttlMs);
   expect(lostAt - cutAt).toBeLessThan(ttlMs + ttlMs / 3 + 800);
   expect(x.owned()).toEqual([]);
-  expect(x.holds(0) || x.holds(1)).toBe(false);
+  expect(x.holds(0, timeline.token('inst-x', 0)) || x.holds(1, timeline.token('inst-x', 1))).toBe(false);
   await expect(x.stop()).resolves.toBeUndefined();
   process.stderr.write(
     `leases: connection cut, partitions released as lost after ${lostAt - cutAt} ms (ttl ${ttlMs})\n`,
