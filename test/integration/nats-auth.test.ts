@@ -49,6 +49,8 @@ jest.setTimeout(120_000);
 
 let dir: string;
 let certs: Certificates;
+/** The pipeline runs on the servers of this file: one input stream per server, made for this many partitions. */
+const PIPELINE_PARTITIONS = 2;
 const servers = new Map<string, AuthServer>();
 
 // tls-first (handshake_first, 2.10.4) and deploy/nats-server.conf (sync_interval) need the current release. Where
@@ -165,7 +167,7 @@ async function pipelinePart(s: AuthServer, captured: Captured): Promise<void> {
       nats: { servers: s.pipeline.url, ...s.pipeline.pipeline },
       consumer: { maxAckPending: 512, ackWaitMs: 5_000, batchSize: 64 },
       concurrency: 256,
-      partitions: 2,
+      partitions: PIPELINE_PARTITIONS,
       instance: { leaseTtlMs: 6_000 },
       checkpoint: { enabled: true, intervalMs: 1_000 },
       inference: { modelsDir: MODELS_DIR },
@@ -188,7 +190,7 @@ async function pipelinePart(s: AuthServer, captured: Captured): Promise<void> {
         '--deliveries',
         '20',
         '--partitions',
-        '2',
+        String(PIPELINE_PARTITIONS),
         '--progress-s',
         '0',
         '--json',
@@ -378,12 +380,13 @@ needsCurrent('the accounts config (deploy/nats-server.conf)', () => {
     const s = server('accounts');
     const password = (client: typeof s.producer) =>
       client.args[client.args.indexOf('--nats-password-file') + 1]!;
-    // The input stream, as the pipeline creates it (its user may).
+    // The input stream, as the pipeline creates it (its user may); 2 partitions, as pipelinePart's run on this
+    // server made it (a stream's partition count is fixed for its life).
     const pipeline = await connectNats({
       auth: loadNatsAuth({ servers: s.pipeline.url, user: 'pipeline', passwordFile: password(s.pipeline) }),
     });
     await provisionStreams(pipeline.jsm, [
-      inputStreamSpec(streamLayout({}), 4, brokerPlacesEvents(pipeline.nc.info?.version)),
+      inputStreamSpec(streamLayout({}), PIPELINE_PARTITIONS, brokerPlacesEvents(pipeline.nc.info?.version)),
     ]);
     await pipeline.close();
     const problems: string[] = [];
