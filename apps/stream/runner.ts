@@ -11,7 +11,8 @@
  * what is pulled ahead; nats.js re-pulls on receipt, not on read), so nothing waits unseen in the client.
  * Redeliveries a slow or stalled host still causes (the event loop or the whole process held past ack_wait) do
  * not dead-letter an event: on its last delivery a failed message is retried in place until the pipeline's own
- * failures of it reach max_deliver; only then is it a poison message.
+ * failures of it (publish failures; a retryable processor error, a backend down, is none) reach max_deliver;
+ * only then is it a poison message.
  */
 import { requirePositiveInt } from './errors';
 import type { SubjectLayout } from './layout';
@@ -158,12 +159,15 @@ export function runPipeline(options: RunnerOptions): RunningPipeline {
         await new Promise((resolve) => setTimeout(resolve, Math.min(nakDelayMs, 25 * 2 ** attempt)));
         return handle(message, effectsOf(message), attempt + 1);
       }
-      const failed = (failures.get(message.streamSeq) ?? 0) + 1;
+      // A retryable processor error (the backend is down) says nothing against the event: not counted.
+      const retryable = (err as { retryable?: unknown } | null)?.retryable === true;
+      const failed = (failures.get(message.streamSeq) ?? 0) + (retryable ? 0 : 1);
       failures.set(message.streamSeq, failed);
       if (source.maxDeliver !== -1 && message.deliveryCount >= source.maxDeliver) {
         // The broker sends it no more. Deliveries it made because the host was slow are not failures: retry
-        // here (kept alive meanwhile) while this runner's own failures of it are below max_deliver.
-        if (failed < source.maxDeliver && !aborted) {
+        // here (kept alive meanwhile) while this runner's own failures of it are below max_deliver. Stopping,
+        // it is dead-lettered as before: nothing would deliver it again.
+        if (failed < source.maxDeliver && !stopping) {
           stats.retried++;
           await new Promise((resolve) => setTimeout(resolve, nakDelayMs));
           return handle(message, effectsOf(message), attempt + 1);
