@@ -8,6 +8,7 @@ const base = require('./jest.config');
 
 const SUITES = [
   'stream-io',
+  'stream-ackwait',
   'stream-checkpoints',
   'stream-leases',
   'stream-lease-thread',

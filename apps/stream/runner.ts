@@ -4,9 +4,15 @@
  * before the message is acked. A processor error dead-letters the event (the pipeline never blocks on
  * one bad event), unless it says `retryable` (then the message is naked like a failed publish); a publish failure naks it with a delay so the broker redelivers it, except on its last
  * allowed delivery (max_deliver), where it is dead-lettered instead: the broker would never send it again.
- * A message still in flight after a third of ack_wait gets an in-progress ack: on a loaded host the broker
- * would otherwise redeliver work already under way — more load, and deliveries counted towards max_deliver
- * that no processor ever failed.
+ * Every message the pipeline holds — in flight, at a barrier's gate, or pulled ahead and queued behind a slow
+ * processor — gets an in-progress ack once a third of ack_wait has passed since the broker last heard of it: on
+ * a loaded host the broker would otherwise redeliver it, again every ack_wait, until max_deliver ran out on an
+ * event no processor ever failed. The source is read as fast as it delivers (the broker's max_ack_pending bounds
+ * what is pulled ahead; nats.js re-pulls on receipt, not on read), so nothing waits unseen in the client.
+ * Redeliveries a slow or stalled host still causes (the event loop or the whole process held past ack_wait) do
+ * not dead-letter an event: on its last delivery a failed message is retried in place until the pipeline's own
+ * failures of it (publish failures; a retryable processor error, a backend down, is none) reach max_deliver;
+ * only then is it a poison message.
  */
 import { requirePositiveInt } from './errors';
 import type { SubjectLayout } from './layout';
@@ -48,7 +54,7 @@ export interface RunnerStats {
   naked: number;
   deadLettered: number;
   processorErrors: number;
-  /** Failures retried in place (retryInPlace). */
+  /** Failures retried in place (retryInPlace, or on a last delivery with processing failures left). */
   retried: number;
   /** Messages on their last delivery whose effects and dead letter both failed to publish. */
   abandoned: number;
@@ -62,7 +68,7 @@ export interface RunningPipeline {
   abort(): Promise<void>;
   /**
    * A barrier: no new message is started until resume(); resolves once every message already started is
-   * settled (published and acked, or naked). Messages pulled meanwhile wait, unacked, inside ack_wait.
+   * settled (published and acked, or naked). Messages pulled meanwhile wait, unacked, kept alive.
    */
   pause(): Promise<void>;
   resume(): void;
@@ -90,22 +96,30 @@ export function runPipeline(options: RunnerOptions): RunningPipeline {
   };
   const inFlight = new Set<Promise<void>>();
   const { source, sink, subjects } = options;
-  // Started (or waiting at the gate) and not settled, with when the broker last heard of each.
+  // Received and not settled (queued, at the gate or in flight), with when the broker last heard of each.
   const touched = new Map<SourceMessage, number>();
-  const touchEveryMs = Math.max(250, Math.floor(source.ackWaitMs / 3));
-  const keepAlive = setInterval(() => {
-    const now = Date.now();
-    for (const [message, at] of touched) {
-      if (now - at < touchEveryMs) continue;
-      touched.set(message, now);
-      try {
-        message.working();
-      } catch {
-        // A closed connection: ack_wait brings the message back, as for a lost ack.
+  // Checked twice as often as a message is due: a late timer (a loaded host) still touches it within
+  // ack_wait / 2, where the old tick-equals-period schedule let drift skip a tick (2/3 of ack_wait untouched).
+  const touchAfterMs = Math.max(250, Math.floor(source.ackWaitMs / 3));
+  const keepAlive = setInterval(
+    () => {
+      const now = Date.now();
+      for (const [message, at] of touched) {
+        if (now - at < touchAfterMs) continue;
+        touched.set(message, now);
+        try {
+          message.working();
+        } catch {
+          // A closed connection: ack_wait brings the message back, as for a lost ack.
+        }
       }
-    }
-  }, touchEveryMs);
+    },
+    Math.floor(touchAfterMs / 2),
+  );
   keepAlive.unref();
+  // Processing failures per stream sequence, over this runner's deliveries of it: what dead-letters an event
+  // on its last delivery, rather than the broker's delivery count (which slowness raises too).
+  const failures = new Map<number, number>();
 
   async function effectsOf(message: SourceMessage): Promise<Effect[]> {
     try {
@@ -129,6 +143,7 @@ export function runPipeline(options: RunnerOptions): RunningPipeline {
       await sink.publishAll(list);
       options.onPublished?.(message, list);
       await ack(message);
+      failures.delete(message.streamSeq);
       stats.acked++;
       options.onSettled?.(message, 'acked');
     } catch (err) {
@@ -146,7 +161,20 @@ export function runPipeline(options: RunnerOptions): RunningPipeline {
         await new Promise((resolve) => setTimeout(resolve, Math.min(nakDelayMs, 25 * 2 ** attempt)));
         return handle(message, effectsOf(message), attempt + 1);
       }
+      // A retryable processor error (the backend is down) says nothing against the event: not counted.
+      const retryable = (err as { retryable?: unknown } | null)?.retryable === true;
+      const failed = (failures.get(message.streamSeq) ?? 0) + (retryable ? 0 : 1);
+      failures.set(message.streamSeq, failed);
       if (source.maxDeliver !== -1 && message.deliveryCount >= source.maxDeliver) {
+        // The broker sends it no more. Deliveries it made because the host was slow are not failures: retry
+        // here (kept alive meanwhile) while this runner's own failures of it are below max_deliver. Stopping,
+        // it is dead-lettered as before: nothing would deliver it again.
+        if (failed < source.maxDeliver && !stopping) {
+          stats.retried++;
+          await new Promise((resolve) => setTimeout(resolve, nakDelayMs));
+          return handle(message, effectsOf(message), attempt + 1);
+        }
+        failures.delete(message.streamSeq);
         await lastDelivery(message, err);
         return;
       }
@@ -177,10 +205,53 @@ export function runPipeline(options: RunnerOptions): RunningPipeline {
     }
   }
 
-  async function loop(): Promise<void> {
+  // The source read eagerly into a queue: a message is kept alive from receipt, not from when it is started.
+  const queue: SourceMessage[] = [];
+  let head = 0;
+  let readEnded = false;
+  let readFailed = false;
+  let readError: unknown;
+  let wake: (() => void) | undefined;
+  const reading = (async () => {
     try {
       for await (const message of source.messages()) {
         touched.set(message, Date.now());
+        queue.push(message);
+        wake?.();
+      }
+    } catch (err) {
+      readFailed = true;
+      readError = err;
+    } finally {
+      readEnded = true;
+      wake?.();
+    }
+  })();
+
+  /** The next message in arrival order; undefined once the source ended and the queue is read. */
+  async function next(): Promise<SourceMessage | undefined> {
+    while (head === queue.length) {
+      if (readEnded) {
+        if (readFailed) throw readError;
+        return undefined;
+      }
+      await new Promise<void>((resolve) => {
+        wake = resolve;
+      });
+      wake = undefined;
+    }
+    const message = queue[head]!;
+    queue[head++] = undefined as unknown as SourceMessage;
+    if (head === queue.length || head >= 4096) {
+      queue.splice(0, head);
+      head = 0;
+    }
+    return message;
+  }
+
+  async function loop(): Promise<void> {
+    try {
+      for (let message = await next(); message; message = await next()) {
         while (gate && !stopping) await gate.promise;
         if (stopping) {
           // Pulled ahead, never started: left unacked (the iterator only ends once its buffer is read). A nak
@@ -199,6 +270,7 @@ export function runPipeline(options: RunnerOptions): RunningPipeline {
       }
     } finally {
       await Promise.allSettled(inFlight);
+      await reading;
       clearInterval(keepAlive);
     }
   }
@@ -221,8 +293,8 @@ export function runPipeline(options: RunnerOptions): RunningPipeline {
       return stopping;
     },
     async stop() {
-      // Before closing the source: its close() resolves only once the loop has read what was pulled ahead,
-      // and a loop held at a barrier's gate would never read it.
+      // Before closing the source: the loop, held at a barrier's gate, would otherwise never get to drop what
+      // was pulled ahead and end.
       stopping = true;
       gate?.open();
       await source.stop();
