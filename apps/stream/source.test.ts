@@ -15,7 +15,10 @@ function fakeMsg(deliverySequence: number, streamSequence: number, deliveryCount
   } as unknown as JsMsg;
 }
 
-async function read(deliveries: JsMsg[]): Promise<{ seqs: number[]; error: unknown }> {
+async function read(
+  deliveries: JsMsg[],
+  startSequence?: number,
+): Promise<{ seqs: number[]; error: unknown }> {
   const js = {
     consumers: {
       get: async () => ({
@@ -29,7 +32,12 @@ async function read(deliveries: JsMsg[]): Promise<{ seqs: number[]; error: unkno
     },
   } as unknown as JetStreamClient;
   const jsm = {
-    consumers: { info: async () => ({}), update: async () => ({}) },
+    consumers: {
+      info: async () => ({}),
+      update: async () => ({}),
+      delete: async () => true,
+      add: async () => ({}),
+    },
   } as unknown as JetStreamManager;
   const source = await JetStreamSource.open(js, jsm, {
     stream: 'EVENTS',
@@ -38,6 +46,7 @@ async function read(deliveries: JsMsg[]): Promise<{ seqs: number[]; error: unkno
     ackWaitMs: 1000,
     maxDeliver: -1,
     batchSize: 10,
+    ...(startSequence === undefined ? {} : { startSequence }),
   });
   const seqs: number[] = [];
   try {
@@ -64,5 +73,20 @@ describe('JetStreamSource delivery sequence', () => {
     expect((r.error as Error).message).toBe(
       'consumer p0: delivery 5 after 2: the deliveries between never arrived',
     );
+  });
+
+  test('a consumer the source created starts at delivery 1: the first pull lost is a gap too', async () => {
+    // Recreated at stream 145 (a checkpoint's position + 1); deliveries 1-64 went to a connection cut as
+    // the partition started. Taking 65 as the start moved the position past 145-208 and skipped them for good.
+    const r = await read([fakeMsg(65, 209), fakeMsg(66, 210)], 145);
+    expect(r.seqs).toEqual([]);
+    expect((r.error as StreamIoError).code).toBe('delivery_gap');
+    expect((r.error as Error).message).toBe(
+      'consumer p0: delivery 65 after 0: the deliveries between never arrived',
+    );
+    expect(await read([fakeMsg(1, 145), fakeMsg(2, 146)], 145)).toEqual({
+      seqs: [145, 146],
+      error: undefined,
+    });
   });
 });

@@ -108,6 +108,8 @@ export class JetStreamSource {
     private readonly js: JetStreamClient,
     private readonly jsm: JetStreamManager,
     private readonly options: Required<SourceOptions>,
+    /** open() created the durable (startSequence, or none existed): its first delivery is delivery 1. */
+    private readonly created: boolean,
   ) {}
 
   /** Creates the durable consumer when missing, or brings its limits to the configured ones. */
@@ -122,8 +124,10 @@ export class JetStreamSource {
       max_deliver: opts.maxDeliver,
       max_ack_pending: opts.maxAckPending,
     };
-    const add = () =>
-      jsm.consumers.add(opts.stream, {
+    let created = false;
+    const add = () => {
+      created = true;
+      return jsm.consumers.add(opts.stream, {
         durable_name: opts.durable,
         ack_policy: AckPolicy.Explicit,
         ...(opts.startSequence > 1
@@ -132,6 +136,7 @@ export class JetStreamSource {
         ...(opts.filterSubject === '' ? {} : { filter_subject: opts.filterSubject }),
         ...limits,
       });
+    };
     try {
       if (opts.startSequence > 0) {
         await jsm.consumers.delete(opts.stream, opts.durable).catch((err: unknown) => {
@@ -154,7 +159,7 @@ export class JetStreamSource {
         { cause: err },
       );
     }
-    return new JetStreamSource(js, jsm, opts);
+    return new JetStreamSource(js, jsm, opts, created);
   }
 
   get stream(): string {
@@ -199,10 +204,14 @@ export class JetStreamSource {
       void iter.close().catch(() => undefined);
       return;
     }
-    let last = 0;
+    // A consumer created by open() has delivered nothing: its first delivery must be 1, or the first pull's
+    // deliveries were lost (a connection cut as the partition started). Unchecked, they were skipped for good:
+    // the reopen starts past the position, which the first delivery after them had already moved. A durable
+    // reused as it was may still serve an earlier loop's pull requests: its first delivery sets the count.
+    let last = this.created ? 0 : -1;
     for await (const msg of iter) {
       const seq = msg.info.deliverySequence;
-      if (last !== 0 && seq !== last + 1) {
+      if (last !== -1 && seq !== last + 1) {
         throw new StreamIoError(
           'delivery_gap',
           `consumer ${this.options.durable}: delivery ${seq} after ${last}: the deliveries between never arrived`,

@@ -5,7 +5,8 @@
  * and the consumer goes on with later ones after the reconnect. The pipeline must still decide every event,
  * once, in stream order: no prediction lost or duplicated. Before the delivery-gap check the lost messages
  * came back after ack_wait behind later ones and, at or below the checkpointing partition's position, were
- * taken for redeliveries and dropped.
+ * taken for redeliveries and dropped. And a first pull lost as the partition started went unseen (the check began
+ * at the first delivery that arrived): under load, 64 of the first 144 events skipped and 785 of 1483 decisions lost.
  */
 import type { ChildProcess } from 'node:child_process';
 import net from 'node:net';
@@ -146,17 +147,34 @@ test('deliveries lost on a cut connection are decided in stream order: none lost
       expected.add(`${d.delivery_id}:${d.event_id}:delay-risk@1:r1:${d.revision}`);
   const have = new Set(ids);
   const gaps = stream.output().split('the deliveries between never arrived').length - 1;
+  // Under load a cut can also outlast the lease's renewal: the partition is then restored from its checkpoint
+  // (the consumer recreated at its position + 1) instead of reopened at a gap; the losses must be made good
+  // either way, and at least one of the two must have happened.
+  const restores = stream.output().split('"restored from checkpoint"').length - 1;
   const lost = [...expected].filter((id) => !have.has(id));
   const extra = [...have].filter((id) => !expected.has(id));
   console.log(
-    `delivery gap: ${batch.length} events, ${cuts} cuts, ${gaps} delivery gaps reopened; ${have.size} decisions (${expected.size} expected), ${ids.length - have.size} duplicates, ${lost.length} lost, ${extra.length} extra`,
+    `delivery gap: ${batch.length} events, ${cuts} cuts, ${gaps} delivery gaps reopened, ${restores} restores; ${have.size} decisions (${expected.size} expected), ${ids.length - have.size} duplicates, ${lost.length} lost, ${extra.length} extra`,
   );
-  expect({ duplicates: ids.length - have.size, lost: lost.slice(0, 5), extra: extra.slice(0, 5) }).toEqual({
-    duplicates: 0,
-    lost: [],
-    extra: [],
-  });
-  expect(gaps).toBeGreaterThan(0);
+  const outcome = {
+    duplicates: ids.length - have.size,
+    lost: lost.slice(0, 5),
+    extra: extra.slice(0, 5),
+    gaps,
+    restores,
+  };
+  if (outcome.duplicates !== 0 || lost.length > 0 || extra.length > 0 || gaps + restores === 0) {
+    // The pipeline's log says where it started, which gaps it saw, where it reopened and what each
+    // checkpoint covered (position, acks): the publish retries during the cuts are left out, they fill it.
+    const log = stream
+      .output()
+      .split('\n')
+      .filter((line) => !line.includes('publish failed; retrying'))
+      .join('\n');
+    throw new Error(
+      `${JSON.stringify(outcome)}\npipeline output (last 8000 characters):\n${log.slice(-8000)}`,
+    );
+  }
   stream.child.kill('SIGTERM');
   expect(await stream.exited).toBe(0);
 });
