@@ -13,6 +13,7 @@ import {
   type StreamCli,
   type StreamNames,
   startStreamCli,
+  stopChild,
   uniqueNames,
   writeStreamConfig,
 } from '../integration/stream-kit';
@@ -24,16 +25,6 @@ const children: ChildProcess[] = [];
 beforeAll(async () => {
   nats = await connectNats({ servers: NATS_URL, name: 'conformance-pipeline-settings' });
 });
-
-/** SIGTERM (the pipeline process drains and exits with its supervisor), SIGKILL after 10 s. */
-async function stopChild(c: ChildProcess): Promise<void> {
-  if (c.exitCode !== null || c.signalCode !== null) return;
-  const exited = new Promise((resolve) => c.once('exit', resolve));
-  c.kill('SIGTERM');
-  const timer = setTimeout(() => c.kill('SIGKILL'), 10_000);
-  await exited;
-  clearTimeout(timer);
-}
 
 afterAll(async () => {
   await Promise.all(children.map(stopChild));

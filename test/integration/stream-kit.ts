@@ -180,3 +180,13 @@ export function writeStreamConfig(
   );
   return file;
 }
+
+/** SIGTERM (the pipeline process drains and exits with its supervisor), SIGKILL after 10 s. */
+export async function stopChild(c: ChildProcess): Promise<void> {
+  if (c.exitCode !== null || c.signalCode !== null) return;
+  const exited = new Promise((resolve) => c.once('exit', resolve));
+  c.kill('SIGTERM');
+  const timer = setTimeout(() => c.kill('SIGKILL'), 10_000);
+  await exited;
+  clearTimeout(timer);
+}
