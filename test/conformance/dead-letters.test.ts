@@ -13,6 +13,7 @@ import {
   deleteStreams,
   eventSubjectFor,
   NATS_URL,
+  pickupThenGps,
   readStream,
   type StreamNames,
   startStreamCli,
@@ -22,8 +23,6 @@ import {
   writeStreamConfig,
 } from '../integration/stream-kit';
 
-const T0 = Date.UTC(2026, 10, 8, 10, 0, 0);
-const iso = (ms: number) => new Date(ms).toISOString().replace('.000Z', 'Z');
 const PARTITIONS = 4;
 
 let nats: NatsHandle;
@@ -63,41 +62,6 @@ async function startPipeline(names: StreamNames, over: Record<string, unknown> =
   return { stream, admin };
 }
 
-/** One pickup, then a GPS point every 5 s. */
-function workload(delivery: string, count: number): Array<{ id: string; payload: string }> {
-  const out = [
-    {
-      id: `st-${delivery}`,
-      payload: JSON.stringify({
-        event_id: `st-${delivery}`,
-        delivery_id: delivery,
-        event_time: iso(T0),
-        type: 'status',
-        status: 'picked_up',
-        promised_time: iso(T0 + 12 * 60_000),
-        dest_lat: 13.02,
-        dest_lon: 77.5946,
-        route_id: 'r1',
-      }),
-    },
-  ];
-  for (let i = 0; i < count; i++) {
-    const id = `${delivery}-g${i}`;
-    out.push({
-      id,
-      payload: JSON.stringify({
-        event_id: id,
-        delivery_id: delivery,
-        event_time: iso(T0 + (i + 1) * 5_000),
-        type: 'gps',
-        driver_lat: 12.9716 + i * 0.0002,
-        driver_lon: 77.5946,
-      }),
-    });
-  }
-  return out;
-}
-
 async function publish(names: StreamNames, delivery: string, data: string | Uint8Array, msgId: string) {
   const ack = await nats.js.publish(eventSubjectFor(names, delivery, PARTITIONS), data, { msgID: msgId });
   return ack.seq;
@@ -134,7 +98,7 @@ describe('dead letters (public contract)', () => {
     const controlSeq = await publish(names, 'dz', control, 'bad-control');
     const binarySeq = await publish(names, 'dz', binary, 'bad-binary');
     // Behind them in the same partition: more events than maxAckPending.
-    const good = workload('dz', 80);
+    const good = pickupThenGps('dz', 0, 80);
     for (const e of good) await publish(names, 'dz', e.payload, e.id);
     // The pickup has no position yet: each GPS point after it gets the first predictions.
     const gps = good.slice(1).map((e) => e.id);
@@ -185,7 +149,7 @@ describe('dead letters (public contract)', () => {
     const { pid } = stream.readies()[0]!;
     process.kill(pid, 'SIGKILL');
     await stream.ready(2);
-    const more = workload('dz', 90).slice(81);
+    const more = pickupThenGps('dz', 0, 90).slice(81);
     for (const e of more) await publish(names, 'dz', e.payload, e.id);
     await waitFor(
       'the events after the restart predicted',
@@ -234,7 +198,7 @@ describe('dead letters (public contract)', () => {
       5_000,
     );
     // The partition goes on.
-    const after = workload('dq', 3);
+    const after = pickupThenGps('dq', 0, 3);
     for (const e of after) await publish(names, 'dq', e.payload, e.id);
     await waitFor(
       'predictions after it',
@@ -246,7 +210,7 @@ describe('dead letters (public contract)', () => {
   it('an event whose payload names another delivery than its subject is dead-lettered with the reason', async () => {
     const names = uniqueNames('cdm');
     await startPipeline(names);
-    const [pickup, ...points] = workload('dm', 2);
+    const [pickup, ...points] = pickupThenGps('dm', 0, 2);
     await publish(names, 'dm', pickup!.payload, pickup!.id);
     // On dm's subject, but the payload says dm-other: its state would live where dm-other's does not.
     const stray = JSON.parse(points[0]!.payload);
@@ -271,7 +235,7 @@ describe('dead letters (public contract)', () => {
   it('valid events with extra fields are predicted up to maxEventBytes (64 KiB), dead-lettered beyond it', async () => {
     const names = uniqueNames('cdx');
     await startPipeline(names);
-    const [pickup, ...points] = workload('dx', 2);
+    const [pickup, ...points] = pickupThenGps('dx', 0, 2);
     await publish(names, 'dx', pickup!.payload, pickup!.id);
     // Extra fields are ignored (the schema), whatever their size up to the limit: 6 KB and 60 KB.
     const padded = (payload: string, bytes: number) => {

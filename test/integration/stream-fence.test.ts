@@ -17,6 +17,7 @@ import {
   eventSubjectFor,
   NATS_URL,
   partitionsDrained,
+  pickupThenGps,
   readStream,
   type StreamCli,
   type StreamNames,
@@ -28,8 +29,6 @@ import {
 
 const PARTITIONS = 4;
 const TTL_MS = 2000;
-const T0 = Date.UTC(2026, 10, 8, 10, 0, 0);
-const iso = (ms: number) => new Date(ms).toISOString().replace('.000Z', 'Z');
 
 let nats: NatsHandle;
 const created: StreamNames[] = [];
@@ -104,39 +103,6 @@ async function owned(run: StreamCli): Promise<number[] | null> {
   return body?.instance?.owned ?? null;
 }
 
-/** Per delivery: picked up, then GPS points every 5 s (each GPS point is one first prediction). */
-function events(delivery: string, gps: number): Array<{ id: string; payload: string }> {
-  const out = [
-    {
-      id: `st-${delivery}`,
-      payload: JSON.stringify({
-        event_id: `st-${delivery}`,
-        delivery_id: delivery,
-        event_time: iso(T0),
-        type: 'status',
-        status: 'picked_up',
-        promised_time: iso(T0 + 12 * 60_000),
-        dest_lat: 13.02,
-        dest_lon: 77.5946,
-        route_id: 'r1',
-      }),
-    },
-  ];
-  for (let i = 0; i < gps; i++)
-    out.push({
-      id: `${delivery}-g${i}`,
-      payload: JSON.stringify({
-        event_id: `${delivery}-g${i}`,
-        delivery_id: delivery,
-        event_time: iso(T0 + (i + 1) * 5_000),
-        type: 'gps',
-        driver_lat: 12.9716 + i * 0.0002,
-        driver_lon: 77.5946,
-      }),
-    });
-  return out;
-}
-
 interface PointerSeen {
   key: string;
   token: string;
@@ -191,7 +157,7 @@ describe('stream: a stalled owner that claims its partitions again', () => {
     const deliveries = Array.from({ length: 12 }, (_, i) => `fence-d${i}`);
     const gpsEach = 3;
     for (const d of deliveries)
-      for (const e of events(d, gpsEach))
+      for (const e of pickupThenGps(d, 0, gpsEach))
         await nats.js.publish(eventSubjectFor(names, d, PARTITIONS), e.payload, { msgID: e.id });
     const onA = deliveries.filter((d) => aPartitions.includes(partitionOfKey(d, PARTITIONS)));
     expect(onA.length).toBeGreaterThan(0);
@@ -252,7 +218,7 @@ describe('stream: a stalled owner that claims its partitions again', () => {
     expect(new Set(all.map((p) => p.event_id))).toEqual(
       new Set(
         deliveries.flatMap((d) =>
-          events(d, gpsEach)
+          pickupThenGps(d, 0, gpsEach)
             .slice(1)
             .map((e) => e.id),
         ),

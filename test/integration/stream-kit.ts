@@ -190,3 +190,48 @@ export async function stopChild(c: ChildProcess): Promise<void> {
   await exited;
   clearTimeout(timer);
 }
+
+const WORKLOAD_T0 = Date.UTC(2026, 10, 8, 10, 0, 0);
+const workloadIso = (ms: number) => new Date(ms).toISOString().replace('.000Z', 'Z');
+
+/**
+ * The delivery workload of the pipeline tests: a pickup at 2026-11-08T10:00Z (when `from` is 0), then GPS points
+ * `from` … `from + count - 1`, one every 5 s, driving north. Ids: `st-<delivery>`, `<delivery>-g<i>`.
+ */
+export function pickupThenGps(
+  delivery: string,
+  from: number,
+  count: number,
+): Array<{ id: string; payload: string }> {
+  const out: Array<{ id: string; payload: string }> = [];
+  if (from === 0)
+    out.push({
+      id: `st-${delivery}`,
+      payload: JSON.stringify({
+        event_id: `st-${delivery}`,
+        delivery_id: delivery,
+        event_time: workloadIso(WORKLOAD_T0),
+        type: 'status',
+        status: 'picked_up',
+        promised_time: workloadIso(WORKLOAD_T0 + 12 * 60_000),
+        dest_lat: 13.02,
+        dest_lon: 77.5946,
+        route_id: 'r1',
+      }),
+    });
+  for (let i = from; i < from + count; i++) {
+    const id = `${delivery}-g${i}`;
+    out.push({
+      id,
+      payload: JSON.stringify({
+        event_id: id,
+        delivery_id: delivery,
+        event_time: workloadIso(WORKLOAD_T0 + (i + 1) * 5_000),
+        type: 'gps',
+        driver_lat: 12.9716 + i * 0.0002,
+        driver_lon: 77.5946,
+      }),
+    });
+  }
+  return out;
+}

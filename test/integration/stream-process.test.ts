@@ -18,6 +18,7 @@ import {
   eventSubjectFor,
   NATS_URL,
   partitionsDrained,
+  pickupThenGps,
   readStream,
   type StreamCli,
   type StreamNames,
@@ -26,9 +27,6 @@ import {
   waitFor,
   writeStreamConfig,
 } from './stream-kit';
-
-const T0 = Date.UTC(2026, 10, 8, 10, 0, 0);
-const iso = (ms: number) => new Date(ms).toISOString().replace('.000Z', 'Z');
 
 let nats: NatsHandle;
 const created: StreamNames[] = [];
@@ -63,41 +61,6 @@ function configFile(names: StreamNames, over: Record<string, unknown> = {}): str
       ...over,
     },
   );
-}
-
-/** The delivery workload of these tests: one pickup and GPS points every 5 s, driving north. */
-function workload(delivery: string, from: number, count: number): Array<{ payload: string; id: string }> {
-  const out: Array<{ payload: string; id: string }> = [];
-  if (from === 0)
-    out.push({
-      id: `st-${delivery}`,
-      payload: JSON.stringify({
-        event_id: `st-${delivery}`,
-        delivery_id: delivery,
-        event_time: iso(T0),
-        type: 'status',
-        status: 'picked_up',
-        promised_time: iso(T0 + 12 * 60_000),
-        dest_lat: 13.02,
-        dest_lon: 77.5946,
-        route_id: 'r1',
-      }),
-    });
-  for (let i = from; i < from + count; i++) {
-    const id = `${delivery}-g${i}`;
-    out.push({
-      id,
-      payload: JSON.stringify({
-        event_id: id,
-        delivery_id: delivery,
-        event_time: iso(T0 + (i + 1) * 5_000),
-        type: 'gps',
-        driver_lat: 12.9716 + i * 0.0002,
-        driver_lon: 77.5946,
-      }),
-    });
-  }
-  return out;
 }
 
 async function publish(names: StreamNames, delivery: string, items: Array<{ payload: string; id: string }>) {
@@ -141,7 +104,7 @@ describe('streaminfer stream (embedded, the shipped model)', () => {
     const names = uniqueNames('sp');
     const { stream, admin, pid } = await startWithTwoVersions(names);
 
-    await publish(names, 'd1', workload('d1', 0, 20));
+    await publish(names, 'd1', pickupThenGps('d1', 0, 20));
     await waitFor('20 predictions', async () => (await predictions(names)).length >= 20, 30_000);
     const first = await predictions(names);
     expect(first.every((p) => p.version === '1' && p.epoch === 1 && p.risk >= 0 && p.risk <= 1)).toBe(true);
@@ -199,7 +162,7 @@ describe('streaminfer stream (embedded, the shipped model)', () => {
       '7',
     ]);
     expect(bad.code).not.toBe(0);
-    await publish(names, 'd1', workload('d1', 20, 10));
+    await publish(names, 'd1', pickupThenGps('d1', 20, 10));
     await waitFor('30 predictions', async () => (await predictions(names)).length >= 30, 30_000);
     const after = (await predictions(names)).slice(20);
     expect(after.every((p) => p.version === '2' && p.epoch === 2)).toBe(true);
@@ -208,10 +171,10 @@ describe('streaminfer stream (embedded, the shipped model)', () => {
     process.kill(pid, 'SIGKILL');
     const again = await stream.ready(2);
     expect(again.pid).not.toBe(pid);
-    await publish(names, 'd1', workload('d1', 30, 10));
+    await publish(names, 'd1', pickupThenGps('d1', 30, 10));
     // Checkpoints (on by default): the restarted process restored d1's state, so d1 goes on being predicted;
     // a fresh delivery is predicted too.
-    await publish(names, 'd2', workload('d2', 0, 5));
+    await publish(names, 'd2', pickupThenGps('d2', 0, 5));
     await waitFor(
       'd1 and d2 predictions',
       async () => {
@@ -241,14 +204,14 @@ describe('streaminfer stream (embedded, the shipped model)', () => {
   it('SIGHUP re-reads the config: a new version goes through the epoch barrier; hostile admin requests and event payloads never crash it', async () => {
     const names = uniqueNames('sph');
     const { file, stream, admin, pid } = await startWithTwoVersions(names);
-    await publish(names, 'd1', workload('d1', 0, 5));
+    await publish(names, 'd1', pickupThenGps('d1', 0, 5));
     await waitFor('5 predictions', async () => (await predictions(names)).length >= 5, 30_000);
 
     const config = JSON.parse(readFileSync(file, 'utf8'));
     writeFileSync(file, JSON.stringify({ ...config, model: { name: 'delay-risk', version: '2' } }));
     stream.child.kill('SIGHUP');
     await waitFor('epoch 2', async () => JSON.parse((await get(admin, '/health')).text).epoch === 2, 30_000);
-    await publish(names, 'd1', workload('d1', 5, 5));
+    await publish(names, 'd1', pickupThenGps('d1', 5, 5));
     await waitFor('10 predictions', async () => (await predictions(names)).length >= 10, 30_000);
     expect((await predictions(names)).slice(5).every((p) => p.version === '2' && p.epoch === 2)).toBe(true);
     // A config the pipeline refuses changes nothing.
@@ -310,7 +273,7 @@ describe('streaminfer stream (embedded, the shipped model)', () => {
       if (kind === 0) hostile.push(Buffer.from(random.bytes(random.below(200))).toString('latin1'));
       else if (kind === 1) hostile.push(random.pick(ODD_VALUE_TEXTS));
       else {
-        const event: Record<string, unknown> = JSON.parse(workload('d9', 0, 2)[2]!.payload);
+        const event: Record<string, unknown> = JSON.parse(pickupThenGps('d9', 0, 2)[2]!.payload);
         event[random.pick(Object.keys(event))] = random.pick(ODD_VALUES);
         event.event_id = `fz-${i}`;
         hostile.push(JSON.stringify(event));
@@ -353,7 +316,7 @@ describe('streaminfer stream --mode external', () => {
       configFile(externalNames, { inference: { mode: 'external', url: server.wsUrl } }),
     ]);
     await Promise.all([embedded.ready(), external.ready()]);
-    const items = workload('d1', 0, 40);
+    const items = pickupThenGps('d1', 0, 40);
     await Promise.all([publish(embeddedNames, 'd1', items), publish(externalNames, 'd1', items)]);
     await waitFor(
       'both pipelines to predict',
