@@ -12,7 +12,7 @@
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { type BenchModelResult, benchModel } from '../apps/cli/bench-model';
+import { type BenchModelResult, benchModel } from '../apps/cli/commands/bench-model';
 import { parseDeviceEntry } from '../libs/config';
 import { availableBackends, defaultIntraOpThreads, loadSession, ort, ortMessage } from '../libs/inference';
 

@@ -1,5 +1,5 @@
 /** `streaminfer status --fleet`: the fleet view (GET /api/fleet) as one screen. Pure: text from the answer. */
-import type { FleetView } from '../supervisor/fleet-member';
+import type { FleetView } from '../supervisor/fleet/fleet-member';
 import { visible } from './status-frame';
 
 /** GET /api/fleet as the CLI reads it. */

@@ -9,21 +9,21 @@ import { ConfigError, describeSettings, resolveConfigDetailed } from '../../libs
 import { assertNativeUws } from '../../libs/inference/uws-check';
 import { type NatsAuth, NatsAuthError } from '../../libs/nats-auth';
 import { type LoadedTls, loadTls } from '../node/tls-files';
-import { serverAdminSecrets } from '../supervisor/admin-api';
-import { ClusterError } from '../supervisor/cluster';
-import { loadClusterNats } from '../supervisor/fleet-join';
+import { serverAdminSecrets } from '../supervisor/admin/admin-api';
+import { ClusterError } from '../supervisor/fleet';
+import { loadClusterNats } from '../supervisor/fleet/fleet-join';
 import { SystemdNotifier } from '../supervisor/notify';
 import { Supervisor } from '../supervisor/supervisor';
 import { readTenantFile } from '../supervisor/tenant-shares';
-import { type BenchModelOptions, benchModel, formatBenchModel } from './bench-model';
 import { type AdminFlags, adminTarget, ClientError, callServer } from './client';
-import { registerModelsKeygen } from './models-keygen';
-import { registerModelsPush } from './models-push';
-import { registerRollout } from './rollout';
-import { registerSimulate } from './simulate';
-import { registerStatus } from './status';
+import { type BenchModelOptions, benchModel, formatBenchModel } from './commands/bench-model';
+import { registerModelsKeygen } from './commands/models-keygen';
+import { registerModelsPush } from './commands/models-push';
+import { registerRollout } from './commands/rollout';
+import { registerSimulate } from './commands/simulate';
+import { registerStatus } from './commands/status';
+import { registerStream } from './commands/stream';
 import type { HealthAnswer } from './status-view';
-import { registerStream } from './stream';
 
 const program = new Command();
 program

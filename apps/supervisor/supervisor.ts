@@ -59,17 +59,17 @@ import {
   type ReloadRequest,
   respond,
   serverAdminSecrets,
-} from './admin-api';
-import { type FleetTable, pullCacheDir } from './cluster';
+} from './admin/admin-api';
 import type { ReloadOutcome, ReloadStrategy } from './coordinator';
 import { diffTables, type NodeChannel, ReloadBusyError, ReloadCoordinator } from './coordinator';
-import { joinFleet } from './fleet-join';
-import type { FleetChangeOptions, FleetHost, FleetMember, FleetView } from './fleet-member';
-import type { FleetReloadOutcome } from './fleet-reload';
+import { type FleetTable, pullCacheDir } from './fleet';
+import { joinFleet } from './fleet/fleet-join';
+import type { FleetChangeOptions, FleetHost, FleetMember, FleetView } from './fleet/fleet-member';
+import type { FleetReloadOutcome } from './fleet/fleet-reload';
 import { NodeSet } from './node-set';
 import type { NodeHeartbeat, NotifyHost, SystemdNotifier } from './notify';
-import { type RolloutAction, RolloutController, type RolloutRouting } from './rollout-controller';
-import { FileRolloutStore, FleetRolloutStore } from './rollout-store';
+import { type RolloutAction, RolloutController, type RolloutRouting } from './rollout/rollout-controller';
+import { FileRolloutStore, FleetRolloutStore } from './rollout/rollout-store';
 import { readTenantFile, TenantShares } from './tenant-shares';
 import { readTrustedKeys } from './trusted-keys';
 

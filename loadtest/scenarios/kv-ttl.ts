@@ -16,8 +16,8 @@
  */
 import { Kvm } from '@nats-io/kv';
 import pino from 'pino';
-import { connectNats, type NatsHandle, PartitionLeases } from '../../apps/stream';
-import { ClusterConnection, type HostBeat, HostBoard, SILENCE_POLL_MS } from '../../apps/supervisor/cluster';
+import { connectNats, type NatsHandle, PartitionLeases } from '../../apps/pipeline';
+import { ClusterConnection, type HostBeat, HostBoard, SILENCE_POLL_MS } from '../../apps/supervisor/fleet';
 import { type KvExpiry, type KvExpiryWanted, serverHasKeyTtl } from '../../libs/kv-expiry';
 import { fmt, fmtRatio, markdownTable } from '../report';
 import { errText, median, ratio } from '../scenario-kit';

@@ -12,7 +12,7 @@
  * at the end the victim's output against the reference's, decision id by decision id: duplicates, losses and
  * value mismatches must all be 0.
  */
-import { partitionOfKey } from '../../apps/stream';
+import { partitionOfKey } from '../../apps/pipeline';
 import { fmt, markdownTable } from '../report';
 import { errText } from '../scenario-kit';
 import type { FirstPrediction, FreshnessSummary } from '../stream/analysis';

@@ -1,5 +1,5 @@
 /**
- * stream-ownership: who works a partition — the pipeline's KV leases (apps/stream/leases.ts, on their own
+ * stream-ownership: who works a partition — the pipeline's KV leases (apps/pipeline/leases/leases.ts, on their own
  * thread) against NATS 2.11 pull-consumer priority groups with a pinned client — measured side by side on
  * one broker of the current release (its own nats-server, own store dir, free port). Per side and round,
  * two worker instances (loadtest/stream/ownership-worker.ts) share `partitions` partitions, each with its
@@ -21,8 +21,8 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { AckPolicy, DeliverPolicy } from '@nats-io/jetstream';
-import { connectNats, type NatsHandle } from '../../apps/stream';
-import { nanos } from '../../apps/stream/nanos';
+import { connectNats, type NatsHandle } from '../../apps/pipeline';
+import { nanos } from '../../apps/pipeline/io/nanos';
 import { fmt, markdownTable } from '../report';
 import { errText, median, ratio } from '../scenario-kit';
 import { freePort } from '../server-process';

@@ -7,7 +7,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { DeliverPolicy } from '@nats-io/jetstream';
-import { connectNats, type NatsHandle } from '../../apps/stream';
+import { connectNats, type NatsHandle } from '../../apps/pipeline';
 import type { FirstPrediction } from './analysis';
 
 export { connectNats, type NatsHandle };

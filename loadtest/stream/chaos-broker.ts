@@ -4,7 +4,7 @@
  * the victim is down, and the cleanup of the checkpoint buckets (`OBJ_<bucket>`, `KV_<bucket>_head`).
  */
 import { DeliverPolicy } from '@nats-io/jetstream';
-import type { NatsHandle } from '../../apps/stream';
+import type { NatsHandle } from '../../apps/pipeline';
 import type { OutputRecord } from './chaos-analysis';
 
 const text = new TextDecoder();

@@ -6,9 +6,9 @@
  * event times and id prefix from its own start.)
  */
 
-import { publishBounded } from '../../apps/cli/simulate';
-import { eventSubject, JetStreamSink, type NatsHandle, partitionOfKey } from '../../apps/stream';
-import { liveOptions, paced, type SimOptions, type SimRecord, simulationRecords } from '../simulator';
+import { publishBounded } from '../../apps/cli/commands/simulate';
+import { eventSubject, JetStreamSink, type NatsHandle, partitionOfKey } from '../../apps/pipeline';
+import { liveOptions, paced, type SimOptions, type SimRecord, simulationRecords } from '../../libs/delivery';
 
 export interface ChaosFeedOptions {
   rate: number;

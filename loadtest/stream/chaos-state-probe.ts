@@ -7,8 +7,7 @@
  * (needs memory: --max-old-space-size=6000 for 500,000 events). With --expose-gc each measurement starts from a
  * collected heap, so a major collection of the ingestion's garbage does not land in it by chance.
  */
-import { DeliveryDecider } from '../../libs/stream';
-import { liveOptions, simulationRecords } from '../simulator';
+import { DeliveryDecider, liveOptions, simulationRecords } from '../../libs/delivery';
 
 function main(): void {
   const [rate, max, every] = [1200, 500_000, 100_000].map((d, i) => {

@@ -28,7 +28,7 @@ import {
   LeaseKeeper,
   type NatsHandle,
   partitionFilter,
-} from '../../apps/stream';
+} from '../../apps/pipeline';
 import { loadNatsAuth } from '../../libs/nats-auth';
 import { type OwnershipWorkerConfig, PRIORITY_GROUP } from './ownership-worker-config';
 

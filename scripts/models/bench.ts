@@ -16,9 +16,10 @@
  * Cast → Mul on initializers only, which ONNX Runtime constant-folds once at session
  * creation: at run time the network is plain float32 MatMuls.
  */
+
+import { Rng } from '../../libs/rng';
 import type { ModelConfig } from './config';
 import { encodeModel, floatInitializer, int8Initializer, model, node } from './onnx-builder';
-import { Rng } from './rng';
 import { type BuiltModel, valueInfo } from './types';
 
 export const BENCH_SEED = 0x5eed_b3c4;

@@ -1,14 +1,20 @@
 /**
  * `delay-risk` v1: P(late) of a food delivery from its windowed features
- * (libs/stream/delivery FEATURE_NAMES), trained here in TypeScript on simulator runs
- * (loadtest/simulator). Deterministic: seeded simulator, seeded trainer, stable graph.
+ * (libs/delivery FEATURE_NAMES), trained here in TypeScript on simulator runs
+ * (libs/delivery/simulator). Deterministic: seeded simulator, seeded trainer, stable graph.
  *
  * Graph: Sub(features, mean) → Mul(1/std) → MatMul → Add → Relu → MatMul → Add → Softmax →
  * Slice(class 1) = `risk` [batch, 1]. Feature scaling lives in the graph, so the pipeline
  * feeds the raw feature vector.
  */
-import { computeFeatures, FEATURE_NAMES, featureVector, N_FEATURES, slideTimes } from '../../libs/stream';
-import { simulate } from '../../loadtest/simulator';
+import {
+  computeFeatures,
+  FEATURE_NAMES,
+  featureVector,
+  N_FEATURES,
+  simulate,
+  slideTimes,
+} from '../../libs/delivery';
 import type { ModelConfig } from './config';
 import { markdownTable } from './digits';
 import { encodeModel, floatInitializer, int64Initializer, model, node } from './onnx-builder';
@@ -341,7 +347,7 @@ function readmeBody(m: DelayRiskMetrics): string {
     'windowed features per delivery and flags deliveries likely to be late (alert when P(late) > 0.80).',
     '',
     'Input `features`: float32 [5], RAW values in this order (`FEATURE_NAMES` in',
-    'libs/stream/delivery/features.ts, computed by `computeFeatures`). Scaling happens inside the graph.',
+    'libs/delivery/features.ts, computed by `computeFeatures`). Scaling happens inside the graph.',
     '',
     ...markdownTable(
       ['#', 'feature', 'definition'],
@@ -399,7 +405,7 @@ function readmeBody(m: DelayRiskMetrics): string {
     '',
     '## Data',
     '',
-    `One run of the delivery simulator (loadtest/simulator, seed ${DELAY_RISK_SIM.seed}): ${DELAY_RISK_SIM.deliveries} delivery slots`,
+    `One run of the delivery simulator (libs/delivery/simulator, seed ${DELAY_RISK_SIM.seed}): ${DELAY_RISK_SIM.deliveries} delivery slots`,
     `run deliveries back to back for ${DELAY_RISK_SIM.durationMs / 3_600_000} h of event time, GPS every ${DELAY_RISK_SIM.gpsIntervalMs / 1000} s.`,
     'A delivery is driven along a bent route of 1.5–7 km (straight line) at the driver’s own',
     'urban speed (N(24, 6) km/h clipped to [10, 40], ±10 % per minute), with random stops of 30–180 s',

@@ -12,7 +12,7 @@ import { readFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import * as ort from 'onnxruntime-node';
-import { Rng } from './rng';
+import { Rng } from '../../libs/rng';
 
 export interface BenchPoint {
   batch: number;

@@ -21,12 +21,12 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { onnx } from 'onnx-proto';
+import { Rng } from '../../libs/rng';
 import { DIGITS_VERSIONS, INPUT_SCALE, mlpToOnnx } from './digits';
 import { type Digits, digitsDataPath, loadDigits, N_CLASSES, N_PIXELS, split } from './digits-data';
 import { predictDigits } from './evaluate';
 import { measure } from './measure-bench';
 import { encodeModel, floatInitializer, node } from './onnx-builder';
-import { Rng } from './rng';
 import { trainMlp } from './train-mlp';
 
 export const ROLLOUT_VERSIONS = { errs: '3', slow: '4', good: '5' } as const;

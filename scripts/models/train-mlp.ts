@@ -4,7 +4,7 @@
  * softmax cross-entropy in plain TypeScript (Float64Array math). Fully deterministic for
  * a given seed: initialisation and minibatch order both come from the seeded PRNG.
  */
-import { Rng } from './rng';
+import { Rng } from '../../libs/rng';
 
 export interface DenseLayer {
   nIn: number;

@@ -7,8 +7,8 @@
  * the skew) is taken, and the watermark it brings is ahead of the wall clock by less than the skew.
  */
 import type { ChildProcess } from 'node:child_process';
-import { connectNats, type NatsHandle } from '../../apps/stream';
-import type { Prediction } from '../../libs/stream';
+import { connectNats, type NatsHandle } from '../../apps/pipeline';
+import type { Prediction } from '../../libs/delivery';
 import {
   deleteStreams,
   eventSubjectFor,

@@ -6,8 +6,8 @@
  */
 import type { ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { connectNats, type NatsHandle } from '../../apps/stream';
-import type { Prediction } from '../../libs/stream';
+import { connectNats, type NatsHandle } from '../../apps/pipeline';
+import type { Prediction } from '../../libs/delivery';
 import { modelsSubset } from '../integration/harness';
 import {
   deleteStreams,

@@ -7,8 +7,8 @@
 import type { ChildProcess } from 'node:child_process';
 import { cpSync } from 'node:fs';
 import path from 'node:path';
-import { connectNats, type NatsHandle } from '../../apps/stream';
-import type { Prediction } from '../../libs/stream';
+import { connectNats, type NatsHandle } from '../../apps/pipeline';
+import type { Prediction } from '../../libs/delivery';
 import { MODELS_DIR, modelsSubset, runCliToExit } from '../integration/harness';
 import {
   deleteStreams,

@@ -17,8 +17,8 @@
 import type { ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { Kvm } from '@nats-io/kv';
-import { connectNats, type NatsHandle } from '../../apps/stream';
-import type { Prediction } from '../../libs/stream';
+import { connectNats, type NatsHandle } from '../../apps/pipeline';
+import type { Prediction } from '../../libs/delivery';
 import { modelsSubset, runCliToExit } from '../integration/harness';
 import {
   deleteStreams,

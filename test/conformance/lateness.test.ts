@@ -7,8 +7,8 @@
  * (one in a burst, one with pauses): the same late set, and the same decisions with the same risks.
  */
 import type { ChildProcess } from 'node:child_process';
-import { connectNats, type NatsHandle, partitionOfKey } from '../../apps/stream';
-import type { Prediction } from '../../libs/stream';
+import { connectNats, type NatsHandle, partitionOfKey } from '../../apps/pipeline';
+import type { Prediction } from '../../libs/delivery';
 import {
   deleteStreams,
   eventSubjectFor,

@@ -5,7 +5,7 @@
  * and output, the admin API.
  */
 import type { ChildProcess } from 'node:child_process';
-import { connectNats, type NatsHandle } from '../../apps/stream';
+import { connectNats, type NatsHandle } from '../../apps/pipeline';
 import { modelsSubset } from '../integration/harness';
 import {
   deleteStreams,

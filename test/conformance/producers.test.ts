@@ -11,7 +11,7 @@
  *   the pipeline reads them, and so does the broker.
  */
 import { execFileSync } from 'node:child_process';
-import { connectNats, type NatsHandle } from '../../apps/stream';
+import { connectNats, type NatsHandle } from '../../apps/pipeline';
 import { modelsSubset } from '../integration/harness';
 import {
   deleteStreams,
@@ -207,7 +207,7 @@ describe('producer conformance', () => {
       ...(await publishAll(`${p}.p1.cp-p1`, delivery('cp-p1'))),
       ...(await publishAll(`${p}.01.cp-zero`, delivery('cp-zero'))),
       ...(await publishAll(`${p}.1.cp-extra.more`, delivery('cp-extra'))),
-      // The form libs/stream/delivery/README.md named.
+      // The form libs/delivery/README.md named.
       ...(await publishAll(`${p}.cp-easy`, delivery('cp-easy'))),
     ];
     // A producer configured for 8 partitions against a pipeline of 4.

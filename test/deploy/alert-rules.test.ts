@@ -27,7 +27,7 @@ function read(file: string): string {
 
 test('every pipeline alert names metrics the pipeline exports', () => {
   const rules = read('streaminfer-alerts.yml');
-  const metrics = readFileSync(path.resolve(__dirname, '../../apps/stream/metrics.js'), 'utf8');
+  const metrics = readFileSync(path.resolve(__dirname, '../../apps/pipeline/metrics.js'), 'utf8');
   const used = new Set(rules.match(/streaminfer_stream_[a-z_]+/g) ?? []);
   expect(used.size).toBeGreaterThan(5);
   for (const name of used) {

@@ -7,10 +7,10 @@
  */
 import { Kvm } from '@nats-io/kv';
 import pino from 'pino';
-import { connectNats, provisionStreams, StreamIoError, streamLayout } from '../../apps/stream';
-import { CheckpointStore } from '../../apps/stream/checkpoints';
-import { PartitionLeases } from '../../apps/stream/leases';
-import { ClusterError, connectCluster, ModelArtifacts, RegistryStore } from '../../apps/supervisor/cluster';
+import { connectNats, provisionStreams, StreamIoError, streamLayout } from '../../apps/pipeline';
+import { CheckpointStore } from '../../apps/pipeline/io/checkpoints';
+import { PartitionLeases } from '../../apps/pipeline/leases/leases';
+import { ClusterError, connectCluster, ModelArtifacts, RegistryStore } from '../../apps/supervisor/fleet';
 import { TEST_NATS_URL } from './broker-kit';
 import { type NatsCluster, startNatsCluster } from './nats-cluster-kit';
 

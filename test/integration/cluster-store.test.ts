@@ -1,5 +1,5 @@
 /**
- * The fleet's NATS I/O (apps/supervisor/cluster) against a real nats-server: the shared NATS at
+ * The fleet's NATS I/O (apps/supervisor/fleet) against a real nats-server: the shared NATS at
  * (broker-kit's TEST_NATS_URL) for the stores, and one of our own, stopped and restarted,
  * for the watch resume and the fail-fast while NATS is down.
  */
@@ -25,7 +25,7 @@ import {
   ModelArtifacts,
   RegistryStore,
   serveHostSteps,
-} from '../../apps/supervisor/cluster';
+} from '../../apps/supervisor/fleet';
 import { keyIdOf } from '../../libs/signing';
 import { TEST_NATS_URL, testNatsServer } from './broker-kit';
 

@@ -16,9 +16,9 @@
  * of this test).
  */
 import type { ChildProcess } from 'node:child_process';
-import { connectNats, eventSubject, type NatsHandle, partitionOfKey } from '../../apps/stream';
-import type { Prediction } from '../../libs/stream';
-import { type SimRecord, simulate } from '../../loadtest/simulator';
+import { connectNats, eventSubject, type NatsHandle, partitionOfKey } from '../../apps/pipeline';
+import type { Prediction } from '../../libs/delivery';
+import { type SimRecord, simulate } from '../../libs/delivery';
 import { type NatsCluster, startNatsCluster } from './nats-cluster-kit';
 import {
   deleteStreams,

@@ -1,5 +1,5 @@
 import * as ort from 'onnxruntime-node';
-import { Rng } from '../../scripts/models/rng';
+import { Rng } from '../../libs/rng';
 import { digits, modelFile } from '../models/data';
 import type { ServerHandle } from './harness';
 import { startServer, WsClient } from './harness';

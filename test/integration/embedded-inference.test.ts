@@ -3,8 +3,8 @@
  * model through the pipeline's embedded backend, the server's Open Inference Protocol endpoint and its WebSocket
  * protocol, equal to float32 tolerance.
  */
-import { createEmbeddedBackend } from '../../apps/stream/embedded';
-import type { InferenceBackend } from '../../apps/stream/inference';
+import { createEmbeddedBackend } from '../../apps/pipeline/inference/embedded';
+import type { InferenceBackend } from '../../apps/pipeline/inference/inference';
 import type { ServerHandle } from './harness';
 import { MODELS_DIR, postJson, startServer, WsClient } from './harness';
 

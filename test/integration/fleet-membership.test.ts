@@ -10,7 +10,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { Kvm } from '@nats-io/kv';
-import { connectCluster, type HostBeat, HostBoard } from '../../apps/supervisor/cluster';
+import { connectCluster, type HostBeat, HostBoard } from '../../apps/supervisor/fleet';
 import { TEST_NATS_URL } from './broker-kit';
 import { admin, FLEET_TOKEN, type FleetHost, health, startFleetHost, stopHost, waitFor } from './fleet-kit';
 import { runCliToExit } from './harness';

@@ -11,7 +11,7 @@ import {
   connectCluster,
   type FleetRecord,
   RegistryStore,
-} from '../../apps/supervisor/cluster';
+} from '../../apps/supervisor/fleet';
 import { TEST_NATS_URL } from './broker-kit';
 import {
   admin,

@@ -1,5 +1,5 @@
 /** Seeded randomness and hostile values shared by the fuzz suites (deterministic: same seed, same frames). */
-import { Rng } from '../../scripts/models/rng';
+import { Rng } from '../../libs/rng';
 
 /** The project's seeded generator (mulberry32) with what the fuzzers draw: an index, an item, raw bytes. */
 export class Random extends Rng {

@@ -1,5 +1,5 @@
 /** What the partition-lease tests share: handler timelines, bucket names, a tight poll. */
-import type { ReleaseReason } from '../../apps/stream';
+import type { ReleaseReason } from '../../apps/pipeline';
 
 export interface LeaseEvent {
   at: number;

@@ -17,7 +17,7 @@ import {
   inputStreamSpec,
   provisionStreams,
   streamLayout,
-} from '../../apps/stream';
+} from '../../apps/pipeline';
 import { loadNatsAuth } from '../../libs/nats-auth';
 import {
   admin,

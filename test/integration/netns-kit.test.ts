@@ -7,7 +7,7 @@
 import { type ChildProcess, execFileSync, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { Kvm } from '@nats-io/kv';
-import { connectNats } from '../../apps/stream';
+import { connectNats } from '../../apps/pipeline';
 import { cleanStale, createFleetNet, type FleetNet, netnsAvailable } from './netns-kit';
 
 const PREFIX = 'sit';

@@ -19,7 +19,7 @@ import {
   fileSha256,
   ModelArtifacts,
   pullCacheDir,
-} from '../../apps/supervisor/cluster';
+} from '../../apps/supervisor/fleet';
 import { TEST_NATS_URL } from './broker-kit';
 import { pixels } from './fleet-kit';
 import { MODELS_DIR, modelsSubset, postJson, runCliToExit, type ServerHandle, startServer } from './harness';

@@ -5,7 +5,7 @@
  * step and carries it to the promotion.
  */
 import { randomBytes } from 'node:crypto';
-import { connectCluster } from '../../apps/supervisor/cluster';
+import { connectCluster } from '../../apps/supervisor/fleet';
 import { TEST_NATS_URL } from './broker-kit';
 import type { ServerHandle } from './harness';
 import { postJson, sleep, startServer } from './harness';

@@ -10,7 +10,7 @@ import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeF
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { Objm } from '@nats-io/obj';
-import { type ClusterConnection, connectCluster } from '../../apps/supervisor/cluster';
+import { type ClusterConnection, connectCluster } from '../../apps/supervisor/fleet';
 import {
   admin,
   FLEET_TOKEN,

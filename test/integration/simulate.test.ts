@@ -4,9 +4,9 @@
  * and subject root of its own, deleted after.
  */
 import { type ConsumerMessages, DeliverPolicy } from '@nats-io/jetstream';
-import type { SimulateSummary as Summary } from '../../apps/cli/simulate';
-import { connectNats, eventSubject, type NatsHandle } from '../../apps/stream';
-import { parseEvent } from '../../libs/stream';
+import type { SimulateSummary as Summary } from '../../apps/cli/commands/simulate';
+import { connectNats, eventSubject, type NatsHandle } from '../../apps/pipeline';
+import { parseEvent } from '../../libs/delivery';
 import { TEST_NATS_URL } from './broker-kit';
 import { runCli, runCliToExit } from './harness';
 

@@ -17,7 +17,7 @@ import {
   type SourceMessage,
   type StreamLayout,
   streamLayout,
-} from '../../apps/stream';
+} from '../../apps/pipeline';
 import { TEST_NATS_URL } from './broker-kit';
 
 const text = new TextDecoder();

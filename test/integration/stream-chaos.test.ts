@@ -10,11 +10,11 @@
  * keyed state equals the reference's.
  */
 import type { ChildProcess } from 'node:child_process';
-import { connectNats, eventSubject, type NatsHandle } from '../../apps/stream';
-import { CheckpointStore } from '../../apps/stream/checkpoints';
-import type { Prediction } from '../../libs/stream';
-import { checkSnapshot } from '../../libs/stream/snapshot';
-import { simulate } from '../../loadtest/simulator';
+import { connectNats, eventSubject, type NatsHandle } from '../../apps/pipeline';
+import { CheckpointStore } from '../../apps/pipeline/io/checkpoints';
+import type { Prediction } from '../../libs/delivery';
+import { simulate } from '../../libs/delivery';
+import { checkSnapshot } from '../../libs/event-time/snapshot';
 import {
   deleteStreams,
   NATS_URL,

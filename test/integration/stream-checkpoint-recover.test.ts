@@ -6,8 +6,8 @@
  */
 import { Kvm } from '@nats-io/kv';
 import { Objm } from '@nats-io/obj';
-import { type Checkpoint, CheckpointStore } from '../../apps/stream/checkpoints';
-import { connectNats, type NatsHandle } from '../../apps/stream/connection';
+import { connectNats, type NatsHandle } from '../../apps/pipeline/connection';
+import { type Checkpoint, CheckpointStore } from '../../apps/pipeline/io/checkpoints';
 import { NATS_URL } from './stream-kit';
 
 const bucket = `ckrec${process.pid}t${Date.now().toString(36)}`;

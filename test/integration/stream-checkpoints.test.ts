@@ -2,8 +2,9 @@
  * The checkpoint store against the real broker (the shared test broker, broker-kit):
  * two owners of one partition (a stalled one and its successor) numbering the same checkpoint id, and pruning.
  */
-import { CheckpointStore } from '../../apps/stream/checkpoints';
-import { connectNats, type NatsHandle } from '../../apps/stream/connection';
+
+import { connectNats, type NatsHandle } from '../../apps/pipeline/connection';
+import { CheckpointStore } from '../../apps/pipeline/io/checkpoints';
 import { NATS_URL } from './stream-kit';
 
 const bucket = `ckpt${process.pid}t${Date.now().toString(36)}`;

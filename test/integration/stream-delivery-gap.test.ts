@@ -10,9 +10,8 @@
  */
 import type { ChildProcess } from 'node:child_process';
 import net from 'node:net';
-import { connectNats, type NatsHandle } from '../../apps/stream';
-import { DeliveryDecider, type Prediction } from '../../libs/stream';
-import { simulate } from '../../loadtest/simulator';
+import { connectNats, type NatsHandle } from '../../apps/pipeline';
+import { DeliveryDecider, type Prediction, simulate } from '../../libs/delivery';
 import {
   deleteStreams,
   eventSubjectFor,

@@ -4,9 +4,9 @@
  * a TCP proxy that cuts the connections mid-flight.
  */
 import * as net from 'node:net';
-import type { ExternalBackend, ExternalBackendOptions } from '../../apps/stream/external';
-import { createExternalBackend } from '../../apps/stream/external';
-import { ExternalInferenceError } from '../../apps/stream/external-errors';
+import type { ExternalBackend, ExternalBackendOptions } from '../../apps/pipeline/inference/external';
+import { createExternalBackend } from '../../apps/pipeline/inference/external';
+import { ExternalInferenceError } from '../../apps/pipeline/inference/external-errors';
 import type { ServerHandle } from './harness';
 import { postJson, sleep, startServer } from './harness';
 

@@ -9,8 +9,8 @@
  */
 import type { ChildProcess } from 'node:child_process';
 import { type KV, Kvm } from '@nats-io/kv';
-import { connectNats, type NatsHandle, partitionOfKey, preferenceOrder } from '../../apps/stream';
-import type { Prediction } from '../../libs/stream';
+import { connectNats, type NatsHandle, partitionOfKey, preferenceOrder } from '../../apps/pipeline';
+import type { Prediction } from '../../libs/delivery';
 import { type FakeInference, startFakeInference } from './fake-inference';
 import {
   deleteStreams,

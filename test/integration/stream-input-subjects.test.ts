@@ -11,7 +11,7 @@ import {
   provisionStreams,
   StreamIoError,
   streamLayout,
-} from '../../apps/stream';
+} from '../../apps/pipeline';
 import { NATS_URL, uniqueNames } from './stream-kit';
 
 let nats: NatsHandle;

@@ -20,7 +20,7 @@ import {
   StreamIoError,
   type StreamLayout,
   streamLayout,
-} from '../../apps/stream';
+} from '../../apps/pipeline';
 import { TEST_NATS_URL } from './broker-kit';
 
 const NATS_URL = TEST_NATS_URL;

@@ -7,7 +7,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { type ConsumerMessages, DeliverPolicy } from '@nats-io/jetstream';
-import { eventSubject, type NatsHandle } from '../../apps/stream';
+import { eventSubject, type NatsHandle } from '../../apps/pipeline';
 import { TEST_NATS_URL } from './broker-kit';
 import { runCli } from './harness';
 

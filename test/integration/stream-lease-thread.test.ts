@@ -13,7 +13,7 @@ import {
   type NatsHandle,
   PartitionLeases,
   StreamIoError,
-} from '../../apps/stream';
+} from '../../apps/pipeline';
 import { loadNatsAuth } from '../../libs/nats-auth';
 
 import { bucketNames, pollUntil, Timeline } from './lease-kit';

@@ -11,7 +11,7 @@ import {
   type NatsHandle,
   PartitionLeases,
   StreamIoError,
-} from '../../apps/stream';
+} from '../../apps/pipeline';
 
 import { bucketNames, pollUntil, Timeline } from './lease-kit';
 import { NATS_URL } from './stream-kit';

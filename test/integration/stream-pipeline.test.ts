@@ -16,10 +16,15 @@ import {
   type NatsHandle,
   PipelineMetrics,
   resolvePipelineConfig,
-} from '../../apps/stream';
-import { CheckpointStore } from '../../apps/stream/checkpoints';
-import { computeFeatures, DeliveryDecider, type DeliveryEvent, type Prediction } from '../../libs/stream';
-import { simulate } from '../../loadtest/simulator';
+} from '../../apps/pipeline';
+import { CheckpointStore } from '../../apps/pipeline/io/checkpoints';
+import {
+  computeFeatures,
+  DeliveryDecider,
+  type DeliveryEvent,
+  type Prediction,
+  simulate,
+} from '../../libs/delivery';
 import {
   deleteStreams,
   eventSubjectFor,

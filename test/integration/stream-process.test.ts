@@ -8,9 +8,9 @@ import type { ChildProcess } from 'node:child_process';
 import { execFileSync } from 'node:child_process';
 import { cpSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { connectNats, type NatsHandle } from '../../apps/stream';
+import { connectNats, type NatsHandle } from '../../apps/pipeline';
+import type { Prediction } from '../../libs/delivery';
 import { lintExposition } from '../../libs/metrics';
-import type { Prediction } from '../../libs/stream';
 import { ODD_VALUE_TEXTS, ODD_VALUES, Random } from './fuzz-kit';
 import { MODELS_DIR, modelsSubset, runCliToExit, type ServerHandle, startServer } from './harness';
 import {

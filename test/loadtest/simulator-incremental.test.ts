@@ -18,7 +18,7 @@ import {
   simulate,
   simulateDelivery,
   simulationRecords,
-} from '../../loadtest/simulator';
+} from '../../libs/delivery';
 
 const MESSY: Partial<SimOptions> = {
   seed: 7,

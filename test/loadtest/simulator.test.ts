@@ -1,16 +1,17 @@
-import { haversineKm, parseEvent } from '../../libs/stream';
 import {
   type DeliveryTruth,
   gpsIntervalForRate,
+  haversineKm,
   incidents,
   liveOptions,
   paced,
+  parseEvent,
   type SimOptions,
   type SimRecord,
   simOptions,
   simulate,
   simulateDelivery,
-} from '../../loadtest/simulator';
+} from '../../libs/delivery';
 
 const BASE: Partial<SimOptions> = { seed: 11, deliveries: 30, durationMs: 30 * 60_000 };
 const MESSY: Partial<SimOptions> = {

@@ -1,0 +1,105 @@
+/** The stream pipeline: JetStream I/O (connection, layout, source, sink, side outputs, runner), config, metrics, the delivery pipeline. */
+
+export {
+  DEFAULT_PIPELINE_CONFIG,
+  type PipelineConfig,
+  PipelineConfigError,
+  resolvePipelineConfig,
+} from './config';
+export {
+  connectNats,
+  DEFAULT_NATS_URL,
+  type NatsConnection,
+  type NatsHandle,
+  type NatsOptions,
+} from './connection';
+export { StreamIoError, type StreamIoErrorCode } from './errors';
+export {
+  createEmbeddedBackend,
+  type EmbeddedBackend,
+  type EmbeddedBackendOptions,
+} from './inference/embedded';
+export {
+  createExternalBackend,
+  type ExternalBackend,
+  type ExternalBackendOptions,
+} from './inference/external';
+export { ExternalInferenceError, type ExternalInferenceErrorCode } from './inference/external-errors';
+export type { InferenceBackend, InferenceMode, ModelPin } from './inference/inference';
+export {
+  brokerPlacesEvents,
+  checkInputStream,
+  inputStreamSpec,
+  partitionsOfSubjects,
+  placementTransform,
+  subjectsOverlap,
+} from './io/input-stream';
+export {
+  DEFAULT_DUPLICATE_WINDOW_MS,
+  eventSubject,
+  fnv1a32,
+  keySubject,
+  type LayoutOptions,
+  layoutStreams,
+  partitionFilter,
+  partitionOfKey,
+  type StreamLayout,
+  type StreamSpec,
+  type SubjectLayout,
+  streamLayout,
+} from './io/layout';
+export { type ProvisionResult, provisionStreams } from './io/provision';
+export {
+  type DeadLetter,
+  deadLetterEffect,
+  type LateRecord,
+  lateEffect,
+  publishDeadLetter,
+} from './io/side-outputs';
+export {
+  type Effect,
+  JetStreamSink,
+  type Published,
+  publishThenAck,
+  type SinkOptions,
+  type SinkStats,
+} from './io/sink';
+export {
+  hashPartitioner,
+  JetStreamSource,
+  type PartitionFn,
+  SINGLE_PARTITION,
+  type SourceLag,
+  type SourceMessage,
+  type SourceOptions,
+} from './io/source';
+export { DEFAULT_MAX_STALL_MS, LeaseKeeper, type LeaseKeeperOptions } from './leases/lease-keeper';
+export {
+  balancedTarget,
+  checkLeaseOptions,
+  type HeartbeatValue,
+  type LeaseChange,
+  type LeaseHandlers,
+  type LeaseOptions,
+  type LeaseValue,
+  PartitionLeases,
+  preferenceOrder,
+  type ReleaseReason,
+  serverFacts,
+} from './leases/leases';
+export { PipelineMetrics } from './metrics';
+export { type PartitionStatus, PartitionWorker, type PipelineCounts } from './partition';
+export {
+  DeliveryPipeline,
+  type EpochRecord,
+  type PipelineStatus,
+  type ReloadOutcome,
+  RetryableError,
+} from './pipeline';
+export {
+  type Processor,
+  type RunnerOptions,
+  type RunnerStats,
+  type RunningPipeline,
+  runPipeline,
+} from './runner';

@@ -1,0 +1,33 @@
+export {
+  createEventTimeEngine,
+  END_OF_INPUT,
+  type EngineSnapshotHead,
+  type EventTimeEngine,
+} from './engine';
+export { StreamEventError, StreamOptionError, StreamSnapshotError } from './errors';
+export { MinHeap } from './heap';
+export { MAX_WINDOWS_PER_EVENT, validateEngineOptions } from './options';
+export {
+  type EngineSnapshot,
+  type EventColumns,
+  type KeySnapshot,
+  SNAPSHOT_VERSION,
+  type WindowStateSnapshot,
+} from './snapshot';
+export type {
+  AcceptedEffect,
+  DuplicateEffect,
+  EngineCounters,
+  EngineStats,
+  EventTimeEngineOptions,
+  ExpiredEffect,
+  LateEffect,
+  LatestSpec,
+  ResultEffect,
+  StreamEffect,
+  StreamEvent,
+  WindowRef,
+  WindowSpec,
+} from './types';
+export type { PartitionState } from './watermark';
+export { windowStartsFor } from './windows';

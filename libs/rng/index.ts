@@ -1,0 +1,1 @@
+export { Rng } from './rng';
