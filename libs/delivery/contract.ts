@@ -30,14 +30,6 @@ export interface DelayAlert extends Prediction {
   threshold: number;
 }
 
-export interface DeadLetter {
-  /** Why the event was rejected (`<field>: <problem>`). */
-  reason: string;
-  /** The raw payload as received (UTF-8 text; `payload_base64` instead when it is not valid UTF-8). */
-  payload?: string;
-  payload_base64?: string;
-}
-
 /**
  * The sink's dedupe key (broker Msg-Id): one decision per delivery, source event, model
  * version and rule version. A revision is a new decision, so it is part of the id.
@@ -51,16 +43,4 @@ export function decisionId(p: {
   ruleVersion?: number;
 }): string {
   return `${p.delivery_id}:${p.event_id}:${p.model}@${p.version}:r${p.ruleVersion ?? ALERT_RULE_VERSION}:${p.revision}`;
-}
-
-/** A dead letter for a raw payload. */
-export function deadLetter(payload: Uint8Array | string, reason: string): DeadLetter {
-  if (typeof payload === 'string') return { reason, payload };
-  try {
-    return { reason, payload: new TextDecoder('utf-8', { fatal: true }).decode(payload) };
-  } catch {
-    let bin = '';
-    for (const b of payload) bin += String.fromCharCode(b);
-    return { reason, payload_base64: btoa(bin) };
-  }
 }

@@ -1,4 +1,4 @@
-import { deadLetter, decisionId } from './contract';
+import { decisionId } from './contract';
 import { MAX_EVENT_BYTES, parseEvent, parseIsoTime, toWire, validateEvent } from './schema';
 
 const GPS = {
@@ -202,15 +202,6 @@ describe('parseEvent (raw payloads)', () => {
 });
 
 describe('contract shapes', () => {
-  it('dead letter keeps the raw payload as text, or base64 when it is not UTF-8', () => {
-    expect(deadLetter('{"x":', 'payload: not JSON')).toEqual({
-      reason: 'payload: not JSON',
-      payload: '{"x":',
-    });
-    expect(deadLetter(new TextEncoder().encode('é'), 'r')).toEqual({ reason: 'r', payload: 'é' });
-    expect(deadLetter(Uint8Array.from([0xff, 0x00]), 'r')).toEqual({ reason: 'r', payload_base64: '/wA=' });
-  });
-
   it('decision id: one per delivery, event, model version, rule version and revision', () => {
     const p = {
       delivery_id: 'order-482',
