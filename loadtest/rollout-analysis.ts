@@ -1,5 +1,5 @@
 /**
- * Pure analysis for the `rollout` scenario (automatic canary analysis, issue 17): the admin API's
+ * Pure analysis for the `rollout` scenario (automatic canary analysis): the admin API's
  * rollout view parsed and checked, the request body of a rollout, and the figures of one run from
  * the sampled views and the clients' answers — time to rollback or promotion, time from the first
  * failing evaluation to the candidate serving nothing, requests the candidate answered (exposed)

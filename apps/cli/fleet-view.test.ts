@@ -83,7 +83,7 @@ describe('renderFleet', () => {
   });
 });
 
-describe('renderFleet: heartbeat fields are printed with control characters visible (issue 24)', () => {
+describe('renderFleet: heartbeat fields are printed with control characters visible', () => {
   const ESC = '\x1b';
   const hostile: FleetAnswer = {
     ...answer,

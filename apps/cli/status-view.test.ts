@@ -253,7 +253,7 @@ describe('formatting and frames', () => {
   });
 });
 
-test('renderFrame prints control characters from the server visibly (issue 24)', () => {
+test('renderFrame prints control characters from the server visibly', () => {
   const hostile = {
     ...inputs,
     health: {

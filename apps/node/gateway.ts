@@ -707,7 +707,7 @@ export class Gateway implements RoomsTransport {
 
   /**
    * The tenant of an HTTP request, from its `Authorization: Bearer` key (hashed per request: about a
-   * microsecond, see the README); undefined when refused — answered 401 from the headers, the body unread
+   * microsecond, see docs/serving/tenants.md); undefined when refused — answered 401 from the headers, the body unread
    * and the connection closed.
    */
   private httpTenant(res: uWS.HttpResponse, req: uWS.HttpRequest, v2: boolean): TenantState | undefined {

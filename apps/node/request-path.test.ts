@@ -266,7 +266,7 @@ describe('admission', () => {
     const refusal = rejected(w.admission.admitJson(w.request(2), 0, w.replies.wsJson, ws, client));
     expect(refusal.error.code).toBe('rate_limited');
     expect(refusal.error.retryAfterMs).toBeGreaterThan(0);
-    // Charged before decoding (issue 24): never routed, so it counts against no model; a frame's id is sniffed.
+    // Charged before decoding, so a flood of bad frames buys nothing: never routed, so it counts against no model; a frame's id is sniffed.
     expect(refusal).toMatchObject({ id: null, slot: 0 });
     const frameRefusal = rejected(
       w.admission.admitFrame(frame(w.request(3)), false, 0, w.replies.wsJson, ws, client),

@@ -1,5 +1,5 @@
 /**
- * The trusted-keys file (`--trusted-keys`, issue 25): the Ed25519 public keys a fleet host accepts signatures of
+ * The trusted-keys file (`--trusted-keys`): the Ed25519 public keys a fleet host accepts signatures of
  * on model artifacts it pulls from NATS. Read at start (a bad file stops the start, naming it) and again on
  * every configuration reload (SIGHUP, `reload --config`): key rotation.
  */

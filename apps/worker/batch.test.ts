@@ -1,5 +1,5 @@
 /**
- * The worker's defence in depth (issue 24): a request record that does not match the lane (a short int64
+ * The worker's defence in depth: a request record that does not match the lane (a short int64
  * tensor, a string prefix that leaves its section) is taken but never copied, set aside to be answered
  * `internal` alone, and the rest of the batch is copied exactly.
  */

@@ -212,8 +212,8 @@ class LaneHost {
           version: lane.version,
           error: error.stack ?? error.message,
         });
-        // A lane whose loop ended would keep its version loaded and answer none of its requests (issue 24: one
-        // version went silent for good). The thread dies instead, and the node replaces it: lanes reloaded,
+        // A lane whose loop ended would keep its version loaded and answer none of its requests (its
+        // version would go silent for good). The thread dies instead, and the node replaces it: lanes reloaded,
         // the requests it held answered.
         setImmediate(() => {
           throw new Error(`lane loop of ${lane.model} v${lane.version} failed: ${error.message}`);
@@ -713,7 +713,7 @@ class LaneHost {
    * One error answer, waiting for room when the ring has none. The lanes of this thread share one response
    * ring object, and between any two awaits of one lane's loop another lane's runs: a reservation must be
    * reserved, written and committed in one synchronous step, or the other lane's reserve() finds it open,
-   * throws, and its lane loop ends (its version then went unanswered for good: issue 24).
+   * throws, and its lane loop ends (its version then went unanswered for good).
    */
   private async writeError(
     lane: Lane,

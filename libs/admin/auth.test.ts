@@ -57,7 +57,7 @@ test('with a token, a proxied request that sends it is served; one that does not
   expect(authorizeAdmin('t0k', '', proxy).ok).toBe(false);
 });
 
-describe('checkAdminRequest: CSRF and DNS rebinding (issue 24, defect 7)', () => {
+describe('checkAdminRequest: CSRF and DNS rebinding', () => {
   const loopback = { token: undefined, allowedOrigins: [] as string[] };
   const withToken = { token: 't0k-t0k-t0k', allowedOrigins: [] as string[] };
   const post = {

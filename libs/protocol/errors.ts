@@ -21,7 +21,7 @@ export const ERROR_CODES = [
   'client_queue_full',
   'reload_in_progress',
   'reload_failed',
-  // Fleet (issue 15): a registry write lost its compare-and-set, or NATS cannot be reached for it; a host in
+  // Fleet: a registry write lost its compare-and-set, or NATS cannot be reached for it; a host in
   // doubt about a fleet reload's outcome refuses traffic until it has caught up.
   'conflict',
   'cluster_unavailable',
@@ -37,11 +37,11 @@ export const ERROR_CODES = [
   // any other write error (read-only, I/O error).
   'storage_full',
   'persist_failed',
-  // Fleet (issue 26): the fleet's registry record cannot be read (garbage, a shape this build does not read);
+  // Fleet: the fleet's registry record cannot be read (garbage, a shape this build does not read);
   // not the caller's fault. A repository reload (POST /api/reload {}) rewrites it by CAS.
   'invalid_record',
   // The model (or the version asked for) is in this host's repository but did not load (a corrupt file): not
-  // `unknown_model`, which would hide it. Issue 26.
+  // `unknown_model`, which would hide it.
   'model_unavailable',
 ] as const;
 

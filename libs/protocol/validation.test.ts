@@ -1,5 +1,5 @@
 /**
- * The validation boundary (issue 24): every decoder checks a request against the model's signature before
+ * The validation boundary: every decoder checks a request against the model's signature before
  * anything is copied or nested, and the worker-side record check refuses what slipped past anyway.
  */
 import {

@@ -383,7 +383,7 @@ describe('reload plans', () => {
   });
 });
 
-describe('withoutFailed (issue 26: load what loads)', () => {
+describe('withoutFailed (load what loads)', () => {
   const table = {
     defaultModel: 'digits',
     models: [

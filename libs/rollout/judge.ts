@@ -1,5 +1,5 @@
 /**
- * What a rollout check may count (issue 24): only answers to requests the router assigned to a version (route
+ * What a rollout check may count, so that no client can steer it: only answers to requests the router assigned to a version (route
  * `stable` or `canary`; a client that named the version — `pinned` — chose it, so its answers say nothing about
  * the rollout and anyone could send them), and of those only what the version can be blamed for. The nodes
  * apply this per answer into their judged counters (`streaminfer_rollout_judged_*`); the controller reads

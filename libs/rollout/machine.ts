@@ -407,7 +407,7 @@ export function planBody(plan: RolloutPlan): Record<string, unknown> {
 
 const iso = (ms: number): string => new Date(ms).toISOString();
 
-/** The admin API's view of a record (the contract in README "Progressive delivery"). */
+/** The admin API's view of a record (the contract in docs/serving/rollouts.md). */
 export function rolloutView(record: RolloutRecord): Record<string, unknown> {
   return {
     model: record.model,

@@ -60,7 +60,7 @@ export const PLAN_DEFAULTS = {
   maxDisagreement: 0.05,
 } as const;
 
-/** Bounds, stated once (README "Progressive delivery" lists them too). */
+/** Bounds, stated once (docs/serving/rollouts.md lists them too). */
 export const PLAN_BOUNDS = {
   steps: { maxCount: 20 },
   dwellS: [0, 86400],

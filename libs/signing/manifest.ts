@@ -1,5 +1,5 @@
 /**
- * Signed model artifacts (issue 25): the canonical manifest of one model version as pushed to one fleet, its
+ * Signed model artifacts: the canonical manifest of one model version as pushed to one fleet, its
  * Ed25519 signature, and the checks a host makes before it writes pulled bytes into its repository. Pure: takes
  * text, digests and keys (node:crypto KeyObjects), never reads a file; the caller reads key files and objects.
  */

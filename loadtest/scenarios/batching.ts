@@ -4,7 +4,7 @@
  * (64 connections × 1 request in flight), served by `serve --nodes 1 --workers 1` twice in
  * the same run: once with `STREAMINFER_BATCH_SIZE=1` (no batching) and once with the model's
  * own batching (`config.json`), binary tensor frames both ways, and a third time with the model's batching and
- * JSON text both ways (issue 16: JSON as fast as binary). The model's in-process speed
+ * JSON text both ways (the goal: JSON as fast as binary). The model's in-process speed
  * (`streaminfer bench model bench --json`, same thread settings as the server's single
  * worker), measured alone before each round and after the last (best pass per batch size),
  * gives the ceiling: served req/s is reported as a fraction of the in-process items/s at the
@@ -33,7 +33,7 @@ import type { LoadSpec, Ratio, RunRecord, Scenario, ScenarioContext, ScenarioRes
 const MODEL = 'bench';
 const UNBATCHED = 'unbatched';
 const BATCHED = 'batched';
-/** The model's batching with JSON text requests and answers (issue 16: JSON as fast as binary). */
+/** The model's batching with JSON text requests and answers (the goal: JSON as fast as binary). */
 const BATCHED_JSON = 'batched-json';
 
 /** Done-when figures of the scenario. */

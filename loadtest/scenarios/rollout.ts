@@ -1,5 +1,5 @@
 /**
- * rollout: automatic canary analysis (issue 17) under steady load. Three runs, each on a fresh
+ * rollout: automatic canary analysis under steady load. Three runs, each on a fresh
  * `serve --nodes 1 --workers 2` over a scratch copy of `digits` (stable = 2) plus one candidate
  * written by scripts/models/rollout-candidates.ts, with 8 WebSocket clients (closed loop, 20 ms
  * between an answer and the next request, ~350 req/s) sending digits rows whose labels are known:
@@ -372,7 +372,7 @@ async function driveRollout(
     if (call.status !== 200)
       throw new Error(
         `POST ${api}: ${callText(call)}` +
-          (call.status === 404 ? ' (is the rollout API of issue 17 in this build?)' : ''),
+          (call.status === 404 ? ' (is the rollout API in this build?)' : ''),
       );
     ctx.log(`rollout ${plan.label}: started (${JSON.stringify(rolloutBody(plan.spec))})`);
     const deadline = call.returnedMs + rolloutDeadlineS(plan.spec, s.slackS) * 1000;
@@ -659,7 +659,7 @@ export function rolloutFigures(
   };
 }
 
-/** The line the closing note of issue 17 quotes for one run. */
+/** The one-line summary of one run, for a note to quote. */
 export function closingLine(f: RolloutFigures): string {
   const e = f.activeExposure;
   if (f.plan.expect === 'promoted')
@@ -771,7 +771,7 @@ function runMarkdown(plan: RolloutRunPlan, run: RolloutRun, f: RolloutFigures, o
 export const rollout: Scenario = {
   name: 'rollout',
   description:
-    'Automatic canary analysis (issue 17) under 8 WebSocket clients (~350 req/s of digits rows with known labels), ' +
+    'Automatic canary analysis under 8 WebSocket clients (~350 req/s of digits rows with known labels), ' +
     'stable = digits 2, one fresh `serve --workers 2` per run: a candidate that answers every 7 as 1 (expect ' +
     'rollback on disagreement), one with ~20 ms extra compute per item (expect rollback on p99_ratio), and a ' +
     'retrain of v2 (expect promotion through 5/10/25/50/100 %). Time to rollback / promotion, first failing ' +

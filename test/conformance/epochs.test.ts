@@ -1,5 +1,5 @@
 /**
- * Conformance: a restart never undoes a reload (issue 27 point 7). `streaminfer reload --version 2` records
+ * Conformance: a restart never undoes a reload. `streaminfer reload --version 2` records
  * epoch 2 in the epoch log; a plain restart with the unchanged config (which still says version 1) continues
  * epoch 2 on version 2; only `--version` on the command line moves it, recorded as a transition; and a crash
  * restart after that follows the log again (a reload made since stays), as does a SIGHUP with the unchanged file.

@@ -1,5 +1,5 @@
 /**
- * Conformance: the pipeline's `/health` tells the truth (issue 27 point 5), judged from outside — the
+ * Conformance: the pipeline's `/health` tells the truth, judged from outside — the
  * `streaminfer stream` process, its admin listener (/health, /metrics, the recover route and CLI) and the
  * broker's streams.
  *

@@ -1,5 +1,5 @@
 /**
- * Issue 24, defect 7 and point 8: a web page in a browser on the host must not reach the admin API, and an
+ * A web page in a browser on the host must not reach the admin API, and an
  * unauthenticated admin request must cost nothing. A cross-origin CORS "simple" request (text/plain, with an
  * Origin) to a registry route from loopback is refused and changes nothing; a DNS-rebound request (loopback
  * address, foreign Host) is refused without a token; with a token configured, an unauthenticated 1 MiB

@@ -1,5 +1,5 @@
 /**
- * Issue 25, point 2: the admin plane apart from the data plane. `/api/*` and `/metrics` are served by the
+ * The admin plane apart from the data plane. `/api/*` and `/metrics` are served by the
  * supervisor's own admin listener; the data port answers them 404. Through a relay on loopback (a TLS
  * terminator, a sidecar, `kubectl port-forward`, socat) no caller is an admin without the token; on a unix
  * socket (mode 0600) the admin calls work; a listener other machines reach without a token refuses to start;

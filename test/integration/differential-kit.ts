@@ -6,7 +6,7 @@
  * model repository, greedy batching (16 items, 2 ms) so concurrent clients share batches and rings.
  *
  * Reference: what a request means if it is valid, written from the protocol's specification (binary.ts,
- * request.ts, kserve.ts headers, README "Security" and issue 24's validation rules), not from the server's code:
+ * request.ts, kserve.ts headers, docs/operations/security.md and the validation rules there), not from the server's code:
  * a tensor's dtype (binary `dtype`, v2 `datatype`) is the model's when the request gives none, its bytes are
  * exactly what that dtype and its dims need (strings: u32-prefixed UTF-8, every prefix inside the frame, no NUL),
  * floats are finite, JSON int64 beyond ±2^53 comes as a decimal string. Where the specification leaves a choice
@@ -249,7 +249,7 @@ function checkNumber(value: unknown, dtype: DType, id: RequestId): Value {
     default:
       break;
   }
-  // Beyond ±2^53 a JSON int64 comes as its decimal string, written as JSON writes integers (README, Security).
+  // Beyond ±2^53 a JSON int64 comes as its decimal string, written as JSON writes integers (docs/operations/security.md).
   if (dtype === 'int64' && typeof value === 'string') {
     if (!INT64_TEXT.test(value) || BigInt(value) < INT64_MIN || BigInt(value) > INT64_MAX)
       refuse('not an int64 decimal string', id);

@@ -1,5 +1,5 @@
 /**
- * Issue 24: one client must never stall another's requests. Two attacker connections send requests with an
+ * One client must never stall another's requests. Two attacker connections send requests with an
  * impossible deadline (`deadline_ms` 0.001), one pinned to digits v1 and one to v2: two lanes of the one
  * worker thread (--workers 1) that answer nothing but `deadline_exceeded`, at once. Before the fix one of the
  * two lanes stopped for good within milliseconds (its loop died on a response-ring reservation the other lane
@@ -90,7 +90,7 @@ class Victim {
   }
 }
 
-describe('impossible deadlines on two lanes of one worker (issue 24)', () => {
+describe('impossible deadlines on two lanes of one worker', () => {
   let server: ServerHandle;
   beforeAll(async () => {
     server = await startServer({

@@ -1,5 +1,5 @@
 /**
- * Issue 26 point 3, fleet membership: three hosts on loopback, on the shared test broker (broker-kit), one fleet of a name of their own. Membership is the registry record's `members` (joined and
+ * Fleet membership: three hosts on loopback, on the shared test broker (broker-kit), one fleet of a name of their own. Membership is the registry record's `members` (joined and
  * left by CAS), never the heartbeat bucket: a heartbeat key for a host that is not a member is ignored; a
  * member killed (-9) is skipped at once (no responder on its step subject); an operator excludes a silent
  * (SIGSTOPped) member and the next change goes on without it; the excluded host, woken, re-joins by CAS once

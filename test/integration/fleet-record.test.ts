@@ -1,5 +1,5 @@
 /**
- * Issue 26, points 1, 2 and 4, on a real two-host fleet (loopback, the shared test broker of broker-kit, a
+ * The registry record's failure modes on a real two-host fleet (loopback, the shared test broker of broker-kit, a
  * fleet name of its own): a well-formed record naming a version no host has, a garbage record,
  * and a registry bucket lost while a host keeps running at a higher epoch. Each is written or deleted behind the
  * hosts' backs, as a bad restore or anyone with NATS access would.

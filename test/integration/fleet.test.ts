@@ -1,5 +1,5 @@
 /**
- * Issue 15's proof: three `streaminfer serve` hosts, each in its own network namespace with its own address,
+ * The fleet's proof: three `streaminfer serve` hosts, each in its own network namespace with its own address,
  * one fleet on a nats-server of the test's own (on the bridge). Canary seen fleet-wide, a fleet promote under
  * load, a host killed mid-PREPARE, a host partitioned at COMMIT, two operators at once, NATS stopped under load.
  * Without network namespaces (not root, no `ip netns`), the hosts share the loopback on distinct ports and the

@@ -1,5 +1,5 @@
 /**
- * Every frame costs (issue 24, point 5 and the connection points of 8): frames are charged to the rate limit
+ * Every frame costs: frames are charged to the rate limit
  * before they are decoded, identical id-less errors are coalesced, a connection that keeps violating the
  * protocol is closed with 1008, WebSocket upgrades are capped per node and per client address, a rate limit
  * can belong to an address instead of a connection, and behind trusted proxies the address is the rightmost

@@ -1,5 +1,5 @@
 /**
- * Byte-level differential fuzzer (issue 24): valid requests for identity models of every dtype, in fixed,
+ * Byte-level differential fuzzer: valid requests for identity models of every dtype, in fixed,
  * variable and scalar shapes, mutated at the byte and field level and sent as binary WebSocket frames, JSON
  * WebSocket frames and `/v2` HTTP bodies, while victims on other connections send canary-filled requests to
  * the same models so they share batches and rings with the attacker. Seeded; the seed and the figures print.

@@ -26,7 +26,7 @@ beforeAll(async () => {
     models: ['echo', 'upper', 'digits'],
     args: ['--workers', '1', '--max-payload-bytes', String(MAX_PAYLOAD)],
     // This fuzzer checks one answer per frame: coalescing id-less errors and closing a connection past 50
-    // protocol errors a second (issue 24; test/integration/frame-cost.test.ts) are turned off here.
+    // protocol errors a second (test/integration/frame-cost.test.ts) are turned off here.
     env: { STREAMINFER_MAX_PROTOCOL_ERRORS_PER_SECOND: '0', STREAMINFER_ERROR_COALESCE_MS: '0' },
   });
 });

@@ -1,5 +1,5 @@
 /**
- * Issue 26, point 6: one corrupt model.onnx must not keep the whole server from starting. What loads is
+ * One corrupt model.onnx must not keep the whole server from starting. What loads is
  * served; what does not is unavailable (health `degraded` with the reason, a metric, a log line, and
  * `model_unavailable` answers), its last good version stays stable, and only `--strict-models` or a repository
  * with nothing left refuses the start. A reload that adds a broken version leaves the others serving.

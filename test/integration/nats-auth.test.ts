@@ -1,5 +1,5 @@
 /**
- * Issue 25, point 4: every NATS connection with credentials and TLS, against real nats-servers of the test's
+ * Every NATS connection with credentials and TLS, against real nats-servers of the test's
  * own, one per mode: user + password, token, nkey, TLS with a client certificate (verify, handshake_first,
  * on the current release), accounts with per-user permissions (deploy/nats-server.conf itself), and operator
  * mode with a .creds file. Against each: a two-host fleet (`serve --cluster`) becomes ready and serves,

@@ -1,5 +1,5 @@
 /**
- * Noisy neighbours (issue 24): each attack runs against one node while a victim client on the same node sends a
+ * Noisy neighbours: each attack runs against one node while a victim client on the same node sends a
  * steady 100 requests/s from its own address, measures its latency and checks every answer. Per attack the
  * victim's baseline is measured first (same victim load, same server, just before the attack), then:
  * victim p99 ≤ 3 × max(baseline p99, 10 ms) — the 10 ms floor because a millisecond loopback baseline on shared

@@ -1,5 +1,5 @@
 /**
- * Issue 26, point 7: under the shipped systemd unit (ProtectSystem=strict) the models dir is read-only, so a
+ * Under the shipped systemd unit (ProtectSystem=strict) the models dir is read-only, so a
  * host could not pull a fleet version into it. Pulled versions go to `<stateDir>/models` and the host loads them
  * from there; a pull that cannot write says which directory and which setting to change.
  *

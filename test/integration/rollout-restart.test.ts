@@ -69,7 +69,7 @@ describe('progressive delivery: a restart resumes the rollout at its step', () =
     }
   });
 
-  // Issue 26 point 8: a promoted rollout must not come back to life after a restart on the same state dir.
+  // A promoted rollout must not come back to life after a restart on the same state dir.
   test('promoted, start again: version reloads of the model are never refused as "a rollout is running"', async () => {
     const persisted = () =>
       (

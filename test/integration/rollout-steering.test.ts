@@ -1,5 +1,5 @@
 /**
- * Issue 24, defect 6: anonymous clients must not steer a rollout. While a healthy candidate rolls out under a
+ * Anonymous clients must not steer a rollout. While a healthy candidate rolls out under a
  * light load, attacker connections send requests with an impossible deadline (`deadline_ms` 0.001): pinned
  * to the candidate by name and by the `candidate` alias, and routed to the canary side by a chosen
  * `routing_key`. Every one of them is answered `deadline_exceeded`, and none may count: pinned requests are
@@ -64,7 +64,7 @@ class Attacker {
 
 const errorRate = (view: View) => view.checks.find((check) => check.name === 'error_rate');
 
-describe('rollouts judge only what they routed (issue 24, defect 6)', () => {
+describe('rollouts judge only what they routed', () => {
   let server: ServerHandle;
   beforeAll(async () => {
     server = await startServer({

@@ -1,5 +1,5 @@
 /**
- * Issue 25 point 5: signed model artifacts. Two `streaminfer serve` hosts of one fleet (loopback, a nats-server
+ * Signed model artifacts. Two `streaminfer serve` hosts of one fleet (loopback, a nats-server
  * of the test's own) trust one Ed25519 key (STREAMINFER_TRUSTED_KEYS); keys are made here with node:crypto.
  * A version pushed signed by it is served by both; the same bytes pushed unsigned, signed by another key, carrying
  * another version's signature, or with the model replaced in NATS after signing are refused by every host with

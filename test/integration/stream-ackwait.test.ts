@@ -1,5 +1,5 @@
 /**
- * A slow host must not cost valid events their deliveries (issue 27: no silent loss): what the pipeline holds —
+ * A slow host must not cost valid events their deliveries (no silent loss): what the pipeline holds —
  * in flight or pulled ahead and waiting behind a slow processor — is kept alive with in-progress acks, and a
  * delivery the broker made because the pipeline was slow does not count as a failed one towards max_deliver:
  * only the pipeline's own processing failures dead-letter an event. Real broker (the shared test broker).

@@ -1,5 +1,5 @@
 /**
- * One validation boundary (issue 24, defects 1–3 and the small ones): a request is checked against the model's
+ * One validation boundary: a request is checked against the model's
  * signature before anything is copied, so no frame can read, overwrite or stall another client's request.
  * Runs the shipped `echo` and a test-built int64 [4] identity model (`ids`, batched) in one node.
  */

@@ -3,7 +3,7 @@
  * its own chain of promises, and their microtasks interleave: a lane that held a response-ring reservation
  * across an `await` had it found open by the other lane, whose reserve() then threw and ended its loop for good
  * ("lane loop failed"): every later request of that version went unanswered by the worker. Seen from outside
- * as one client's impossible-deadline requests on two versions stalling one of them (issue 24).
+ * as one client's impossible-deadline requests on two versions stalling one of them.
  */
 import { MessageChannel } from 'node:worker_threads';
 import { InflightTable } from '../../apps/worker/inflight-table';

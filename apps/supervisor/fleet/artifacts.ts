@@ -6,7 +6,7 @@
  * A fetched file is written beside its target, hashed as it is written, and renamed into place only when its
  * hash is the store's digest: a host never loads a half-written or corrupted model.
  *
- * Signed artifacts (issue 25): `push` with a signing key puts the version's signed manifest (libs/signing: fleet,
+ * Signed artifacts: `push` with a signing key puts the version's signed manifest (libs/signing: fleet,
  * model, version, sha256 and size of model.onnx and config.json) in model.onnx's object metadata, written in the
  * same meta record as the digest, and a copy of config.json at `<model>/<version>/config.json` (the model-level
  * one is replaced by every push of any version). A host with trusted keys verifies what it pulls before it is
@@ -14,7 +14,7 @@
  * bytes matching its digests; else ArtifactRefusedError. The trust boundary is NATS: bytes already in the host's
  * repository (put there by the operator, or pulled and verified before) are not re-verified.
  *
- * The pull cache (issue 26): a host writes what it pulls into `<stateDir>/models` (pullCacheDir), never into its
+ * The pull cache: a host writes what it pulls into `<stateDir>/models` (pullCacheDir), never into its
  * models dir — under the shipped systemd unit (ProtectSystem=strict) that one is read-only, the state directory
  * (StateDirectory=) is not. The repository scan reads both (libs/registry readModel): a version in both is read
  * from the cache (it holds only bytes verified against the store, pulled because the models dir lacked them or

@@ -236,7 +236,7 @@ export class ClusterConnection {
 }
 
 /**
- * Connects to the fleet's NATS (fleet-design.md); NATS unreachable at start is `cluster_unavailable`, a refusal
+ * Connects to the fleet's NATS (docs/operations/fleet.md); NATS unreachable at start is `cluster_unavailable`, a refusal
  * of the credentials or the TLS handshake `nats_refused`.
  */
 export function connectCluster(options: ClusterOptions): Promise<ClusterConnection> {

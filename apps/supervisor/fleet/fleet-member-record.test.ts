@@ -1,5 +1,5 @@
 /**
- * FleetMember against the registry record it follows (issue 26, points 1, 2 and 4), with fakes for NATS: a record
+ * FleetMember against the registry record it follows, with fakes for NATS: a record
  * naming a version no host has, a record that went back below the host (a lost bucket, a re-founded fleet), a
  * COMMIT below the host's epoch, and a record that cannot be read.
  */

@@ -1,5 +1,5 @@
 /**
- * Fleet membership (issue 26), pure: who must PREPARE a fleet change. Members are the registry record's
+ * Fleet membership, pure: who must PREPARE a fleet change. Members are the registry record's
  * `members`, changed only by CAS on the record (a host joins when it starts, leaves when it stops cleanly, an
  * operator excludes a silent one); heartbeats only say which members are alive. A heartbeat key of a host that
  * is not a member (a stale id, a hand-written key) is a stranger: ignored.

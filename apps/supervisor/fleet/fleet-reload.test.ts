@@ -498,7 +498,7 @@ describe('planHostCatchUp (a host sees the registry record)', () => {
   });
 });
 
-describe('membership: a member that is gone does not hold a change (issue 26)', () => {
+describe('membership: a member that is gone does not hold a change', () => {
   const members = { ...base, record: { ...base.record, format: 2 as const, members: ['a', 'b', 'c', 'd'] } };
   const gone: HostStepAnswer = {
     ok: false,

@@ -1,4 +1,4 @@
-/** The fleet's NATS JetStream I/O (issue 15, fleet-design.md): registry, heartbeats, lease, steps, artifacts. */
+/** The fleet's NATS JetStream I/O (docs/operations/fleet.md): registry, heartbeats, lease, steps, artifacts. */
 export type { ArtifactDigest, LocalVerdict } from './artifacts';
 export {
   ArtifactRefusedError,

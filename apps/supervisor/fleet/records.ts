@@ -1,11 +1,11 @@
 /**
- * The fleet's shared records (fleet-design.md) and the names of its NATS resources. Everything read back from
+ * The fleet's shared records (docs/operations/fleet.md) and the names of its NATS resources. Everything read back from
  * NATS goes through parse*: another build or a hand-edited key is a typed error, never a crash further on.
  */
 import { isRepositoryName, type ModelPlan, type TablePlan } from '../../../libs/registry';
 import { ClusterError } from './errors';
 
-/** 2: `members` (issue 26). Format 1 (no members) is still read: see FleetRecord.members. */
+/** 2: `members` (who must PREPARE a change). Format 1 (no members) is still read: see FleetRecord.members. */
 export const RECORD_FORMAT = 2;
 /** The record formats this build reads. */
 const READ_FORMATS: readonly number[] = [1, 2];
