@@ -153,6 +153,34 @@ describe('the docs', () => {
     expect(offenders).toEqual([]);
   });
 
+  it('cite only source paths that exist', () => {
+    // A path named in prose or a comment (apps/…, libs/…, loadtest/…) must still be there after a move;
+    // loadtest/reports is the bench's output, made when it runs.
+    const cited = /(?<![\w./-])((?:apps|libs|loadtest|scripts|deploy|test)\/[\w./-]*[\w-])/g;
+    const exists = (p: string): boolean =>
+      [p, `${p}.ts`, `${p}.js`].some((c) => existsSync(path.join(REPO_ROOT, c))) ||
+      // dist/… paths name the compiled file of a source one.
+      existsSync(path.join(REPO_ROOT, p.replace(/\.js$/, '.ts')));
+    const stale: string[] = [];
+    const files = [
+      ...docFiles(),
+      ...['apps', 'libs', 'loadtest', 'scripts'].flatMap((d) =>
+        walk(path.join(REPO_ROOT, d), (n) => n.endsWith('.ts') || n.endsWith('.md')),
+      ),
+    ];
+    for (const file of files)
+      readFileSync(file, 'utf8')
+        .split('\n')
+        .forEach((line, i) => {
+          for (const m of line.matchAll(cited)) {
+            const p = m[1]!.replace(/^(.*?)\/?\*.*$/, '$1').replace(/[.]+$/, '');
+            if (p.includes('*') || p.includes('<') || p.startsWith('loadtest/reports') || exists(p)) continue;
+            stale.push(`${path.relative(REPO_ROOT, file)}:${i + 1} → ${p}`);
+          }
+        });
+    expect(stale).toEqual([]);
+  });
+
   it('list every server setting with its key, environment variable and default', () => {
     const text = readFileSync(path.join(REPO_ROOT, 'docs/reference/configuration.md'), 'utf8');
     const rows = text.split('\n').filter((l) => l.startsWith('|'));
