@@ -12,11 +12,11 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { performance } from 'node:perf_hooks';
+import { fmt, markdownTable } from '../../scripts/markdown';
 import { digitsDataPath, loadDigits } from '../../scripts/models/digits-data';
 import { AdminCaller } from '../admin-caller';
 import { callText, type TimedCall } from '../admin-client';
 import { histogramMeanDelta, type MetricSample, scrapeMetrics, sumSamples } from '../metrics';
-import { fmt, markdownTable } from '../report';
 import { onScratchTwoNodes } from '../scenario-kit';
 import type { ServerHandle } from '../server-process';
 import { ClosedLoop, rowSource } from '../stream-clients';

@@ -18,6 +18,7 @@
 import { readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { performance } from 'node:perf_hooks';
+import { fmt, markdownTable } from '../../scripts/markdown';
 import { digitsDataPath, loadDigits } from '../../scripts/models/digits-data';
 import { predictDigits } from '../../scripts/models/evaluate';
 import {
@@ -31,7 +32,6 @@ import {
 import { AdminCaller } from '../admin-caller';
 import { callText, scratchRepository, type TimedCall } from '../admin-client';
 import { type MetricSample, scrapeMetrics } from '../metrics';
-import { fmt, markdownTable } from '../report';
 import {
   type CheckName,
   type Exposure,

@@ -13,10 +13,9 @@
  * value mismatches must all be 0.
  */
 import { partitionOfKey } from '../../apps/pipeline';
-import { fmt, markdownTable } from '../report';
-import { errText } from '../scenario-kit';
-import type { FirstPrediction, FreshnessSummary } from '../stream/analysis';
-import { freshnessOf, perSecondP95 } from '../stream/analysis';
+import { fmt, markdownTable } from '../../scripts/markdown';
+import type { FirstPrediction, FreshnessSummary } from '../pipeline/analysis';
+import { freshnessOf, perSecondP95 } from '../pipeline/analysis';
 import {
   connectNats,
   lastSeq,
@@ -25,7 +24,7 @@ import {
   type RunNames,
   runNames,
   writeRunConfig,
-} from '../stream/broker';
+} from '../pipeline/broker';
 import {
   type CheckpointRecord,
   type CoverageSample,
@@ -41,9 +40,9 @@ import {
   promValue,
   recoveryAfter,
   splitByWindows,
-} from '../stream/chaos-analysis';
-import { leftovers, readOutputs } from '../stream/chaos-broker';
-import { startChaosFeed } from '../stream/chaos-feed';
+} from '../pipeline/chaos-analysis';
+import { leftovers, readOutputs } from '../pipeline/chaos-broker';
+import { startChaosFeed } from '../pipeline/chaos-feed';
 import {
   cleanupRun,
   drained,
@@ -55,8 +54,9 @@ import {
   type StreamInstance,
   scrape,
   startInstance,
-} from '../stream/instances';
-import { killAllStreamProcs } from '../stream/procs';
+} from '../pipeline/instances';
+import { killAllStreamProcs } from '../pipeline/procs';
+import { errText } from '../scenario-kit';
 import { lineChart } from '../svg-chart';
 import type { Chart, Ratio, RunRecord, Scenario, ScenarioContext } from '../types';
 

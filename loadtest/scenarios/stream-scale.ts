@@ -9,10 +9,8 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { fmt, markdownTable } from '../report';
-import { errText } from '../scenario-kit';
-import { processTreeCpuMs } from '../server-process';
-import { freshnessOf } from '../stream/analysis';
+import { fmt, markdownTable } from '../../scripts/markdown';
+import { freshnessOf } from '../pipeline/analysis';
 import {
   connectNats,
   lastSeq,
@@ -22,18 +20,20 @@ import {
   readPredictions,
   runNames,
   writeRunConfig,
-} from '../stream/broker';
-import { leftovers } from '../stream/chaos-broker';
-import { startChaosFeed } from '../stream/chaos-feed';
+} from '../pipeline/broker';
+import { leftovers } from '../pipeline/chaos-broker';
+import { startChaosFeed } from '../pipeline/chaos-feed';
 import {
   cleanupRun,
   instanceHealth,
   partitionConsumers,
   type StreamInstance,
   startInstance,
-} from '../stream/instances';
-import { brokerPid, killAllStreamProcs } from '../stream/procs';
-import { capacityAtSlo, cpuPct, instancesFor, lagVerdict, withinSlo } from '../stream/scale-analysis';
+} from '../pipeline/instances';
+import { brokerPid, killAllStreamProcs } from '../pipeline/procs';
+import { capacityAtSlo, cpuPct, instancesFor, lagVerdict, withinSlo } from '../pipeline/scale-analysis';
+import { errText } from '../scenario-kit';
+import { processTreeCpuMs } from '../server-process';
 import { lineChart } from '../svg-chart';
 import type { Chart, Ratio, RunRecord, Scenario, ScenarioContext } from '../types';
 

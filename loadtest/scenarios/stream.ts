@@ -10,10 +10,8 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { fmt, markdownTable } from '../report';
-import { errText, modelsDirWith, serverRecord } from '../scenario-kit';
-import type { ServerHandle } from '../server-process';
-import { lagOf, perSecondP95, receivedRate, recoveredAt, roundRate, settledAt } from '../stream/analysis';
+import { fmt, markdownTable } from '../../scripts/markdown';
+import { lagOf, perSecondP95, receivedRate, recoveredAt, roundRate, settledAt } from '../pipeline/analysis';
 import {
   connectNats,
   deleteRunStreams,
@@ -21,8 +19,14 @@ import {
   natsUrl,
   runNames,
   writeRunConfig,
-} from '../stream/broker';
-import { FRESHNESS_TARGET_MS, measureRun, type Pipe, type RunMeasure, waitDrained } from '../stream/measure';
+} from '../pipeline/broker';
+import {
+  FRESHNESS_TARGET_MS,
+  measureRun,
+  type Pipe,
+  type RunMeasure,
+  waitDrained,
+} from '../pipeline/measure';
 import {
   brokerPid,
   getHealth,
@@ -30,7 +34,9 @@ import {
   postAdmin,
   startPipeline,
   startSampler,
-} from '../stream/procs';
+} from '../pipeline/procs';
+import { errText, modelsDirWith, serverRecord } from '../scenario-kit';
+import type { ServerHandle } from '../server-process';
 import { barChart, lineChart, PALETTE } from '../svg-chart';
 import type { Chart, Ratio, RunRecord, Scenario, ScenarioContext } from '../types';
 
