@@ -19,7 +19,8 @@ export function uwsIsNative(): boolean {
 
 const decoder = new TextDecoder();
 
-export function startBareEcho(
+/** Listens in this process (the forked child `startBareEcho` in server-process.ts runs); returns the stop. */
+export function serveBareEcho(
   port: number,
   onListen: (port: number) => void,
   tls?: { cert: string; key: string },
@@ -94,7 +95,7 @@ if (require.main === module) {
     process.exit(1);
   }
   const [cert, key] = [process.argv[3], process.argv[4]];
-  const stop = startBareEcho(
+  const stop = serveBareEcho(
     port,
     (p) => {
       process.stdout.write(`LISTENING ${p}\n`);

@@ -1,4 +1,4 @@
-import { poissonSchedule, quantile } from './poisson';
+import { poissonSchedule } from './poisson';
 import { recoverySeconds } from './scenarios/sweep';
 
 describe('poissonSchedule', () => {
@@ -30,15 +30,6 @@ describe('poissonSchedule', () => {
     const plan = [{ label: 'x', rate: 100, durationMs: 1000 }];
     expect(poissonSchedule(plan, 5).at).toEqual(poissonSchedule(plan, 5).at);
     expect(poissonSchedule(plan, 5).at).not.toEqual(poissonSchedule(plan, 6).at);
-  });
-});
-
-describe('quantile', () => {
-  it('is nearest rank', () => {
-    const xs = Array.from({ length: 100 }, (_, i) => i + 1);
-    expect(quantile(xs, 0.99)).toBe(99);
-    expect(quantile(xs, 0.5)).toBe(50);
-    expect(quantile([], 0.5)).toBeNaN();
   });
 });
 

@@ -14,6 +14,7 @@ import { performance } from 'node:perf_hooks';
 import WebSocket from 'ws';
 import { Rng } from '../libs/rng';
 import { type BodyOptions, binaryBodyFactory, readBinaryAnswerHeader, readJsonAnswerHeader } from './bodies';
+import { quantileSorted } from './quantile';
 
 export interface PoissonPhase {
   label: string;
@@ -61,13 +62,6 @@ export interface PoissonResult {
   /** epoch ms when the schedule started */
   startEpochMs: number;
   cpuPct: number;
-}
-
-/** Nearest-rank quantile of an ascending array; NaN when empty. */
-export function quantile(sorted: readonly number[], q: number): number {
-  if (sorted.length === 0) return Number.NaN;
-  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1));
-  return sorted[i]!;
 }
 
 /** Reproducible arrivals for a given seed (the repository's one mulberry32). */
@@ -224,14 +218,14 @@ async function generate(opts: PoissonOptions): Promise<PoissonResult> {
         ok: lat.length,
         errors,
         achievedRps: okInWindow / (p.durationMs / 1000),
-        p50: quantile(lat, 0.5),
-        p99: quantile(lat, 0.99),
+        p50: quantileSorted(lat, 0.5),
+        p99: quantileSorted(lat, 0.99),
         max: lat.at(-1) ?? Number.NaN,
         perSecond: perSecLat.map((xs, s) => {
           xs.sort((a, b) => a - b);
-          return { p99: quantile(xs, 0.99), ok: xs.length, errors: perSecErr[s]! };
+          return { p99: quantileSorted(xs, 0.99), ok: xs.length, errors: perSecErr[s]! };
         }),
-        sendLagP99Ms: quantile(lags, 0.99),
+        sendLagP99Ms: quantileSorted(lags, 0.99),
       });
     }
     from = to;

@@ -5,48 +5,9 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { escapeCell, fmt, markdownTable } from '../scripts/markdown';
 import { formatNumber } from './svg-chart';
 import type { BenchReport, RunRecord, ScenarioReport } from './types';
-
-/** Escape text for a Markdown table cell (pipes, newlines, backslashes before pipes). */
-export function escapeCell(s: string): string {
-  return s.replace(/\\/g, '\\\\').replace(/\|/g, '\\|').replace(/\r?\n/g, '<br>');
-}
-
-export type Align = 'left' | 'right' | 'center';
-
-/** `left` left-aligned columns, then `right` right-aligned ones (a label or two, then figures). */
-export function leftThenRight(left: number, right: number): Align[] {
-  return [...Array<Align>(left).fill('left'), ...Array<Align>(right).fill('right')];
-}
-
-/** GitHub-flavoured Markdown table; numbers are right-aligned unless `align` says otherwise. */
-export function markdownTable(headers: string[], rows: (string | number)[][], align?: Align[]): string {
-  const al: Align[] =
-    align ??
-    headers.map((_, c) =>
-      rows.length > 0 && rows.every((r) => typeof r[c] === 'number') ? 'right' : 'left',
-    );
-  const sep = (a: Align | undefined): string => (a === 'right' ? '---:' : a === 'center' ? ':---:' : '---');
-  const cell = (v: string | number | undefined): string =>
-    v === undefined ? '' : typeof v === 'number' ? fmt(v) : escapeCell(v);
-  const lines = [
-    '| ' + headers.map(escapeCell).join(' | ') + ' |',
-    '| ' + headers.map((_, i) => sep(al[i])).join(' | ') + ' |',
-    ...rows.map((r) => '| ' + headers.map((_, i) => cell(r[i])).join(' | ') + ' |'),
-  ];
-  return lines.join('\n');
-}
-
-/** Number formatting for tables: integers with thin grouping, others with 3 significant digits. */
-export function fmt(v: number | undefined, digits = 3): string {
-  if (v === undefined || Number.isNaN(v)) return '–';
-  if (!Number.isFinite(v)) return v > 0 ? '∞' : '-∞';
-  if (Number.isInteger(v)) return v.toLocaleString('en-US');
-  const a = Math.abs(v);
-  if (a >= 1000) return Math.round(v).toLocaleString('en-US');
-  return String(Number(v.toPrecision(digits)));
-}
 
 export function fmtRatio(v: number | undefined): string {
   return v === undefined || !Number.isFinite(v) ? '–' : `${v.toFixed(3)}×`;

@@ -5,8 +5,8 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { markdownTable } from '../scripts/markdown';
 import { scratchRepository } from './admin-client';
-import { markdownTable } from './report';
 import type { ExitInfo, ServerHandle } from './server-process';
 import type { LoadResult } from './stats';
 import { barChart, type LineSeries, lineChart, PALETTE } from './svg-chart';

@@ -4,6 +4,7 @@
  * checks, the post-commit check, timelines and the small figures of the registry scenario.
  * No I/O; times are milliseconds on one clock (`performance.now()` of the bench process).
  */
+import { quantile } from './quantile';
 
 /** One answer (or failure) as a stream client recorded it. */
 export interface AnswerRecord {
@@ -38,14 +39,6 @@ export interface LatencyStats {
   p99: number | undefined;
   max: number | undefined;
   mean: number | undefined;
-}
-
-/** Nearest-rank quantile (q in 0..1) of `values`; undefined when empty. */
-export function quantile(values: readonly number[], q: number): number | undefined {
-  const v = values.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
-  if (v.length === 0) return undefined;
-  const rank = Math.min(v.length, Math.max(1, Math.ceil(q * v.length)));
-  return v[rank - 1];
 }
 
 export function latencyStats(values: readonly number[]): LatencyStats {
@@ -308,17 +301,6 @@ export function versionCounts(answers: readonly AnswerRecord[]): Record<string, 
   const out: Record<string, number> = {};
   for (const a of answers)
     if (a.error === undefined && a.version !== undefined) out[a.version] = (out[a.version] ?? 0) + 1;
-  return out;
-}
-
-/** Index of the largest value in each row of a row-major [n, k] matrix (first one on ties). */
-export function argmaxRows(values: ArrayLike<number>, n: number, k: number): number[] {
-  const out: number[] = [];
-  for (let r = 0; r < n; r++) {
-    let best = 0;
-    for (let c = 1; c < k; c++) if (values[r * k + c]! > values[r * k + best]!) best = c;
-    out.push(best);
-  }
   return out;
 }
 

@@ -14,8 +14,8 @@ import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { fmt, leftThenRight, markdownTable } from '../../scripts/markdown';
 import { histogramMeanDelta, histogramTotals, type MetricSample, scrapeMetrics } from '../metrics';
-import { fmt, leftThenRight, markdownTable } from '../report';
 import { runLoad } from '../run-load';
 import {
   type Collector,

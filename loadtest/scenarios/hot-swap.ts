@@ -12,11 +12,11 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { performance } from 'node:perf_hooks';
+import { fmt, markdownTable } from '../../scripts/markdown';
 import { digitsDataPath, loadDigits } from '../../scripts/models/digits-data';
 import { AdminCaller } from '../admin-caller';
 import { callText, type TimedCall } from '../admin-client';
 import { histogramMeanDelta, type MetricSample, scrapeMetrics, sumSamples } from '../metrics';
-import { fmt, markdownTable } from '../report';
 import { onScratchTwoNodes } from '../scenario-kit';
 import type { ServerHandle } from '../server-process';
 import { ClosedLoop, rowSource } from '../stream-clients';
@@ -597,59 +597,11 @@ function latencyByKind(m: HotSwapRun, f: HotSwapFigures): [string, LatencyStats]
   return latencyRows;
 }
 
-/** The report's Markdown section, and the reload counters it quotes from /metrics. */
-function hotSwapMarkdown(
-  m: HotSwapRun,
-  f: HotSwapFigures,
-  checks: readonly Check[],
-  latencyRows: readonly [string, LatencyStats][],
-): { markdown: string; rm: Record<string, number> } {
-  const { calls, t0, before, after } = m;
-  const { answers, ok, failures, windowS, latAll, durationRows, offenders, corrupt, cb } = f;
+/** Reload durations per strategy, and every reload call (collapsed). */
+function reloadDurationsSection(m: HotSwapRun, f: HotSwapFigures): string[] {
+  const { calls, t0 } = m;
+  const { ok, durationRows } = f;
   const md: string[] = [];
-  md.push('### Done-when', '', checksMarkdown(checks), '');
-  md.push(
-    '### Load',
-    '',
-    markdownTable(
-      ['requests', 'ok', 'failed', 'window s', 'ok req/s', 'versions served', 'p50 ms', 'p99 ms', 'max ms'],
-      [
-        [
-          answers.length,
-          ok.length,
-          failures,
-          Number(windowS.toFixed(1)),
-          Math.round(ok.length / windowS),
-          Object.entries(versionCounts(answers))
-            .map(([v, n]) => `${v}: ${n}`)
-            .join(', '),
-          ms1(latAll.p50),
-          ms1(latAll.p99),
-          ms1(latAll.max),
-        ],
-      ],
-    ),
-    '',
-    markdownTable(
-      ['answers', 'n', 'p50 ms', 'p95 ms', 'p99 ms', 'max ms', 'mean ms'],
-      latencyRows.map(([name, l]) => [
-        name,
-        l.n,
-        ms1(l.p50),
-        ms1(l.p95),
-        ms1(l.p99),
-        ms1(l.max),
-        ms1(l.mean),
-      ]),
-      ['left', 'right', 'right', 'right', 'right', 'right', 'right'],
-    ),
-    '',
-    '"During reloads" = answers whose request was in flight while a reload call was in progress: ' +
-      '[send, receive] overlaps [call start, answer received] of some `POST /api/reload` (the corrupt ' +
-      'one included; a call retried after 409 counts from its first attempt). "Steady" = every other answer. ' +
-      'Latency is client-side, send → receive.',
-    '',
-  );
   md.push(
     '### Reload durations',
     '',
@@ -720,6 +672,63 @@ function hotSwapMarkdown(
     '</details>',
     '',
   );
+  return md;
+}
+
+/** The report's Markdown section, and the reload counters it quotes from /metrics. */
+function hotSwapMarkdown(
+  m: HotSwapRun,
+  f: HotSwapFigures,
+  checks: readonly Check[],
+  latencyRows: readonly [string, LatencyStats][],
+): { markdown: string; rm: Record<string, number> } {
+  const { before, after } = m;
+  const { answers, ok, failures, windowS, latAll, offenders, corrupt, cb } = f;
+  const md: string[] = [];
+  md.push('### Done-when', '', checksMarkdown(checks), '');
+  md.push(
+    '### Load',
+    '',
+    markdownTable(
+      ['requests', 'ok', 'failed', 'window s', 'ok req/s', 'versions served', 'p50 ms', 'p99 ms', 'max ms'],
+      [
+        [
+          answers.length,
+          ok.length,
+          failures,
+          Number(windowS.toFixed(1)),
+          Math.round(ok.length / windowS),
+          Object.entries(versionCounts(answers))
+            .map(([v, n]) => `${v}: ${n}`)
+            .join(', '),
+          ms1(latAll.p50),
+          ms1(latAll.p99),
+          ms1(latAll.max),
+        ],
+      ],
+    ),
+    '',
+    markdownTable(
+      ['answers', 'n', 'p50 ms', 'p95 ms', 'p99 ms', 'max ms', 'mean ms'],
+      latencyRows.map(([name, l]) => [
+        name,
+        l.n,
+        ms1(l.p50),
+        ms1(l.p95),
+        ms1(l.p99),
+        ms1(l.max),
+        ms1(l.mean),
+      ]),
+      ['left', 'right', 'right', 'right', 'right', 'right', 'right'],
+    ),
+    '',
+    '"During reloads" = answers whose request was in flight while a reload call was in progress: ' +
+      '[send, receive] overlaps [call start, answer received] of some `POST /api/reload` (the corrupt ' +
+      'one included; a call retried after 409 counts from its first attempt). "Steady" = every other answer. ' +
+      'Latency is client-side, send → receive.',
+    '',
+  );
+  md.push(...reloadDurationsSection(m, f));
   if (offenders.length)
     md.push(
       '### Per-connection order violations',

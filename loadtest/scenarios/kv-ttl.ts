@@ -19,9 +19,10 @@ import pino from 'pino';
 import { connectNats, type NatsHandle, PartitionLeases } from '../../apps/pipeline';
 import { ClusterConnection, type HostBeat, HostBoard, SILENCE_POLL_MS } from '../../apps/supervisor/fleet';
 import { type KvExpiry, type KvExpiryWanted, serverHasKeyTtl } from '../../libs/kv-expiry';
-import { fmt, fmtRatio, markdownTable } from '../report';
+import { fmt, markdownTable } from '../../scripts/markdown';
+import { natsUrl } from '../pipeline/broker';
+import { fmtRatio } from '../report';
 import { errText, median, ratio } from '../scenario-kit';
-import { natsUrl } from '../stream/broker';
 import type { Ratio, RunRecord, Scenario } from '../types';
 
 interface Plan {

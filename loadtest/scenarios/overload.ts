@@ -14,8 +14,8 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { fmt, leftThenRight, markdownTable } from '../../scripts/markdown';
 import { type MetricSample, scrapeMetrics, sumSamples } from '../metrics';
-import { fmt, leftThenRight, markdownTable } from '../report';
 import { runLoad } from '../run-load';
 import {
   errText,

@@ -15,18 +15,18 @@
 import * as path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import * as ort from 'onnxruntime-node';
+import { fmt, markdownTable } from '../../scripts/markdown';
 import { digitsDataPath, loadDigits } from '../../scripts/models/digits-data';
+import { argmaxRows } from '../../scripts/models/train-mlp';
 import { AdminCaller } from '../admin-caller';
 import { callText, type TimedCall } from '../admin-client';
 import { type MetricSample, scrapeMetrics, sumSamples } from '../metrics';
-import { fmt, markdownTable } from '../report';
 import { onScratchTwoNodes } from '../scenario-kit';
 import type { ServerHandle } from '../server-process';
 import { ClosedLoop, type RowSource, rowSource } from '../stream-clients';
 import { barChart, type LineSeries, lineChart, PALETTE } from '../svg-chart';
 import {
   type AnswerRecord,
-  argmaxRows,
   countDisagreements,
   errorCounts,
   firstServedAfter,
@@ -81,7 +81,7 @@ export async function offlineLabels(
     const out = await session.run({ pixels: new ort.Tensor('float32', batch, [rows.length, 64]) });
     const probs = out['probabilities'];
     if (!probs) throw new Error(`${modelFile}: no "probabilities" output`);
-    return argmaxRows(probs.data as Float32Array, rows.length, 10);
+    return Array.from(argmaxRows(probs.data as Float32Array, rows.length, 10));
   } finally {
     await session.release();
   }

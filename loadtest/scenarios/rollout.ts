@@ -18,6 +18,7 @@
 import { readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { performance } from 'node:perf_hooks';
+import { fmt, markdownTable } from '../../scripts/markdown';
 import { digitsDataPath, loadDigits } from '../../scripts/models/digits-data';
 import { predictDigits } from '../../scripts/models/evaluate';
 import {
@@ -31,7 +32,6 @@ import {
 import { AdminCaller } from '../admin-caller';
 import { callText, scratchRepository, type TimedCall } from '../admin-client';
 import { type MetricSample, scrapeMetrics } from '../metrics';
-import { fmt, markdownTable } from '../report';
 import {
   type CheckName,
   type Exposure,
@@ -487,6 +487,146 @@ export interface RolloutFigures {
 
 const s1 = (ms: number | undefined): string => (ms === undefined ? '–' : `${(ms / 1000).toFixed(2)} s`);
 
+/** What the done-when checks of one run are judged on (rolloutFigures' intermediate figures). */
+interface CheckInputs {
+  plan: RolloutRunPlan;
+  timedOut: boolean;
+  timings: RolloutTimings;
+  final: ReturnType<typeof finalView>;
+  state: string;
+  reason: string | null;
+  all: Exposure;
+  active: Exposure;
+  top: number;
+  visited: number[];
+  every: boolean;
+  failed: string[];
+  afterOutcome: number;
+  notNewStable: number;
+  clientCheck: Check;
+}
+
+/** A candidate that must roll back by itself: outcome, failing check, reason, window, speed, exposure. */
+function rolledBackChecks(c: CheckInputs): Check[] {
+  const {
+    plan,
+    timings,
+    final,
+    state,
+    reason,
+    all,
+    active,
+    top,
+    visited,
+    failed,
+    afterOutcome,
+    clientCheck,
+  } = c;
+  const window = plan.spec.failures_to_rollback * plan.spec.interval_s * 1000 + 1000;
+  const bound = exposureBound(active.ok, top);
+  return [
+    {
+      name: `${plan.label}: outcome`,
+      target: 'rolled_back',
+      measured: state,
+      pass: state === 'rolled_back',
+      detail: `after ${s1(timings.timeToOutcomeMs)}${c.timedOut ? '; no outcome before the deadline (aborted)' : ''}`,
+    },
+    {
+      name: `${plan.label}: failing check`,
+      target: plan.expectCheck ?? '–',
+      measured: failed.length
+        ? failed.join(', ')
+        : reason?.includes('did not pass within')
+          ? 'none failed; rolled back at the step deadline'
+          : 'none failed',
+      // A check that never settles rolls back at the step's deadline, its reason naming the check.
+      pass: plan.expectCheck
+        ? failed.includes(plan.expectCheck) ||
+          (reason?.includes('did not pass within') === true && reason.includes(plan.expectCheck))
+        : undefined,
+    },
+    {
+      name: `${plan.label}: reason recorded`,
+      target: 'non-empty',
+      measured: reason ?? 'none',
+      pass: typeof reason === 'string' && reason.trim() !== '',
+      detail:
+        plan.expectCheck && reason && !reason.includes(plan.expectCheck)
+          ? `does not name ${plan.expectCheck}`
+          : '',
+    },
+    {
+      name: `${plan.label}: within its evaluation window`,
+      target: `never past the first step (${plan.spec.steps[0]} %)`,
+      measured: `max share ${top} %`,
+      pass: final ? top <= (plan.spec.steps[0] ?? 0) : undefined,
+      detail: `shares visited: ${visited.join(' → ') || 'none'}`,
+    },
+    {
+      name: `${plan.label}: first failing evaluation → candidate serving 0 requests`,
+      target: `≤ ${s1(window)} (${plan.spec.failures_to_rollback} × ${plan.spec.interval_s} s + 1 s)`,
+      measured: s1(timings.failureToZeroMs),
+      pass: timings.failureToZeroMs === undefined ? undefined : timings.failureToZeroMs <= window,
+      detail:
+        `first failure ${s1(timings.timeToFirstFailureMs)} after the start (${timings.firstFailure?.checks.join(', ') ?? '–'}); ` +
+        `rollback ${s1(timings.failureToOutcomeMs)} after it; ${afterOutcome} candidate answers to requests sent after the rollback`,
+    },
+    clientCheck,
+    {
+      name: `${plan.label}: wrong answers only where the canary share exposed`,
+      target: `0 from the stable; exposed ≤ max share + 3σ`,
+      measured: `${fmt(active.exposedChanged)} changed of ${fmt(active.exposed)} exposed; ${fmt(all.stableChanged)} stable`,
+      pass:
+        all.requests > 0
+          ? all.stableChanged === 0 && all.otherAnswers === 0 && active.exposed <= bound
+          : undefined,
+      detail:
+        `exposed ${fmt(active.exposed)} of ${fmt(active.ok)} answers while active ` +
+        `(${((active.exposedShare ?? 0) * 100).toFixed(2)} %; bound ${bound.toFixed(0)} at ${top} %); ` +
+        `${fmt(active.exposedWrong)} exposed answers wrong vs the true label`,
+    },
+  ];
+}
+
+/** A candidate that must be promoted: outcome, every step, time to promote, the new stable serving. */
+function promotedChecks(c: CheckInputs): Check[] {
+  const { plan, timings, final, state, reason, visited, every, failed, notNewStable, clientCheck } = c;
+  const deadline = rolloutDeadlineS(plan.spec, 0) * 1000;
+  return [
+    {
+      name: `${plan.label}: outcome`,
+      target: 'promoted',
+      measured: state,
+      pass: state === 'promoted',
+      detail: reason ?? '',
+    },
+    {
+      name: `${plan.label}: every step`,
+      target: plan.spec.steps.join(' → '),
+      measured: visited.join(' → ') || 'none',
+      pass: final ? every : undefined,
+      detail: failed.length
+        ? `checks that failed in some evaluation: ${failed.join(', ')}`
+        : 'no check ever failed',
+    },
+    {
+      name: `${plan.label}: time to promote`,
+      target: `≈ ${s1(deadline)} (shadow + steps × dwell)`,
+      measured: s1(timings.timeToOutcomeMs),
+      pass: timings.timeToOutcomeMs === undefined ? undefined : timings.timeToOutcomeMs <= deadline + 30_000,
+    },
+    clientCheck,
+    {
+      name: `${plan.label}: the new stable serves`,
+      target: '0 answers from another version (1 s after the promotion on)',
+      measured: fmt(notNewStable),
+      pass: timings.terminal ? notNewStable === 0 : undefined,
+      detail: `stable after: ${final?.stable ?? '–'}`,
+    },
+  ];
+}
+
 /** The figures and done-when checks of one run (pure). */
 export function rolloutFigures(
   plan: RolloutRunPlan,
@@ -538,109 +678,24 @@ export function rolloutFigures(
       (run.unmatched ? `; ${run.unmatched} unmatched answers` : '') +
       (run.closes ? `; ${run.closes} connections closed by the server` : ''),
   };
-  const checks: Check[] = [];
-  if (plan.expect === 'rolled_back') {
-    const window = plan.spec.failures_to_rollback * plan.spec.interval_s * 1000 + 1000;
-    const bound = exposureBound(active.ok, top);
-    checks.push(
-      {
-        name: `${plan.label}: outcome`,
-        target: 'rolled_back',
-        measured: state,
-        pass: state === 'rolled_back',
-        detail: `after ${s1(timings.timeToOutcomeMs)}${run.timedOut ? '; no outcome before the deadline (aborted)' : ''}`,
-      },
-      {
-        name: `${plan.label}: failing check`,
-        target: plan.expectCheck ?? '–',
-        measured: failed.length
-          ? failed.join(', ')
-          : reason?.includes('did not pass within')
-            ? 'none failed; rolled back at the step deadline'
-            : 'none failed',
-        // A check that never settles rolls back at the step's deadline, its reason naming the check.
-        pass: plan.expectCheck
-          ? failed.includes(plan.expectCheck) ||
-            (reason?.includes('did not pass within') === true && reason.includes(plan.expectCheck))
-          : undefined,
-      },
-      {
-        name: `${plan.label}: reason recorded`,
-        target: 'non-empty',
-        measured: reason ?? 'none',
-        pass: typeof reason === 'string' && reason.trim() !== '',
-        detail:
-          plan.expectCheck && reason && !reason.includes(plan.expectCheck)
-            ? `does not name ${plan.expectCheck}`
-            : '',
-      },
-      {
-        name: `${plan.label}: within its evaluation window`,
-        target: `never past the first step (${plan.spec.steps[0]} %)`,
-        measured: `max share ${top} %`,
-        pass: final ? top <= (plan.spec.steps[0] ?? 0) : undefined,
-        detail: `shares visited: ${visited.join(' → ') || 'none'}`,
-      },
-      {
-        name: `${plan.label}: first failing evaluation → candidate serving 0 requests`,
-        target: `≤ ${s1(window)} (${plan.spec.failures_to_rollback} × ${plan.spec.interval_s} s + 1 s)`,
-        measured: s1(timings.failureToZeroMs),
-        pass: timings.failureToZeroMs === undefined ? undefined : timings.failureToZeroMs <= window,
-        detail:
-          `first failure ${s1(timings.timeToFirstFailureMs)} after the start (${timings.firstFailure?.checks.join(', ') ?? '–'}); ` +
-          `rollback ${s1(timings.failureToOutcomeMs)} after it; ${afterOutcome} candidate answers to requests sent after the rollback`,
-      },
-      clientCheck,
-      {
-        name: `${plan.label}: wrong answers only where the canary share exposed`,
-        target: `0 from the stable; exposed ≤ max share + 3σ`,
-        measured: `${fmt(active.exposedChanged)} changed of ${fmt(active.exposed)} exposed; ${fmt(all.stableChanged)} stable`,
-        pass:
-          all.requests > 0
-            ? all.stableChanged === 0 && all.otherAnswers === 0 && active.exposed <= bound
-            : undefined,
-        detail:
-          `exposed ${fmt(active.exposed)} of ${fmt(active.ok)} answers while active ` +
-          `(${((active.exposedShare ?? 0) * 100).toFixed(2)} %; bound ${bound.toFixed(0)} at ${top} %); ` +
-          `${fmt(active.exposedWrong)} exposed answers wrong vs the true label`,
-      },
-    );
-  } else {
-    const deadline = rolloutDeadlineS(plan.spec, 0) * 1000;
-    checks.push(
-      {
-        name: `${plan.label}: outcome`,
-        target: 'promoted',
-        measured: state,
-        pass: state === 'promoted',
-        detail: reason ?? '',
-      },
-      {
-        name: `${plan.label}: every step`,
-        target: plan.spec.steps.join(' → '),
-        measured: visited.join(' → ') || 'none',
-        pass: final ? every : undefined,
-        detail: failed.length
-          ? `checks that failed in some evaluation: ${failed.join(', ')}`
-          : 'no check ever failed',
-      },
-      {
-        name: `${plan.label}: time to promote`,
-        target: `≈ ${s1(deadline)} (shadow + steps × dwell)`,
-        measured: s1(timings.timeToOutcomeMs),
-        pass:
-          timings.timeToOutcomeMs === undefined ? undefined : timings.timeToOutcomeMs <= deadline + 30_000,
-      },
-      clientCheck,
-      {
-        name: `${plan.label}: the new stable serves`,
-        target: '0 answers from another version (1 s after the promotion on)',
-        measured: fmt(notNewStable),
-        pass: timings.terminal ? notNewStable === 0 : undefined,
-        detail: `stable after: ${final?.stable ?? '–'}`,
-      },
-    );
-  }
+  const checkInputs: CheckInputs = {
+    plan,
+    timedOut: run.timedOut,
+    timings,
+    final,
+    state,
+    reason,
+    all,
+    active,
+    top,
+    visited,
+    every,
+    failed,
+    afterOutcome,
+    notNewStable,
+    clientCheck,
+  };
+  const checks = plan.expect === 'rolled_back' ? rolledBackChecks(checkInputs) : promotedChecks(checkInputs);
   return {
     plan,
     timings,
@@ -768,6 +823,121 @@ function runMarkdown(plan: RolloutRunPlan, run: RolloutRun, f: RolloutFigures, o
   return md.join('\n');
 }
 
+/** One run's entry in report.json: the call, outcome, timings, exposure, checks and every sampled view. */
+function rolloutRunData(
+  plan: RolloutRunPlan,
+  run: RolloutRun,
+  f: RolloutFigures,
+  record: RunRecord,
+): Record<string, unknown> {
+  const t0 = run.call.calledMs;
+  return {
+    run: plan.label,
+    body: rolloutBody(plan.spec),
+    status: run.call.status,
+    timedOut: run.timedOut,
+    vanished: run.vanished,
+    ...(run.abort ? { abort: { status: run.abort.status, body: run.abort.body } } : {}),
+    state: f.state,
+    reason: f.reason,
+    timings: {
+      timeToOutcomeS: msToS(f.timings.timeToOutcomeMs),
+      timeToFirstFailureS: msToS(f.timings.timeToFirstFailureMs),
+      failureToOutcomeS: msToS(f.timings.failureToOutcomeMs),
+      failureToZeroS: msToS(f.timings.failureToZeroMs),
+      candidateAfterOutcome: f.candidateAfterOutcome,
+    },
+    exposure: f.exposure,
+    activeExposure: f.activeExposure,
+    maxShare: f.maxShare,
+    sharesVisited: f.sharesVisited,
+    failedChecks: f.failedChecks,
+    checks: f.checks,
+    samples: run.samples.map((x) => ({
+      s: Number(((x.atMs - t0) / 1000).toFixed(3)),
+      status: x.status,
+      ...(x.view
+        ? {
+            state: x.view.state,
+            step: x.view.step,
+            share: x.view.share,
+            checks: x.view.checks.map((c) => [c.name, c.value, c.verdict, c.candidate_samples]),
+          }
+        : {}),
+      ...(x.error ? { error: x.error } : {}),
+    })),
+    transitions: finalView(run.samples)?.transitions ?? [],
+    metrics: rolloutMetricLines(run.metrics, MODEL),
+    server: record.server,
+  };
+}
+
+/** Done-when, the runs table, the closing-note figures, then each run's own section. */
+function rolloutMarkdown(
+  checks: readonly Check[],
+  figures: readonly RolloutFigures[],
+  offline: Readonly<Record<string, number>>,
+  sections: readonly string[],
+): string[] {
+  const md: string[] = [
+    '### Done-when',
+    '',
+    checks.length ? checksMarkdown(checks) : 'No run completed.',
+    '',
+  ];
+  if (figures.length) {
+    md.push(
+      '### Runs',
+      '',
+      markdownTable(
+        [
+          'run',
+          'outcome',
+          'time to outcome',
+          'first fail → candidate at 0',
+          'max share %',
+          'requests',
+          'exposed',
+          'exposed changed',
+          'exposed wrong',
+          'client failures',
+          'offline disagreement',
+          'reason',
+        ],
+        figures.map((f) => [
+          f.plan.label,
+          f.state,
+          s1(f.timings.timeToOutcomeMs),
+          s1(f.timings.failureToZeroMs),
+          f.maxShare,
+          f.exposure.requests,
+          f.activeExposure.exposed,
+          f.activeExposure.exposedChanged,
+          f.activeExposure.exposedWrong,
+          f.exposure.errors,
+          offline[f.plan.label] === undefined
+            ? 'same as v2'
+            : `${(offline[f.plan.label]! * 100).toFixed(2)} %`,
+          f.reason ?? '–',
+        ]),
+      ),
+      '',
+      '"Exposed" = answers from the candidate to requests sent while the rollout was active; "changed" = ' +
+        'their label differs from what the stable (v2, computed offline) answers for that row; "wrong" = ' +
+        'differs from the true label. "First fail" = the first sampled view with a check whose verdict is ' +
+        '`fail`, timed by its `updated_at`; "candidate at 0" = the arrival of its last answer. Views are ' +
+        `sampled every ${SAMPLE_EVERY_MS} ms.`,
+      '',
+      '### Closing-note figures',
+      '',
+      ...figures.map((f) => `- ${closingLine(f)}`),
+      '',
+      ...sections,
+    );
+  }
+  return md;
+}
+
 export const rollout: Scenario = {
   name: 'rollout',
   description:
@@ -821,104 +991,10 @@ export const rollout: Scenario = {
       charts.push(rolloutChart(plan, run, f, origin));
       sections.push(runMarkdown(plan, run, f, origin));
       ctx.log(`rollout ${closingLine(f)}`);
-      const t0 = run.call.calledMs;
-      data.push({
-        run: plan.label,
-        body: rolloutBody(plan.spec),
-        status: run.call.status,
-        timedOut: run.timedOut,
-        vanished: run.vanished,
-        ...(run.abort ? { abort: { status: run.abort.status, body: run.abort.body } } : {}),
-        state: f.state,
-        reason: f.reason,
-        timings: {
-          timeToOutcomeS: msToS(f.timings.timeToOutcomeMs),
-          timeToFirstFailureS: msToS(f.timings.timeToFirstFailureMs),
-          failureToOutcomeS: msToS(f.timings.failureToOutcomeMs),
-          failureToZeroS: msToS(f.timings.failureToZeroMs),
-          candidateAfterOutcome: f.candidateAfterOutcome,
-        },
-        exposure: f.exposure,
-        activeExposure: f.activeExposure,
-        maxShare: f.maxShare,
-        sharesVisited: f.sharesVisited,
-        failedChecks: f.failedChecks,
-        checks: f.checks,
-        samples: run.samples.map((x) => ({
-          s: Number(((x.atMs - t0) / 1000).toFixed(3)),
-          status: x.status,
-          ...(x.view
-            ? {
-                state: x.view.state,
-                step: x.view.step,
-                share: x.view.share,
-                checks: x.view.checks.map((c) => [c.name, c.value, c.verdict, c.candidate_samples]),
-              }
-            : {}),
-          ...(x.error ? { error: x.error } : {}),
-        })),
-        transitions: finalView(run.samples)?.transitions ?? [],
-        metrics: rolloutMetricLines(run.metrics, MODEL),
-        server: record.server,
-      });
+      data.push(rolloutRunData(plan, run, f, record));
     }
     const checks = figures.flatMap((f) => f.checks);
-    const md: string[] = [
-      '### Done-when',
-      '',
-      checks.length ? checksMarkdown(checks) : 'No run completed.',
-      '',
-    ];
-    if (figures.length) {
-      md.push(
-        '### Runs',
-        '',
-        markdownTable(
-          [
-            'run',
-            'outcome',
-            'time to outcome',
-            'first fail → candidate at 0',
-            'max share %',
-            'requests',
-            'exposed',
-            'exposed changed',
-            'exposed wrong',
-            'client failures',
-            'offline disagreement',
-            'reason',
-          ],
-          figures.map((f) => [
-            f.plan.label,
-            f.state,
-            s1(f.timings.timeToOutcomeMs),
-            s1(f.timings.failureToZeroMs),
-            f.maxShare,
-            f.exposure.requests,
-            f.activeExposure.exposed,
-            f.activeExposure.exposedChanged,
-            f.activeExposure.exposedWrong,
-            f.exposure.errors,
-            offline[f.plan.label] === undefined
-              ? 'same as v2'
-              : `${(offline[f.plan.label]! * 100).toFixed(2)} %`,
-            f.reason ?? '–',
-          ]),
-        ),
-        '',
-        '"Exposed" = answers from the candidate to requests sent while the rollout was active; "changed" = ' +
-          'their label differs from what the stable (v2, computed offline) answers for that row; "wrong" = ' +
-          'differs from the true label. "First fail" = the first sampled view with a check whose verdict is ' +
-          '`fail`, timed by its `updated_at`; "candidate at 0" = the arrival of its last answer. Views are ' +
-          `sampled every ${SAMPLE_EVERY_MS} ms.`,
-        '',
-        '### Closing-note figures',
-        '',
-        ...figures.map((f) => `- ${closingLine(f)}`),
-        '',
-        ...sections,
-      );
-    }
+    const md = rolloutMarkdown(checks, figures, offline, sections);
     return {
       params: s.params,
       // a measured run is reported in the sections above; the runs table (load figures) would be empty

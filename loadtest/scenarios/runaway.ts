@@ -11,7 +11,7 @@
  */
 import * as fs from 'node:fs';
 import { sharedClock } from '../../libs/ring';
-import { fmt, markdownTable } from '../report';
+import { fmt, markdownTable } from '../../scripts/markdown';
 import { runLoad } from '../run-load';
 import {
   errText,

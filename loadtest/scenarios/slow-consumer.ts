@@ -18,8 +18,8 @@
  */
 import * as fs from 'node:fs';
 import { performance } from 'node:perf_hooks';
+import { fmt, markdownTable } from '../../scripts/markdown';
 import { type MetricSample, scrapeMetrics, sumSamples } from '../metrics';
-import { fmt, markdownTable } from '../report';
 import {
   errText,
   measureSafe,

@@ -23,9 +23,7 @@ import * as path from 'node:path';
 import { AckPolicy, DeliverPolicy } from '@nats-io/jetstream';
 import { connectNats, type NatsHandle } from '../../apps/pipeline';
 import { nanos } from '../../apps/pipeline/io/nanos';
-import { fmt, markdownTable } from '../report';
-import { errText, median, ratio } from '../scenario-kit';
-import { freePort } from '../server-process';
+import { fmt, markdownTable } from '../../scripts/markdown';
 import {
   type EffectCounts,
   effectCounts,
@@ -36,8 +34,10 @@ import {
   spreadOf,
   throughputOf,
   type WorkerRecord,
-} from '../stream/ownership-analysis';
-import { type OwnershipWorkerConfig, PRIORITY_GROUP } from '../stream/ownership-worker-config';
+} from '../pipeline/ownership-analysis';
+import { type OwnershipWorkerConfig, PRIORITY_GROUP } from '../pipeline/ownership-worker-config';
+import { errText, median, ratio } from '../scenario-kit';
+import { freePort } from '../server-process';
 import type { Ratio, RunRecord, Scenario, ScenarioContext } from '../types';
 
 type Mode = OwnershipWorkerConfig['mode'];

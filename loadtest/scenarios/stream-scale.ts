@@ -9,10 +9,8 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { fmt, markdownTable } from '../report';
-import { errText } from '../scenario-kit';
-import { processTreeCpuMs } from '../server-process';
-import { freshnessOf } from '../stream/analysis';
+import { fmt, markdownTable } from '../../scripts/markdown';
+import { freshnessOf } from '../pipeline/analysis';
 import {
   connectNats,
   lastSeq,
@@ -22,18 +20,20 @@ import {
   readPredictions,
   runNames,
   writeRunConfig,
-} from '../stream/broker';
-import { leftovers } from '../stream/chaos-broker';
-import { startChaosFeed } from '../stream/chaos-feed';
+} from '../pipeline/broker';
+import { leftovers } from '../pipeline/chaos-broker';
+import { startChaosFeed } from '../pipeline/chaos-feed';
 import {
   cleanupRun,
   instanceHealth,
   partitionConsumers,
   type StreamInstance,
   startInstance,
-} from '../stream/instances';
-import { brokerPid, killAllStreamProcs } from '../stream/procs';
-import { capacityAtSlo, cpuPct, instancesFor, lagVerdict, withinSlo } from '../stream/scale-analysis';
+} from '../pipeline/instances';
+import { brokerPid, killAllStreamProcs } from '../pipeline/procs';
+import { capacityAtSlo, cpuPct, instancesFor, lagVerdict, withinSlo } from '../pipeline/scale-analysis';
+import { errText } from '../scenario-kit';
+import { processTreeCpuMs } from '../server-process';
 import { lineChart } from '../svg-chart';
 import type { Chart, Ratio, RunRecord, Scenario, ScenarioContext } from '../types';
 
@@ -272,6 +272,239 @@ async function runConfig(
 
 const pct = (v: number | undefined): string => (v === undefined ? '–' : `${Math.round(v)} %`);
 
+/** What the configurations measured, by instance count, and the command line of their instances. */
+interface ScaleRun {
+  byN: Map<number, Step[]>;
+  command: string[];
+}
+
+/**
+ * Every configuration in turn, the others at one instance's rates up to one step past its capacity; always
+ * stops the instances and deletes what the run left on the broker.
+ */
+async function driveScale(
+  ctx: ScenarioContext,
+  nats: NatsHandle,
+  plan: Plan,
+  slo: number,
+  notes: string[],
+): Promise<ScaleRun> {
+  const cleanup: (() => Promise<void>)[] = [];
+  const byN = new Map<number, Step[]>();
+  let command: string[] = [];
+  let feedNats: NatsHandle | undefined;
+  try {
+    for (const n of plan.instances) {
+      // The others at the same offered rates as one instance, up to one step past its capacity.
+      const one = byN.get(1);
+      const failedAt = one?.findIndex((s) => !s.ok) ?? -1;
+      const rates = one && failedAt >= 0 ? plan.rates.slice(0, failedAt + 2) : plan.rates;
+      feedNats ??= await connectNats({ servers: natsUrl(), name: 'streaminfer-bench-scale-feed' });
+      const r = await runConfig(ctx, nats, plan, n, rates, slo, cleanup, feedNats);
+      byN.set(n, r.steps);
+      command = r.command;
+    }
+  } finally {
+    killAllStreamProcs();
+    for (const c of cleanup) await c().catch(() => undefined);
+    const left = await leftovers(nats, 'benchsc').catch(() => []);
+    const mine = left.filter((s) => s.includes(`benchsc`) && s.includes(String(process.pid)));
+    if (mine.length) notes.push(`left on the broker: ${mine.join(', ')}`);
+    await feedNats?.close().catch(() => undefined);
+    await nats.close().catch(() => undefined);
+  }
+
+  return { byN, command };
+}
+
+/** Each configuration's capacity: the highest rate step within the SLO. */
+function scaleCapacity(byN: ReadonlyMap<number, Step[]>, slo: number): Map<number, number | undefined> {
+  const capacity = new Map<number, number | undefined>();
+  for (const [n, ss] of byN)
+    capacity.set(
+      n,
+      capacityAtSlo(
+        ss.map((s) => ({ rate: s.rate, p95Ms: s.p95Ms, bounded: s.bounded })),
+        slo,
+      ),
+    );
+  return capacity;
+}
+
+/** The steps table. */
+function stepsSection(
+  md: string[],
+  ctx: ScenarioContext,
+  plan: Plan,
+  slo: number,
+  steps: readonly Step[],
+): void {
+  md.push(
+    '### Steps',
+    '',
+    `Each configuration runs ${plan.partitions} key partitions (shipped deploy/pipeline.json, own names, admin port 0; ` +
+      `checkpoints every 10 s as shipped) shared by its instances through KV leases; the in-process feed (the bench ` +
+      `process: the producer) publishes the reference workload at each rate for ${plan.stepS} s (no disorder, no ` +
+      `duplicates), measured from ${plan.settleS} s into the step; the ladder stops at the first step that misses ` +
+      `the SLO (freshness p95 ≤ ${fmt(slo)} ms and lag bounded: grew by less than 0.5 s of input over the step and ` +
+      'ends below 2 s of input). Freshness = first prediction stored − event time (read back from the broker). ' +
+      'CPU = % of one core over the step (this host has ' +
+      `${ctx.cores} cores = ${ctx.cores * 100} %): each instance is its supervisor + pipeline process tree.`,
+    '',
+    markdownTable(
+      [
+        'instances',
+        'offered ev/s',
+        'fed ev/s (window)',
+        'processed ev/s',
+        'fresh p50 / p95 ms',
+        'lag end / max',
+        'lag growth ev/s',
+        'within SLO',
+        'CPU per instance',
+        'CPU broker',
+        'CPU producer',
+        'CPU total',
+      ],
+      steps.map((s) => {
+        const total = [...s.cpuInstances, s.cpuBroker, s.cpuProducer].reduce<number>(
+          (a, b) => a + (b ?? 0),
+          0,
+        );
+        return [
+          s.instances,
+          fmt(s.rate),
+          fmt(s.rateActual),
+          fmt(Math.round(s.throughput)),
+          `${fmt(Math.round(s.p50Ms))} / ${fmt(Math.round(s.p95Ms))}`,
+          `${fmt(s.lagEnd)} / ${fmt(s.lagMax)}`,
+          s.lagGrowthPerS === undefined ? '–' : fmt(Math.round(s.lagGrowthPerS)),
+          s.ok ? 'yes' : 'NO',
+          s.cpuInstances.map(pct).join(' + '),
+          pct(s.cpuBroker),
+          pct(s.cpuProducer),
+          `${pct(total)} of ${ctx.cores * 100} %`,
+        ];
+      }),
+    ),
+    '',
+  );
+}
+
+/** Capacity per configuration, the planning table from one instance's capacity, and their ratios. */
+function capacitySection(
+  md: string[],
+  ratios: Ratio[],
+  plan: Plan,
+  slo: number,
+  capacity: ReadonlyMap<number, number | undefined>,
+): void {
+  const c1 = capacity.get(1);
+  md.push(
+    '### Capacity and the planning table',
+    '',
+    markdownTable(
+      ['instances on this host', `capacity at p95 ≤ ${fmt(slo)} ms (highest step passed)`, 'per instance'],
+      [...capacity.entries()].map(([n, c]) => [
+        n,
+        c === undefined ? 'none passed' : `${fmt(c)} ev/s`,
+        c === undefined ? '–' : `${fmt(Math.round(c / n))} ev/s`,
+      ]),
+    ),
+    '',
+  );
+  if (c1 !== undefined) {
+    const need = instancesFor(TARGET.rate, TARGET.utilisation, c1);
+    md.push(
+      markdownTable(
+        [
+          'target',
+          'utilisation',
+          'C (one instance)',
+          'per instance at u',
+          'instances = ceil(target / (u·C))',
+        ],
+        [
+          [
+            `${fmt(TARGET.rate)} ev/s`,
+            `${TARGET.utilisation * 100} %`,
+            `${fmt(c1)} ev/s`,
+            `${fmt(TARGET.utilisation * c1)} ev/s`,
+            `ceil(${fmt(TARGET.rate)} / ${fmt(TARGET.utilisation * c1)}) = ${need}`,
+          ],
+        ],
+      ),
+      '',
+      `Plan ${need} instances, each on its own cores (and the broker and the producers elsewhere), with at least ` +
+        `${need} partitions — more (e.g. ${Math.max(plan.partitions, need * 2)}) so a failed instance's share spreads ` +
+        `over the survivors; C is the rate step that passed, so the true capacity lies between it and the next step.`,
+      '',
+    );
+    ratios.push({
+      name: `instances for ${TARGET.rate} ev/s at ${TARGET.utilisation * 100} % (from C of one)`,
+      value: need,
+    });
+  }
+  for (const [n, c] of capacity)
+    ratios.push({
+      name: `capacity of ${n} instance${n > 1 ? 's' : ''} / one (this host)`,
+      value: c !== undefined && c1 ? c / c1 : undefined,
+    });
+}
+
+/** Freshness p95 and processed rate against the offered rate, one line per configuration. */
+function scaleCharts(byN: ReadonlyMap<number, Step[]>, slo: number): Chart[] {
+  const charts: Chart[] = [];
+  const series = (f: (s: Step) => number) =>
+    [...byN.entries()].map(([n, ss]) => ({
+      name: `${n} instance${n > 1 ? 's' : ''}`,
+      points: ss.map((s) => [s.rate, f(s)] as [number, number]),
+    }));
+  charts.push({
+    file: 'stream-scale-freshness.svg',
+    title: 'stream-scale: freshness p95 vs offered rate',
+    svg: lineChart({
+      title: `stream-scale: freshness p95 (ms) vs offered rate; SLO ${fmt(slo)} ms`,
+      xLabel: 'offered ev/s',
+      yLabel: 'ms',
+      series: series((s) => s.p95Ms),
+    }),
+  });
+  charts.push({
+    file: 'stream-scale-throughput.svg',
+    title: 'stream-scale: processed vs offered rate',
+    svg: lineChart({
+      title: 'stream-scale: processed ev/s vs offered ev/s',
+      xLabel: 'offered ev/s',
+      yLabel: 'processed ev/s',
+      series: series((s) => s.throughput),
+    }),
+  });
+  return charts;
+}
+
+/** One run record per step. */
+function scaleRuns(steps: readonly Step[], command: string[]): RunRecord[] {
+  const runs: RunRecord[] = [];
+  for (const s of steps)
+    runs.push({
+      label: `${s.instances} inst @ ${s.rate}`,
+      target: `stream ${s.instances} instance${s.instances > 1 ? 's' : ''}`,
+      server: { command, env: {} },
+      metrics: {
+        rate_target: s.rate,
+        rate_actual: s.rateActual,
+        processed_per_s: Math.round(s.throughput),
+        fresh_p95_ms: s.p95Ms,
+        lag_end: s.lagEnd,
+        cpu_instances_pct: s.cpuInstances.reduce<number>((a, b) => a + (b ?? 0), 0),
+        cpu_broker_pct: s.cpuBroker,
+        cpu_producer_pct: s.cpuProducer,
+      },
+    });
+  return runs;
+}
+
 export const streamScale: Scenario = {
   name: 'stream-scale',
   description:
@@ -282,9 +515,7 @@ export const streamScale: Scenario = {
   async run(ctx) {
     const plan = ctx.quick ? QUICK : FULL;
     const slo = sloOf(ctx.repoRoot);
-    const runs: RunRecord[] = [];
     const notes: string[] = [];
-    const charts: Chart[] = [];
     const ratios: Ratio[] = [];
     const md: string[] = [];
     let nats: NatsHandle;
@@ -293,187 +524,17 @@ export const streamScale: Scenario = {
     } catch (e) {
       throw new Error(`the stream-scale scenario needs NATS JetStream at ${natsUrl()}: ${errText(e)}`);
     }
-    const cleanup: (() => Promise<void>)[] = [];
-    const byN = new Map<number, Step[]>();
-    let command: string[] = [];
-    let feedNats: NatsHandle | undefined;
-    try {
-      for (const n of plan.instances) {
-        // The others at the same offered rates as one instance, up to one step past its capacity.
-        const one = byN.get(1);
-        const failedAt = one?.findIndex((s) => !s.ok) ?? -1;
-        const rates = one && failedAt >= 0 ? plan.rates.slice(0, failedAt + 2) : plan.rates;
-        feedNats ??= await connectNats({ servers: natsUrl(), name: 'streaminfer-bench-scale-feed' });
-        const r = await runConfig(ctx, nats, plan, n, rates, slo, cleanup, feedNats);
-        byN.set(n, r.steps);
-        command = r.command;
-      }
-    } finally {
-      killAllStreamProcs();
-      for (const c of cleanup) await c().catch(() => undefined);
-      const left = await leftovers(nats, 'benchsc').catch(() => []);
-      const mine = left.filter((s) => s.includes(`benchsc`) && s.includes(String(process.pid)));
-      if (mine.length) notes.push(`left on the broker: ${mine.join(', ')}`);
-      await feedNats?.close().catch(() => undefined);
-      await nats.close().catch(() => undefined);
-    }
-
+    const { byN, command } = await driveScale(ctx, nats, plan, slo, notes);
     const steps = [...byN.values()].flat();
-    const capacity = new Map<number, number | undefined>();
-    for (const [n, ss] of byN)
-      capacity.set(
-        n,
-        capacityAtSlo(
-          ss.map((s) => ({ rate: s.rate, p95Ms: s.p95Ms, bounded: s.bounded })),
-          slo,
-        ),
-      );
-    const c1 = capacity.get(1);
-    md.push(
-      '### Steps',
-      '',
-      `Each configuration runs ${plan.partitions} key partitions (shipped deploy/pipeline.json, own names, admin port 0; ` +
-        `checkpoints every 10 s as shipped) shared by its instances through KV leases; the in-process feed (the bench ` +
-        `process: the producer) publishes the reference workload at each rate for ${plan.stepS} s (no disorder, no ` +
-        `duplicates), measured from ${plan.settleS} s into the step; the ladder stops at the first step that misses ` +
-        `the SLO (freshness p95 ≤ ${fmt(slo)} ms and lag bounded: grew by less than 0.5 s of input over the step and ` +
-        'ends below 2 s of input). Freshness = first prediction stored − event time (read back from the broker). ' +
-        'CPU = % of one core over the step (this host has ' +
-        `${ctx.cores} cores = ${ctx.cores * 100} %): each instance is its supervisor + pipeline process tree.`,
-      '',
-      markdownTable(
-        [
-          'instances',
-          'offered ev/s',
-          'fed ev/s (window)',
-          'processed ev/s',
-          'fresh p50 / p95 ms',
-          'lag end / max',
-          'lag growth ev/s',
-          'within SLO',
-          'CPU per instance',
-          'CPU broker',
-          'CPU producer',
-          'CPU total',
-        ],
-        steps.map((s) => {
-          const total = [...s.cpuInstances, s.cpuBroker, s.cpuProducer].reduce<number>(
-            (a, b) => a + (b ?? 0),
-            0,
-          );
-          return [
-            s.instances,
-            fmt(s.rate),
-            fmt(s.rateActual),
-            fmt(Math.round(s.throughput)),
-            `${fmt(Math.round(s.p50Ms))} / ${fmt(Math.round(s.p95Ms))}`,
-            `${fmt(s.lagEnd)} / ${fmt(s.lagMax)}`,
-            s.lagGrowthPerS === undefined ? '–' : fmt(Math.round(s.lagGrowthPerS)),
-            s.ok ? 'yes' : 'NO',
-            s.cpuInstances.map(pct).join(' + '),
-            pct(s.cpuBroker),
-            pct(s.cpuProducer),
-            `${pct(total)} of ${ctx.cores * 100} %`,
-          ];
-        }),
-      ),
-      '',
-    );
-    md.push(
-      '### Capacity and the planning table',
-      '',
-      markdownTable(
-        ['instances on this host', `capacity at p95 ≤ ${fmt(slo)} ms (highest step passed)`, 'per instance'],
-        [...capacity.entries()].map(([n, c]) => [
-          n,
-          c === undefined ? 'none passed' : `${fmt(c)} ev/s`,
-          c === undefined ? '–' : `${fmt(Math.round(c / n))} ev/s`,
-        ]),
-      ),
-      '',
-    );
-    if (c1 !== undefined) {
-      const need = instancesFor(TARGET.rate, TARGET.utilisation, c1);
-      md.push(
-        markdownTable(
-          [
-            'target',
-            'utilisation',
-            'C (one instance)',
-            'per instance at u',
-            'instances = ceil(target / (u·C))',
-          ],
-          [
-            [
-              `${fmt(TARGET.rate)} ev/s`,
-              `${TARGET.utilisation * 100} %`,
-              `${fmt(c1)} ev/s`,
-              `${fmt(TARGET.utilisation * c1)} ev/s`,
-              `ceil(${fmt(TARGET.rate)} / ${fmt(TARGET.utilisation * c1)}) = ${need}`,
-            ],
-          ],
-        ),
-        '',
-        `Plan ${need} instances, each on its own cores (and the broker and the producers elsewhere), with at least ` +
-          `${need} partitions — more (e.g. ${Math.max(plan.partitions, need * 2)}) so a failed instance's share spreads ` +
-          `over the survivors; C is the rate step that passed, so the true capacity lies between it and the next step.`,
-        '',
-      );
-      ratios.push({
-        name: `instances for ${TARGET.rate} ev/s at ${TARGET.utilisation * 100} % (from C of one)`,
-        value: need,
-      });
-    }
-    for (const [n, c] of capacity)
-      ratios.push({
-        name: `capacity of ${n} instance${n > 1 ? 's' : ''} / one (this host)`,
-        value: c !== undefined && c1 ? c / c1 : undefined,
-      });
+    const capacity = scaleCapacity(byN, slo);
+    stepsSection(md, ctx, plan, slo, steps);
+    capacitySection(md, ratios, plan, slo, capacity);
     const why = explain(byN, capacity, ctx.cores);
     md.push('### Why it does not scale linearly here', '', why, '');
     notes.push(why);
 
-    const series = (f: (s: Step) => number) =>
-      [...byN.entries()].map(([n, ss]) => ({
-        name: `${n} instance${n > 1 ? 's' : ''}`,
-        points: ss.map((s) => [s.rate, f(s)] as [number, number]),
-      }));
-    charts.push({
-      file: 'stream-scale-freshness.svg',
-      title: 'stream-scale: freshness p95 vs offered rate',
-      svg: lineChart({
-        title: `stream-scale: freshness p95 (ms) vs offered rate; SLO ${fmt(slo)} ms`,
-        xLabel: 'offered ev/s',
-        yLabel: 'ms',
-        series: series((s) => s.p95Ms),
-      }),
-    });
-    charts.push({
-      file: 'stream-scale-throughput.svg',
-      title: 'stream-scale: processed vs offered rate',
-      svg: lineChart({
-        title: 'stream-scale: processed ev/s vs offered ev/s',
-        xLabel: 'offered ev/s',
-        yLabel: 'processed ev/s',
-        series: series((s) => s.throughput),
-      }),
-    });
-    for (const s of steps)
-      runs.push({
-        label: `${s.instances} inst @ ${s.rate}`,
-        target: `stream ${s.instances} instance${s.instances > 1 ? 's' : ''}`,
-        server: { command, env: {} },
-        metrics: {
-          rate_target: s.rate,
-          rate_actual: s.rateActual,
-          processed_per_s: Math.round(s.throughput),
-          fresh_p95_ms: s.p95Ms,
-          lag_end: s.lagEnd,
-          cpu_instances_pct: s.cpuInstances.reduce<number>((a, b) => a + (b ?? 0), 0),
-          cpu_broker_pct: s.cpuBroker,
-          cpu_producer_pct: s.cpuProducer,
-        },
-      });
+    const charts = scaleCharts(byN, slo);
+    const runs = scaleRuns(steps, command);
     return {
       params: {
         rates: plan.rates,

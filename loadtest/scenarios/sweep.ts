@@ -11,9 +11,9 @@
  */
 import * as fs from 'node:fs';
 import * as os from 'node:os';
+import { fmt, markdownTable } from '../../scripts/markdown';
 import { findSamples, histogramMeanDelta, type MetricSample, scrapeMetrics } from '../metrics';
 import { type PhaseResult, type PoissonPhase, runPoisson } from '../poisson';
-import { fmt, markdownTable } from '../report';
 import { errText, modelsDirWith, type Verdict, verdictNote, verdictTable } from '../scenario-kit';
 import type { ServerHandle } from '../server-process';
 import { lineChart, PALETTE } from '../svg-chart';

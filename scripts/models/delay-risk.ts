@@ -15,8 +15,8 @@ import {
   simulate,
   slideTimes,
 } from '../../libs/delivery';
+import { markdownTable } from '../markdown';
 import type { ModelConfig } from './config';
-import { markdownTable } from './digits';
 import { encodeModel, floatInitializer, int64Initializer, model, node } from './onnx-builder';
 import { type Mlp, type MlpOptions, predictProba, trainMlp } from './train-mlp';
 import { type BuiltModel, valueInfo } from './types';
@@ -349,7 +349,7 @@ function readmeBody(m: DelayRiskMetrics): string {
     'Input `features`: float32 [5], RAW values in this order (`FEATURE_NAMES` in',
     'libs/delivery/features.ts, computed by `computeFeatures`). Scaling happens inside the graph.',
     '',
-    ...markdownTable(
+    markdownTable(
       ['#', 'feature', 'definition'],
       [
         [
@@ -366,6 +366,7 @@ function readmeBody(m: DelayRiskMetrics): string {
         ['3', '`traffic_alerts_10m`', 'traffic events on the delivery’s route in (t − 10 min, t]'],
         ['4', '`minutes_to_promised`', '(promised_time − t) in minutes, negative once overdue'],
       ],
+      { pad: true },
     ),
     '',
     'Output `risk`: float32 [1], P(the delivery ends after its promised time).',
@@ -374,7 +375,7 @@ function readmeBody(m: DelayRiskMetrics): string {
     '',
     'Computed by the build with onnxruntime-node on the emitted model file:',
     '',
-    ...markdownTable(
+    markdownTable(
       ['', 'deliveries', 'late deliveries', 'rows (one per delivery-minute)', 'AUC'],
       [
         [
@@ -392,6 +393,7 @@ function readmeBody(m: DelayRiskMetrics): string {
           m.heldOutAuc.toFixed(4),
         ],
       ],
+      { pad: true },
     ),
     '',
     `Held-out AUC on the ${m.earlyRows} rows before the promised time (minutes_to_promised > 0, when a warning`,

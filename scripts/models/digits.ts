@@ -6,6 +6,7 @@
  *
  * Both graphs take RAW pixel counts (0..16) and scale them by 1/16 inside the graph.
  */
+import { markdownTable } from '../markdown';
 import type { ModelConfig } from './config';
 import { type Digits, loadDigits, N_CLASSES, N_PIXELS, split } from './digits-data';
 import { disagreement, predictDigits } from './evaluate';
@@ -221,15 +222,6 @@ const pct = (x: number) => `${(x * 100).toFixed(2)} %`;
 /** 12345 → "12,345" (no locale data involved). */
 const thousands = (n: number) => String(n).replace(/\B(?=(\d{3})+(?!\d))/g, ',');
 
-/** A Markdown table with padded columns (the layout `biome format` gives Markdown tables). */
-export function markdownTable(header: string[], rows: string[][]): string[] {
-  const len = (s: string) => [...s].length;
-  const widths = header.map((h, c) => Math.max(3, len(h), ...rows.map((r) => len(r[c] ?? ''))));
-  const line = (cells: string[]) =>
-    `| ${widths.map((w, c) => (cells[c] ?? '') + ' '.repeat(w - len(cells[c] ?? ''))).join(' | ')} |`;
-  return [line(header), line(widths.map((w) => '-'.repeat(w))), ...rows.map(line)];
-}
-
 /** models/digits/README.md, generated from the measured metrics (deterministic: no dates). */
 export function renderDigitsReadme(m: DigitsMetrics): string {
   const [v1, v2] = m.versions;
@@ -243,7 +235,7 @@ export function renderDigitsReadme(m: DigitsMetrics): string {
     'exactly as in the data file. Scaling (× 1/16) happens inside the ONNX graph, so clients send',
     'the counts unchanged. Output `probabilities`: float32 [10] (softmax); labels `"0"`..`"9"`.',
     '',
-    ...markdownTable(
+    markdownTable(
       ['version', 'architecture', 'parameters', 'model.onnx', 'held-out accuracy', 'accuracy, all rows'],
       m.versions.map((v) => [
         v.version,
@@ -253,6 +245,7 @@ export function renderDigitsReadme(m: DigitsMetrics): string {
         `${pct(v.heldOutAccuracy)} (${v.heldOutCorrect}/${m.heldOutRows})`,
         pct(v.allAccuracy),
       ]),
+      { pad: true },
     ),
     '',
     `v1 and v2 disagree (different argmax) on ${m.disagreements} of all ${m.rows} rows ` +
@@ -273,7 +266,7 @@ export function renderDigitsReadme(m: DigitsMetrics): string {
     '  deterministic: rebuilding produces byte-identical model files.',
     '- Weights are trained in float64 and stored as float32.',
     '',
-    ...markdownTable(
+    markdownTable(
       [
         'version',
         'hidden layers',
@@ -294,6 +287,7 @@ export function renderDigitsReadme(m: DigitsMetrics): string {
         String(v.options.seed),
         pct(v.trainAccuracy),
       ]),
+      { pad: true },
     ),
     '',
     'Graph: `Mul(pixels, 1/16)` → (`MatMul` → `Add` → `Relu`) per hidden layer → `MatMul` → `Add` →',

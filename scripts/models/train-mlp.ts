@@ -88,6 +88,7 @@ export function predictProba(m: Mlp, x: Float64Array, n: number, nIn: number): F
   return out;
 }
 
+/** Index of the largest value in each row of a row-major [n, k] matrix (first one on ties). */
 export function argmaxRows(p: ArrayLike<number>, n: number, k: number): Int32Array {
   const out = new Int32Array(n);
   for (let r = 0; r < n; r++) {

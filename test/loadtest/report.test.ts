@@ -1,17 +1,10 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import {
-  escapeCell,
-  fmt,
-  markdownTable,
-  renderReport,
-  reportJson,
-  runsTable,
-  writeReport,
-} from '../../loadtest/report';
+import { renderReport, reportJson, runsTable, writeReport } from '../../loadtest/report';
 import { LoadStats, mergePartials } from '../../loadtest/stats';
 import type { BenchReport, RunRecord } from '../../loadtest/types';
+import { escapeCell, fmt, markdownTable } from '../../scripts/markdown';
 
 function load(ok: number, tput: number): RunRecord['load'] {
   const s = new LoadStats();

@@ -1,6 +1,6 @@
+import { quantile } from '../../loadtest/quantile';
 import {
   type AnswerRecord,
-  argmaxRows,
   type Commit,
   checkAfterCommits,
   checkConnectionOrder,
@@ -11,12 +11,12 @@ import {
   latencyStats,
   minMedianMax,
   overlaps,
-  quantile,
   splitByIntervals,
   timelineBuckets,
   versionCounts,
   versionShare,
 } from '../../loadtest/swap-analysis';
+import { argmaxRows } from '../../scripts/models/train-mlp';
 
 let nextId = 0;
 function ans(
@@ -207,7 +207,7 @@ describe('timeline and counts', () => {
 
 describe('offline comparison helpers', () => {
   it('argmax per row, first on ties', () => {
-    expect(argmaxRows([0.1, 0.7, 0.2, 0.5, 0.5, 0, 0, 0, 1], 3, 3)).toEqual([1, 0, 2]);
+    expect(Array.from(argmaxRows([0.1, 0.7, 0.2, 0.5, 0.5, 0, 0, 0, 1], 3, 3))).toEqual([1, 0, 2]);
   });
 
   it('counts disagreements and refuses lists of different lengths', () => {

@@ -3,6 +3,7 @@
  * first predictions, per-second p95 timelines, lag growth, drain times and the zero-loss verdict.
  * No I/O: the scenario feeds it what it read from the broker and sampled from the pipeline's /health.
  */
+import { quantileSorted } from '../quantile';
 
 /** A first prediction (revision 0) as stored: the broker's timestamp and the event's own time, epoch ms. */
 export interface FirstPrediction {
@@ -18,13 +19,6 @@ export interface FreshnessSummary {
   p95: number;
   p99: number;
   max: number;
-}
-
-/** Nearest-rank quantile of an ascending array (NaN when empty). */
-export function quantileSorted(sorted: readonly number[], q: number): number {
-  if (sorted.length === 0) return Number.NaN;
-  const rank = Math.min(sorted.length, Math.max(1, Math.ceil(q * sorted.length)));
-  return sorted[rank - 1]!;
 }
 
 /** p50/p95/p99/max of freshness (stored − event time, ms); count 0 → NaN figures. */

@@ -3,7 +3,7 @@
  * bench's workload (the stream-chaos scenario's shape: ⌈rate × 4⌉ deliveries, GPS ~4 s) in event-time order,
  * its snapshot serialised every `every` events — size, serialisation time (the pipeline does it at its
  * barrier, on its event loop), and the parts. Run after a build:
- *   node dist/loadtest/stream/chaos-state-probe.js [rate=1200] [events=500000] [every=100000]
+ *   node dist/loadtest/pipeline/chaos-state-probe.js [rate=1200] [events=500000] [every=100000]
  * (needs memory: --max-old-space-size=6000 for 500,000 events). With --expose-gc each measurement starts from a
  * collected heap, so a major collection of the ingestion's garbage does not land in it by chance.
  */

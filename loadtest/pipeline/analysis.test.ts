@@ -1,3 +1,4 @@
+import { quantileSorted } from '../quantile';
 import {
   freshnessOf,
   freshnessParts,
@@ -7,7 +8,6 @@ import {
   lagOf,
   lagStable,
   perSecondP95,
-  quantileSorted,
   receivedRate,
   recoveredAt,
   roundRate,

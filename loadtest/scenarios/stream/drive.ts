@@ -1,0 +1,253 @@
+/**
+ * stream's measured phases: on one pipeline the warm-up, the sustained-rate search, 50/80 % of it, the
+ * capacity-planning rate and the drain (sustainedPhase); then embedded vs external on two fresh pipelines
+ * (modesPhase).
+ */
+import * as fs from 'node:fs';
+import { roundRate } from '../../pipeline/analysis';
+import type { NatsHandle } from '../../pipeline/broker';
+import { measureRun, type Pipe, type RunMeasure, waitDrained } from '../../pipeline/measure';
+import { errText, modelsDirWith, serverRecord } from '../../scenario-kit';
+import type { ServerHandle } from '../../server-process';
+import type { RunRecord, ScenarioContext } from '../../types';
+import { type DrainFigures, drainPhase } from './drain';
+import { ms, runRecord, shippedInference, withPipeline } from './kit';
+import { PLANNING, type Plan } from './plan';
+
+/** What the embedded pipeline measured; kept as far as it got when a phase failed. */
+export interface SustainedRun {
+  steps: RunMeasure[];
+  fractions: { fraction: number; m: RunMeasure }[];
+  /** the highest passing step's rate */
+  sustained: number | undefined;
+  drain: DrainFigures | undefined;
+  /** a run at PLANNING.rate when no step or fraction ran at it */
+  planningRun: RunMeasure | undefined;
+}
+
+/** Each run's simulator seed: steps, fractions and the planning run each take the next. */
+interface Seeds {
+  next: number;
+}
+
+/** Steps up the rate until one fails (falling back to half the first when it fails); the extra steps when all pass. */
+async function searchSustained(
+  ctx: ScenarioContext,
+  pipe: Pipe,
+  plan: Plan,
+  broker: number | undefined,
+  s: SustainedRun,
+  seeds: Seeds,
+): Promise<void> {
+  const rates = [...plan.steps];
+  const extra = [...plan.extraSteps];
+  let fellBack = false;
+  for (let i = 0; i < rates.length; i++) {
+    const rate = rates[i]!;
+    ctx.log(`sustained: ${rate} ev/s for ${plan.stepS} s`);
+    const m = await measureRun(pipe, {
+      label: `sustained ${rate} ev/s`,
+      rate,
+      durationS: plan.stepS,
+      rampS: plan.rampS,
+      settleS: plan.settleS,
+      seed: seeds.next++,
+      brokerPid: broker,
+      drainTimeoutMs: plan.drainTimeoutMs,
+    });
+    s.steps.push(m);
+    ctx.log(
+      `sustained ${rate}: p50 ${ms(m.freshness.p50)} p95 ${ms(m.freshness.p95)} p99 ${ms(m.freshness.p99)} ms, ` +
+        `max lag ${m.lag.maxLag}, ${m.pass ? 'PASS' : `FAIL (${m.failures.join('; ')})`}`,
+    );
+    if (!m.pass) {
+      // nothing passed yet: one step at half the rate, so the report still has a sustained figure
+      const half = roundRate(rate / 2);
+      if (s.sustained === undefined && i === 0 && half < rate) {
+        rates.splice(0, rates.length, rate, half);
+        fellBack = true;
+        continue;
+      }
+      break;
+    }
+    if (fellBack) {
+      s.sustained = rate;
+      break;
+    }
+    s.sustained = rate;
+    if (i === rates.length - 1 && extra.length) rates.push(...extra.splice(0));
+  }
+}
+
+/** 50 % and 80 % of the sustained rate, from a drained consumer (or saying it was not). */
+async function sustainedFractions(
+  ctx: ScenarioContext,
+  pipe: Pipe,
+  plan: Plan,
+  broker: number | undefined,
+  s: SustainedRun,
+  sustained: number,
+  seeds: Seeds,
+): Promise<void> {
+  // A failed step can leave a backlog its own drain wait did not clear: the fractions start from an
+  // empty consumer, or say they did not (their figures would measure the old backlog, not their rate).
+  const drainMs = await waitDrained(pipe, 5 * 60_000);
+  ctx.log(
+    drainMs === undefined
+      ? 'fractions: the backlog of the last step did not drain within 5 min; they start behind it'
+      : `fractions: the last step's backlog drained in ${Math.round(drainMs / 1000)} s`,
+  );
+  for (const fraction of [0.5, 0.8]) {
+    const rate = roundRate(sustained * fraction);
+    ctx.log(`at ${fraction * 100} %: ${rate} ev/s for ${plan.fractionS} s`);
+    const m = await measureRun(pipe, {
+      label: `${fraction * 100} % of sustained (${rate} ev/s)`,
+      rate,
+      durationS: plan.fractionS,
+      rampS: plan.rampS,
+      settleS: plan.settleS,
+      seed: seeds.next++,
+      brokerPid: broker,
+      drainTimeoutMs: plan.drainTimeoutMs,
+    });
+    s.fractions.push({ fraction, m });
+  }
+}
+
+/** 1 + 2: sustained rate, 50/80 %, the planning rate and the drain, on one pipeline. */
+export async function sustainedPhase(
+  ctx: ScenarioContext,
+  nats: NatsHandle,
+  plan: Plan,
+  broker: number | undefined,
+): Promise<{ s: SustainedRun; runs: RunRecord[] }> {
+  const s: SustainedRun = {
+    steps: [],
+    fractions: [],
+    sustained: undefined,
+    drain: undefined,
+    planningRun: undefined,
+  };
+  const a = await withPipeline(ctx, nats, 'pipeline (embedded)', 's', {}, async (pipe) => {
+    ctx.log(`warm-up: ${plan.warmup.rate} ev/s for ${plan.warmup.seconds} s (not measured)`);
+    await measureRun(pipe, {
+      label: 'warm-up',
+      rate: plan.warmup.rate,
+      durationS: plan.warmup.seconds,
+      rampS: 1,
+      seed: 99,
+      drainTimeoutMs: plan.drainTimeoutMs,
+      judge: false,
+    });
+    const seeds: Seeds = { next: 1 };
+    await searchSustained(ctx, pipe, plan, broker, s, seeds);
+    if (s.sustained !== undefined) await sustainedFractions(ctx, pipe, plan, broker, s, s.sustained, seeds);
+    // The capacity-planning example needs a measurement at its rate even when the search stopped below it.
+    if (![...s.steps, ...s.fractions.map((f) => f.m)].some((m) => m.rate === PLANNING.rate)) {
+      ctx.log(
+        `planning: ${PLANNING.rate} ev/s for ${plan.stepS} s (against a ${PLANNING.p95Ms / 1000} s SLO)`,
+      );
+      s.planningRun = await measureRun(pipe, {
+        label: `planning ${PLANNING.rate} ev/s`,
+        rate: PLANNING.rate,
+        durationS: plan.stepS,
+        rampS: plan.rampS,
+        settleS: plan.settleS,
+        seed: seeds.next++,
+        brokerPid: broker,
+        drainTimeoutMs: plan.drainTimeoutMs,
+      });
+    }
+    const drainRate = roundRate((s.sustained ?? plan.steps[0]!) * 0.5);
+    s.drain = await drainPhase(ctx, pipe, plan, drainRate, s.sustained, broker);
+  });
+  const runs: RunRecord[] = [];
+  for (const m of s.steps) runs.push(runRecord(m, 'pipeline-embedded', a.record));
+  for (const f of s.fractions) runs.push(runRecord(f.m, 'pipeline-embedded', a.record));
+  if (s.planningRun) runs.push(runRecord(s.planningRun, 'pipeline-embedded', a.record));
+  if (s.drain) runs.push(runRecord(s.drain.measure, 'pipeline-embedded', a.record));
+  if (a.error) runs.push({ label: 'pipeline (embedded)', target: 'pipeline-embedded', error: a.error });
+  return { s, runs };
+}
+
+export interface ModeRun {
+  mode: string;
+  m?: RunMeasure;
+  error?: string;
+  cpuNote?: string;
+}
+
+/** 3: embedded vs external, two fresh pipelines, same workload and rate; their run records go to `runs`. */
+export async function modesPhase(
+  ctx: ScenarioContext,
+  nats: NatsHandle,
+  plan: Plan,
+  broker: number | undefined,
+  sustained: number | undefined,
+  runs: RunRecord[],
+): Promise<{ modeRate: number; modes: ModeRun[] }> {
+  const modeRate = roundRate((sustained ?? plan.steps[0]!) * 0.65);
+  const modes: ModeRun[] = [];
+  const modeRun = (label: string) => (pipe: Pipe) =>
+    measureRun(pipe, {
+      label,
+      rate: modeRate,
+      durationS: plan.modesS,
+      rampS: plan.rampS,
+      settleS: plan.settleS,
+      seed: 21,
+      brokerPid: broker,
+      drainTimeoutMs: plan.drainTimeoutMs,
+    });
+  ctx.log(`modes: embedded at ${modeRate} ev/s`);
+  const emb = await withPipeline(ctx, nats, 'embedded', 'e', {}, modeRun(`embedded ${modeRate} ev/s`));
+  modes.push({
+    mode: 'embedded',
+    ...(emb.value ? { m: emb.value } : {}),
+    ...(emb.error ? { error: emb.error } : {}),
+  });
+  if (emb.value) runs.push(runRecord(emb.value, 'pipeline-embedded', emb.record));
+  else runs.push({ label: 'embedded', target: 'pipeline-embedded', error: emb.error });
+
+  ctx.log(`modes: external at ${modeRate} ev/s (serve --nodes 1 --workers 1)`);
+  const modelsDir = modelsDirWith(ctx.repoRoot, ['delay-risk'], 'bench-stream-models-');
+  const serverEnv = { STREAMINFER_RATE_LIMIT_RPS: '0', STREAMINFER_MODEL_NAME: 'delay-risk' };
+  let server: ServerHandle | undefined;
+  try {
+    server = await ctx.startStreamInfer({
+      label: 'serving cluster',
+      nodes: 1,
+      workers: 1,
+      args: ['--host', '127.0.0.1', '--models-dir', modelsDir],
+      env: serverEnv,
+    });
+    const ext = await withPipeline(
+      ctx,
+      nats,
+      'external',
+      'x',
+      { inference: { ...shippedInference(ctx.repoRoot), mode: 'external', url: server.wsUrl } },
+      modeRun(`external ${modeRate} ev/s`),
+      [server.pid],
+    );
+    const exit = await server.stop();
+    modes.push({
+      mode: 'external',
+      ...(ext.value ? { m: ext.value } : {}),
+      ...(ext.error ? { error: ext.error } : {}),
+    });
+    if (ext.value) {
+      const r = runRecord(ext.value, 'pipeline-external', ext.record);
+      r.metrics = { ...r.metrics, server_exit_code: exit.code ?? undefined };
+      runs.push(r);
+    } else runs.push({ label: 'external', target: 'pipeline-external', error: ext.error });
+  } catch (e) {
+    runs.push({ label: 'external', target: 'pipeline-external', error: errText(e) });
+    modes.push({ mode: 'external', error: errText(e) });
+    if (server) runs[runs.length - 1]!.server = serverRecord(server, await server.stop());
+  } finally {
+    fs.rmSync(modelsDir, { recursive: true, force: true });
+  }
+
+  return { modeRate, modes };
+}
