@@ -158,6 +158,8 @@ export async function measureRun(
     seed: o.seed,
   });
   const duringDone = hooks.during ? hooks.during(spawned) : Promise.resolve();
+  // Handled now, awaited below: a hook failing while the simulator still runs must fail this run, not kill the bench.
+  duringDone.catch(() => undefined);
   let run: SimulatorRun;
   try {
     run = await sim.done;
