@@ -119,6 +119,15 @@ export interface PipelineConfig {
    * latest one and replays what came after it. consumer.ackWaitMs must outlast an interval.
    */
   checkpoint: { enabled: boolean; intervalMs: number; bucket: string };
+  /**
+   * The side-output spool (apps/stream/spool.ts): a dead letter or late record the broker refuses for a
+   * reason other than its size (the side stream deleted, permissions, storage full) is fsynced under
+   * `<dir>/<consumer.durable>/` and its source acked; it is published from there, same Msg-Id, once the
+   * broker takes it. At most maxBytes pending: beyond, or disabled, such a side output holds its partition
+   * (retried in place, `streaminfer_stream_dead_letters_failing`). The directory must be the instance's own
+   * disk (a restart on the same host takes over what a dead process left there).
+   */
+  spool: { enabled: boolean; dir: string; maxBytes: number };
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace';
 }
 
@@ -167,6 +176,7 @@ export const DEFAULT_PIPELINE_CONFIG: PipelineConfig = {
   admin: { host: '127.0.0.1', port: 9470, socket: '', tokenFile: '', tls: { cert: '', key: '' } },
   slo: { freshnessP95Ms: 2000, lagMessages: 10_000 },
   checkpoint: { enabled: true, intervalMs: 30_000, bucket: 'streaminfer_checkpoints' },
+  spool: { enabled: true, dir: './.state/spool', maxBytes: 256 * 1024 * 1024 },
   logLevel: 'info',
 };
 
@@ -225,6 +235,7 @@ const SHAPE: Shape = {
   },
   slo: { freshnessP95Ms: 'int', lagMessages: 'int' },
   checkpoint: { enabled: 'boolean', intervalMs: 'int', bucket: 'string' },
+  spool: { enabled: 'boolean', dir: 'string', maxBytes: 'int' },
   logLevel: ['fatal', 'error', 'warn', 'info', 'debug', 'trace'],
 };
 
@@ -369,6 +380,14 @@ export function resolvePipelineConfig(...overrides: unknown[]): PipelineConfig {
   atLeast('checkpoint.intervalMs', c.checkpoint.intervalMs, 100);
   if (!/^[A-Za-z0-9_-]{1,64}$/.test(c.checkpoint.bucket))
     throw new PipelineConfigError('checkpoint.bucket', 'must be a bucket name (letters, digits, _ and -)');
+  if (c.spool.enabled && c.spool.dir.trim() === '')
+    throw new PipelineConfigError('spool.dir', 'must be a directory (or spool.enabled false)');
+  // At least one side output of the largest max_payload NATS recommends (8 MiB), at most 1 TiB.
+  if (c.spool.maxBytes < MAX_EVENT_BYTES_LIMIT || c.spool.maxBytes > 2 ** 40)
+    throw new PipelineConfigError(
+      'spool.maxBytes',
+      `must be ${MAX_EVENT_BYTES_LIMIT} to ${2 ** 40} bytes (got ${c.spool.maxBytes})`,
+    );
   if (c.checkpoint.enabled && c.consumer.ackWaitMs < 3 * c.checkpoint.intervalMs)
     throw new PipelineConfigError(
       'consumer.ackWaitMs',
