@@ -391,6 +391,57 @@ describe('dead letters (public contract)', () => {
     expect([...counts.values()].every((n) => n === 1)).toBe(true);
   }, 120_000);
 
+  it('a full spool says so and holds (dead_letters_failing) rather than lose; all land once the stream is back', async () => {
+    const names = uniqueNames('cdp');
+    // The smallest spool (8 MiB) holds 8 dead letters cut to the broker's 1 MB max_payload; 10 are refused.
+    const { admin } = await startPipeline(names, { spool: { maxBytes: 8 * 1024 * 1024 } });
+    await everyPartitionConsuming(admin);
+    const side = await nats.jsm.streams.info(names.side);
+    await nats.jsm.streams.delete(names.side);
+    const big = new Uint8Array(1_000_000).fill(0xff);
+    const badSeqs: number[] = [];
+    for (let i = 0; i < 10; i++) badSeqs.push(await publish(names, 'dp', big, `dp-big-${i}`));
+    const good = pickupThenGps('dp', 0, 5);
+    for (const e of good) await publish(names, 'dp', e.payload, e.id);
+
+    await waitFor(
+      'the spool full, the rest held',
+      async () =>
+        (await metric(admin, 'streaminfer_stream_spool_full')) === 1 &&
+        (await metric(admin, 'streaminfer_stream_dead_letters_failing')) >= 1,
+      30_000,
+    );
+    expect(await metric(admin, 'streaminfer_stream_spool_records')).toBe(8);
+    const health = await fetch(`http://127.0.0.1:${admin}/health`);
+    expect(health.status).toBe(200);
+    const { degraded } = (await health.json()) as { degraded: string[] };
+    expect(degraded).toEqual(
+      expect.arrayContaining([
+        expect.stringMatching(/^side-output spool full/),
+        expect.stringMatching(/not stored, holding/),
+      ]),
+    );
+
+    await nats.jsm.streams.add(side.config);
+    await waitFor('all ten dead letters stored', async () => (await deadLetters(names)).length >= 10, 30_000);
+    await waitFor(
+      'the events behind them predicted',
+      async () => (await firstPredictionCounts(names, 'dp')).size >= good.length - 1,
+      20_000,
+    );
+    await waitFor(
+      'no longer full or held',
+      async () =>
+        (await metric(admin, 'streaminfer_stream_spool_records')) === 0 &&
+        (await metric(admin, 'streaminfer_stream_spool_full')) === 0 &&
+        (await metric(admin, 'streaminfer_stream_dead_letters_failing')) === 0,
+      10_000,
+    );
+    const letters = await deadLetters(names);
+    expect(letters.map((l) => l.source_stream_seq).sort()).toEqual([...badSeqs].sort());
+    expect(letters.every((l) => l.raw_truncated === true && l.raw_bytes === 1_000_000)).toBe(true);
+  }, 120_000);
+
   it('an event whose payload names another delivery than its subject is dead-lettered with the reason', async () => {
     const names = uniqueNames('cdm');
     await startPipeline(names);
