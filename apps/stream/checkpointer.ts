@@ -301,7 +301,15 @@ export class Checkpointer {
   }
 
   private async readPublishedSince(stream: string, afterSeq: number): Promise<void> {
-    const info = await this.nats.jsm.streams.info(stream);
+    let info: Awaited<ReturnType<typeof this.nats.jsm.streams.info>>;
+    try {
+      info = await this.nats.jsm.streams.info(stream);
+    } catch (err) {
+      // The side stream deleted (a partition moving meanwhile): nothing to read back; what the replay
+      // dead-letters again goes to the spool under the same Msg-Ids, which the broker dedupes.
+      if (err instanceof JetStreamApiError && err.code === STREAM_NOT_FOUND) return;
+      throw err;
+    }
     const last = info.state.last_seq;
     if (last <= afterSeq) return;
     const consumer = await this.nats.js.consumers.get(stream, {

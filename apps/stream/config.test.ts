@@ -33,6 +33,21 @@ describe('pipeline config', () => {
       expect(resolvePipelineConfig({ maxEventBytes: ok }).maxEventBytes).toBe(ok);
   });
 
+  test('spool: on by default in ./.state/spool, 256 MiB; 1 MiB to 1 TiB; a directory required when on', () => {
+    expect(resolvePipelineConfig({}).spool).toEqual({
+      enabled: true,
+      dir: './.state/spool',
+      maxBytes: 268_435_456,
+    });
+    expect(resolvePipelineConfig({ spool: { maxBytes: 1_048_576 } }).spool.maxBytes).toBe(1_048_576);
+    for (const bad of [1_048_575, 2 ** 40 + 1, 1.5])
+      expect(refused({ spool: { maxBytes: bad } }).message).toMatch(/^spool\.maxBytes/);
+    expect(refused({ spool: { dir: ' ' } }).message).toMatch(/^spool\.dir: must be a directory/);
+    expect(resolvePipelineConfig({ spool: { enabled: false, dir: '' } }).spool.enabled).toBe(false);
+    expect(refused({ spool: { enabled: 'yes' } }).message).toMatch(/^spool\.enabled/);
+    expect(refused({ spool: { path: '/x' } }).message).toMatch(/^spool\.path: unknown setting/);
+  });
+
   test('eventTime admission bounds: 5 min skew and 3,650 days by default; too small refused naming the key', () => {
     expect(resolvePipelineConfig({}).eventTime).toMatchObject({
       maxClockSkewMs: 300_000,

@@ -287,6 +287,7 @@ function merge(
 
 /** maxEventBytes' ceiling: NATS's recommended largest max_payload (an event must fit the broker first). */
 const MAX_EVENT_BYTES_LIMIT = 8 * 1024 * 1024;
+const SPOOL_MIN_BYTES = 1024 * 1024;
 
 function atLeast(path: string, value: number, min: number): void {
   if (value < min) throw new PipelineConfigError(path, `must be at least ${min} (got ${value})`);
@@ -382,11 +383,11 @@ export function resolvePipelineConfig(...overrides: unknown[]): PipelineConfig {
     throw new PipelineConfigError('checkpoint.bucket', 'must be a bucket name (letters, digits, _ and -)');
   if (c.spool.enabled && c.spool.dir.trim() === '')
     throw new PipelineConfigError('spool.dir', 'must be a directory (or spool.enabled false)');
-  // At least one side output of the largest max_payload NATS recommends (8 MiB), at most 1 TiB.
-  if (c.spool.maxBytes < MAX_EVENT_BYTES_LIMIT || c.spool.maxBytes > 2 ** 40)
+  // At least one side output of NATS's default max_payload (1 MiB; keep it at least the broker's), at most 1 TiB.
+  if (c.spool.maxBytes < SPOOL_MIN_BYTES || c.spool.maxBytes > 2 ** 40)
     throw new PipelineConfigError(
       'spool.maxBytes',
-      `must be ${MAX_EVENT_BYTES_LIMIT} to ${2 ** 40} bytes (got ${c.spool.maxBytes})`,
+      `must be ${SPOOL_MIN_BYTES} to ${2 ** 40} bytes (got ${c.spool.maxBytes})`,
     );
   if (c.checkpoint.enabled && c.consumer.ackWaitMs < 3 * c.checkpoint.intervalMs)
     throw new PipelineConfigError(

@@ -393,14 +393,14 @@ describe('dead letters (public contract)', () => {
 
   it('a full spool says so and holds (dead_letters_failing) rather than lose; all land once the stream is back', async () => {
     const names = uniqueNames('cdp');
-    // The smallest spool (8 MiB) holds 8 dead letters cut to the broker's 1 MB max_payload; 10 are refused.
-    const { admin } = await startPipeline(names, { spool: { maxBytes: 8 * 1024 * 1024 } });
+    // The smallest spool (1 MiB) holds one dead letter of 400 KB that is not UTF-8 (533 KB in base64).
+    const { admin } = await startPipeline(names, { spool: { maxBytes: 1024 * 1024 } });
     await everyPartitionConsuming(admin);
     const side = await nats.jsm.streams.info(names.side);
     await nats.jsm.streams.delete(names.side);
-    const big = new Uint8Array(1_000_000).fill(0xff);
+    const big = new Uint8Array(400_000).fill(0xff);
     const badSeqs: number[] = [];
-    for (let i = 0; i < 10; i++) badSeqs.push(await publish(names, 'dp', big, `dp-big-${i}`));
+    for (let i = 0; i < 3; i++) badSeqs.push(await publish(names, 'dp', big, `dp-big-${i}`));
     const good = pickupThenGps('dp', 0, 5);
     for (const e of good) await publish(names, 'dp', e.payload, e.id);
 
@@ -411,7 +411,7 @@ describe('dead letters (public contract)', () => {
         (await metric(admin, 'streaminfer_stream_dead_letters_failing')) >= 1,
       30_000,
     );
-    expect(await metric(admin, 'streaminfer_stream_spool_records')).toBe(8);
+    expect(await metric(admin, 'streaminfer_stream_spool_records')).toBe(1);
     const health = await fetch(`http://127.0.0.1:${admin}/health`);
     expect(health.status).toBe(200);
     const { degraded } = (await health.json()) as { degraded: string[] };
@@ -423,7 +423,11 @@ describe('dead letters (public contract)', () => {
     );
 
     await nats.jsm.streams.add(side.config);
-    await waitFor('all ten dead letters stored', async () => (await deadLetters(names)).length >= 10, 30_000);
+    await waitFor(
+      'all three dead letters stored',
+      async () => (await deadLetters(names)).length >= 3,
+      30_000,
+    );
     await waitFor(
       'the events behind them predicted',
       async () => (await firstPredictionCounts(names, 'dp')).size >= good.length - 1,
@@ -439,7 +443,7 @@ describe('dead letters (public contract)', () => {
     );
     const letters = await deadLetters(names);
     expect(letters.map((l) => l.source_stream_seq).sort()).toEqual([...badSeqs].sort());
-    expect(letters.every((l) => l.raw_truncated === true && l.raw_bytes === 1_000_000)).toBe(true);
+    expect(letters.every((l) => l.raw_bytes === 400_000 && l.raw_sha256 === undefined)).toBe(true);
   }, 120_000);
 
   it('an event whose payload names another delivery than its subject is dead-lettered with the reason', async () => {
