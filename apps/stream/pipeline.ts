@@ -13,7 +13,7 @@ import path from 'node:path';
 import type { Logger } from 'pino';
 import type { NatsAuth, NatsAuthMode } from '../../libs/nats-auth';
 import { CHECKPOINT_VERSION, type Checkpoint, CheckpointStore } from './checkpoints';
-import type { PipelineConfig } from './config';
+import { type PipelineConfig, spoolDir } from './config';
 import { connectNats, type NatsHandle, pipelineNatsAuth } from './connection';
 import { EpochLog, type EpochRecord } from './epochs';
 import { StreamIoError } from './errors';
@@ -248,7 +248,7 @@ export class DeliveryPipeline {
       );
     if (this.config.spool.enabled) {
       const spool = await SideOutputSpool.open({
-        dir: path.join(this.config.spool.dir, this.config.consumer.durable),
+        dir: path.join(spoolDir(this.config), this.config.consumer.durable),
         maxBytes: this.config.spool.maxBytes,
         logger: this.logger,
         clock: this.clock,

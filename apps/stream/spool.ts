@@ -12,7 +12,7 @@
  * dead_letters_failing gauge), saying so (`full`).
  */
 import { randomBytes } from 'node:crypto';
-import { type FileHandle, mkdir, open, readdir, readFile, rename, unlink } from 'node:fs/promises';
+import { type FileHandle, mkdir, open, readdir, readFile, rename, rmdir, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import { StreamIoError } from './errors';
@@ -75,6 +75,8 @@ function alive(pid: number): boolean {
 
 export class SideOutputSpool {
   private readonly pending = new Map<string, SpoolRecord>();
+  /** Puts not on disk yet, by Msg-Id: a second put of one waits for the same write. */
+  private readonly writing = new Map<string, Promise<boolean>>();
   private bytes = 0;
   private fileBytes = 0;
   private full = false;
@@ -102,10 +104,16 @@ export class SideOutputSpool {
   static async open(options: SpoolOptions): Promise<SideOutputSpool> {
     const { dir } = options;
     const file = path.join(dir, spoolFileName(process.pid, randomBytes(4).toString('hex')));
-    let fh: FileHandle;
+    let fh: FileHandle | undefined;
     try {
-      await mkdir(dir, { recursive: true, mode: 0o700 });
-      fh = await open(file, 'a', 0o600);
+      // Again when the directory vanished in between: another process's close() removes it once empty.
+      for (let attempt = 1; !fh; attempt++) {
+        await mkdir(dir, { recursive: true, mode: 0o700 });
+        fh = await open(file, 'a', 0o600).catch((err: NodeJS.ErrnoException) => {
+          if (err.code === 'ENOENT' && attempt < 3) return undefined;
+          throw err;
+        });
+      }
     } catch (err) {
       throw new StreamIoError(
         'invalid_options',
@@ -137,6 +145,8 @@ export class SideOutputSpool {
    */
   async put(msgId: string, subject: string, data: string | Uint8Array, kind: SpoolKind): Promise<boolean> {
     if (this.closed) return false;
+    const inFlight = this.writing.get(msgId);
+    if (inFlight) return inFlight;
     if (this.pending.has(msgId)) return true;
     const record: SpoolRecord = { msgId, subject, data, kind, at: this.clock() };
     const size = recordBytes(record);
@@ -151,7 +161,10 @@ export class SideOutputSpool {
     }
     this.pending.set(msgId, record);
     this.bytes += size;
-    const ok = await this.append(putLine(record));
+    const write = this.append(putLine(record));
+    this.writing.set(msgId, write);
+    const ok = await write;
+    this.writing.delete(msgId);
     if (!ok && this.pending.get(msgId) === record) this.forget(record);
     // A replay waiting out its backoff is not hurried by new records (each would retry the whole spool).
     if (ok && this.timer === undefined) this.schedule(0);
@@ -182,7 +195,11 @@ export class SideOutputSpool {
     clearInterval(this.adoptTimer);
     while (this.flushing) await this.flushing;
     await this.fh.close().catch(() => undefined);
-    if (this.pending.size === 0) await unlink(this.file).catch(() => undefined);
+    if (this.pending.size === 0) {
+      await unlink(this.file).catch(() => undefined);
+      // The pipeline's directory goes too once nothing is left in it (another process's file keeps it).
+      await rmdir(this.options.dir).catch(() => undefined);
+    }
     openHere.delete(this.file);
   }
 
@@ -259,7 +276,8 @@ export class SideOutputSpool {
   }
 
   /**
-   * Takes over the files of writers that are gone: renamed (atomic: one taker only), their pending records
+   * Takes over the files of writers that are gone: renamed to a file of this process (atomic: one taker only;
+   * if this process dies before it is done, that name is a dead writer's file again), their pending records
    * written into this process's file and fsynced, then removed.
    */
   private async adoptOrphans(): Promise<void> {
@@ -269,34 +287,45 @@ export class SideOutputSpool {
       const file = path.join(dir, name);
       if (pid === null || file === this.file || openHere.has(file)) continue;
       if (pid !== process.pid && alive(pid)) continue;
-      const taken = `${this.file}.adopting-${randomBytes(3).toString('hex')}`;
+      const taken = path.join(dir, spoolFileName(process.pid, randomBytes(4).toString('hex')));
       try {
         await rename(file, taken);
       } catch {
         continue; // another process took it first
       }
-      const contents = readSpool(await readFile(taken, 'utf8'));
-      const fresh = [...contents.pending.values()].filter((r) => !this.pending.has(r.msgId));
-      for (const r of fresh) {
-        this.pending.set(r.msgId, r);
-        this.bytes += recordBytes(r);
+      openHere.add(taken);
+      try {
+        let text: string;
+        try {
+          text = await readFile(taken, 'utf8');
+        } catch {
+          continue; // another pipeline of this process took it in between
+        }
+        const contents = readSpool(text);
+        const fresh = [...contents.pending.values()].filter((r) => !this.pending.has(r.msgId));
+        for (const r of fresh) {
+          this.pending.set(r.msgId, r);
+          this.bytes += recordBytes(r);
+        }
+        if (fresh.length > 0 && !(await this.append(fresh.map(putLine).join('')))) {
+          // Not durable here: they stay in the taken file (a dead writer's once this process is gone).
+          for (const r of fresh) if (this.pending.get(r.msgId) === r) this.forget(r);
+          continue;
+        }
+        await unlink(taken);
+        logger.warn(
+          {
+            from: name,
+            records: fresh.length,
+            tornTail: contents.tornTail,
+            unreadable: contents.unreadable,
+          },
+          'took over the side-output spool of a process that is gone; replaying it',
+        );
+        if (fresh.length > 0) this.schedule(0);
+      } finally {
+        openHere.delete(taken);
       }
-      if (fresh.length > 0 && !(await this.append(fresh.map(putLine).join('')))) {
-        // Not durable here yet: keep the taken file for the next look (its records stay pending in memory).
-        await rename(taken, file).catch(() => undefined);
-        continue;
-      }
-      await unlink(taken);
-      logger.warn(
-        {
-          from: name,
-          records: fresh.length,
-          tornTail: contents.tornTail,
-          unreadable: contents.unreadable,
-        },
-        'took over the side-output spool of a process that is gone; replaying it',
-      );
-      if (fresh.length > 0) this.schedule(0);
     }
   }
 

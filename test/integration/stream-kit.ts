@@ -177,9 +177,9 @@ export function writeStreamConfig(
       consumer: { durable: `${names.tag}_pipeline`, ...consumer },
       instance: { leaseBucket: `${names.tag}_leases`, leaseTtlMs: 6000 },
       admin: { port: 0 },
-      // Beside the config: every restart of this pipeline finds its side-output spool, no other test's.
-      spool: { dir: path.join(dir, 'spool') },
       ...over,
+      // Beside the config: every restart of this pipeline finds its side-output spool, no other test's.
+      spool: { dir: path.join(dir, 'spool'), ...(over.spool as Record<string, unknown> | undefined) },
     }),
   );
   return file;
