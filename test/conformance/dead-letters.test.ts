@@ -34,6 +34,12 @@ beforeAll(async () => {
   nats = await connectNats({ servers: NATS_URL, name: 'conformance-dead-letters' });
 });
 
+// Each case's pipeline stops with it: seven left running to the end (checkpoints every 500 ms, an inference
+// worker each) load a 2-core host for the suites beside this one.
+afterEach(async () => {
+  await Promise.all(children.splice(0).map(stopChild));
+});
+
 afterAll(async () => {
   await Promise.all(children.map(stopChild));
   await deleteStreams(nats, created);
