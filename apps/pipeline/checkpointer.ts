@@ -9,7 +9,7 @@
  */
 
 import { setImmediate as yieldToIo } from 'node:timers/promises';
-import { DeliverPolicy } from '@nats-io/jetstream';
+import { DeliverPolicy, JetStreamApiError } from '@nats-io/jetstream';
 import type { Logger } from 'pino';
 import type { SnapshotJob } from '../../libs/delivery';
 import type { NatsHandle } from './connection';
@@ -49,6 +49,8 @@ interface Taken {
 }
 
 const encoder = new TextEncoder();
+/** JetStream's "stream not found". */
+const STREAM_NOT_FOUND = 10059;
 /** Keys captured between checks of the slice's time budget. */
 const KEYS_PER_CHECK = 32;
 /** How long one slice of an incremental snapshot may hold the event loop before yielding to I/O. */
@@ -206,7 +208,14 @@ export class Checkpointer {
   private async outputPosition(stream: string): Promise<number> {
     const acked = this.lastAcked(stream);
     if (acked !== undefined) return acked;
-    return (await this.nats.jsm.streams.info(stream)).state.last_seq;
+    try {
+      return (await this.nats.jsm.streams.info(stream)).state.last_seq;
+    } catch (err) {
+      // The side stream deleted under a running pipeline (its outputs go to the spool meanwhile): nothing of
+      // this partition is in it, and one made again starts at 1. Checkpoints, and so acks, go on.
+      if (err instanceof JetStreamApiError && err.code === STREAM_NOT_FOUND) return 0;
+      throw err;
+    }
   }
 
   /** A checkpoint that will not complete: its messages wait for the next one. */
@@ -292,7 +301,15 @@ export class Checkpointer {
   }
 
   private async readPublishedSince(stream: string, afterSeq: number): Promise<void> {
-    const info = await this.nats.jsm.streams.info(stream);
+    let info: Awaited<ReturnType<typeof this.nats.jsm.streams.info>>;
+    try {
+      info = await this.nats.jsm.streams.info(stream);
+    } catch (err) {
+      // The side stream deleted (a partition moving meanwhile): nothing to read back; what the replay
+      // dead-letters again goes to the spool under the same Msg-Ids, which the broker dedupes.
+      if (err instanceof JetStreamApiError && err.code === STREAM_NOT_FOUND) return;
+      throw err;
+    }
     const last = info.state.last_seq;
     if (last <= afterSeq) return;
     const consumer = await this.nats.js.consumers.get(stream, {

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseReload } from './admin';
-import { DEFAULT_PIPELINE_CONFIG, PipelineConfigError, resolvePipelineConfig } from './config';
+import { DEFAULT_PIPELINE_CONFIG, PipelineConfigError, resolvePipelineConfig, spoolDir } from './config';
 
 const repo = join(__dirname, '..', '..', '..');
 
@@ -31,6 +31,23 @@ describe('pipeline config', () => {
     expect(resolvePipelineConfig({}).maxEventBytes).toBe(65_536);
     for (const ok of [512, 4096, 8 * 1024 * 1024])
       expect(resolvePipelineConfig({ maxEventBytes: ok }).maxEventBytes).toBe(ok);
+  });
+
+  test("spool: on by default in the state directory's spool, 256 MiB; 1 MiB to 1 TiB", () => {
+    const defaults = resolvePipelineConfig({});
+    expect(defaults.spool).toEqual({ enabled: true, dir: '', maxBytes: 268_435_456 });
+    expect(spoolDir(defaults, {})).toBe('./.state/spool');
+    expect(spoolDir(defaults, { STREAMINFER_STATE_DIR: '/var/lib/streaminfer/' })).toBe(
+      '/var/lib/streaminfer/spool',
+    );
+    expect(spoolDir(resolvePipelineConfig({ spool: { dir: '/srv/spool' } }), {})).toBe('/srv/spool');
+    expect(resolvePipelineConfig({ spool: { maxBytes: 1_048_576 } }).spool.maxBytes).toBe(1_048_576);
+    for (const bad of [1_048_575, 2 ** 40 + 1, 1.5])
+      expect(refused({ spool: { maxBytes: bad } }).message).toMatch(/^spool\.maxBytes/);
+    expect(refused({ spool: { dir: ' ' } }).message).toMatch(/^spool\.dir: must be a directory/);
+    expect(resolvePipelineConfig({ spool: { enabled: false } }).spool.enabled).toBe(false);
+    expect(refused({ spool: { enabled: 'yes' } }).message).toMatch(/^spool\.enabled/);
+    expect(refused({ spool: { path: '/x' } }).message).toMatch(/^spool\.path: unknown setting/);
   });
 
   test('eventTime admission bounds: 5 min skew and 3,650 days by default; too small refused naming the key', () => {

@@ -119,6 +119,16 @@ export interface PipelineConfig {
    * latest one and replays what came after it. consumer.ackWaitMs must outlast an interval.
    */
   checkpoint: { enabled: boolean; intervalMs: number; bucket: string };
+  /**
+   * The side-output spool (apps/pipeline/io/spool.ts): a dead letter or late record the broker refuses for a
+   * reason other than its size (the side stream deleted, permissions, storage full) is fsynced under
+   * `<dir>/<consumer.durable>/` and its source acked; it is published from there, same Msg-Id, once the
+   * broker takes it. At most maxBytes pending: beyond, or disabled, such a side output holds its partition
+   * (retried in place, `streaminfer_stream_dead_letters_failing`). The directory must be the instance's own
+   * disk (a restart on the same host takes over what a dead process left there). dir '': `spool` in the
+   * state directory (STREAMINFER_STATE_DIR, as the server's, else ./.state): see spoolDir().
+   */
+  spool: { enabled: boolean; dir: string; maxBytes: number };
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace';
 }
 
@@ -167,6 +177,7 @@ export const DEFAULT_PIPELINE_CONFIG: PipelineConfig = {
   admin: { host: '127.0.0.1', port: 9470, socket: '', tokenFile: '', tls: { cert: '', key: '' } },
   slo: { freshnessP95Ms: 2000, lagMessages: 10_000 },
   checkpoint: { enabled: true, intervalMs: 30_000, bucket: 'streaminfer_checkpoints' },
+  spool: { enabled: true, dir: '', maxBytes: 256 * 1024 * 1024 },
   logLevel: 'info',
 };
 
@@ -225,6 +236,7 @@ const SHAPE: Shape = {
   },
   slo: { freshnessP95Ms: 'int', lagMessages: 'int' },
   checkpoint: { enabled: 'boolean', intervalMs: 'int', bucket: 'string' },
+  spool: { enabled: 'boolean', dir: 'string', maxBytes: 'int' },
   logLevel: ['fatal', 'error', 'warn', 'info', 'debug', 'trace'],
 };
 
@@ -276,6 +288,7 @@ function merge(
 
 /** maxEventBytes' ceiling: NATS's recommended largest max_payload (an event must fit the broker first). */
 const MAX_EVENT_BYTES_LIMIT = 8 * 1024 * 1024;
+const SPOOL_MIN_BYTES = 1024 * 1024;
 
 function atLeast(path: string, value: number, min: number): void {
   if (value < min) throw new PipelineConfigError(path, `must be at least ${min} (got ${value})`);
@@ -369,10 +382,28 @@ export function resolvePipelineConfig(...overrides: unknown[]): PipelineConfig {
   atLeast('checkpoint.intervalMs', c.checkpoint.intervalMs, 100);
   if (!/^[A-Za-z0-9_-]{1,64}$/.test(c.checkpoint.bucket))
     throw new PipelineConfigError('checkpoint.bucket', 'must be a bucket name (letters, digits, _ and -)');
+  if (c.spool.dir !== '' && c.spool.dir.trim() === '')
+    throw new PipelineConfigError('spool.dir', "must be a directory ('': the state directory's spool)");
+  // At least one side output of NATS's default max_payload (1 MiB; keep it at least the broker's), at most 1 TiB.
+  if (c.spool.maxBytes < SPOOL_MIN_BYTES || c.spool.maxBytes > 2 ** 40)
+    throw new PipelineConfigError(
+      'spool.maxBytes',
+      `must be ${SPOOL_MIN_BYTES} to ${2 ** 40} bytes (got ${c.spool.maxBytes})`,
+    );
   if (c.checkpoint.enabled && c.consumer.ackWaitMs < 3 * c.checkpoint.intervalMs)
     throw new PipelineConfigError(
       'consumer.ackWaitMs',
       `must be at least 3 × checkpoint.intervalMs (${3 * c.checkpoint.intervalMs}): acks wait for the checkpoint`,
     );
   return c;
+}
+
+/**
+ * The spool's directory: spool.dir, or `spool` in the state directory the server uses too
+ * (STREAMINFER_STATE_DIR, default ./.state; the container image sets it to its volume).
+ */
+export function spoolDir(config: PipelineConfig, env: NodeJS.ProcessEnv = process.env): string {
+  if (config.spool.dir !== '') return config.spool.dir;
+  const state = env.STREAMINFER_STATE_DIR;
+  return `${state !== undefined && state !== '' ? state.replace(/\/+$/, '') : './.state'}/spool`;
 }

@@ -17,6 +17,8 @@ function input(over: Partial<HealthInput> = {}): HealthInput {
     failed: [],
     recentFreshnessP95Ms: 40,
     slo: { freshnessP95Ms: 2000, lagMessages: 300 },
+    spool: null,
+    sideOutputsHeld: 0,
     ...over,
   };
 }
@@ -28,6 +30,7 @@ describe('assessHealth', () => {
       not_consuming: [],
       stale: false,
       stale_reasons: [],
+      degraded: [],
     });
     // Nothing published lately is not stale by itself (an idle input).
     expect(assessHealth(input({ recentFreshnessP95Ms: Number.NaN })).stale).toBe(false);
@@ -86,6 +89,35 @@ describe('assessHealth', () => {
     expect(stalled.stale_reasons).toEqual(['oldest unprocessed event 25.0 s old > 2000 ms']);
     expect(assessHealth(input({ recentFreshnessP95Ms: 4200 })).stale_reasons).toEqual([
       'freshness p95 4200 ms > 2000 ms',
+    ]);
+  });
+
+  it('degraded, still consuming: side outputs in the spool, a full spool, side outputs held', () => {
+    const spool = {
+      records: 3,
+      bytes: 1200,
+      maxBytes: 8_388_608,
+      full: false,
+      oldestAt: NOW - 42_000,
+      lastError: 'Error: no responders',
+    };
+    const spooled = assessHealth(input({ spool }));
+    expect(spooled.consuming).toBe(true);
+    expect(spooled.stale).toBe(false);
+    expect(spooled.degraded).toEqual([
+      '3 side outputs (1200 bytes, oldest 42 s) in the local spool: the broker refuses them (Error: no responders); published with their Msg-Ids once it takes them',
+    ]);
+    // An empty spool says nothing.
+    expect(
+      assessHealth(input({ spool: { ...spool, records: 0, bytes: 0, oldestAt: null } })).degraded,
+    ).toEqual([]);
+    const full = assessHealth(
+      input({ spool: { ...spool, bytes: 8_388_000, full: true }, sideOutputsHeld: 2 }),
+    );
+    expect(full.consuming).toBe(true);
+    expect(full.degraded.slice(1)).toEqual([
+      'side-output spool full (8388000 of 8388608 bytes): further ones hold their partitions',
+      '2 side outputs not stored, holding their partitions (retried with backoff)',
     ]);
   });
 });

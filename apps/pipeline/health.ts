@@ -8,7 +8,10 @@
  *   ageing while nothing is published: a stalled pipeline publishes no freshness at all), over
  *   slo.freshnessP95Ms; or more events unprocessed — at the broker, or fetched and not done — than
  *   slo.lagMessages. Both are read now, so `stale` clears as soon as the pipeline has caught up.
+ * - degraded: consuming, with something for an operator (still 200): side outputs the broker refuses, waiting
+ *   in the local spool (they hold nothing), a spool that is full, or side outputs holding their partition.
  */
+import type { SpoolStats } from './io/spool';
 
 export interface HealthInput {
   state: 'starting' | 'running' | 'draining' | 'stopped' | 'failed';
@@ -28,6 +31,10 @@ export interface HealthInput {
   /** Freshness p95 (ms) of the predictions published in the short window; NaN when none was. */
   recentFreshnessP95Ms: number;
   slo: { freshnessP95Ms: number; lagMessages: number };
+  /** The side-output spool; null when disabled. */
+  spool: SpoolStats | null;
+  /** Side outputs the broker refuses that are retried in place, holding their partition. */
+  sideOutputsHeld: number;
 }
 
 export interface HealthVerdict {
@@ -37,6 +44,8 @@ export interface HealthVerdict {
   stale: boolean;
   /** Why stale (empty when not). */
   stale_reasons: string[];
+  /** What is degraded without stopping consumption (empty when nothing). */
+  degraded: string[];
 }
 
 export function assessHealth(input: HealthInput): HealthVerdict {
@@ -73,5 +82,31 @@ export function assessHealth(input: HealthInput): HealthVerdict {
   const unprocessed = input.partitions.reduce((n, p) => n + p.unprocessed, 0);
   if (unprocessed > slo.lagMessages)
     stale.push(`${unprocessed} events unprocessed > ${slo.lagMessages} (slo.lagMessages)`);
-  return { consuming: not.length === 0, not_consuming: not, stale: stale.length > 0, stale_reasons: stale };
+  const degraded: string[] = [];
+  const spool = input.spool;
+  if (spool && spool.records > 0) {
+    const age = spool.oldestAt === null ? 0 : Math.max(0, input.now - spool.oldestAt) / 1000;
+    degraded.push(
+      `${spool.records} side output${spool.records > 1 ? 's' : ''} (${spool.bytes} bytes, oldest ${age.toFixed(0)} s) ` +
+        'in the local spool: the broker refuses them' +
+        (spool.lastError ? ` (${spool.lastError})` : '') +
+        '; published with their Msg-Ids once it takes them',
+    );
+  }
+  if (spool?.full)
+    degraded.push(
+      `side-output spool full (${spool.bytes} of ${spool.maxBytes} bytes): further ones hold their partitions`,
+    );
+  if (input.sideOutputsHeld > 0)
+    degraded.push(
+      `${input.sideOutputsHeld} side output${input.sideOutputsHeld > 1 ? 's' : ''} not stored, holding ` +
+        `${input.sideOutputsHeld > 1 ? 'their partitions' : 'its partition'} (retried with backoff)`,
+    );
+  return {
+    consuming: not.length === 0,
+    not_consuming: not,
+    stale: stale.length > 0,
+    stale_reasons: stale,
+    degraded,
+  };
 }

@@ -71,7 +71,27 @@ export class PipelineMetrics {
   });
   readonly deadLettersFailing = new Gauge({
     name: 'streaminfer_stream_dead_letters_failing',
-    help: 'Dead letters whose publish failed and is retried with backoff (their partition holds its position; > 0 is degraded)',
+    help: 'Dead letters and late records the broker refuses that no spool took (spool full or disabled): retried with backoff, their partition holds its position; > 0 is degraded',
+    registers: [this.registry],
+  });
+  readonly spoolRecords = new Gauge({
+    name: 'streaminfer_stream_spool_records',
+    help: 'Dead letters and late records the broker refused, kept in the local spool (their source acked) until it takes them',
+    registers: [this.registry],
+  });
+  readonly spoolBytes = new Gauge({
+    name: 'streaminfer_stream_spool_bytes',
+    help: 'Bytes of side outputs pending in the local spool (bounded by spool.maxBytes)',
+    registers: [this.registry],
+  });
+  readonly spoolFull = new Gauge({
+    name: 'streaminfer_stream_spool_full',
+    help: '1 while the side-output spool is full: side outputs the broker refuses then hold their partitions',
+    registers: [this.registry],
+  });
+  readonly spoolOldestAge = new Gauge({
+    name: 'streaminfer_stream_spool_oldest_age_seconds',
+    help: 'Age of the oldest side output waiting in the local spool (0: none)',
     registers: [this.registry],
   });
   readonly truncatedSideOutputs = new Counter({

@@ -24,7 +24,7 @@ import { StreamIoError } from './errors';
 import type { InferenceBackend, ModelPin } from './inference/inference';
 import { partitionFilter, partitionOfKey, type StreamLayout } from './io/layout';
 import { deadLetterEffect, isDeadLetter, lateEffect } from './io/side-outputs';
-import type { Effect, JetStreamSink } from './io/sink';
+import type { Effect, JetStreamSink, Published } from './io/sink';
 import { JetStreamSource, type SourceMessage } from './io/source';
 import type { PipelineMetrics } from './metrics';
 import { type RunningPipeline, runPipeline } from './runner';
@@ -107,6 +107,8 @@ interface Unsettled {
   alerts: number;
   /** Its effects were counted in the metrics (at their first PubAck). */
   counted?: boolean;
+  /** Msg-Ids of its dead letters in the spool, not counted yet (the spool counts them if it lands them). */
+  spooled?: Set<string>;
 }
 
 /** Events per key over the current minute: the partition's busiest key (key skew, as a metric). */
@@ -165,7 +167,10 @@ export class PartitionWorker {
   private readonly keys = new KeyCounter();
   private reportedKey: string | undefined;
   private catching = false;
-  /** Messages whose dead letter failed to publish and is being retried (streaminfer_stream_dead_letters_failing). */
+  /**
+   * Messages whose dead letter or late record failed to publish and to spool and is being retried
+   * (streaminfer_stream_dead_letters_failing).
+   */
   private readonly failingDeadLetters = new Set<number>();
 
   constructor(
@@ -187,6 +192,11 @@ export class PartitionWorker {
 
   get inFlight(): number {
     return this.running?.inFlight ?? 0;
+  }
+
+  /** Side outputs the broker refuses and no spool took, retried in place: they hold the partition. */
+  get sideOutputsHeld(): number {
+    return this.failingDeadLetters.size;
   }
 
   private makeDecider(snapshot?: DeciderSnapshot): DeliveryDecider {
@@ -318,7 +328,7 @@ export class PartitionWorker {
       concurrency: ctx.config.concurrency,
       process: (message) => this.processAndFilter(message),
       onError: (err, message) => this.onError(err, message),
-      onPublished: (message, effects) => this.onPublished(message, effects),
+      onPublished: (message, effects, published) => this.onPublished(message, effects, published),
       ...(this.checkpointer ? { ack: this.checkpointer.hold, retryInPlace: true } : {}),
       onSettled: (message, outcome) => {
         if (outcome !== 'acked') this.deadLetterLanded(message);
@@ -744,21 +754,32 @@ export class PartitionWorker {
       this.ctx.metrics.windowResults.inc({ window: f.window, kind: f.revision === 0 ? 'first' : 'revision' });
   }
 
-  private onPublished(message: SourceMessage, published: readonly Effect[]): void {
+  private onPublished(
+    message: SourceMessage,
+    published: readonly Effect[],
+    results: readonly Published[],
+  ): void {
     const entry = this.unsettled.get(message.streamSeq);
     this.deadLetterLanded(message);
-    // Counted once: a redelivery (its first copy still unsettled) publishing the same effects again under
-    // the same Msg-Ids is not a second prediction.
-    if (entry?.counted) return;
     const { counts, metrics } = this.ctx;
     // Dead letters count once stored (the runner's own, for a processor error, come without effects kept).
+    // A spooled one is counted by the spool when its replay lands; if a redelivery publishes it first, here.
     let letters = 0;
-    for (const e of published) {
+    for (const [i, e] of published.entries()) {
       if (!isDeadLetter(e)) continue;
       letters++;
+      if (results[i]?.spooled) {
+        if (entry && !entry.counted) (entry.spooled ??= new Set()).add(e.msgId);
+        continue;
+      }
+      // Already counted, unless it was spooled and this publish (not a duplicate of the replay's) landed it.
+      if (entry?.counted && !(entry.spooled?.delete(e.msgId) && !results[i]?.duplicate)) continue;
       counts.dead_letters++;
       metrics.deadLetters.inc({ reason: e.deadLetter });
     }
+    // Counted once: a redelivery (its first copy still unsettled) publishing the same effects again under
+    // the same Msg-Ids is not a second prediction.
+    if (entry?.counted) return;
     if (entry && (entry.effects || letters > 0)) entry.counted = true;
     if (!entry?.effects) return;
     const now = this.ctx.clock();
@@ -779,17 +800,18 @@ export class PartitionWorker {
       return;
     }
     const effects = this.unsettled.get(message.streamSeq)?.effects;
-    if (effects?.some(isDeadLetter)) {
-      // Not dropped (that would lose the event) and not silent: reported once, and counted until it lands.
+    if (effects?.some((e) => e.spool !== undefined)) {
+      // A dead letter or late record the broker refuses and no spool took (full, or disabled): not dropped
+      // (that would lose the event) and not silent: reported once, and counted until it lands.
       if (this.failingDeadLetters.has(message.streamSeq)) {
-        this.ctx.logger.debug({ ...log, err: String(err) }, 'dead letter still not published; retrying');
+        this.ctx.logger.debug({ ...log, err: String(err) }, 'side output still not published; retrying');
         return;
       }
       this.failingDeadLetters.add(message.streamSeq);
       this.ctx.metrics.deadLettersFailing.inc();
       this.ctx.logger.error(
         { ...log, err: String(err) },
-        'dead letter not published; retrying with backoff (the partition holds its position until it lands)',
+        'side output not published nor spooled; retrying with backoff (the partition holds its position until it lands)',
       );
       return;
     }

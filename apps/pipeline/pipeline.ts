@@ -9,9 +9,10 @@
  */
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
+import path from 'node:path';
 import type { Logger } from 'pino';
 import type { NatsAuth, NatsAuthMode } from '../../libs/nats-auth';
-import type { PipelineConfig } from './config';
+import { type PipelineConfig, spoolDir } from './config';
 import { connectNats, type NatsHandle, pipelineNatsAuth } from './connection';
 import { StreamIoError } from './errors';
 import {
@@ -39,6 +40,7 @@ import {
   PartitionWorker,
   type PipelineCounts,
 } from './partition';
+import { SideOutputSpool } from './io/spool';
 
 export type { EpochRecord } from './io/epochs';
 export { RetryableError } from './partition';
@@ -76,6 +78,19 @@ export interface PipelineStatus {
   stale_reasons: string[];
   /** Why not consuming (empty when consuming): /health answers 503 with these. */
   not_consuming: string[];
+  /** Consuming, but something to see to (side outputs spooled or held): /health still answers 200. */
+  degraded: string[];
+  /** The side-output spool (absent when spool.enabled is false). */
+  spool?: {
+    records: number;
+    bytes: number;
+    max_bytes: number;
+    full: boolean;
+    oldest_age_s: number;
+    last_error: string | null;
+  };
+  /** Side outputs the broker refuses that hold their partition (spool full or disabled). */
+  side_outputs_held: number;
   counts: Record<string, number>;
   /** Checkpoint mode: the oldest of the owned partitions' last checkpoints, and the acks waiting (all). */
   checkpoint?: { last_id: number | null; position: number | null; age_s: number | null; held_acks: number };
@@ -131,6 +146,7 @@ export class DeliveryPipeline {
   private readonly natsAuth: NatsAuth;
   private nats: NatsHandle | undefined;
   private checkpointNats: NatsHandle | undefined;
+  private spool: SideOutputSpool | undefined;
   private epochs: EpochLog | undefined;
   private leases: LeaseKeeper | undefined;
   private ctx: PartitionContext | undefined;
@@ -230,7 +246,25 @@ export class DeliveryPipeline {
         'this broker cannot place events (stream subject transforms need nats-server 2.10+): producers publish ' +
           'to the partition subject; a publish to <events>.<delivery_id> is refused',
       );
+    if (this.config.spool.enabled) {
+      const spool = await SideOutputSpool.open({
+        dir: path.join(spoolDir(this.config), this.config.consumer.durable),
+        maxBytes: this.config.spool.maxBytes,
+        logger: this.logger,
+        clock: this.clock,
+        publish: async (r) => {
+          await nats.js.publish(r.subject, r.data, { msgID: r.msgId, timeout: 5000 });
+        },
+        onReplayed: (r) => {
+          if (r.kind === 'late') return;
+          this.counts.dead_letters++;
+          this.metrics.deadLetters.inc({ reason: r.kind });
+        },
+      });
+      this.spool = spool;
+    }
     const sink = new JetStreamSink(nats.js, {
+      ...(this.spool ? { spool: this.spool } : {}),
       onPublishFailure: (effect, attempt, err) => {
         this.metrics.sinkFailures.inc();
         this.logger.warn({ subject: effect.subject, attempt, err: String(err) }, 'publish failed; retrying');
@@ -266,6 +300,7 @@ export class DeliveryPipeline {
     } catch (err) {
       // The lease thread would keep the process up (and its heartbeat would count this instance live).
       await leases.stop();
+      await this.spool?.close();
       throw err;
     }
     this.ctx = {
@@ -296,6 +331,7 @@ export class DeliveryPipeline {
     });
     this.timers.push(setInterval(() => this.tick(), 1000).unref());
     this.timers.push(setInterval(() => void this.followEpochLog(), EPOCH_POLL_MS).unref());
+    this.spool?.start();
     this.logger.info(
       {
         instance: this.instanceId,
@@ -516,6 +552,7 @@ export class DeliveryPipeline {
       await worker.stop('drain').catch(() => undefined);
     }
     await this.backend.close().catch(() => undefined);
+    await this.spool?.close().catch(() => undefined);
     await this.nats?.close().catch(() => undefined);
     await this.checkpointNats?.close().catch(() => undefined);
     this.metrics.up.set(0);
@@ -546,6 +583,8 @@ export class DeliveryPipeline {
     const p95Ms = q.p95 * 1000;
     const pending = partitions.reduce((n, p) => n + p.pending, 0);
     const failed = this.failed.list();
+    const spool = this.spool?.stats();
+    const held = [...this.workers.values()].reduce((n, w) => n + w.sideOutputsHeld, 0);
     const downs = [this.nats, this.checkpointNats]
       .map((n) => n?.disconnectedSince() ?? null)
       .filter((d): d is number => d !== null);
@@ -559,6 +598,8 @@ export class DeliveryPipeline {
       failed,
       recentFreshnessP95Ms: recentP95 * 1000,
       slo: this.config.slo,
+      spool: spool ?? null,
+      sideOutputsHeld: held,
     });
     const gauges = [...this.workers.values()].map((w) => w.gauges());
     const watermarks = partitions.map((p) => p.watermark).filter((w): w is string => w !== null);
@@ -590,6 +631,20 @@ export class DeliveryPipeline {
       stale: health.stale,
       stale_reasons: health.stale_reasons,
       not_consuming: health.not_consuming,
+      degraded: health.degraded,
+      ...(spool
+        ? {
+            spool: {
+              records: spool.records,
+              bytes: spool.bytes,
+              max_bytes: spool.maxBytes,
+              full: spool.full,
+              oldest_age_s: spool.oldestAt === null ? 0 : Math.max(0, this.clock() - spool.oldestAt) / 1000,
+              last_error: spool.lastError,
+            },
+          }
+        : {}),
+      side_outputs_held: held,
       counts: { ...this.counts },
       ...(this.config.checkpoint.enabled
         ? {
@@ -654,6 +709,13 @@ export class DeliveryPipeline {
     m.stateBytes.set(bytes);
     m.inflight.set(inFlight);
     m.unprocessed.set(unprocessed);
+    const spool = this.spool?.stats();
+    if (spool) {
+      m.spoolRecords.set(spool.records);
+      m.spoolBytes.set(spool.bytes);
+      m.spoolFull.set(spool.full ? 1 : 0);
+      m.spoolOldestAge.set(spool.oldestAt === null ? 0 : Math.max(0, now - spool.oldestAt) / 1000);
+    }
     // up and stale as /health says them (a broker down or a failed partition is not "up").
     void this.status().then(
       (s) => {

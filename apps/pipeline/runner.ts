@@ -17,7 +17,7 @@
 import { requirePositiveInt } from './errors';
 import type { SubjectLayout } from './io/layout';
 import { deadLetterEffect } from './io/side-outputs';
-import { type Effect, type JetStreamSink, publishThenAck } from './io/sink';
+import { type Effect, type JetStreamSink, type Published, publishThenAck } from './io/sink';
 import type { JetStreamSource, SourceMessage } from './io/source';
 
 export type Processor = (message: SourceMessage) => Effect[] | Promise<Effect[]>;
@@ -32,8 +32,11 @@ export interface RunnerOptions {
   /** Redelivery delay after a failed publish. */
   nakDelayMs?: number;
   onError?: (err: unknown, message: SourceMessage) => void;
-  /** Every effect of the message has its PubAck (called before the ack): where freshness is measured. */
-  onPublished?: (message: SourceMessage, effects: readonly Effect[]) => void;
+  /**
+   * Every effect of the message has its PubAck, or is in the sink's spool (`published[i].spooled`), called
+   * before the ack: where freshness is measured.
+   */
+  onPublished?: (message: SourceMessage, effects: readonly Effect[], published: readonly Published[]) => void;
   /**
    * How a message is acked once its effects are stored (default: message.ack()). A checkpointing pipeline
    * holds it instead and acks at the next completed checkpoint.
@@ -140,8 +143,8 @@ export function runPipeline(options: RunnerOptions): RunningPipeline {
   async function handle(message: SourceMessage, effects: Promise<Effect[]>, attempt = 0): Promise<void> {
     try {
       const list = await effects;
-      await sink.publishAll(list);
-      options.onPublished?.(message, list);
+      const published = await sink.publishAll(list);
+      options.onPublished?.(message, list, published);
       await ack(message);
       failures.delete(message.streamSeq);
       stats.acked++;

@@ -2,7 +2,7 @@
  * stream-ownership: who works a partition — the pipeline's KV leases (apps/pipeline/leases/leases.ts, on their own
  * thread) against NATS 2.11 pull-consumer priority groups with a pinned client — measured side by side on
  * one broker of the current release (its own nats-server, own store dir, free port). Per side and round,
- * two worker instances (loadtest/stream/ownership-worker.ts) share `partitions` partitions, each with its
+ * two worker instances (loadtest/pipeline/ownership-worker.ts) share `partitions` partitions, each with its
  * own durable; the pinned side's durables carry priority group `owners`, policy pinned_client and
  * priority_timeout = the lease TTL (the same time to tell a dead owner), and every instance pulls from
  * every partition; the pinned-timed side also fences itself once its last pull is priority_timeout old.

@@ -13,6 +13,7 @@ import {
   deleteStreams,
   eventSubjectFor,
   NATS_URL,
+  partitionsDrained,
   pickupThenGps,
   readStream,
   type StreamNames,
@@ -31,6 +32,12 @@ const children: ChildProcess[] = [];
 
 beforeAll(async () => {
   nats = await connectNats({ servers: NATS_URL, name: 'conformance-dead-letters' });
+});
+
+// Each case's pipeline stops with it: seven left running to the end (checkpoints every 500 ms, an inference
+// worker each) load a 2-core host for the suites beside this one.
+afterEach(async () => {
+  await Promise.all(children.splice(0).map(stopChild));
 });
 
 afterAll(async () => {
@@ -86,6 +93,61 @@ async function metricsText(admin: number): Promise<string> {
 }
 
 const sha256 = (data: Uint8Array) => createHash('sha256').update(data).digest('hex');
+
+async function metric(admin: number, name: string): Promise<number> {
+  const escaped = name.replace(/[{}"]/g, (c) => `\\${c}`);
+  const m = new RegExp(`^${escaped} (\\S+)$`, 'm').exec(await metricsText(admin));
+  return m ? Number(m[1]) : 0;
+}
+
+async function everyPartitionConsuming(admin: number): Promise<void> {
+  await waitFor(
+    'every partition consuming',
+    async () => {
+      const status = (await (await fetch(`http://127.0.0.1:${admin}/api/pipeline`)).json()) as {
+        partitions: Array<{ consuming: boolean }>;
+      };
+      return status.partitions.length === PARTITIONS && status.partitions.every((p) => p.consuming);
+    },
+    15_000,
+  );
+}
+
+async function lateRecords(names: StreamNames): Promise<Array<Record<string, unknown>>> {
+  return (await readStream(nats, names.side, `${names.tag}.delivery.late.>`)).map((m) => m.json());
+}
+
+/** Every first prediction of `delivery`, by event id, with how many times each was published. */
+async function firstPredictionCounts(names: StreamNames, delivery: string): Promise<Map<string, number>> {
+  const all = await readStream(nats, names.predictions, `${names.tag}.delivery.predictions.${delivery}`);
+  const counts = new Map<string, number>();
+  for (const p of all.map((m) => m.json<Prediction>()))
+    if (p.revision === 0) counts.set(p.event_id, (counts.get(p.event_id) ?? 0) + 1);
+  return counts;
+}
+
+/**
+ * Invalid events (not JSON, a missing field, not UTF-8), then a pickup and GPS points — more than maxAckPending
+ * of them, so a held position would stop them — then one GPS point 185 s behind the watermark (late), all on
+ * one delivery's partition. The GPS points after the pickup are what must be predicted.
+ */
+function badThenGood(delivery: string, gpsCount: number) {
+  const invalid: Array<[string, string | Uint8Array]> = [
+    [`${delivery}-bad-json`, 'not json'],
+    [`${delivery}-bad-field`, JSON.stringify({ event_id: `${delivery}-bad-field`, delivery_id: delivery })],
+    [`${delivery}-bad-utf8`, new Uint8Array([0xff, 0xfe, 0x00, 0x41])],
+  ];
+  const good = pickupThenGps(delivery, 0, gpsCount);
+  const late = JSON.parse(good[1]!.payload);
+  late.event_id = `${delivery}-late`;
+  late.event_time = new Date(Date.parse(late.event_time) + 5_000).toISOString();
+  return {
+    invalid,
+    good,
+    late: { id: late.event_id as string, payload: JSON.stringify(late) },
+    predicted: good.slice(1).map((e) => e.id),
+  };
+}
 
 describe('dead letters (public contract)', () => {
   it('a dead letter over the broker max_payload arrives truncated, and the events behind it are predicted', async () => {
@@ -159,9 +221,9 @@ describe('dead letters (public contract)', () => {
     expect(await deadLetters(names)).toHaveLength(2);
   }, 90_000);
 
-  it('a dead letter the broker cannot store yet is retried and reported, counted only once it lands', async () => {
+  it('spool disabled: a dead letter the broker cannot store yet is retried and reported, counted only once it lands', async () => {
     const names = uniqueNames('cdf');
-    const { admin } = await startPipeline(names);
+    const { admin } = await startPipeline(names, { spool: { enabled: false } });
     await waitFor(
       'every partition consuming',
       async () => {
@@ -206,6 +268,189 @@ describe('dead letters (public contract)', () => {
       15_000,
     );
   }, 90_000);
+
+  it('the side stream deleted: dead letters and late records are spooled, the partition goes on, each lands once when it is back', async () => {
+    const names = uniqueNames('cds');
+    const { admin } = await startPipeline(names);
+    await everyPartitionConsuming(admin);
+    const side = await nats.jsm.streams.info(names.side);
+    await nats.jsm.streams.delete(names.side);
+
+    const { invalid, good, late, predicted } = badThenGood('ds', 60);
+    const badSeqs: number[] = [];
+    for (const [id, data] of invalid) badSeqs.push(await publish(names, 'ds', data, id));
+    for (const e of good) await publish(names, 'ds', e.payload, e.id);
+    const lateSeq = await publish(names, 'ds', late.payload, late.id);
+
+    // The events behind the refused side outputs are predicted, and every source message is acked.
+    await waitFor(
+      `${predicted.length} first predictions behind the refused dead letters`,
+      async () => (await firstPredictionCounts(names, 'ds')).size >= predicted.length,
+      30_000,
+    );
+    await waitFor('every source message acked', () => partitionsDrained(nats, names, PARTITIONS), 15_000);
+    // Pending, visible: in the spool, /health 200 and saying so, nothing held, nothing counted as stored yet
+    // (the gauges are read each second).
+    await waitFor(
+      'the spool gauge',
+      async () => (await metric(admin, 'streaminfer_stream_spool_records')) === 4,
+      5_000,
+    );
+    expect(await metric(admin, 'streaminfer_stream_spool_full')).toBe(0);
+    expect(await metric(admin, 'streaminfer_stream_dead_letters_failing')).toBe(0);
+    expect(await metric(admin, 'streaminfer_stream_dead_letters_total{reason="invalid"}')).toBe(0);
+    const health = await fetch(`http://127.0.0.1:${admin}/health`);
+    expect(health.status).toBe(200);
+    const body = (await health.json()) as {
+      consuming: boolean;
+      degraded: string[];
+      spool: { records: number };
+    };
+    expect(body.consuming).toBe(true);
+    expect(body.spool.records).toBe(4);
+    expect(body.degraded).toEqual([expect.stringMatching(/^4 side outputs .* in the local spool/)]);
+
+    await nats.jsm.streams.add(side.config);
+    await waitFor(
+      'the dead letters and the late record stored',
+      async () => (await deadLetters(names)).length >= 3 && (await lateRecords(names)).length >= 1,
+      20_000,
+    );
+    await waitFor(
+      'the spool drained, counted once stored',
+      async () =>
+        (await metric(admin, 'streaminfer_stream_spool_records')) === 0 &&
+        (await metric(admin, 'streaminfer_stream_dead_letters_total{reason="invalid"}')) === 3,
+      10_000,
+    );
+    // Each exactly once, with what it says of its event.
+    const letters = await deadLetters(names);
+    expect(letters.map((l) => l.source_stream_seq).sort()).toEqual([...badSeqs].sort());
+    expect(letters.find((l) => l.source_stream_seq === badSeqs[0])).toMatchObject({ raw: 'not json' });
+    expect(letters.find((l) => l.source_stream_seq === badSeqs[2])).toMatchObject({ raw_base64: '//4AQQ==' });
+    const lates = await lateRecords(names);
+    expect(lates).toHaveLength(1);
+    expect(lates[0]).toMatchObject({ source_stream_seq: lateSeq, delivery_id: 'ds' });
+    const counts = await firstPredictionCounts(names, 'ds');
+    expect([...counts.keys()].sort()).toEqual([...predicted].sort());
+    expect([...counts.values()].every((n) => n === 1)).toBe(true);
+    await waitFor(
+      '/health no longer degraded',
+      async () =>
+        ((await (await fetch(`http://127.0.0.1:${admin}/health`)).json()) as { degraded: string[] }).degraded
+          .length === 0,
+      5_000,
+    );
+  }, 90_000);
+
+  it('kill -9 while side outputs wait in the spool: the restart replays them, nothing lost, nothing twice', async () => {
+    const names = uniqueNames('cdk');
+    const { admin, stream } = await startPipeline(names);
+    await everyPartitionConsuming(admin);
+    await nats.jsm.streams.delete(names.side);
+
+    const { invalid, good, late, predicted } = badThenGood('dk', 40);
+    const badSeqs: number[] = [];
+    for (const [id, data] of invalid) badSeqs.push(await publish(names, 'dk', data, id));
+    for (const e of good) await publish(names, 'dk', e.payload, e.id);
+    const lateSeq = await publish(names, 'dk', late.payload, late.id);
+    await waitFor(
+      'the valid events predicted',
+      async () => (await firstPredictionCounts(names, 'dk')).size >= predicted.length,
+      30_000,
+    );
+    await waitFor('every source message acked', () => partitionsDrained(nats, names, PARTITIONS), 15_000);
+    await waitFor(
+      'the spool gauge',
+      async () => (await metric(admin, 'streaminfer_stream_spool_records')) === 4,
+      5_000,
+    );
+
+    // No drain, no goodbye: what is pending is only in the spool's file.
+    process.kill(stream.readies()[0]!.pid, 'SIGKILL');
+    const restarted = await stream.ready(2);
+    // The restart provisions the side stream again (as every start does) and takes over the dead one's spool.
+    await waitFor(
+      'the dead letters and the late record stored',
+      async () => (await deadLetters(names)).length >= 3 && (await lateRecords(names)).length >= 1,
+      20_000,
+    );
+    await waitFor(
+      'the spool drained',
+      async () => (await metric(restarted.admin, 'streaminfer_stream_spool_records')) === 0,
+      10_000,
+    );
+    // Events after the restart go on; then nothing more arrives than once each.
+    const more = pickupThenGps('dk', 40, 3);
+    for (const e of more) await publish(names, 'dk', e.payload, e.id);
+    await waitFor(
+      'the events after the restart predicted',
+      async () => (await firstPredictionCounts(names, 'dk')).size >= predicted.length + more.length,
+      20_000,
+    );
+    await new Promise((r) => setTimeout(r, 1500));
+    const letters = await deadLetters(names);
+    expect(letters.map((l) => l.source_stream_seq).sort()).toEqual([...badSeqs].sort());
+    expect((await lateRecords(names)).map((l) => l.source_stream_seq)).toEqual([lateSeq]);
+    const counts = await firstPredictionCounts(names, 'dk');
+    expect([...counts.keys()].sort()).toEqual([...predicted, ...more.map((e) => e.id)].sort());
+    expect([...counts.values()].every((n) => n === 1)).toBe(true);
+  }, 120_000);
+
+  it('a full spool says so and holds (dead_letters_failing) rather than lose; all land once the stream is back', async () => {
+    const names = uniqueNames('cdp');
+    // The smallest spool (1 MiB) holds one dead letter of 400 KB that is not UTF-8 (533 KB in base64).
+    const { admin } = await startPipeline(names, { spool: { maxBytes: 1024 * 1024 } });
+    await everyPartitionConsuming(admin);
+    const side = await nats.jsm.streams.info(names.side);
+    await nats.jsm.streams.delete(names.side);
+    const big = new Uint8Array(400_000).fill(0xff);
+    const badSeqs: number[] = [];
+    for (let i = 0; i < 3; i++) badSeqs.push(await publish(names, 'dp', big, `dp-big-${i}`));
+    const good = pickupThenGps('dp', 0, 5);
+    for (const e of good) await publish(names, 'dp', e.payload, e.id);
+
+    await waitFor(
+      'the spool full, the rest held',
+      async () =>
+        (await metric(admin, 'streaminfer_stream_spool_full')) === 1 &&
+        (await metric(admin, 'streaminfer_stream_dead_letters_failing')) >= 1,
+      30_000,
+    );
+    expect(await metric(admin, 'streaminfer_stream_spool_records')).toBe(1);
+    const health = await fetch(`http://127.0.0.1:${admin}/health`);
+    expect(health.status).toBe(200);
+    const { degraded } = (await health.json()) as { degraded: string[] };
+    expect(degraded).toEqual(
+      expect.arrayContaining([
+        expect.stringMatching(/^side-output spool full/),
+        expect.stringMatching(/not stored, holding/),
+      ]),
+    );
+
+    await nats.jsm.streams.add(side.config);
+    await waitFor(
+      'all three dead letters stored',
+      async () => (await deadLetters(names)).length >= 3,
+      30_000,
+    );
+    await waitFor(
+      'the events behind them predicted',
+      async () => (await firstPredictionCounts(names, 'dp')).size >= good.length - 1,
+      20_000,
+    );
+    await waitFor(
+      'no longer full or held',
+      async () =>
+        (await metric(admin, 'streaminfer_stream_spool_records')) === 0 &&
+        (await metric(admin, 'streaminfer_stream_spool_full')) === 0 &&
+        (await metric(admin, 'streaminfer_stream_dead_letters_failing')) === 0,
+      10_000,
+    );
+    const letters = await deadLetters(names);
+    expect(letters.map((l) => l.source_stream_seq).sort()).toEqual([...badSeqs].sort());
+    expect(letters.every((l) => l.raw_bytes === 400_000 && l.raw_sha256 === undefined)).toBe(true);
+  }, 120_000);
 
   it('an event whose payload names another delivery than its subject is dead-lettered with the reason', async () => {
     const names = uniqueNames('cdm');

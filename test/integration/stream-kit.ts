@@ -157,7 +157,8 @@ export function startStreamCli(args: string[], env: Record<string, string> = {})
 }
 
 /**
- * A pipeline config file on a test's own streams, subject root and durable (`<tag>_pipeline`), admin port 0;
+ * A pipeline config file on a test's own streams, subject root and durable (`<tag>_pipeline`), admin port 0,
+ * its side-output spool in the config's directory;
  * `consumer` is merged into the consumer settings, `over` replaces top-level ones.
  */
 export function writeStreamConfig(
@@ -165,7 +166,8 @@ export function writeStreamConfig(
   consumer: Record<string, unknown>,
   over: Record<string, unknown> = {},
 ): string {
-  const file = path.join(mkdtempSync(path.join(os.tmpdir(), 'stream-config-')), 'pipeline.json');
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'stream-config-'));
+  const file = path.join(dir, 'pipeline.json');
   writeFileSync(
     file,
     JSON.stringify({
@@ -176,6 +178,8 @@ export function writeStreamConfig(
       instance: { leaseBucket: `${names.tag}_leases`, leaseTtlMs: 6000 },
       admin: { port: 0 },
       ...over,
+      // Beside the config: every restart of this pipeline finds its side-output spool, no other test's.
+      spool: { dir: path.join(dir, 'spool'), ...(over.spool as Record<string, unknown> | undefined) },
     }),
   );
   return file;

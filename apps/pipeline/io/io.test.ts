@@ -199,6 +199,49 @@ describe('sink retries', () => {
     await expect(sink.publish({ subject: 's', data: 'x', msgId: '' })).rejects.toThrow(/no msgId/);
   });
 
+  test('a side output that failed every attempt goes to the spool (its caller acks); a full spool fails it', async () => {
+    const spooled: string[] = [];
+    const retired: string[] = [];
+    let room = true;
+    const spool = {
+      put: async (msgId: string, subject: string, data: string | Uint8Array, kind: string) => {
+        if (!room) return false;
+        spooled.push(`${kind} ${subject} ${msgId} ${String(data)}`);
+        return true;
+      },
+      landed: (msgId: string) => void retired.push(msgId),
+    };
+    let up = false;
+    const client = {
+      publish: async () => {
+        if (!up) throw new Error('503 no responders');
+        return { stream: 'S', seq: 1, duplicate: false } as PubAck;
+      },
+    } as unknown as JetStreamClient;
+    const sink = new JetStreamSink(client, { maxAttempts: 2, sleep: async () => undefined, spool });
+    const letter = { subject: 'delivery.dlq', data: '{}', msgId: 'dlq:E:3', spool: 'invalid' as const };
+    await expect(sink.publish(letter)).resolves.toEqual({
+      stream: '',
+      seq: 0,
+      duplicate: false,
+      spooled: true,
+    });
+    expect(spooled).toEqual(['invalid delivery.dlq dlq:E:3 {}']);
+    // A prediction is never spooled: its failure stays the caller's (nak, retry).
+    await expect(sink.publish({ subject: 'p', data: 'x', msgId: 'p1' })).rejects.toMatchObject({
+      code: 'publish_failed',
+    });
+    room = false;
+    await expect(sink.publish({ ...letter, msgId: 'dlq:E:4' })).rejects.toMatchObject({
+      code: 'publish_failed',
+    });
+    expect(sink.stats).toMatchObject({ exhausted: 2, publishFailures: 6 });
+    // Once the broker takes a side output from the sink itself, a spooled copy is retired.
+    up = true;
+    await expect(sink.publish({ ...letter, msgId: 'dlq:E:5' })).resolves.toMatchObject({ seq: 1 });
+    expect(retired).toEqual(['dlq:E:5']);
+  });
+
   test('an effect over max_payload is fitted when it can be, refused at once when it cannot', async () => {
     const sent: number[] = [];
     const client = {

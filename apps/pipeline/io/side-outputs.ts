@@ -5,7 +5,9 @@
  * A side output must always be publishable, whatever the event held: one that would not fit the broker's
  * max_payload (a 1 MB body; 200 KB of control characters, each `\u0001` once escaped) is given to the sink
  * with a `fit` that keeps the payload's start and says what was cut (its length and SHA-256), so it never
- * fails its publish for good and never holds its partition's position.
+ * fails its publish for good and never holds its partition's position. One the broker refuses for another
+ * reason (the side stream deleted, permissions, storage full) goes to the sink's spool (apps/pipeline/io/spool.ts)
+ * and is published from there once the broker takes it: its source message is acked all the same.
  */
 import { createHash } from 'node:crypto';
 import { keySubject, type SubjectLayout } from './layout';
@@ -126,6 +128,7 @@ export function deadLetterEffect(
     msgId: `dlq:${sourceStream}:${message.streamSeq}`,
     fit: (maxBytes) => fitRaw({ ...letter }, message.data, maxBytes),
     deadLetter: kindOf(reason),
+    spool: kindOf(reason),
   };
 }
 
@@ -153,6 +156,7 @@ export function lateEffect(
     subject: keySubject(subjects.latePrefix, record.delivery_id),
     data: JSON.stringify(record),
     msgId: `late:${eventId}`,
+    spool: 'late',
     ...(raw
       ? {
           fit: (maxBytes: number) => {

@@ -6,6 +6,7 @@
 import type { JetStreamClient } from '@nats-io/jetstream';
 import { requirePositiveInt, StreamIoError } from '../errors';
 import type { SourceMessage } from './source';
+import type { SpoolKind } from './spool-log';
 
 export interface Effect {
   subject: string;
@@ -17,6 +18,19 @@ export interface Effect {
    * `data` would exceed the connection's max_payload, which no retry could get past.
    */
   fit?: (maxBytes: number) => string;
+  /**
+   * Side outputs (dead letters, late records): when every attempt failed, the sink's spool may store it
+   * instead, so its source message is acked and never holds its partition (replayed later, same Msg-Id).
+   */
+  spool?: SpoolKind;
+}
+
+/** Where the sink puts a side output the broker would not store (apps/pipeline/io/spool.ts). */
+export interface SinkSpool {
+  /** True once stored durably (or already pending); false: full or not writable, the caller holds it. */
+  put(msgId: string, subject: string, data: string | Uint8Array, kind: SpoolKind): Promise<boolean>;
+  /** The broker took this Msg-Id from the sink: a pending copy is retired. */
+  landed(msgId: string): void;
 }
 
 export interface Published {
@@ -24,6 +38,8 @@ export interface Published {
   seq: number;
   /** The broker already held this Msg-Id inside its duplicate window. */
   duplicate: boolean;
+  /** Not in the broker yet: stored in the spool, which publishes it later (stream '' and seq 0). */
+  spooled?: true;
 }
 
 export interface SinkOptions {
@@ -39,6 +55,8 @@ export interface SinkOptions {
   maxPayload?: () => number | undefined;
   /** An effect was cut to fit max_payload (its original size in bytes). */
   onFitted?: (effect: Effect, bytes: number) => void;
+  /** Takes side outputs (`effect.spool`) that failed every attempt; without one they fail like the rest. */
+  spool?: SinkSpool;
 }
 
 /** Bytes of a publish besides the payload that count against max_payload: the Msg-Id header block. */
@@ -95,6 +113,7 @@ export class JetStreamSink {
         this.stats.published++;
         if (ack.duplicate) this.stats.duplicates++;
         if (ack.seq > (this.acked.get(ack.stream) ?? 0)) this.acked.set(ack.stream, ack.seq);
+        if (effect.spool) this.options.spool?.landed(effect.msgId);
         return { stream: ack.stream, seq: ack.seq, duplicate: ack.duplicate };
       } catch (err) {
         lastError = err;
@@ -104,6 +123,10 @@ export class JetStreamSink {
           await this.sleep(Math.min(this.backoffMaxMs, this.backoffBaseMs * 2 ** (attempt - 1)));
         }
       }
+    }
+    const spool = this.options.spool;
+    if (effect.spool && spool && (await spool.put(effect.msgId, effect.subject, data, effect.spool))) {
+      return { stream: '', seq: 0, duplicate: false, spooled: true };
     }
     this.stats.exhausted++;
     throw new StreamIoError(
