@@ -6,11 +6,11 @@
  */
 import pino from 'pino';
 import { Registry } from 'prom-client';
-import { assertNativeUws } from '../../libs/inference/uws-check';
 import { labelledProcessJson, metricsBufferFor, registerProcessMetrics } from '../../libs/metrics';
 import { encodeError, httpStatusOf } from '../../libs/protocol';
 import type { NodeSettings, NodeTls } from '../../libs/registry';
 import { RingBuffer } from '../../libs/ring';
+import { assertNativeUws } from '../../libs/uws';
 import { Gateway } from './gateway';
 import type { ControlResponse, NodeMessage, NodeStartOptions, SupervisorMessage } from './ipc';
 import { ModelTable, nodeSettingsOf, VersionLoadError } from './table';
