@@ -8,6 +8,7 @@ import { type AdminSecrets, AdminSetupError } from '../../libs/admin';
 import { ConfigError, describeSettings, resolveConfigDetailed } from '../../libs/config';
 import { type BenchModelOptions, benchModel } from '../../libs/inference';
 import { type NatsAuth, NatsAuthError } from '../../libs/nats-auth';
+import { testHooksEnabled } from '../../libs/test-hooks';
 import { assertNativeUws } from '../../libs/uws';
 import { type LoadedTls, loadTls } from '../node/tls-files';
 import { serverAdminSecrets } from '../supervisor/admin/admin-api';
@@ -207,7 +208,7 @@ serve
         explicitBatchSize: explicit('batchSize', 'STREAMINFER_BATCH_SIZE'),
         explicitBatchTimeout: explicit('batchTimeoutMs', 'STREAMINFER_BATCH_TIMEOUT_MS'),
         explicitBatchPolicy: explicit('batchPolicy', 'STREAMINFER_BATCH_POLICY'),
-        testHooks: process.env.STREAMINFER_TEST_HOOKS === '1',
+        testHooks: testHooksEnabled(),
         cores: os.availableParallelism(),
         ...(notifier ? { notifier } : {}),
         ...(tls ? { tls: tls.tls } : {}),
