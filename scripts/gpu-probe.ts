@@ -12,9 +12,16 @@
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { type BenchModelResult, benchModel } from '../apps/cli/commands/bench-model';
 import { parseDeviceEntry } from '../libs/config';
-import { availableBackends, defaultIntraOpThreads, loadSession, ort, ortMessage } from '../libs/inference';
+import { defaultIntraOpThreads } from '../libs/device';
+import {
+  availableBackends,
+  type BenchModelResult,
+  benchModel,
+  loadSession,
+  ort,
+  ortMessage,
+} from '../libs/inference';
 
 const BATCH_SIZES = [1, 8, 32, 64];
 const MODEL = 'bench';

@@ -6,8 +6,10 @@ import { Command, Option } from 'commander';
 import pino from 'pino';
 import { type AdminSecrets, AdminSetupError } from '../../libs/admin';
 import { ConfigError, describeSettings, resolveConfigDetailed } from '../../libs/config';
-import { assertNativeUws } from '../../libs/inference/uws-check';
+import { type BenchModelOptions, benchModel } from '../../libs/inference';
 import { type NatsAuth, NatsAuthError } from '../../libs/nats-auth';
+import { testHooksEnabled } from '../../libs/test-hooks';
+import { assertNativeUws } from '../../libs/uws';
 import { type LoadedTls, loadTls } from '../node/tls-files';
 import { serverAdminSecrets } from '../supervisor/admin/admin-api';
 import { ClusterError } from '../supervisor/fleet';
@@ -16,7 +18,7 @@ import { SystemdNotifier } from '../supervisor/notify';
 import { Supervisor } from '../supervisor/supervisor';
 import { readTenantFile } from '../supervisor/tenant-shares';
 import { type AdminFlags, adminTarget, ClientError, callServer } from './client';
-import { type BenchModelOptions, benchModel, formatBenchModel } from './commands/bench-model';
+import { formatBenchModel } from './commands/bench-model';
 import { registerModelsKeygen } from './commands/models-keygen';
 import { registerModelsPush } from './commands/models-push';
 import { registerRollout } from './commands/rollout';
@@ -206,7 +208,7 @@ serve
         explicitBatchSize: explicit('batchSize', 'STREAMINFER_BATCH_SIZE'),
         explicitBatchTimeout: explicit('batchTimeoutMs', 'STREAMINFER_BATCH_TIMEOUT_MS'),
         explicitBatchPolicy: explicit('batchPolicy', 'STREAMINFER_BATCH_POLICY'),
-        testHooks: process.env.STREAMINFER_TEST_HOOKS === '1',
+        testHooks: testHooksEnabled(),
         cores: os.availableParallelism(),
         ...(notifier ? { notifier } : {}),
         ...(tls ? { tls: tls.tls } : {}),

@@ -14,7 +14,7 @@ import pino from 'pino';
 import { ClientState } from '../../libs/backpressure';
 import type { DeviceTarget } from '../../libs/config';
 import { parseDeviceEntry, resolveConfig } from '../../libs/config';
-import { defaultIntraOpThreads } from '../../libs/inference/device';
+import { defaultIntraOpThreads } from '../../libs/device';
 import { MetricsShard, metricsBufferFor, readSlotTotals } from '../../libs/metrics';
 import type { BinaryRequest, Priority } from '../../libs/protocol';
 import { ProtocolError, unknownModel } from '../../libs/protocol';

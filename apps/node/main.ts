@@ -6,11 +6,12 @@
  */
 import pino from 'pino';
 import { Registry } from 'prom-client';
-import { assertNativeUws } from '../../libs/inference/uws-check';
 import { labelledProcessJson, metricsBufferFor, registerProcessMetrics } from '../../libs/metrics';
 import { encodeError, httpStatusOf } from '../../libs/protocol';
 import type { NodeSettings, NodeTls } from '../../libs/registry';
 import { RingBuffer } from '../../libs/ring';
+import { testDelayMs } from '../../libs/test-hooks';
+import { assertNativeUws } from '../../libs/uws';
 import { Gateway } from './gateway';
 import type { ControlResponse, NodeMessage, NodeStartOptions, SupervisorMessage } from './ipc';
 import { ModelTable, nodeSettingsOf, VersionLoadError } from './table';
@@ -94,7 +95,7 @@ class NodeProcess {
     this.gateway.admission.fence = options.fence;
     // No listen before every model is loaded: a (re)starting node would answer unknown_model. The supervisor
     // says when to listen, after bringing the node to the host's current table if a reload committed meanwhile.
-    const delayMs = Number(process.env.STREAMINFER_TEST_RESTART_LOAD_DELAY_MS ?? 0);
+    const delayMs = testDelayMs('RESTART_LOAD_DELAY_MS');
     if (options.testHooks && (options.restarts ?? 0) > 0 && delayMs > 0)
       await new Promise((resolve) => setTimeout(resolve, delayMs));
     const failures = await this.table.loadPlan(options.plan, options.epoch);
@@ -192,7 +193,7 @@ class NodeProcess {
 
   /** Test hook (STREAMINFER_TEST_HOOKS=1 only): STREAMINFER_TEST_HOLD_PREPARE_MS holds every PREPARE that long. */
   private async holdPrepareForTest(): Promise<void> {
-    const ms = this.options?.testHooks ? Number(process.env.STREAMINFER_TEST_HOLD_PREPARE_MS ?? 0) : 0;
+    const ms = this.options?.testHooks ? testDelayMs('HOLD_PREPARE_MS') : 0;
     if (!(ms > 0)) return;
     this.logger.info({ ms }, 'test hook: holding PREPARE');
     await new Promise((resolve) => setTimeout(resolve, ms));
@@ -275,7 +276,7 @@ class NodeProcess {
       case 'commit':
         this.reloadStep(message.requestId, async () => {
           // Test hook: hold the window between a successful prepare and the commit open.
-          const delayMs = Number(process.env.STREAMINFER_TEST_COMMIT_DELAY_MS ?? 0);
+          const delayMs = testDelayMs('COMMIT_DELAY_MS');
           if (this.options?.testHooks && delayMs > 0)
             await new Promise((resolve) => setTimeout(resolve, delayMs));
           this.table!.commit(message.plan, message.epoch);

@@ -4,6 +4,7 @@
  */
 import type { MetricsShard } from '../../libs/metrics';
 import type { RingBuffer } from '../../libs/ring';
+import { testDelayMs } from '../../libs/test-hooks';
 import { Admission } from './admission';
 import { Answers } from './answers';
 import { EPOCH_HOLD_MAX_BYTES, EPOCH_HOLD_MAX_MS } from './epoch-order';
@@ -50,7 +51,7 @@ export function createRooms(
 ): Rooms {
   const guard = transport.guard;
   // Tests shorten the time bound (STREAMINFER_TEST_HOLD_MS, honoured only with test hooks on).
-  const testHoldMs = options.testHooks ? Number(process.env.STREAMINFER_TEST_HOLD_MS) : Number.NaN;
+  const testHoldMs = options.testHooks ? testDelayMs('HOLD_MS') : Number.NaN;
   const holdLimits = {
     maxHoldMs: testHoldMs > 0 ? testHoldMs : EPOCH_HOLD_MAX_MS,
     maxHoldBytes: EPOCH_HOLD_MAX_BYTES,

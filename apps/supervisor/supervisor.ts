@@ -18,7 +18,7 @@ import {
 } from '../../libs/admin';
 import type { ConfigChange, ServerConfig, SettingKey } from '../../libs/config';
 import { ConfigError, planConfigChange, resolveConfigDetailed } from '../../libs/config';
-import { defaultIntraOpThreads } from '../../libs/inference';
+import { defaultIntraOpThreads } from '../../libs/device';
 import { registerProcessMetrics } from '../../libs/metrics';
 import type { NatsAuth } from '../../libs/nats-auth';
 import { ProtocolError, unknownModel } from '../../libs/protocol';

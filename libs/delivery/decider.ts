@@ -19,11 +19,22 @@
  * in-order prediction. Decisions stay revisable while an event before them could still be accepted (the
  * watermark has not passed their time + the longest window + allowed lateness).
  */
-import { createEventTimeEngine, type EngineSnapshotHead, type EventTimeEngine } from '../event-time/engine';
-import { StreamSnapshotError } from '../event-time/errors';
-import { arr, bad, int, isRecord, str } from '../event-time/pack';
-import type { EngineSnapshot } from '../event-time/snapshot';
-import type { EngineStats, EventTimeEngineOptions, StreamEffect, StreamEvent } from '../event-time/types';
+import {
+  arr,
+  bad,
+  createEventTimeEngine,
+  type EngineSnapshot,
+  type EngineSnapshotHead,
+  type EngineStats,
+  type EventTimeEngine,
+  type EventTimeEngineOptions,
+  int,
+  isRecord,
+  type StreamEffect,
+  type StreamEvent,
+  StreamSnapshotError,
+  str,
+} from '../event-time';
 import { ALERT_THRESHOLD } from './contract';
 import {
   byTime,

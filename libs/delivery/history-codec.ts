@@ -15,7 +15,7 @@ import {
   str,
   unpackDeltas,
   unpackStrings,
-} from '../event-time/pack';
+} from '../event-time';
 import {
   type DeliveryEvent,
   type DeliveryStatus,

@@ -9,7 +9,7 @@
  * Hand-written: Flink's heap state backend does the same with copy-on-write state tables; no library does
  * it for plain objects.
  */
-import type { EngineSnapshotHead } from '../event-time/engine';
+import type { EngineSnapshotHead } from '../event-time';
 
 /** A key's JSON parts: its engine state and its delivery state (either may be absent). */
 export interface KeyText {

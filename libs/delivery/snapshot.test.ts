@@ -1,5 +1,5 @@
+import { StreamSnapshotError } from '../event-time';
 import { rng } from '../event-time/engine.test-util';
-import { StreamSnapshotError } from '../event-time/errors';
 import { type DeciderSnapshot, DeliveryDecider, type DeliveryDeciderOptions } from './decider';
 import { play, steps } from './decider.test-util';
 import { canonicalTime, isCanonicalTime, packHistory, unpackHistory } from './history-codec';

@@ -7,7 +7,21 @@ export {
 export { StreamEventError, StreamOptionError, StreamSnapshotError } from './errors';
 export { MinHeap } from './heap';
 export { MAX_WINDOWS_PER_EVENT, validateEngineOptions } from './options';
+/** Snapshot field readers, shared with the snapshots of workloads built on the engine. */
 export {
+  arr,
+  bad,
+  int,
+  isRecord,
+  num,
+  packDeltas,
+  packStrings,
+  str,
+  unpackDeltas,
+  unpackStrings,
+} from './pack';
+export {
+  checkSnapshot,
   type EngineSnapshot,
   type EventColumns,
   type KeySnapshot,

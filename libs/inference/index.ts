@@ -1,9 +1,4 @@
-export type { ExecutionProviderName, GpuProviderName, ProviderAttempt, ProviderPlan } from './device';
-export {
-  DeviceError,
-  defaultIntraOpThreads,
-  planProviders,
-  providerLabel,
-} from './device';
+export type { BatchSpeed, BenchModelOptions, BenchModelResult } from './model-speed';
+export { benchModel } from './model-speed';
 export type { LoadedSession, SessionOptions } from './session';
 export { availableBackends, compareSignature, loadSession, ort, ortMessage } from './session';

@@ -1,15 +1,8 @@
 import * as path from 'node:path';
+import { DeviceError, type GpuProviderName } from '../device';
 import { parseSignature } from '../protocol';
-import {
-  availableBackends,
-  compareSignature,
-  DeviceError,
-  type GpuProviderName,
-  type LoadedSession,
-  loadSession,
-  ortMessage,
-} from './index';
-import { usesNativeUws } from './uws-check';
+import { usesNativeUws } from '../uws';
+import { availableBackends, compareSignature, type LoadedSession, loadSession, ortMessage } from './index';
 
 const MODELS = path.resolve(__dirname, '../../../models');
 const UPPER = path.join(MODELS, 'upper/1/model.onnx');

@@ -1,8 +1,8 @@
 import * as ort from 'onnxruntime-node';
 import type { DeviceTarget } from '../config';
+import type { ExecutionProviderName, ProviderAttempt } from '../device';
+import { DeviceError, planProviders, providerLabel } from '../device';
 import type { DType, ModelSignature, TensorSpec } from '../protocol';
-import type { ExecutionProviderName, ProviderAttempt } from './device';
-import { DeviceError, planProviders, providerLabel } from './device';
 
 export interface SessionOptions {
   device: DeviceTarget;

@@ -11,8 +11,10 @@
  * Response header: {"id", "model", "version", "epoch", "latency_ms", "label"?, "outputs": [{"name", "dtype", "dims"}]}
  * Errors are answered as the usual JSON text frame, matched by `id`.
  */
+
+import type { BoundInput, BoundRequest } from './bound';
 import { ProtocolError } from './errors';
-import type { BoundInput, BoundRequest, InferenceRequest, Priority, RequestId } from './request';
+import type { InferenceRequest, Priority, RequestId } from './request';
 import { inputHeaderBytes, RequestError, readEnvelope } from './request';
 import type { DType, ModelSignature } from './signature';
 import { bytesPerElement, checkDims, isDType, MAX_DIM, MAX_RANK } from './signature';

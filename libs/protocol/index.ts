@@ -7,6 +7,7 @@ export {
   encodeBinaryFrame,
   encodeBinaryRequest,
 } from './binary';
+export type { BindLimits, BoundInput, BoundRequest } from './bound';
 export type { ErrorCode } from './errors';
 export {
   ERROR_CODES,
@@ -28,7 +29,7 @@ export {
   encodeV2Response,
   v2ModelMetadata,
 } from './kserve';
-export type { BindLimits, BoundInput, BoundRequest, InferenceRequest, Priority, RequestId } from './request';
+export type { InferenceRequest, Priority, RequestId } from './request';
 export {
   bindRequest,
   decodeJsonRequest,

@@ -10,7 +10,7 @@
  * Numbers are converted to the same double JSON.parse gives (Clinger's exact fast path, else Number() of the
  * validated literal), and doubles to float32 as DataView.setFloat32 does.
  */
-import type { BindLimits, BoundInput } from './request';
+import type { BindLimits, BoundInput } from './bound';
 import type { TensorSpec } from './signature';
 import { MAX_RANK } from './signature';
 

@@ -4,9 +4,10 @@
  * Tensors come as `{"name", "shape", "datatype", "data"}` with `data` flat (row-major) or nested.
  */
 
+import type { BindLimits } from './bound';
 import { ProtocolError } from './errors';
 import { float32Text } from './float32-text';
-import type { BindLimits, InferenceRequest } from './request';
+import type { InferenceRequest } from './request';
 import { parseJsonObject, RequestError } from './request';
 import type { DType, ModelSignature } from './signature';
 import { checkDims, MAX_DIM, MAX_RANK } from './signature';

@@ -1,3 +1,4 @@
+import type { BindLimits, BoundInput, BoundRequest } from './bound';
 import { ProtocolError } from './errors';
 import { bindScanned, ScannedTensor, scanJsonInput } from './json-tensor';
 import type { DType, ModelSignature, TensorSpec } from './signature';
@@ -194,30 +195,6 @@ function readValues(body: Record<string, unknown>): Pick<InferenceRequest, 'inpu
     throw new ProtocolError('bad_request', 'request needs "input", "inputs" or "text"');
   }
   return { input: body.input, inputs, text };
-}
-
-/** One validated input of one request, measured so its record can be written in a single reserve. */
-export interface BoundInput {
-  spec: TensorSpec;
-  index: number;
-  /** Per-item dims with dynamic dims resolved. */
-  dims: number[];
-  value: unknown;
-  /** Payload bytes of this input in the record. */
-  byteLength: number;
-  /** Binary frames: the tensor's bytes exactly as they go into the record (a view into the frame). */
-  raw?: Uint8Array;
-}
-
-export interface BoundRequest {
-  inputs: BoundInput[];
-  inputMask: number;
-  /** Total payload bytes of all inputs including their per-input headers. */
-  byteLength: number;
-}
-
-export interface BindLimits {
-  maxElements: number;
 }
 
 const encoder = new TextEncoder();

@@ -10,9 +10,11 @@
  *                  or, for an error, u32 messageLength · utf8 message.
  * Strings inside a tensor are u32 byteLength · utf8, one after another.
  */
+
+import type { BoundRequest } from './bound';
 import type { ErrorCode } from './errors';
 import { errorCodeFromIndex, errorCodeIndex } from './errors';
-import type { BoundRequest, Priority } from './request';
+import type { Priority } from './request';
 import { inputHeaderBytes, utf8Encoder, utf8Length } from './request';
 import type { DType, ModelSignature, TensorSpec } from './signature';
 import { argmax, bytesPerElement } from './signature';

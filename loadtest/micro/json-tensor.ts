@@ -8,23 +8,24 @@
 import * as v8 from 'node:v8';
 import {
   bindBinaryRequest,
+  bindRequest,
   decodeBinaryRequest,
+  decodeJsonRequest,
+  decodeRequest,
+  decodeResult,
   encodeBinaryAnswer,
   encodeBinaryRequest,
-} from '../../libs/protocol/binary';
-import { encodeResultRecord } from '../../libs/protocol/json-answer';
-import type { InferenceRequest } from '../../libs/protocol/request';
-import { bindRequest, decodeJsonRequest, decodeRequest } from '../../libs/protocol/request';
-import { encodeResultHead, encodeResultWithHead } from '../../libs/protocol/responses';
-import { parseSignature } from '../../libs/protocol/signature';
-import {
-  decodeResult,
+  encodeResultHead,
+  encodeResultRecord,
+  encodeResultWithHead,
+  type InferenceRequest,
+  parseSignature,
   RESPONSE_HEADER_BYTES,
   requestRecordBytes,
   writeOutputSectionHeader,
   writeRequestRecord,
   writeResponseHeader,
-} from '../../libs/protocol/wire';
+} from '../../libs/protocol';
 
 const signature = parseSignature(
   {

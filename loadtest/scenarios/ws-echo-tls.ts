@@ -6,7 +6,7 @@
  * Certificates come from a private CA made for the run (openssl, EC P-256); the load generators trust it
  * through NODE_EXTRA_CA_CERTS, the way the CLI and tools do.
  */
-import { CertKit } from '../../test/integration/tls-kit';
+import { CertKit } from '../../scripts/tls-kit';
 import { medianOf, ratio, runAgainst, standardNotes, throughputAndP99Charts } from '../scenario-kit';
 import type { TlsFiles } from '../server-process';
 import type { LoadSpec, Ratio, RunRecord, Scenario } from '../types';

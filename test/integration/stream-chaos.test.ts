@@ -14,7 +14,7 @@ import { connectNats, eventSubject, type NatsHandle } from '../../apps/pipeline'
 import { CheckpointStore } from '../../apps/pipeline/io/checkpoints';
 import type { Prediction } from '../../libs/delivery';
 import { simulate } from '../../libs/delivery';
-import { checkSnapshot } from '../../libs/event-time/snapshot';
+import { checkSnapshot } from '../../libs/event-time';
 import {
   deleteStreams,
   NATS_URL,

@@ -1,5 +1,5 @@
 /**
- * TLS on the data port, against the real server with certificates made at test time (tls-kit.ts): https and
+ * TLS on the data port, against the real server with certificates made at test time (scripts/tls-kit.ts): https and
  * wss answers, a plain-text client refused, mutual TLS, bad files refused at start by name, and certificate
  * reloads (SIGHUP) that reach new connections while open ones keep being served.
  */
@@ -9,8 +9,8 @@ import * as https from 'node:https';
 import * as net from 'node:net';
 import * as path from 'node:path';
 import * as tls from 'node:tls';
+import { CertKit, fingerprintOf, type PemPair } from '../../scripts/tls-kit';
 import { runCliToExit, type ServerHandle, sleep, startServer, WsClient } from './harness';
-import { CertKit, fingerprintOf, type PemPair } from './tls-kit';
 
 jest.setTimeout(90_000);
 

@@ -19,6 +19,7 @@ import { type KV, Kvm } from '@nats-io/kv';
 import { type ObjectStore, Objm } from '@nats-io/obj';
 import type { DeciderSnapshot } from '../../../libs/delivery';
 import { describeReplicasRefusal, replicasShortfall } from '../../../libs/nats-auth';
+import { testDelayMs, testHooksEnabled } from '../../../libs/test-hooks';
 import { StreamIoError } from '../errors';
 import type { ModelPin } from '../inference/inference';
 
@@ -29,10 +30,7 @@ export const CHECKPOINT_VERSION = 1;
  * and the pointer, announced on stderr, so a chaos test can kill the process in the middle of a checkpoint.
  */
 async function testDelay(): Promise<void> {
-  const ms =
-    process.env.STREAMINFER_TEST_HOOKS === '1'
-      ? Number(process.env.STREAMINFER_TEST_CHECKPOINT_DELAY_MS ?? 0)
-      : 0;
+  const ms = testHooksEnabled() ? testDelayMs('CHECKPOINT_DELAY_MS') : 0;
   if (!(ms > 0)) return;
   process.stderr.write('test hook: checkpoint object written, pointer pending\n');
   await new Promise((resolve) => setTimeout(resolve, ms));

@@ -12,6 +12,7 @@ import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { ProtocolError } from '../../../libs/protocol';
 import { isRepositoryName, type TablePlan } from '../../../libs/registry';
+import { testDelayMs } from '../../../libs/test-hooks';
 import type { ReloadCoordinator, ReloadStrategy, StepAnswer } from '../coordinator';
 import {
   type ClusterConnection,
@@ -460,9 +461,7 @@ export class FleetMember {
     record: FleetRecord,
     revision: number,
   ): Promise<{ ok: true; revision: number } | { ok: false; conflict: boolean; error: string }> {
-    const holdMs = this.options.testHooks
-      ? Number(process.env.STREAMINFER_TEST_FLEET_COMMIT_DELAY_MS ?? 0)
-      : 0;
+    const holdMs = this.options.testHooks ? testDelayMs('FLEET_COMMIT_DELAY_MS') : 0;
     if (holdMs > 0) {
       this.options.logger.info({ ms: holdMs }, 'test hook: holding the commit point');
       await new Promise((resolve) => setTimeout(resolve, holdMs));

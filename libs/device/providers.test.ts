@@ -1,4 +1,4 @@
-import { DeviceError, defaultIntraOpThreads, planProviders } from './device';
+import { DeviceError, defaultIntraOpThreads, planProviders } from './providers';
 
 const BUNDLED = ['cpu', 'webgpu', 'cuda', 'tensorrt']; // what onnxruntime-node 1.30 lists
 

@@ -1,14 +1,14 @@
 import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { CertKit, fingerprintOf, type PemPair } from '../../test/integration/tls-kit';
 import {
   ConfigError,
   checkTlsMaterial,
   planConfigChange,
   resolveConfig,
   resolveConfigDetailed,
-} from './index';
-import type { TlsFilesText } from './tls';
+  type TlsFilesText,
+} from '../../libs/config';
+import { CertKit, fingerprintOf, type PemPair } from '../../scripts/tls-kit';
 
 const kit = new CertKit();
 let ca: PemPair;
