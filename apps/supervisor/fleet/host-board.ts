@@ -5,10 +5,17 @@
  * heartbeat expired, instead of on its next poll.
  */
 import type { KV } from '@nats-io/kv';
-import { type ExpiryChoice, type KvExpiry, type KvExpiryWanted, keyTtlHeader } from '../../../libs/kv-expiry';
+import { requirePositiveInt } from '../../../libs/config';
+import {
+  type ExpiryChoice,
+  type KvExpiry,
+  type KvExpiryWanted,
+  keyTtlHeader,
+  listKeys,
+} from '../../../libs/jetstream';
 import type { ClusterConnection } from './connection';
-import { requirePositiveInt } from './errors';
-import { listKeys, openTtlBucket } from './kv-bucket';
+import { invalidOptions } from './errors';
+import { openTtlBucket } from './kv-bucket';
 import { decodeJson, type HostBeat, parseHostBeat, requireHostId } from './records';
 
 export const DEFAULT_HEARTBEAT_TTL_MS = 10_000;
@@ -44,7 +51,12 @@ export class HostBoard {
   }
 
   static async open(conn: ClusterConnection, options: HostBoardOptions = {}): Promise<HostBoard> {
-    const ttlMs = requirePositiveInt('heartbeat ttlMs', options.ttlMs ?? DEFAULT_HEARTBEAT_TTL_MS, 1000);
+    const ttlMs = requirePositiveInt(
+      'heartbeat ttlMs',
+      options.ttlMs ?? DEFAULT_HEARTBEAT_TTL_MS,
+      1000,
+      invalidOptions,
+    );
     const { kv, choice } = await openTtlBucket(conn, conn.names.hostsBucket, {
       history: 1,
       ttlMs,
@@ -152,7 +164,7 @@ export class HostBoard {
 
   /** Beats now and every intervalMs (default TTL/4) until stop(); a failed beat goes to onError. */
   start(getBeat: () => HostBeat, intervalMs = Math.floor(this.ttlMs / 4)): void {
-    requirePositiveInt('heartbeat intervalMs', intervalMs);
+    requirePositiveInt('heartbeat intervalMs', intervalMs, 1, invalidOptions);
     this.stop();
     const tick = async () => {
       // A beat slower than the interval is not stacked.
@@ -182,7 +194,7 @@ export class HostBoard {
    */
   list(): Promise<HostBeat[]> {
     return this.conn.call('host list', async () => {
-      const keys = await listKeys(this.conn, this.conn.names.hostsBucket);
+      const keys = await listKeys(this.conn.jsm, this.conn.names.hostsBucket);
       const now = Date.now();
       const beats = await Promise.all(
         keys.map(async (key) => {
