@@ -31,7 +31,7 @@ import { type StreamLayout, streamLayout } from './io/layout';
 import { provisionStreams } from './io/provision';
 import { JetStreamSink } from './io/sink';
 import { LeaseKeeper } from './leases/lease-keeper';
-import type { ReleaseReason } from './leases/lease-types';
+import type { ReleaseReason } from './leases/leases';
 import type { PipelineMetrics } from './metrics';
 import {
   type PartitionContext,

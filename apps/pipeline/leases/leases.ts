@@ -16,6 +16,15 @@ import { type LeaseChange, type LeaseHandlers, type LeaseOptions, leaseKey } fro
 import { OwnedPartitions } from './owned-partitions';
 import { PassScheduler } from './pass-scheduler';
 
+export type {
+  HeartbeatValue,
+  LeaseChange,
+  LeaseHandlers,
+  LeaseOptions,
+  LeaseValue,
+  ReleaseReason,
+} from './lease-types';
+
 /** The options' checks, before any I/O (LeaseKeeper runs them before it starts its thread). */
 export function checkLeaseOptions(options: Omit<LeaseOptions, 'nats' | 'logger'>): void {
   requireName('bucket', options.bucket);

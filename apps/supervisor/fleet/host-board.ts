@@ -1,7 +1,7 @@
 /**
  * The fleet's live hosts: each host puts its HostBeat under its host id every TTL/4 in a bucket whose max_age
  * is the TTL, so a host that stops drops out after the TTL. On nats 2.11+ each beat also carries its own TTL
- * and the bucket has limit markers (libs/kv-expiry): a peer waiting on a host learns from a watch that its
+ * and the bucket has limit markers (libs/jetstream expiry.ts): a peer waiting on a host learns from a watch that its
  * heartbeat expired, instead of on its next poll.
  */
 import type { KV } from '@nats-io/kv';
@@ -10,7 +10,7 @@ import {
   type ExpiryChoice,
   type KvExpiry,
   type KvExpiryWanted,
-  keyTtlHeader,
+  LeaseBucket,
   listKeys,
 } from '../../../libs/jetstream';
 import type { ClusterConnection } from './connection';
@@ -38,6 +38,8 @@ export class HostBoard {
   readonly expiry: ExpiryChoice;
   private timer: NodeJS.Timeout | undefined;
   private beating = false;
+  /** Writes with the bucket's expiry mechanism (a per-key TTL in `key` mode). */
+  private readonly keys: LeaseBucket;
 
   private constructor(
     private readonly conn: ClusterConnection,
@@ -48,6 +50,7 @@ export class HostBoard {
   ) {
     this.ttlMs = ttlMs;
     this.expiry = expiry;
+    this.keys = new LeaseBucket(kv, conn.js, conn.names.hostsBucket, ttlMs, expiry.expiry);
   }
 
   static async open(conn: ClusterConnection, options: HostBoardOptions = {}): Promise<HostBoard> {
@@ -73,13 +76,7 @@ export class HostBoard {
   async beat(value: HostBeat): Promise<void> {
     const beat = parseHostBeat(value);
     const text = JSON.stringify(beat);
-    await this.conn.call('heartbeat', async () => {
-      if (this.mode === 'bucket') await this.kv.put(beat.host, text);
-      else
-        await this.conn.js.publish(`$KV.${this.conn.names.hostsBucket}.${beat.host}`, text, {
-          ttl: keyTtlHeader(this.ttlMs),
-        });
-    });
+    await this.conn.call('heartbeat', () => this.keys.write(beat.host, text, undefined));
   }
 
   /**
