@@ -31,12 +31,9 @@ export class StreamIoError extends Error {
   }
 }
 
-/** Options are checked before any I/O so a bad config fails at start, not on the first message. */
-export function requirePositiveInt(name: string, value: number, min = 1): number {
-  if (!Number.isInteger(value) || value < min) {
-    throw new StreamIoError('invalid_options', `${name} must be an integer >= ${min} (got ${value})`);
-  }
-  return value;
+/** An option refused before any I/O (libs/config requirePositiveInt and the like), so a bad config fails at start. */
+export function invalidOptions(message: string): StreamIoError {
+  return new StreamIoError('invalid_options', message);
 }
 
 export function requireName(name: string, value: string): string {

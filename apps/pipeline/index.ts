@@ -9,7 +9,6 @@ export {
 export {
   connectNats,
   DEFAULT_NATS_URL,
-  type NatsConnection,
   type NatsHandle,
   type NatsOptions,
 } from './connection';
@@ -73,20 +72,17 @@ export {
   type SourceMessage,
   type SourceOptions,
 } from './io/source';
+export { balancedTarget, preferenceOrder } from './leases/assignment';
 export { DEFAULT_MAX_STALL_MS, LeaseKeeper, type LeaseKeeperOptions } from './leases/lease-keeper';
-export {
-  balancedTarget,
-  checkLeaseOptions,
-  type HeartbeatValue,
-  type LeaseChange,
-  type LeaseHandlers,
-  type LeaseOptions,
-  type LeaseValue,
-  PartitionLeases,
-  preferenceOrder,
-  type ReleaseReason,
-  serverFacts,
-} from './leases/leases';
+export type {
+  HeartbeatValue,
+  LeaseChange,
+  LeaseHandlers,
+  LeaseOptions,
+  LeaseValue,
+  ReleaseReason,
+} from './leases/lease-types';
+export { checkLeaseOptions, PartitionLeases } from './leases/leases';
 export { PipelineMetrics } from './metrics';
 export { type PartitionStatus, PartitionWorker, type PipelineCounts } from './partition';
 export {

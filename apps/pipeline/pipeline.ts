@@ -31,6 +31,7 @@ import { brokerPlacesEvents, inputStreamSpec } from './io/input-stream';
 import { type StreamLayout, streamLayout } from './io/layout';
 import { provisionStreams } from './io/provision';
 import { JetStreamSink } from './io/sink';
+import { SideOutputSpool } from './io/spool';
 import { LeaseKeeper } from './leases/lease-keeper';
 import type { ReleaseReason } from './leases/leases';
 import type { PipelineMetrics } from './metrics';
@@ -40,7 +41,6 @@ import {
   PartitionWorker,
   type PipelineCounts,
 } from './partition';
-import { SideOutputSpool } from './io/spool';
 
 export type { EpochRecord } from './io/epochs';
 export { RetryableError } from './partition';

@@ -14,7 +14,8 @@
  * failures of it (publish failures; a retryable processor error, a backend down, is none) reach max_deliver;
  * only then is it a poison message.
  */
-import { requirePositiveInt } from './errors';
+import { requirePositiveInt } from '../../libs/config';
+import { invalidOptions } from './errors';
 import type { SubjectLayout } from './io/layout';
 import { deadLetterEffect } from './io/side-outputs';
 import { type Effect, type JetStreamSink, type Published, publishThenAck } from './io/sink';
@@ -86,8 +87,8 @@ export interface RunningPipeline {
 }
 
 export function runPipeline(options: RunnerOptions): RunningPipeline {
-  const concurrency = requirePositiveInt('concurrency', options.concurrency);
-  const nakDelayMs = requirePositiveInt('nakDelayMs', options.nakDelayMs ?? 1000, 0);
+  const concurrency = requirePositiveInt('concurrency', options.concurrency, 1, invalidOptions);
+  const nakDelayMs = requirePositiveInt('nakDelayMs', options.nakDelayMs ?? 1000, 0, invalidOptions);
   const stats: RunnerStats = {
     received: 0,
     acked: 0,

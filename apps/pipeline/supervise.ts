@@ -8,7 +8,7 @@ import { type ChildProcess, fork } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
-import { nextCrashStreak, restartDelayMs } from '../supervisor/node-set';
+import { nextCrashStreak, restartDelayMs } from '../../libs/process';
 import { type PipelineConfig, resolvePipelineConfig } from './config';
 import { EXIT_SETTING_REFUSED } from './errors';
 import type { PipelineChildMessage, PipelineParentMessage } from './main';

@@ -12,6 +12,7 @@ import * as path from 'node:path';
 import { getSystemErrorName } from 'node:util';
 import type { Logger } from 'pino';
 import type { RequestCount } from '../../libs/notify';
+import { nextCrashStreak, restartDelayMs } from '../../libs/process';
 import type { TablePlan, UnavailableModel } from '../../libs/registry';
 import type { TenantDemand } from '../../libs/tenants';
 import type {
@@ -28,22 +29,6 @@ const COLLECT_TIMEOUT_MS = 5000;
 const START_TIMEOUT_MS = 120000;
 const RESTART_POLL_MS = 50;
 const JOIN_POLL_MS = 10;
-/** A node that served this long before it crashed starts a new crash streak: its restart waits the least. */
-export const STABLE_RUN_MS = 60_000;
-
-/** Backoff before restarting a node that crashed `streak` times in a row: 250 ms, doubling, at most 10 s. */
-export function restartDelayMs(streak: number): number {
-  return Math.min(10_000, 250 * 2 ** Math.min(Math.max(0, streak), 6));
-}
-
-/**
- * The crash streak after a crash: one more, unless the node had served for a stable run since it was last
- * ready — then this crash starts a new streak (a crash a week does not wait 10 s forever).
- */
-export function nextCrashStreak(streak: number, servedMs: number | undefined): number {
-  return servedMs !== undefined && servedMs >= STABLE_RUN_MS ? 1 : streak + 1;
-}
-
 /** The reload steps a test can script to fail (POST /api/debug/fail-step). */
 export const FAILABLE_STEPS = ['prepare', 'commit', 'abort', 'release', 'roll'];
 

@@ -9,6 +9,7 @@ export {
 } from './device';
 export { ConfigError, type ConfigSource } from './errors';
 export { type ConfigChange, planConfigChange } from './live';
+export { requirePositiveInt } from './options';
 export {
   type ConfigSources,
   type ResolvedConfig,

@@ -27,9 +27,18 @@ export {
   withSavedState,
   withSettings,
 } from './plan';
-export type { BrokenModel, ModelBatchingConfig, ModelEntry, ModelVersionEntry } from './repository';
+export type {
+  BrokenModel,
+  ModelBatchingConfig,
+  ModelBatchingFile,
+  ModelConfigFile,
+  ModelConfigParsed,
+  ModelEntry,
+  ModelVersionEntry,
+} from './repository';
 export {
   isRepositoryName,
+  parseModelConfig,
   RepositoryError,
   readModel,
   scanRepository,

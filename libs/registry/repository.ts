@@ -1,6 +1,6 @@
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import * as path from 'node:path';
-import type { ModelSignature } from '../protocol';
+import type { ModelSignature, TensorSpec } from '../protocol';
 import { ProtocolError, parseSignature } from '../protocol';
 
 /** Per-model batching settings from config.json (snake_case as written there). */
@@ -11,6 +11,43 @@ export interface ModelBatchingConfig {
   preferredBatchSizes?: number[];
   /** The p99 latency objective (ms): `slo_p99_ms` (or its older name `latency_slo_ms`). */
   sloP99Ms?: number;
+}
+
+/**
+ * A model's `config.json` as written on disk (snake_case): what readModel reads and what scripts/build-models
+ * writes. parseModelConfig checks one.
+ */
+export interface ModelConfigFile {
+  /** When present, the model directory's name. */
+  name?: string;
+  description?: string;
+  inputs: TensorSpec[];
+  outputs: TensorSpec[];
+  /** Classifiers: answers carry `label` and `probabilities` from the first output. */
+  labels?: string[];
+  batching?: ModelBatchingFile;
+  default_version?: string;
+}
+
+export interface ModelBatchingFile {
+  /** Absent: adaptive when an objective applies, else the server's default policy. */
+  policy?: 'fixed' | 'greedy' | 'adaptive';
+  max_batch_size?: number;
+  max_queue_delay_ms?: number;
+  preferred_batch_sizes?: number[];
+  /** The p99 latency objective (ms). */
+  slo_p99_ms?: number;
+  /** The older name of slo_p99_ms. */
+  latency_slo_ms?: number;
+}
+
+/** What a config.json says, checked (versions apart: those are the directory's). */
+export interface ModelConfigParsed {
+  description: string;
+  signature: ModelSignature;
+  batching: ModelBatchingConfig;
+  /** default_version as written (readModel checks it names a version). */
+  defaultVersion?: string;
 }
 
 export interface ModelVersionEntry {
@@ -127,19 +164,7 @@ export function readModel(modelDir: string, name: string, pulledDir?: string): M
   } catch (error) {
     throw new RepositoryError(`${configPath}: ${(error as Error).message}`);
   }
-  if (typeof raw !== 'object' || raw === null) throw new RepositoryError(`${configPath}: not a JSON object`);
-  if (raw.name !== undefined && raw.name !== name) {
-    throw new RepositoryError(
-      `${configPath}: "name" is "${String(raw.name)}" but the directory is "${name}"`,
-    );
-  }
-  let signature: ModelSignature;
-  try {
-    signature = parseSignature(raw, 'config.json');
-  } catch (error) {
-    const message = error instanceof ProtocolError ? error.message : String(error);
-    throw new RepositoryError(`${configPath}: ${message}`);
-  }
+  const signature = checkConfigHead(raw, configPath, name);
   const files = versionFiles(modelDir);
   for (const [version, file] of versionFiles(pulledDir)) files.set(version, file);
   const versions = [...files.keys()]
@@ -161,6 +186,39 @@ export function readModel(modelDir: string, name: string, pulledDir?: string): M
     versions,
     defaultVersion,
   };
+}
+
+/**
+ * Checks a config.json's content as readModel does (the same checks, the same messages), for the model
+ * directory `name`: what scripts that write model configs validate them with. Throws RepositoryError.
+ */
+export function parseModelConfig(raw: unknown, configPath: string, name: string): ModelConfigParsed {
+  const signature = checkConfigHead(raw, configPath, name);
+  const config = raw as Record<string, unknown>;
+  const parsed: ModelConfigParsed = {
+    description: typeof config.description === 'string' ? config.description : '',
+    signature,
+    batching: readBatching(config.batching, configPath),
+  };
+  if (config.default_version !== undefined) parsed.defaultVersion = String(config.default_version);
+  return parsed;
+}
+
+/** A JSON object, its name (if any) the directory's, and a valid tensor signature. */
+function checkConfigHead(raw: unknown, configPath: string, name: string): ModelSignature {
+  if (typeof raw !== 'object' || raw === null) throw new RepositoryError(`${configPath}: not a JSON object`);
+  const config = raw as Record<string, unknown>;
+  if (config.name !== undefined && config.name !== name) {
+    throw new RepositoryError(
+      `${configPath}: "name" is "${String(config.name)}" but the directory is "${name}"`,
+    );
+  }
+  try {
+    return parseSignature(config, 'config.json');
+  } catch (error) {
+    const message = error instanceof ProtocolError ? error.message : String(error);
+    throw new RepositoryError(`${configPath}: ${message}`);
+  }
 }
 
 /** `slo_p99_ms`, or `latency_slo_ms`: its older name (one of the two). */

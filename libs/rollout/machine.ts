@@ -442,11 +442,12 @@ export function rolloutView(record: RolloutRecord): Record<string, unknown> {
   };
 }
 
-export const RECORD_FORMAT = 1;
+/** The rollout record's format (fleet KV `rollout.<model>`); the registry record has its own (REGISTRY_RECORD_FORMAT). */
+export const ROLLOUT_RECORD_FORMAT = 1;
 
 /** A record as it is persisted (JSON-safe; the plan in its body form). */
 export function serializeRecord(record: RolloutRecord): Record<string, unknown> {
-  return { format: RECORD_FORMAT, ...record, plan: planBody(record.plan) };
+  return { format: ROLLOUT_RECORD_FORMAT, ...record, plan: planBody(record.plan) };
 }
 
 const VERDICTS: readonly string[] = ['pass', 'fail', 'insufficient'];
@@ -458,7 +459,7 @@ export function parseRecord(input: unknown): RolloutRecord {
   };
   if (typeof input !== 'object' || input === null || Array.isArray(input)) bad('not an object');
   const raw = input as Record<string, unknown>;
-  if (raw.format !== RECORD_FORMAT) bad(`unknown format ${String(raw.format)}`);
+  if (raw.format !== ROLLOUT_RECORD_FORMAT) bad(`unknown format ${String(raw.format)}`);
   for (const field of ['model', 'stable', 'candidate'] as const)
     if (typeof raw[field] !== 'string') bad(`${field} is not a string`);
   if (!(ROLLOUT_STATES as readonly unknown[]).includes(raw.state)) bad(`unknown state ${String(raw.state)}`);

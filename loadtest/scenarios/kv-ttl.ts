@@ -18,7 +18,7 @@ import { Kvm } from '@nats-io/kv';
 import pino from 'pino';
 import { connectNats, type NatsHandle, PartitionLeases } from '../../apps/pipeline';
 import { ClusterConnection, type HostBeat, HostBoard, SILENCE_POLL_MS } from '../../apps/supervisor/fleet';
-import { type KvExpiry, type KvExpiryWanted, serverHasKeyTtl } from '../../libs/kv-expiry';
+import { type KvExpiry, type KvExpiryWanted, serverHasKeyTtl } from '../../libs/jetstream';
 import { fmt, markdownTable } from '../../scripts/markdown';
 import { natsUrl } from '../pipeline/broker';
 import { fmtRatio } from '../report';

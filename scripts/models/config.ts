@@ -1,38 +1,18 @@
 /**
- * The model repository's `config.json` schema (as read by the server) and a serializer
- * with a fixed key order, so regenerated files are byte-identical.
+ * The model configs the scripts write: the product's `config.json` shape (libs/registry ModelConfigFile) with
+ * name and description always given, a serializer with a fixed key order, so regenerated files are
+ * byte-identical, and validation: the product's own checks (parseModelConfig) on the bytes written, then the
+ * stricter rules of the shipped models.
  */
-import type { Dtype } from './onnx-builder';
+import type { ModelBatchingFile, ModelConfigFile } from '../../libs/registry';
+import { parseModelConfig } from '../../libs/registry';
 
-export interface TensorSpec {
-  name: string;
-  dtype: Dtype;
-  /** Excludes the batch dimension; -1 = dynamic length. */
-  shape: number[];
-  /** Inputs only: may be absent from a request (the server then feeds an empty tensor). */
-  optional?: boolean;
-  /** Outputs only: returned only when this input was supplied. */
-  from?: string;
-}
-
-export interface BatchingSpec {
-  /** Absent: adaptive when an objective applies, else the server's default policy. */
-  policy?: string;
-  max_batch_size?: number;
-  max_queue_delay_ms?: number;
-  /** The p99 latency objective (ms). */
-  slo_p99_ms?: number;
-}
-
-export interface ModelConfig {
+/** A config.json as the scripts write it (the older `latency_slo_ms` is never written). */
+export type ModelConfig = Omit<ModelConfigFile, 'name' | 'description' | 'batching'> & {
   name: string;
   description: string;
-  inputs: TensorSpec[];
-  outputs: TensorSpec[];
-  labels?: string[];
-  batching?: BatchingSpec;
-  default_version?: string;
-}
+  batching?: Omit<ModelBatchingFile, 'latency_slo_ms'>;
+};
 
 const TOP_KEYS = [
   'name',
@@ -44,7 +24,13 @@ const TOP_KEYS = [
   'default_version',
 ] as const;
 const TENSOR_KEYS = ['name', 'dtype', 'shape', 'optional', 'from'] as const;
-const BATCHING_KEYS = ['policy', 'max_batch_size', 'max_queue_delay_ms', 'slo_p99_ms'] as const;
+const BATCHING_KEYS = [
+  'policy',
+  'max_batch_size',
+  'max_queue_delay_ms',
+  'preferred_batch_sizes',
+  'slo_p99_ms',
+] as const;
 
 function pick<T extends object>(obj: T, keys: readonly string[]): Record<string, unknown> {
   const extra = Object.keys(obj).filter((k) => !keys.includes(k));
@@ -100,8 +86,12 @@ function layout(v: unknown, indent: string, prefix: string, suffix: string): str
   return `{\n${lines.join('\n')}\n${indent}}`;
 }
 
-/** Validates the invariants the server relies on; throws on the first problem. */
+/**
+ * Validates what is written: the server's own checks (libs/registry parseModelConfig, RepositoryError) on the
+ * serialized bytes, then the invariants the shipped models keep; throws on the first problem.
+ */
 export function validateConfig(cfg: ModelConfig): void {
+  parseModelConfig(JSON.parse(serializeConfig(cfg)), `${cfg.name}/config.json`, cfg.name);
   const inputNames = new Set(cfg.inputs.map((t) => t.name));
   for (const t of cfg.outputs) {
     if (t.optional) throw new Error(`${cfg.name}: output ${t.name} cannot be optional`);

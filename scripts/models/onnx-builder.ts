@@ -6,16 +6,15 @@
  * `rawData` explicitly, independent of the host's byte order).
  */
 import { onnx } from 'onnx-proto';
+import type { DType } from '../../libs/protocol';
 
 export const OPSET = 17;
 export const IR_VERSION = 8;
 export const PRODUCER_NAME = 'streaminfer-build-models';
 export const PRODUCER_VERSION = '1';
 
-/** The element types the model repository knows, mapped to ONNX's TensorProto.DataType. */
-export type Dtype = 'float32' | 'float64' | 'int32' | 'int64' | 'uint8' | 'bool' | 'string';
-
-const ELEM_TYPE: Record<Dtype, onnx.TensorProto.DataType> = {
+/** The element types the model repository knows (libs/protocol DType), mapped to ONNX's TensorProto.DataType. */
+const ELEM_TYPE: Record<DType, onnx.TensorProto.DataType> = {
   float32: onnx.TensorProto.DataType.FLOAT,
   float64: onnx.TensorProto.DataType.DOUBLE,
   int32: onnx.TensorProto.DataType.INT32,
@@ -25,7 +24,7 @@ const ELEM_TYPE: Record<Dtype, onnx.TensorProto.DataType> = {
   string: onnx.TensorProto.DataType.STRING,
 };
 
-export function elemType(dtype: Dtype): onnx.TensorProto.DataType {
+export function elemType(dtype: DType): onnx.TensorProto.DataType {
   return ELEM_TYPE[dtype];
 }
 
@@ -33,7 +32,7 @@ export function elemType(dtype: Dtype): onnx.TensorProto.DataType {
 export type Dim = number | string;
 
 /** Graph input/output description (`ValueInfoProto`) of a tensor. */
-export function tensorValueInfo(name: string, dtype: Dtype, dims: readonly Dim[]): onnx.IValueInfoProto {
+export function tensorValueInfo(name: string, dtype: DType, dims: readonly Dim[]): onnx.IValueInfoProto {
   return {
     name,
     type: {

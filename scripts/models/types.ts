@@ -1,4 +1,5 @@
-import type { ModelConfig, TensorSpec } from './config';
+import type { TensorSpec } from '../../libs/protocol';
+import type { ModelConfig } from './config';
 import { type Dim, tensorValueInfo } from './onnx-builder';
 
 /** What a model builder produces: the config, one ONNX file per version, extra files, a summary. */

@@ -17,9 +17,9 @@
 import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import type { DType, RequestId } from '../../libs/protocol';
+import type { DType, RequestId, TensorSpec } from '../../libs/protocol';
 import { bytesPerElement, ERROR_CODES, httpStatusOf } from '../../libs/protocol';
-import { type ModelConfig, serializeConfig, type TensorSpec } from '../../scripts/models/config';
+import { type ModelConfig, serializeConfig } from '../../scripts/models/config';
 import { encodeModel, model, node } from '../../scripts/models/onnx-builder';
 import { valueInfo } from '../../scripts/models/types';
 

@@ -13,9 +13,9 @@ import path from 'node:path';
 import { Writable } from 'node:stream';
 import { Kvm } from '@nats-io/kv';
 import pino from 'pino';
-import { connectNats, LeaseKeeper, type NatsHandle, PartitionLeases, serverFacts } from '../../apps/pipeline';
+import { connectNats, LeaseKeeper, type NatsHandle, PartitionLeases } from '../../apps/pipeline';
 import { ClusterConnection, type HostBeat, HostBoard } from '../../apps/supervisor/fleet';
-import { type KvExpiry, noticeBoundMs, serverHasKeyTtl } from '../../libs/kv-expiry';
+import { type KvExpiry, noticeBoundMs, serverFacts, serverHasKeyTtl } from '../../libs/jetstream';
 import { loadNatsAuth } from '../../libs/nats-auth';
 import { CURRENT_NATS, DEBIAN_NATS, freePort } from './nats-auth-kit';
 

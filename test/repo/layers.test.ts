@@ -21,17 +21,6 @@ import {
 const REPO_ROOT = path.resolve(__dirname, '../../..');
 const SOURCE_DIRS = ['apps', 'libs', 'scripts', 'loadtest', 'test', 'deploy'];
 
-/**
- * Being removed by the change running beside this one (issue 28): restart backoff moves from
- * apps/supervisor/node-set.ts to libs/process, and apps/supervisor/fleet's records and errors stop importing
- * each other. Nothing else belongs here; an entry that no longer matches fails the test, so the lead drops the
- * list when that change lands.
- */
-const BEING_REMOVED: Allowed = {
-  edges: new Set([edgeKey('apps/pipeline/supervise.ts', 'apps/supervisor/node-set.ts')]),
-  circles: new Set([circleKey(['apps/supervisor/fleet/errors.ts', 'apps/supervisor/fleet/records.ts'])]),
-};
-
 function readSources(): Map<string, string> {
   const files = new Map<string, string>();
   const walk = (dir: string): void => {
@@ -281,22 +270,13 @@ describe('the layering checker', () => {
 describe('the repository', () => {
   const files = readSources();
 
-  // One pass over every file; the allow-list is applied below, and checked for stale entries.
+  // One pass over every file; nothing is allowed.
   let found: Violation[] = [];
   beforeAll(() => {
     found = checkLayers(files);
   });
-  const allowed = (v: Violation): boolean =>
-    v.key !== undefined && (BEING_REMOVED.edges.has(v.key) || BEING_REMOVED.circles.has(v.key));
-
   it(`imports one way (${APP_ORDER}), without circles, test variables only in libs/test-hooks`, () => {
-    expect(found.filter((v) => !allowed(v)).map(formatViolation)).toEqual([]);
-  });
-
-  it('allows only violations that still exist', () => {
-    const keys = new Set(found.map((v) => v.key));
-    const stale = [...BEING_REMOVED.edges, ...BEING_REMOVED.circles].filter((key) => !keys.has(key));
-    expect(stale).toEqual([]);
+    expect(found.map(formatViolation)).toEqual([]);
   });
 
   it('ships the product and no test-only file (tsconfig.build.json, run by npm ci)', () => {

@@ -10,7 +10,8 @@
  *   DELIVERY_SIDE         delivery.late.>, delivery.dlq            events the pipeline did not predict on
  * Consumers read alerts alone with a filter subject on DELIVERY_PREDICTIONS.
  */
-import { requireName, requirePositiveInt, StreamIoError } from '../errors';
+import { requirePositiveInt } from '../../../libs/config';
+import { invalidOptions, requireName, StreamIoError } from '../errors';
 
 export interface StreamSpec {
   name: string;
@@ -73,8 +74,9 @@ export function streamLayout(options: LayoutOptions = {}): StreamLayout {
     'duplicateWindowMs',
     options.duplicateWindowMs ?? DEFAULT_DUPLICATE_WINDOW_MS,
     1000,
+    invalidOptions,
   );
-  const maxAgeMs = requirePositiveInt('maxAgeMs', options.maxAgeMs ?? 0, 0);
+  const maxAgeMs = requirePositiveInt('maxAgeMs', options.maxAgeMs ?? 0, 0, invalidOptions);
   const maxBytes = options.maxBytes ?? -1;
   if (!Number.isInteger(maxBytes) || (maxBytes < 1 && maxBytes !== -1)) {
     throw new StreamIoError('invalid_options', `maxBytes must be a positive integer or -1 (got ${maxBytes})`);
@@ -164,7 +166,7 @@ export function fnv1a32(text: string): number {
 
 /** Where a producer publishes an event: `<eventsPrefix>.<partition>.<delivery_id>`. */
 export function eventSubject(eventsPrefix: string, deliveryId: string, partitions: number): string {
-  requirePositiveInt('partitions', partitions);
+  requirePositiveInt('partitions', partitions, 1, invalidOptions);
   return keySubject(`${eventsPrefix}.${partitionOfKey(deliveryId, partitions)}`, deliveryId);
 }
 

@@ -4,7 +4,8 @@
  * attempt failed the caller gets a typed error and must not ack the source message.
  */
 import type { JetStreamClient } from '@nats-io/jetstream';
-import { requirePositiveInt, StreamIoError } from '../errors';
+import { requirePositiveInt } from '../../../libs/config';
+import { invalidOptions, StreamIoError } from '../errors';
 import type { SourceMessage } from './source';
 import type { SpoolKind } from './spool-log';
 
@@ -89,10 +90,10 @@ export class JetStreamSink {
     private readonly js: JetStreamClient,
     private readonly options: SinkOptions = {},
   ) {
-    this.timeoutMs = requirePositiveInt('timeoutMs', options.timeoutMs ?? 5000);
-    this.maxAttempts = requirePositiveInt('maxAttempts', options.maxAttempts ?? 5);
-    this.backoffBaseMs = requirePositiveInt('backoffBaseMs', options.backoffBaseMs ?? 50);
-    this.backoffMaxMs = requirePositiveInt('backoffMaxMs', options.backoffMaxMs ?? 2000);
+    this.timeoutMs = requirePositiveInt('timeoutMs', options.timeoutMs ?? 5000, 1, invalidOptions);
+    this.maxAttempts = requirePositiveInt('maxAttempts', options.maxAttempts ?? 5, 1, invalidOptions);
+    this.backoffBaseMs = requirePositiveInt('backoffBaseMs', options.backoffBaseMs ?? 50, 1, invalidOptions);
+    this.backoffMaxMs = requirePositiveInt('backoffMaxMs', options.backoffMaxMs ?? 2000, 1, invalidOptions);
     if (this.backoffMaxMs < this.backoffBaseMs) {
       throw new StreamIoError('invalid_options', 'backoffMaxMs must be >= backoffBaseMs');
     }

@@ -11,7 +11,8 @@ import {
   type JetStreamManager,
   type JsMsg,
 } from '@nats-io/jetstream';
-import { requireName, requirePositiveInt, StreamIoError } from '../errors';
+import { requirePositiveInt } from '../../../libs/config';
+import { invalidOptions, requireName, StreamIoError } from '../errors';
 import { partitionOfKey } from './layout';
 import { nanos } from './nanos';
 
@@ -24,7 +25,7 @@ const PULL_EXPIRES_MS = 5000;
 
 /** Spreads keys over `count` partitions by the subject's last token (the delivery id). */
 export function hashPartitioner(count: number): PartitionFn {
-  requirePositiveInt('partition count', count);
+  requirePositiveInt('partition count', count, 1, invalidOptions);
   return (subject) => String(partitionOfKey(subject.slice(subject.lastIndexOf('.') + 1), count));
 }
 
@@ -83,11 +84,11 @@ interface MessageStream extends AsyncIterable<JsMsg> {
 function validate(options: SourceOptions): Required<SourceOptions> {
   requireName('stream', options.stream);
   requireName('durable', options.durable);
-  requirePositiveInt('maxAckPending', options.maxAckPending);
-  requirePositiveInt('ackWaitMs', options.ackWaitMs, 1000);
+  requirePositiveInt('maxAckPending', options.maxAckPending, 1, invalidOptions);
+  requirePositiveInt('ackWaitMs', options.ackWaitMs, 1000, invalidOptions);
   const maxDeliver = options.maxDeliver;
-  if (maxDeliver !== -1) requirePositiveInt('maxDeliver', maxDeliver, 2);
-  requirePositiveInt('batchSize', options.batchSize);
+  if (maxDeliver !== -1) requirePositiveInt('maxDeliver', maxDeliver, 2, invalidOptions);
+  requirePositiveInt('batchSize', options.batchSize, 1, invalidOptions);
   if (options.batchSize > options.maxAckPending) {
     throw new StreamIoError('invalid_options', 'batchSize must not exceed maxAckPending');
   }

@@ -7,9 +7,11 @@
  */
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
-import type { KvExpiry } from '../../../libs/kv-expiry';
+import { requirePositiveInt } from '../../../libs/config';
+import type { KvExpiry } from '../../../libs/jetstream';
 import type { NatsAuth } from '../../../libs/nats-auth';
-import { requirePositiveInt, StreamIoError } from '../errors';
+import { invalidOptions, StreamIoError } from '../errors';
+import type { LeaseChange, LeaseHandlers, LeaseOptions } from './lease-types';
 import {
   beatView,
   type FromThread,
@@ -22,7 +24,7 @@ import {
   type ToThread,
   toWire,
 } from './lease-wire';
-import { checkLeaseOptions, type LeaseChange, type LeaseHandlers, type LeaseOptions } from './leases';
+import { checkLeaseOptions } from './leases';
 
 export interface LeaseKeeperOptions extends Omit<LeaseOptions, 'nats' | 'mayRenew' | 'onValidity'> {
   /**
@@ -105,7 +107,12 @@ export class LeaseKeeper {
   /** Checks the options here, then opens the bucket on the thread; its errors arrive typed as they were. */
   static async open(options: LeaseKeeperOptions): Promise<LeaseKeeper> {
     checkLeaseOptions(options);
-    const maxStallMs = requirePositiveInt('maxStallMs', options.maxStallMs ?? DEFAULT_MAX_STALL_MS);
+    const maxStallMs = requirePositiveInt(
+      'maxStallMs',
+      options.maxStallMs ?? DEFAULT_MAX_STALL_MS,
+      1,
+      invalidOptions,
+    );
     if (maxStallMs <= options.ttlMs)
       throw new StreamIoError(
         'invalid_options',

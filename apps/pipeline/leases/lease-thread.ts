@@ -8,6 +8,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import pino from 'pino';
 import { connectNats, type NatsHandle } from '../connection';
+import type { ReleaseReason } from './lease-types';
 import {
   beatView,
   type FromThread,
@@ -19,7 +20,7 @@ import {
   type ToThread,
   toWire,
 } from './lease-wire';
-import { PartitionLeases, type ReleaseReason } from './leases';
+import { PartitionLeases } from './leases';
 
 const init = workerData as ThreadInit;
 const port = parentPort!;

@@ -4,10 +4,10 @@
  * per-message fence reads the slots.
  */
 
-import type { KvExpiry, KvExpiryWanted } from '../../../libs/kv-expiry';
+import type { KvExpiry, KvExpiryWanted } from '../../../libs/jetstream';
 import type { NatsAuth } from '../../../libs/nats-auth';
 import { StreamIoError, type StreamIoErrorCode } from '../errors';
-import type { LeaseChange, ReleaseReason } from './leases';
+import type { LeaseChange, ReleaseReason } from './lease-types';
 
 /**
  * The shared memory: the main thread's heartbeat (ms since epoch, a BigInt64 slot: Atomics, since a plain

@@ -1,5 +1,5 @@
 /** The broker-free part of partition leases: balanced shares and rendezvous preference order. */
-import { balancedTarget, hash32, preferenceOrder } from './leases';
+import { balancedTarget, hash32, preferenceOrder } from './assignment';
 
 describe('balancedTarget', () => {
   test('shares sum to P and differ by at most one, lower ranks first', () => {

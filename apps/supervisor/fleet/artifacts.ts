@@ -167,7 +167,7 @@ export class ModelArtifacts {
     cacheDir?: string,
   ): Promise<ModelArtifacts> {
     const bucket = conn.names.modelsBucket;
-    const store = await conn.call(`object store ${bucket}`, () => openObjectStore(conn, bucket));
+    const store = await openObjectStore(conn, bucket);
     return new ModelArtifacts(conn, store, trust, cacheDir);
   }
 

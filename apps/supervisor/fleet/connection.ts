@@ -3,23 +3,18 @@
  * fleet call fails fast with `cluster_unavailable` instead of waiting out a request timeout (nats.js buffers
  * publishes and requests while reconnecting; they would only fail after their own timeouts).
  */
-import { type JetStreamClient, type JetStreamManager, jetstream, jetstreamManager } from '@nats-io/jetstream';
-import { connect } from '@nats-io/transport-node';
+import type { JetStreamClient, JetStreamManager } from '@nats-io/jetstream';
+import { requirePositiveInt } from '../../../libs/config';
 import {
-  describeRefusal,
-  describeStatusProblem,
-  loadNatsAuth,
-  type NatsAuth,
-  natsConnectionOptions,
-  natsRefusal,
-  redactNatsUrls,
-  replicasProblem,
-} from '../../../libs/nats-auth';
-import { ClusterError, requirePositiveInt } from './errors';
+  type FailWith,
+  isTransportError,
+  type JetStreamConnection,
+  type NatsConnection,
+  openJetStream,
+} from '../../../libs/jetstream';
+import { loadNatsAuth, type NatsAuth, replicasProblem } from '../../../libs/nats-auth';
+import { ClusterError, invalidOptions } from './errors';
 import { type FleetNames, fleetNames, requireFleetName, requireHostId } from './records';
-
-// transport-node's typings re-export nats-core through a subpath TypeScript's node10 resolution cannot see.
-export type NatsConnection = Awaited<ReturnType<typeof connect>>;
 
 export interface ClusterOptions {
   /** nats://host:port, or several (no credentials); `auth` instead for an identity and TLS. */
@@ -46,54 +41,70 @@ export interface ClusterOptions {
   replicas?: number;
 }
 
-/** nats.js errors that say "the server did not answer", not "it answered no". */
-const TRANSPORT_ERRORS = new Set([
-  'TimeoutError',
-  'ClosedConnectionError',
-  'ConnectionError',
-  'DrainingConnectionError',
-  'NoResponders',
-  'RequestError',
-  // No responder for the JetStream API on a live connection: the cluster is electing a meta leader (or this
-  // server lost its quorum). At connect it means JetStream is off, which open() says itself.
-  'JetStreamNotEnabled',
-]);
-
-export function isTransportError(err: unknown): boolean {
-  return err instanceof Error && TRANSPORT_ERRORS.has(err.name);
-}
+/** The fleet's codes for what libs/jetstream reports: NATS down or silent is `cluster_unavailable`. */
+export const failCluster: FailWith = (failure, message, options) =>
+  new ClusterError(
+    failure === 'unreachable'
+      ? 'cluster_unavailable'
+      : failure === 'refused'
+        ? 'nats_refused'
+        : 'invalid_options',
+    message,
+    options,
+  );
 
 export class ClusterConnection {
   readonly names: FleetNames;
-  private up = true;
-  private closed = false;
-  private readonly listeners = new Set<(available: boolean) => void>();
+  readonly nc: NatsConnection;
+  readonly js: JetStreamClient;
+  readonly jsm: JetStreamManager;
+  /** The servers as messages show them (userinfo redacted). */
+  readonly servers: string;
+  /** The replica count every bucket and object store is created with (checked at open). */
+  readonly replicas: number;
   /** Rejects the calls in flight when the connection drops. */
   private readonly downWaiters = new Set<(err: ClusterError) => void>();
+  private closed = false;
 
   private constructor(
-    readonly nc: NatsConnection,
-    readonly js: JetStreamClient,
-    readonly jsm: JetStreamManager,
+    private readonly link: JetStreamConnection,
     readonly fleet: string,
     readonly hostId: string,
-    /** The servers as messages show them (userinfo redacted). */
-    readonly servers: string,
-    private readonly onProblem: ((message: string) => void) | undefined,
-    /** The replica count every bucket and object store is created with (checked at open). */
-    readonly replicas: number,
   ) {
     this.names = fleetNames(fleet);
-    void this.followStatus();
+    this.nc = link.nc;
+    this.js = link.js;
+    this.jsm = link.jsm;
+    this.servers = link.servers;
+    this.replicas = link.replicas;
+    // First listener: the calls in flight fail before anyone else hears of the drop.
+    link.onAvailability((available) => {
+      if (!available) for (const waiter of [...this.downWaiters]) waiter(this.unavailable('connection lost'));
+    });
   }
 
   static async open(options: ClusterOptions): Promise<ClusterConnection> {
     const fleet = requireFleetName(options.fleet);
     const hostId = requireHostId(options.hostId);
-    const connectTimeoutMs = requirePositiveInt('connectTimeoutMs', options.connectTimeoutMs ?? 5000);
-    const apiTimeoutMs = requirePositiveInt('apiTimeoutMs', options.apiTimeoutMs ?? 5000);
-    const reconnectWaitMs = requirePositiveInt('reconnectWaitMs', options.reconnectWaitMs ?? 250);
-    const pingIntervalMs = requirePositiveInt('pingIntervalMs', options.pingIntervalMs ?? 2000);
+    const connectTimeoutMs = requirePositiveInt(
+      'connectTimeoutMs',
+      options.connectTimeoutMs ?? 5000,
+      1,
+      invalidOptions,
+    );
+    const apiTimeoutMs = requirePositiveInt('apiTimeoutMs', options.apiTimeoutMs ?? 5000, 1, invalidOptions);
+    const reconnectWaitMs = requirePositiveInt(
+      'reconnectWaitMs',
+      options.reconnectWaitMs ?? 250,
+      1,
+      invalidOptions,
+    );
+    const pingIntervalMs = requirePositiveInt(
+      'pingIntervalMs',
+      options.pingIntervalMs ?? 2000,
+      1,
+      invalidOptions,
+    );
     const replicas = options.replicas ?? 1;
     const badCount = replicasProblem(replicas, { cluster: 'unchecked' }, '');
     if (badCount) throw new ClusterError('invalid_options', badCount);
@@ -103,67 +114,27 @@ export class ClusterConnection {
     } catch (err) {
       throw new ClusterError('invalid_options', (err as Error).message, { cause: err });
     }
-    const servers = auth.shown;
-    let nc: NatsConnection;
-    try {
-      nc = await connect({
-        ...natsConnectionOptions(auth),
-        name: options.name ?? `streaminfer-${fleet}-${hostId}`,
-        timeout: connectTimeoutMs,
-        maxReconnectAttempts: -1,
-        reconnectTimeWait: reconnectWaitMs,
-        reconnectJitter: Math.floor(reconnectWaitMs / 2),
-        pingInterval: pingIntervalMs,
-        maxPingOut: 3,
-        noAsyncTraces: true,
-      });
-    } catch (err) {
-      const refusal = natsRefusal(err);
-      // A refusal is an answer: retrying with the same credentials or TLS settings cannot succeed.
-      if (refusal)
-        throw new ClusterError('nats_refused', describeRefusal(refusal, servers, err), { cause: err });
-      throw new ClusterError(
-        'cluster_unavailable',
-        `NATS is not reachable at ${servers}: ${redactNatsUrls(String(err))}`,
-        { cause: err },
-      );
-    }
-    try {
-      // Checks that JetStream is enabled: a plain nats-server fails here, not on the first fleet call.
-      const jsm = await jetstreamManager(nc, { timeout: apiTimeoutMs });
-      const js = jetstream(nc, { timeout: apiTimeoutMs });
-      // A count a lone server cannot hold is refused here, not on the first bucket.
-      const problem = replicasProblem(replicas, nc.info, servers);
-      if (problem) throw new ClusterError('invalid_options', problem);
-      return new ClusterConnection(nc, js, jsm, fleet, hostId, servers, options.onProblem, replicas);
-    } catch (err) {
-      await nc.close().catch(() => undefined);
-      if (err instanceof ClusterError) throw err;
-      if ((err as Error).message.includes('Permissions Violation'))
-        throw new ClusterError(
-          'nats_refused',
-          `NATS at ${servers} refused this user the JetStream API ($JS.API.>): ${(err as Error).message}`,
-          { cause: err },
-        );
-      throw new ClusterError(
-        'cluster_unavailable',
-        `JetStream is not enabled at ${servers}: ${String(err)}`,
-        {
-          cause: err,
-        },
-      );
-    }
+    const link = await openJetStream({
+      auth,
+      name: options.name ?? `streaminfer-${fleet}-${hostId}`,
+      connectTimeoutMs,
+      apiTimeoutMs,
+      replicas,
+      reconnect: { waitMs: reconnectWaitMs, pingIntervalMs },
+      ...(options.onProblem ? { onProblem: options.onProblem } : {}),
+      fail: failCluster,
+    });
+    return new ClusterConnection(link, fleet, hostId);
   }
 
   /** False from a disconnect until the reconnect (and for good after close()). */
   get available(): boolean {
-    return this.up && !this.closed;
+    return this.link.available;
   }
 
   /** Called on every change of `available`; returns the unsubscribe. A throwing listener is ignored. */
   onAvailability(listener: (available: boolean) => void): () => void {
-    this.listeners.add(listener);
-    return () => this.listeners.delete(listener);
+    return this.link.onAvailability(listener);
   }
 
   /**
@@ -202,36 +173,8 @@ export class ClusterConnection {
   }
 
   async close(): Promise<void> {
-    if (this.closed) return;
     this.closed = true;
-    this.setUp(false);
-    await this.nc.close().catch(() => undefined);
-  }
-
-  private async followStatus(): Promise<void> {
-    for await (const status of this.nc.status()) {
-      if (status.type === 'disconnect') this.setUp(false);
-      else if (status.type === 'reconnect') this.setUp(true);
-      else {
-        const problem = describeStatusProblem(status);
-        if (problem) this.onProblem?.(`${problem} (NATS at ${this.servers})`);
-      }
-    }
-  }
-
-  private setUp(up: boolean): void {
-    const before = this.available;
-    this.up = up;
-    if (this.available === before) return;
-    if (!this.available)
-      for (const waiter of [...this.downWaiters]) waiter(this.unavailable('connection lost'));
-    for (const listener of [...this.listeners]) {
-      try {
-        listener(this.available);
-      } catch {
-        // A listener's failure is its own.
-      }
-    }
+    await this.link.close();
   }
 }
 

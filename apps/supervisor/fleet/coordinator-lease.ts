@@ -3,10 +3,11 @@
  * kv.create, renewed by CAS every TTL/3, released by a delete on our revision. The bucket's max_age is the
  * TTL, so a coordinator that dies leaves the lease to expire.
  */
-import type { KV } from '@nats-io/kv';
+import { requirePositiveInt } from '../../../libs/config';
+import { isWrongRevision, KvLease, LeaseBucket } from '../../../libs/jetstream';
 import type { ClusterConnection } from './connection';
-import { ClusterError, requirePositiveInt } from './errors';
-import { isWrongRevision, openBucket } from './kv-bucket';
+import { ClusterError, invalidOptions } from './errors';
+import { openBucket } from './kv-bucket';
 import { decodeJson, LEASE_KEY, requireHostId } from './records';
 
 export const DEFAULT_LEASE_TTL_MS = 15_000;
@@ -42,11 +43,7 @@ function parseHolder(bytes: Uint8Array): LeaseHolder {
 
 interface Held {
   holder: LeaseHolder;
-  text: string;
-  revision: number;
-  /** When the last write that landed was sent: the server's expiry is never earlier than this + TTL. */
-  renewedAt: number;
-  renewing: Promise<void> | undefined;
+  lease: KvLease;
 }
 
 export class CoordinatorLease {
@@ -56,25 +53,33 @@ export class CoordinatorLease {
 
   private constructor(
     private readonly conn: ClusterConnection,
-    private readonly kv: KV,
-    ttlMs: number,
+    private readonly bucket: LeaseBucket,
     private readonly options: CoordinatorLeaseOptions,
   ) {
-    this.ttlMs = ttlMs;
+    this.ttlMs = bucket.ttlMs;
   }
 
   static async open(
     conn: ClusterConnection,
     options: CoordinatorLeaseOptions = {},
   ): Promise<CoordinatorLease> {
-    const ttlMs = requirePositiveInt('lease ttlMs', options.ttlMs ?? DEFAULT_LEASE_TTL_MS, 1000);
+    const ttlMs = requirePositiveInt(
+      'lease ttlMs',
+      options.ttlMs ?? DEFAULT_LEASE_TTL_MS,
+      1000,
+      invalidOptions,
+    );
     const kv = await openBucket(conn, conn.names.leaseBucket, { history: 1, ttlMs });
-    return new CoordinatorLease(conn, kv, ttlMs, options);
+    // The bucket's max_age is the lease's TTL (no per-key TTL: one key, written by hosts of any version).
+    const bucket = new LeaseBucket(kv, conn.js, conn.names.leaseBucket, ttlMs, 'bucket', (what, op) =>
+      conn.call(what, op),
+    );
+    return new CoordinatorLease(conn, bucket, options);
   }
 
   /** Held by this instance and renewed within the TTL. */
   get holds(): boolean {
-    return this.held !== undefined && Date.now() - this.held.renewedAt < this.ttlMs;
+    return this.held?.lease.fresh() ?? false;
   }
 
   /** Takes the lease if nobody holds it; held by another → their value. Renews until release() or loss. */
@@ -89,10 +94,9 @@ export class CoordinatorLease {
     return this.conn.call('lease acquire', async () => {
       // Twice: the holder read after a lost create may have expired or been released in between.
       for (let attempt = 0; attempt < 2; attempt++) {
-        const sentAt = Date.now();
         try {
-          const revision = await this.kv.create(LEASE_KEY, text);
-          this.held = { holder, text, revision, renewedAt: sentAt, renewing: undefined };
+          const lease = await KvLease.take(this.bucket, LEASE_KEY, text, 'absent');
+          this.held = { holder, lease };
           this.timer = setInterval(() => this.tick(), Math.max(1, Math.floor(this.ttlMs / 3)));
           this.timer.unref();
           return { held: true };
@@ -116,19 +120,12 @@ export class CoordinatorLease {
     const held = this.held;
     if (!held) return;
     this.stopRenewing();
-    await held.renewing;
-    await this.conn.call('lease release', async () => {
-      try {
-        await this.kv.delete(LEASE_KEY, { previousSeq: held.revision });
-      } catch (err) {
-        // Someone else's now: theirs to keep.
-        if (!isWrongRevision(err)) throw err;
-      }
-    });
+    await held.lease.settled();
+    await held.lease.release();
   }
 
   private async read(): Promise<LeaseHolder | undefined> {
-    const entry = await this.kv.get(LEASE_KEY);
+    const entry = await this.bucket.kv.get(LEASE_KEY);
     // The server's max_age decides expiry, not this host's clock: until the server drops it, it is held
     // (kv.create would fail on it anyway).
     if (entry?.operation !== 'PUT') return undefined;
@@ -149,40 +146,17 @@ export class CoordinatorLease {
 
   private tick(): void {
     const held = this.held;
-    if (!held || held.renewing) return;
-    if (Date.now() - held.renewedAt >= this.ttlMs) {
+    if (!held || held.lease.renewing) return;
+    if (!held.lease.fresh()) {
       this.lost(held, `not renewed within its ttl of ${this.ttlMs} ms`);
       return;
     }
-    held.renewing = this.renew(held).finally(() => {
-      held.renewing = undefined;
-    });
+    void this.renew(held);
   }
 
   private async renew(held: Held): Promise<void> {
-    const sentAt = Date.now();
-    try {
-      held.revision = await this.conn.call('lease renew', () =>
-        this.kv.update(LEASE_KEY, held.text, held.revision, Math.floor(this.ttlMs / 3)),
-      );
-      held.renewedAt = sentAt;
-    } catch (err) {
-      if (!isWrongRevision(err)) {
-        this.options.onError?.(err);
-        return;
-      }
-      // Ours after all (an earlier renewal timed out yet landed), or someone else's (expired and taken).
-      try {
-        const entry = await this.conn.call('lease recheck', () => this.kv.get(LEASE_KEY));
-        if (entry?.operation === 'PUT' && new TextDecoder().decode(entry.value) === held.text) {
-          held.revision = entry.revision;
-          return;
-        }
-      } catch (recheckErr) {
-        this.options.onError?.(recheckErr);
-        return;
-      }
-      this.lost(held, 'the lease was taken by another writer');
-    }
+    const result = await held.lease.renew(Math.floor(this.ttlMs / 3));
+    if (result.outcome === 'failed') this.options.onError?.(result.err);
+    else if (result.outcome === 'lost') this.lost(held, 'the lease was taken by another writer');
   }
 }

@@ -1,5 +1,5 @@
 /** Typed errors of the fleet's NATS I/O: a stable code, so callers branch on it, never on message text. */
-import type { FleetRecord } from './records';
+import type { RegistryEntry } from './record-shapes';
 
 export type ClusterErrorCode =
   /** NATS is down or did not answer: the caller keeps serving what it has and retries later. */
@@ -18,12 +18,6 @@ export type ClusterErrorCode =
   /** A record read back (or about to be written) does not have the shape this build expects. */
   | 'invalid_record'
   | 'invalid_options';
-
-/** The registry record as it is now, with the revision a CAS write must name. */
-export interface RegistryEntry {
-  record: FleetRecord;
-  revision: number;
-}
 
 export class ClusterError extends Error {
   readonly code: ClusterErrorCode;
@@ -45,8 +39,7 @@ export class ClusterError extends Error {
   }
 }
 
-export function requirePositiveInt(name: string, value: number, min = 1): number {
-  if (!Number.isInteger(value) || value < min)
-    throw new ClusterError('invalid_options', `${name} must be an integer >= ${min} (got ${value})`);
-  return value;
+/** An option refused before any I/O (libs/config requirePositiveInt and the like). */
+export function invalidOptions(message: string): ClusterError {
+  return new ClusterError('invalid_options', message);
 }

@@ -27,7 +27,7 @@ import {
   hostStepClient,
   ModelArtifacts,
   pullCacheDir,
-  RECORD_FORMAT,
+  REGISTRY_RECORD_FORMAT,
   RegistryStore,
 } from './';
 import { ensureArtifacts, type FleetHost, FleetMember } from './fleet-member';
@@ -126,7 +126,7 @@ export async function joinFleet(
     const beats = await board.list().catch(() => []);
     const epoch = beats.length > 0 ? Math.max(...beats.map((beat) => beat.epoch)) + 1 : 0;
     const record: FleetRecord = {
-      format: RECORD_FORMAT,
+      format: REGISTRY_RECORD_FORMAT,
       epoch,
       members: [hostId],
       table: options.initial,

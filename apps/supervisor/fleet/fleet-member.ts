@@ -28,7 +28,7 @@ import {
   type HostStepServer,
   isHostId,
   type ModelArtifacts,
-  RECORD_FORMAT,
+  REGISTRY_RECORD_FORMAT,
   type RegistryEntry,
   type RegistryStore,
   type RegistryWatch,
@@ -515,7 +515,7 @@ export class FleetMember {
       if (!base) throw new ClusterError('cluster_unavailable', 'the fleet has no registry record');
       const members = await next(base.record);
       if (members === null) return base;
-      const record: FleetRecord = { ...base.record, format: RECORD_FORMAT, members };
+      const record: FleetRecord = { ...base.record, format: REGISTRY_RECORD_FORMAT, members };
       try {
         return { record, revision: await this.options.store.commit(record, base.revision) };
       } catch (error) {

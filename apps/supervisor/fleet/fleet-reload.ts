@@ -21,7 +21,7 @@ import {
   type VersionChange,
 } from '../coordinator';
 import type { FleetRecord, FleetTable, HostStepAnswer } from './';
-import { RECORD_FORMAT } from './records';
+import { REGISTRY_RECORD_FORMAT } from './records';
 
 /**
  * One member as the coordinator sees it (its own host included). Every call resolves { ok: false } on failure,
@@ -404,7 +404,7 @@ export class FleetReloadCoordinator {
     revision: number,
   ): Promise<CommitPointResult> {
     const record: FleetRecord = {
-      format: RECORD_FORMAT,
+      format: REGISTRY_RECORD_FORMAT,
       epoch,
       members: run.members,
       table,

@@ -1,14 +1,21 @@
 /**
  * The fleet's live hosts: each host puts its HostBeat under its host id every TTL/4 in a bucket whose max_age
  * is the TTL, so a host that stops drops out after the TTL. On nats 2.11+ each beat also carries its own TTL
- * and the bucket has limit markers (libs/kv-expiry): a peer waiting on a host learns from a watch that its
+ * and the bucket has limit markers (libs/jetstream expiry.ts): a peer waiting on a host learns from a watch that its
  * heartbeat expired, instead of on its next poll.
  */
 import type { KV } from '@nats-io/kv';
-import { type ExpiryChoice, type KvExpiry, type KvExpiryWanted, keyTtlHeader } from '../../../libs/kv-expiry';
+import { requirePositiveInt } from '../../../libs/config';
+import {
+  type ExpiryChoice,
+  type KvExpiry,
+  type KvExpiryWanted,
+  LeaseBucket,
+  listKeys,
+} from '../../../libs/jetstream';
 import type { ClusterConnection } from './connection';
-import { requirePositiveInt } from './errors';
-import { listKeys, openTtlBucket } from './kv-bucket';
+import { invalidOptions } from './errors';
+import { openTtlBucket } from './kv-bucket';
 import { decodeJson, type HostBeat, parseHostBeat, requireHostId } from './records';
 
 export const DEFAULT_HEARTBEAT_TTL_MS = 10_000;
@@ -31,6 +38,8 @@ export class HostBoard {
   readonly expiry: ExpiryChoice;
   private timer: NodeJS.Timeout | undefined;
   private beating = false;
+  /** Writes with the bucket's expiry mechanism (a per-key TTL in `key` mode). */
+  private readonly keys: LeaseBucket;
 
   private constructor(
     private readonly conn: ClusterConnection,
@@ -41,10 +50,16 @@ export class HostBoard {
   ) {
     this.ttlMs = ttlMs;
     this.expiry = expiry;
+    this.keys = new LeaseBucket(kv, conn.js, conn.names.hostsBucket, ttlMs, expiry.expiry);
   }
 
   static async open(conn: ClusterConnection, options: HostBoardOptions = {}): Promise<HostBoard> {
-    const ttlMs = requirePositiveInt('heartbeat ttlMs', options.ttlMs ?? DEFAULT_HEARTBEAT_TTL_MS, 1000);
+    const ttlMs = requirePositiveInt(
+      'heartbeat ttlMs',
+      options.ttlMs ?? DEFAULT_HEARTBEAT_TTL_MS,
+      1000,
+      invalidOptions,
+    );
     const { kv, choice } = await openTtlBucket(conn, conn.names.hostsBucket, {
       history: 1,
       ttlMs,
@@ -61,13 +76,7 @@ export class HostBoard {
   async beat(value: HostBeat): Promise<void> {
     const beat = parseHostBeat(value);
     const text = JSON.stringify(beat);
-    await this.conn.call('heartbeat', async () => {
-      if (this.mode === 'bucket') await this.kv.put(beat.host, text);
-      else
-        await this.conn.js.publish(`$KV.${this.conn.names.hostsBucket}.${beat.host}`, text, {
-          ttl: keyTtlHeader(this.ttlMs),
-        });
-    });
+    await this.conn.call('heartbeat', () => this.keys.write(beat.host, text, undefined));
   }
 
   /**
@@ -152,7 +161,7 @@ export class HostBoard {
 
   /** Beats now and every intervalMs (default TTL/4) until stop(); a failed beat goes to onError. */
   start(getBeat: () => HostBeat, intervalMs = Math.floor(this.ttlMs / 4)): void {
-    requirePositiveInt('heartbeat intervalMs', intervalMs);
+    requirePositiveInt('heartbeat intervalMs', intervalMs, 1, invalidOptions);
     this.stop();
     const tick = async () => {
       // A beat slower than the interval is not stacked.
@@ -182,7 +191,7 @@ export class HostBoard {
    */
   list(): Promise<HostBeat[]> {
     return this.conn.call('host list', async () => {
-      const keys = await listKeys(this.conn, this.conn.names.hostsBucket);
+      const keys = await listKeys(this.conn.jsm, this.conn.names.hostsBucket);
       const now = Date.now();
       const beats = await Promise.all(
         keys.map(async (key) => {

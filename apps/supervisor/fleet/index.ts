@@ -1,4 +1,4 @@
-/** The fleet's NATS JetStream I/O (docs/operations/fleet.md): registry, heartbeats, lease, steps, artifacts. */
+/** The fleet's NATS JetStream I/O (docs/operations/fleet.md; on libs/jetstream): registry, heartbeats, lease, steps, artifacts. */
 export type { ArtifactDigest, LocalVerdict } from './artifacts';
 export {
   ArtifactRefusedError,
@@ -11,11 +11,11 @@ export {
   pullCacheDir,
   versionConfigObject,
 } from './artifacts';
-export type { ClusterOptions, NatsConnection } from './connection';
-export { ClusterConnection, connectCluster, isTransportError } from './connection';
+export type { ClusterOptions } from './connection';
+export { ClusterConnection, connectCluster } from './connection';
 export type { CoordinatorLeaseOptions, LeaseAcquire, LeaseHolder } from './coordinator-lease';
 export { CoordinatorLease, DEFAULT_LEASE_TTL_MS } from './coordinator-lease';
-export type { ClusterErrorCode, RegistryEntry } from './errors';
+export type { ClusterErrorCode } from './errors';
 export { ClusterError } from './errors';
 export type { HostBoardOptions } from './host-board';
 export { DEFAULT_HEARTBEAT_TTL_MS, HostBoard, SILENCE_POLL_MS } from './host-board';
@@ -34,7 +34,7 @@ export {
   parseHostStepRequest,
   serveHostSteps,
 } from './host-steps';
-export type { FleetNames, FleetRecord, FleetTable, HostBeat, HostModelBeat } from './records';
+export type { FleetNames, FleetRecord, FleetTable, HostBeat, HostModelBeat, RegistryEntry } from './records';
 export {
   fleetNames,
   isHostId,
@@ -42,8 +42,8 @@ export {
   parseFleetRecord,
   parseFleetTable,
   parseHostBeat,
-  RECORD_FORMAT,
   REGISTRY_KEY,
+  REGISTRY_RECORD_FORMAT,
   requireFleetName,
   requireHostId,
 } from './records';

@@ -1,67 +1,20 @@
 /**
- * The fleet's shared records (docs/operations/fleet.md) and the names of its NATS resources. Everything read back from
+ * The fleet's shared records (docs/operations/fleet.md; their shapes: record-shapes.ts) and the names of its NATS resources. Everything read back from
  * NATS goes through parse*: another build or a hand-edited key is a typed error, never a crash further on.
  */
-import { isRepositoryName, type ModelPlan, type TablePlan } from '../../../libs/registry';
+import { isRepositoryName, type ModelPlan } from '../../../libs/registry';
 import { ClusterError } from './errors';
+import type { FleetRecord, FleetTable, HostBeat, HostModelBeat } from './record-shapes';
+import { READ_FORMATS } from './record-shapes';
 
-/** 2: `members` (who must PREPARE a change). Format 1 (no members) is still read: see FleetRecord.members. */
-export const RECORD_FORMAT = 2;
-/** The record formats this build reads. */
-const READ_FORMATS: readonly number[] = [1, 2];
-
-/** The shared part of a table: per-host settings (TablePlan.settings) are never written to the fleet. */
-export type FleetTable = Pick<TablePlan, 'models' | 'defaultModel'>;
-
-/** KV `registry`: the fleet's committed table. The fleet epoch only grows. */
-export interface FleetRecord {
-  format: 1 | typeof RECORD_FORMAT;
-  /** Every host serves `table` at this epoch. */
-  epoch: number;
-  /**
-   * The fleet's members, sorted host ids: a fleet change needs PREPARE from each member that heartbeats, and a
-   * heartbeat of a host not in here is ignored. Joined and left by CAS on this record (fleet-membership.ts).
-   * Absent only in a format-1 record read back (written before membership): the first host of this build to
-   * join writes it.
-   */
-  members?: string[];
-  table: FleetTable;
-  /** The fleet reload that committed it. */
-  reloadId: string;
-  /** "canary digits 10", "promote digits", "join" … */
-  reason: string;
-  /** How hosts reach it: atomic (all at COMMIT) or rolling (one by one, from the coordinator). */
-  strategy: 'atomic' | 'rolling';
-  /** Host id. */
-  committedBy: string;
-  committedAt: string;
-}
-
-export interface HostModelBeat {
-  name: string;
-  stable: string;
-  candidate?: string;
-  canaryPercent: number;
-  shadow: boolean;
-}
-
-/** KV heartbeat `<hostId>`. */
-export interface HostBeat {
-  host: string;
-  /** The host's data/admin URL, e.g. http://10.77.0.11:8000. */
-  address: string;
-  epoch: number;
-  ready: boolean;
-  fenced: boolean;
-  fenceReason?: string;
-  defaultModel: string;
-  models: HostModelBeat[];
-  nodes: number;
-  nodesReady: number;
-  requestsPerSecond: number;
-  startedAt: string;
-  beatAt: string;
-}
+export {
+  type FleetRecord,
+  type FleetTable,
+  type HostBeat,
+  type HostModelBeat,
+  REGISTRY_RECORD_FORMAT,
+  type RegistryEntry,
+} from './record-shapes';
 
 // They go into bucket names, KV keys and subject tokens.
 const FLEET_PATTERN = /^[A-Za-z0-9_-]{1,32}$/;

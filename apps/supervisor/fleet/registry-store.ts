@@ -4,9 +4,11 @@
  * same record: exactly one write lands, the other gets `conflict` with the record that won.
  */
 import type { KV, KvEntry } from '@nats-io/kv';
+import { isWrongRevision } from '../../../libs/jetstream';
 import type { ClusterConnection } from './connection';
-import { ClusterError, type RegistryEntry } from './errors';
-import { isWrongRevision, openBucket } from './kv-bucket';
+import { ClusterError } from './errors';
+import { openBucket } from './kv-bucket';
+import type { RegistryEntry } from './record-shapes';
 import { decodeJson, type FleetRecord, parseFleetRecord, REGISTRY_KEY } from './records';
 
 /** History kept per key: a few previous records for an operator to look at. */

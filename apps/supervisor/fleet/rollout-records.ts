@@ -5,9 +5,10 @@
  * other gets `conflict` and reads again. What a value holds is the rollout controller's (rollout-store.ts).
  */
 import type { KV } from '@nats-io/kv';
+import { isWrongRevision, listKeys } from '../../../libs/jetstream';
 import type { ClusterConnection } from './connection';
 import { ClusterError } from './errors';
-import { isWrongRevision, listKeys, openBucket } from './kv-bucket';
+import { openBucket } from './kv-bucket';
 
 const PREFIX = 'rollout.';
 /** The registry bucket's history (registry-store.ts): a bucket exists with one setting only. */
@@ -40,7 +41,7 @@ export class RolloutRecords {
   /** Every model's value (those that cannot be parsed come back as their text). */
   list(): Promise<Array<{ model: string; value: unknown; revision: number }>> {
     return this.conn.call('rollout list', async () => {
-      const keys = (await listKeys(this.conn, this.conn.names.registryBucket)).filter((key) =>
+      const keys = (await listKeys(this.conn.jsm, this.conn.names.registryBucket)).filter((key) =>
         key.startsWith(PREFIX),
       );
       const out: Array<{ model: string; value: unknown; revision: number }> = [];

@@ -1,9 +1,23 @@
 /** stream-chaos setup: the plan (sizes), the workload, and the two pipelines with their instances. */
 import type { NatsHandle, RunNames } from '../../pipeline/broker';
 import { runNames, writeRunConfig } from '../../pipeline/broker';
-import { type StreamInstance, startInstance } from '../../pipeline/instances';
+import type { CoverageSample } from '../../pipeline/chaos-analysis';
+import { type InstanceHealth, type StreamInstance, startInstance } from '../../pipeline/instances';
 import type { ScenarioContext } from '../../types';
-import type { Sampler } from './sampler';
+
+/** One sample: the broker's per-partition backlog, and the partitions as the live instances report them. */
+export interface Sample extends CoverageSample {
+  pendingBy: (number | undefined)[];
+  /** per live instance label: partitions it owns (undefined: did not answer) */
+  owners: Record<string, number[] | undefined>;
+}
+
+export interface Sampler {
+  samples: Sample[];
+  last: Map<string, { tMs: number; pid: number; h: InstanceHealth }>;
+  stalls: () => number;
+  stop(): void;
+}
 
 export interface Plan {
   rate: number;

@@ -1,22 +1,9 @@
 /** stream-chaos sampling: each pipeline's backlog per partition and its instances' /health, once a second. */
 import type { NatsHandle } from '../../pipeline/broker';
-import type { CoverageSample } from '../../pipeline/chaos-analysis';
 import { type InstanceHealth, instanceHealth, partitionConsumers } from '../../pipeline/instances';
-import { live, PARTITIONS, type Pipeline } from './plan';
+import { live, PARTITIONS, type Pipeline, type Sample, type Sampler } from './plan';
 
-/** One sample: the broker's per-partition backlog, and the partitions as the live instances report them. */
-export interface Sample extends CoverageSample {
-  pendingBy: (number | undefined)[];
-  /** per live instance label: partitions it owns (undefined: did not answer) */
-  owners: Record<string, number[] | undefined>;
-}
-
-export interface Sampler {
-  samples: Sample[];
-  last: Map<string, { tMs: number; pid: number; h: InstanceHealth }>;
-  stalls: () => number;
-  stop(): void;
-}
+export type { Sample, Sampler } from './plan';
 
 /**
  * Samples a pipeline every `everyMs`: Σ per-partition num_pending (what no consumer has been handed yet —

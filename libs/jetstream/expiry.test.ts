@@ -8,7 +8,7 @@ import {
   markerTtlMs,
   noticeBoundMs,
   serverHasKeyTtl,
-} from './index';
+} from './expiry';
 
 describe('serverHasKeyTtl', () => {
   test('the API level decides when the server reports one', () => {

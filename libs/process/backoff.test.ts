@@ -1,4 +1,4 @@
-import { nextCrashStreak, restartDelayMs, STABLE_RUN_MS } from './node-set';
+import { nextCrashStreak, restartDelayMs, STABLE_RUN_MS } from './backoff';
 
 describe('node restart backoff', () => {
   it('waits 250 ms after a first crash, doubling per crash in a row, at most 10 s', () => {
