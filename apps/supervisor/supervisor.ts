@@ -52,14 +52,8 @@ import type { TrustedKeys } from '../../libs/signing';
 import type { TenantSpec } from '../../libs/tenants';
 import type { ControlResponse, NodeStartOptions } from '../node/ipc';
 import { loadTls } from '../node/tls-files';
-import {
-  AdminApi,
-  type AdminHost,
-  outcomeResponse,
-  type ReloadRequest,
-  respond,
-  serverAdminSecrets,
-} from './admin/admin-api';
+import { AdminApi, type AdminHost, type ReloadRequest, serverAdminSecrets } from './admin/admin-api';
+import { outcomeResponse, respond } from './admin/responses';
 import type { ReloadOutcome, ReloadStrategy } from './coordinator';
 import { diffTables, type NodeChannel, ReloadBusyError, ReloadCoordinator } from './coordinator';
 import { type FleetTable, pullCacheDir } from './fleet';
