@@ -14,9 +14,11 @@ import type { TrustedKeys } from '../../libs/signing';
 import type { FleetAdmin } from './admin/admin-api';
 import { diffTables, type ReloadCoordinator, type ReloadOutcome } from './coordinator';
 import type { FleetTable } from './fleet';
+import type { FleetChangeOptions } from './fleet/fleet-change';
 import { joinFleet } from './fleet/fleet-join';
-import type { FleetChangeOptions, FleetHost, FleetMember, FleetView } from './fleet/fleet-member';
+import type { FleetMember, FleetView } from './fleet/fleet-member';
 import type { FleetReloadOutcome } from './fleet/fleet-reload';
+import type { FleetHost } from './fleet/member-state';
 import type { NodeSet } from './node-set';
 import { FleetRolloutStore } from './rollout/rollout-store';
 

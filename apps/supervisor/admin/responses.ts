@@ -7,7 +7,7 @@ import type { ModelPlan } from '../../../libs/registry';
 import type { ControlResponse } from '../../node/ipc';
 import { ReloadBusyError, type ReloadOutcome } from '../coordinator';
 import { ClusterError } from '../fleet';
-import { FleetConflictError } from '../fleet/fleet-member';
+import { FleetConflictError } from '../fleet/fleet-change';
 
 export const IF_REVISION_RULE = '"if_revision" must be the registry revision (a positive integer)';
 
