@@ -1,5 +1,5 @@
 /**
- * The host's control answers. On the admin listener (libs/admin, the supervisor's own): health and readiness
+ * The host's control answers. On the admin listener (libs/admin, which it binds): health and readiness
  * probes, metrics (every process aggregated), and the admin API under /api/: reloads, registry actions,
  * rollouts (rollout-controller.ts), the model list, and the test hooks; /api/* and /metrics pass
  * checkAdminRequest first (the token when one is configured). From a node's data port: the probes only, and
@@ -9,6 +9,9 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Counter, type Registry } from 'prom-client';
 import {
+  type AdminAddress,
+  type AdminEndpoint,
+  AdminListener,
   type AdminPolicy,
   type AdminSecrets,
   checkAdminRequest,
@@ -16,17 +19,12 @@ import {
   readRequestBody,
   requestHead,
   sendText,
+  type TlsPair,
 } from '../../../libs/admin';
 import type { ServerConfig } from '../../../libs/config';
 import type { MetricJson } from '../../../libs/metrics';
 import { aggregateToText, metricJson, PROMETHEUS_CONTENT_TYPE } from '../../../libs/metrics';
-import {
-  decodePathSegment,
-  type ErrorCode,
-  encodeError,
-  httpStatusOf,
-  ProtocolError,
-} from '../../../libs/protocol';
+import { decodePathSegment } from '../../../libs/protocol';
 import {
   type ModelPlan,
   REGISTRY_ACTIONS,
@@ -35,11 +33,19 @@ import {
 } from '../../../libs/registry';
 import type { ControlRequest, ControlResponse } from '../../node/ipc';
 import { Coalescer } from '../coalesce';
-import { ReloadBusyError, type ReloadOutcome, type ReloadStrategy } from '../coordinator';
-import { ClusterError } from '../fleet';
-import { FleetConflictError } from '../fleet/fleet-member';
+import type { ReloadOutcome, ReloadStrategy } from '../coordinator';
 import { FAILABLE_STEPS, type NodeSet } from '../node-set';
 import type { RolloutAction } from '../rollout/rollout-controller';
+import {
+  IF_REVISION_RULE,
+  ifRevisionOf,
+  json,
+  jsonError,
+  modelView,
+  outcomeBody,
+  outcomeResponse,
+  respond,
+} from './responses';
 
 /** Scrapes of one kind start node fan-outs at least this far apart (concurrent scrapes share them). */
 const SCRAPE_MIN_INTERVAL_MS = 50;
@@ -92,23 +98,9 @@ export interface AdminHost {
   /** The default model the host serves, for the health report before any node answers. */
   readonly defaultModel: string;
   readonly lastReload: ReloadOutcome | undefined;
-  /** Test hook: wedge one node's main event loop for `ms`; false when there is no such node. */
-  blockNode(node: number, ms: number): boolean;
   reload(request: ReloadRequest, reason: string): Promise<ReloadOutcome>;
   /** What this host's repository holds that did not load (health says `degraded`, with each reason). */
   readonly unavailable: readonly UnavailableModel[];
-  /** Why the host is fenced from its fleet (not ready, refusing traffic), while it is. */
-  readonly fence: string | undefined;
-  /** Why the host serves an older table than its fleet's record (degraded, still serving), while it does. */
-  readonly fleetBehind: string | undefined;
-  /** The fleet and this host's id in it, in a fleet. */
-  readonly fleet: { name: string; host: string } | undefined;
-  /** GET /api/fleet; ProtocolError not_found when the host is not in a fleet, cluster_unavailable without NATS. */
-  fleetView(): Promise<unknown>;
-  /** POST /api/fleet/hosts/{host}/exclude: take a (silent) member out of the fleet's members. */
-  fleetExclude(host: string): Promise<unknown>;
-  /** Progressive delivery (rollout-controller.ts): the answer body, or a ProtocolError. */
-  rollout(model: string, action: RolloutAction, body: Record<string, unknown>): Promise<unknown>;
   reloadConfig(
     file: unknown,
     filePath: string | undefined,
@@ -124,6 +116,25 @@ export interface AdminHost {
   ): Promise<{ outcome: ReloadOutcome; model: ModelPlan }>;
 }
 
+/** The fleet routes and health fields of the admin API (a host alone: not_found, and nothing in health). */
+export interface FleetAdmin {
+  /** Why the host is fenced from its fleet (not ready, refusing traffic), while it is. */
+  readonly fence: string | undefined;
+  /** Why the host serves an older table than its fleet's record (degraded, still serving), while it does. */
+  readonly behind: string | undefined;
+  /** The fleet and this host's id in it, in a fleet. */
+  readonly fleet: { name: string; host: string } | undefined;
+  /** GET /api/fleet; ProtocolError not_found when the host is not in a fleet, cluster_unavailable without NATS. */
+  view(): Promise<unknown>;
+  /** POST /api/fleet/hosts/{host}/exclude: take a (silent) member out of the fleet's members. */
+  exclude(host: string): Promise<unknown>;
+}
+
+/** Progressive delivery (rollout-controller.ts): the answer body, or a ProtocolError. */
+export interface RolloutAdmin {
+  handle(model: string, action: RolloutAction, body: Record<string, unknown>): Promise<unknown>;
+}
+
 export interface HealthReport {
   ready: boolean;
   body: Record<string, unknown>;
@@ -135,9 +146,14 @@ export class AdminApi {
   private readonly metricsScrapes = new Coalescer(() => this.buildMetricsText(), SCRAPE_MIN_INTERVAL_MS);
   private readonly adminRequestsTotal: Counter;
   private readonly adminRefusedTotal: Counter<'code'>;
+  /** The admin listener (/api/*, /metrics, /health), bound by listen(). */
+  private listener: AdminListener | undefined;
+  private bound: AdminAddress | undefined;
 
   constructor(
     private readonly host: AdminHost,
+    private readonly fleet: FleetAdmin,
+    private readonly rollouts: RolloutAdmin,
     private readonly nodeSet: NodeSet,
     /** The supervisor's own metrics, appended to the nodes'. */
     private readonly registry: Registry,
@@ -156,6 +172,26 @@ export class AdminApi {
     });
     for (const code of ['unauthorized', 'forbidden', 'unsupported_media_type'])
       this.adminRefusedTotal.inc({ code }, 0);
+  }
+
+  /** Binds the admin listener; a taken address fails (the host's start). */
+  async listen(endpoint: AdminEndpoint, tls: TlsPair | undefined): Promise<void> {
+    this.listener = new AdminListener(endpoint, (req, res) => this.serveHttp(req, res), tls);
+    this.bound = await this.listener.listen();
+  }
+
+  /** Where the admin listener listens (once bound). */
+  get address(): AdminAddress | undefined {
+    return this.bound;
+  }
+
+  /** A rotated certificate for new connections (open ones keep theirs). */
+  useTls(pair: TlsPair): void {
+    this.listener?.useTls(pair);
+  }
+
+  async close(): Promise<void> {
+    await this.listener?.close();
   }
 
   /**
@@ -250,7 +286,7 @@ export class AdminApi {
     if (url === '/api/reload') return this.reloadRoute(method, body);
     if (url === '/api/fleet') {
       if (method !== 'GET') return jsonError('method_not_allowed', 'use GET /api/fleet');
-      return respond(async () => json(200, await this.host.fleetView()));
+      return respond(async () => json(200, await this.fleet.view()));
     }
     const exclude = FLEET_EXCLUDE_ROUTE.exec(url);
     if (exclude) {
@@ -258,7 +294,7 @@ export class AdminApi {
       const host = decodePathSegment(exclude[1]);
       if (host === undefined)
         return jsonError('bad_request', 'malformed percent-escape in the host id of the path');
-      return respond(async () => json(200, await this.host.fleetExclude(host)));
+      return respond(async () => json(200, await this.fleet.exclude(host)));
     }
     const rollout = ROLLOUT_ROUTE.exec(url);
     if (rollout) {
@@ -271,7 +307,7 @@ export class AdminApi {
       if (operation === undefined && method !== 'GET' && method !== 'POST')
         return jsonError('method_not_allowed', `use GET or POST ${url}`);
       const action: RolloutAction = operation ?? (method === 'GET' ? 'get' : 'start');
-      return respond(async () => json(200, await this.host.rollout(model, action, body)));
+      return respond(async () => json(200, await this.rollouts.handle(model, action, body)));
     }
     const registry = REGISTRY_ROUTE.exec(url);
     if (registry) {
@@ -366,7 +402,7 @@ export class AdminApi {
         (ms as number) > 120000
       )
         return jsonError('bad_request', '"node" must be a node index and "ms" an integer from 1 to 120000');
-      return this.host.blockNode(body.node as number, ms as number)
+      return this.nodeSet.blockNode(body.node as number, ms as number)
         ? json(200, { ok: true })
         : jsonError('bad_request', 'no such node');
     }
@@ -404,7 +440,7 @@ export class AdminApi {
     });
     const stopping = this.nodeSet.stopping;
     const config = this.host.config;
-    const fence = this.host.fence;
+    const fence = this.fleet.fence;
     const unavailable = this.host.unavailable;
     const ready =
       !stopping &&
@@ -414,7 +450,7 @@ export class AdminApi {
         (node) => node !== undefined && node.state === 'ready' && node.workersReady === node.workers,
       );
     const first = nodes.find((node) => node !== undefined);
-    const behind = this.host.fleetBehind;
+    const behind = this.fleet.behind;
     const up = behind !== undefined ? 'degraded' : 'ok';
     const body = {
       status: stopping
@@ -438,7 +474,7 @@ export class AdminApi {
             })),
           }
         : {}),
-      ...(this.host.fleet ? { fleet: this.host.fleet } : {}),
+      ...(this.fleet.fleet ? { fleet: this.fleet.fleet } : {}),
       uptime_s: Math.round((Date.now() - this.startedAt) / 1000),
       default_model: first?.defaultModel ?? this.host.defaultModel,
       device: config.device,
@@ -513,114 +549,4 @@ export class AdminApi {
       ),
     ];
   }
-}
-
-const IF_REVISION_RULE = '"if_revision" must be the registry revision (a positive integer)';
-
-/** A write's `if_revision`: absent (undefined), valid, or null when it is not a registry revision. */
-function ifRevisionOf(body: Record<string, unknown>): number | undefined | null {
-  const value = body.if_revision;
-  if (value === undefined) return undefined;
-  return Number.isInteger(value) && (value as number) >= 1 ? (value as number) : null;
-}
-
-/** Runs a reload and turns its outcome, or its refusal, into the API's answer. */
-export async function respond(run: () => Promise<ControlResponse>): Promise<ControlResponse> {
-  try {
-    return await run();
-  } catch (error) {
-    if (error instanceof ReloadBusyError) return jsonError('reload_in_progress', error.message);
-    if (error instanceof FleetConflictError) {
-      // The loser of a fleet write sees what won.
-      const current = error.current;
-      return json(httpStatusOf('conflict'), {
-        id: null,
-        type: 'error',
-        code: 'conflict',
-        message: error.message,
-        ...(current
-          ? {
-              current: {
-                revision: current.revision,
-                epoch: current.record.epoch,
-                table: current.record.table,
-              },
-            }
-          : {}),
-      });
-    }
-    if (error instanceof ProtocolError) return jsonError(error.code, error.message);
-    // NATS down or electing a leader is the fleet's state, not a bug of this host: 503, retry later.
-    if (error instanceof ClusterError && error.code === 'cluster_unavailable')
-      return jsonError('cluster_unavailable', error.message);
-    return jsonError('internal', (error as Error).message);
-  }
-}
-
-/**
- * A reload's outcome as the API answers it: 200, or the failure with the reason (nothing changed): 500
- * reload_failed, 507 storage_full or 500 persist_failed when the table could not be saved.
- */
-export function outcomeResponse(
-  outcome: ReloadOutcome,
-  extra: Record<string, unknown> = {},
-): ControlResponse {
-  if (outcome.result === 'failed') {
-    const code = outcome.code ?? 'reload_failed';
-    return json(httpStatusOf(code), {
-      ...outcomeBody(outcome),
-      type: 'error',
-      code,
-      message: outcome.error,
-    });
-  }
-  return json(200, { ...outcomeBody(outcome), ...extra });
-}
-
-function modelView(model: ModelPlan): Record<string, unknown> {
-  return {
-    name: model.name,
-    stable: model.stable,
-    candidate: model.candidate ?? null,
-    previous_stable: model.previousStable ?? null,
-    canary_percent: model.canaryPercent ?? 0,
-    shadow: model.shadow ?? false,
-    loaded_versions: model.versions,
-  };
-}
-
-function outcomeBody(outcome: ReloadOutcome): Record<string, unknown> {
-  return {
-    ok: outcome.result !== 'failed',
-    id: outcome.id,
-    result: outcome.result,
-    strategy: outcome.strategy,
-    reason: outcome.reason,
-    epoch: outcome.epoch,
-    epoch_before: outcome.epochBefore,
-    changes: outcome.changes,
-    default_model: outcome.defaultModel.to,
-    previous: outcome.defaultModel.from,
-    duration_ms: outcome.durationMs,
-    started_at: outcome.startedAt,
-    ...(outcome.error ? { error: outcome.error } : {}),
-    ...(outcome.warnings ? { warnings: outcome.warnings } : {}),
-    ...(outcome.config
-      ? { settings_applied: outcome.config.applied, restart_required: outcome.config.restartRequired }
-      : {}),
-    nodes: outcome.nodes,
-    ...(outcome.fleet ? { fleet: { reload_id: outcome.fleet.reloadId, hosts: outcome.fleet.hosts } } : {}),
-  };
-}
-
-function json(status: number, body: unknown): ControlResponse {
-  return { status, contentType: 'application/json', body: JSON.stringify(body) };
-}
-
-function jsonError(code: ErrorCode, message: string): ControlResponse {
-  return {
-    status: httpStatusOf(code),
-    contentType: 'application/json',
-    body: encodeError(null, code, message),
-  };
 }

@@ -30,7 +30,9 @@ import {
   REGISTRY_RECORD_FORMAT,
   RegistryStore,
 } from './';
-import { ensureArtifacts, type FleetHost, FleetMember } from './fleet-member';
+import { FleetMember } from './fleet-member';
+import type { FleetHost } from './member-state';
+import { ensureArtifacts } from './pulled-versions';
 
 const CONNECT_RETRY_MS = 1000;
 

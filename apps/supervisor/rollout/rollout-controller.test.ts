@@ -7,12 +7,8 @@ import type { MetricJson } from '../../../libs/metrics';
 import { DURATION_BUCKETS } from '../../../libs/metrics';
 import type { TablePlan } from '../../../libs/registry';
 import { type RolloutRecord, startRollout, validatePlan } from '../../../libs/rollout';
-import {
-  counterSample,
-  RolloutController,
-  type RolloutHost,
-  type RolloutRouting,
-} from './rollout-controller';
+import { counterSample } from './counter-sample';
+import { RolloutController, type RolloutHost, type RolloutRouting } from './rollout-controller';
 import {
   FileRolloutStore,
   RolloutConflictError,

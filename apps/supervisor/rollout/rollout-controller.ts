@@ -21,9 +21,8 @@
  * it — can only be a stale read (a scan that listed the store before the last writes), and is ignored.
  */
 import type { Logger } from 'pino';
-import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import type { Registry } from 'prom-client';
 import type { MetricJson } from '../../../libs/metrics';
-import { DURATION_BUCKETS } from '../../../libs/metrics';
 import { ProtocolError } from '../../../libs/protocol';
 import type { TablePlan } from '../../../libs/registry';
 import {
@@ -33,23 +32,19 @@ import {
   evaluateRollout,
   isActive,
   pauseRollout,
-  ROLLOUT_STATES,
   RolloutError,
   type RolloutRecord,
   resumeRollout,
   rolloutView,
   SampleWindow,
-  shareOf,
   startRollout,
   type Transition,
-  type VersionCounters,
   validatePlan,
 } from '../../../libs/rollout';
 import { ClusterError } from '../fleet';
+import { BOUNDS, counterSample } from './counter-sample';
+import { RolloutMetrics } from './rollout-metrics';
 import { RolloutConflictError, type RolloutStore, type StoredRollout } from './rollout-store';
-
-const BOUNDS: readonly number[] = [...DURATION_BUCKETS, Number.POSITIVE_INFINITY];
-const VERDICT_VALUE = { pass: 1, insufficient: 0, fail: -1 } as const;
 
 /** A routing change the controller asks of the registry (one epoch). */
 export type RolloutRouting =
@@ -99,59 +94,11 @@ export class RolloutController {
   private readonly queues = new Map<string, Promise<unknown>>();
   private stopped = false;
   private readonly now: () => number;
-  private readonly transitionsTotal: Counter<'model' | 'from' | 'to' | 'reason'>;
-  private readonly stepGauge: Gauge<'model'>;
-  private readonly shareGauge: Gauge<'model'>;
-  private readonly stateGauge: Gauge<'model' | 'state'>;
-  private readonly checkValue: Gauge<'model' | 'check'>;
-  private readonly checkVerdict: Gauge<'model' | 'check'>;
-  private readonly evaluationSeconds: Histogram;
+  private readonly metrics: RolloutMetrics;
 
   constructor(private readonly options: RolloutControllerOptions) {
     this.now = options.now ?? Date.now;
-    const registers = [options.registry];
-    this.transitionsTotal = new Counter({
-      name: 'streaminfer_rollout_transitions_total',
-      help: 'Rollout transitions by model, phase left and entered (none, shadow, step_<i>, paused, promoted, rolled_back, aborted) and reason.',
-      labelNames: ['model', 'from', 'to', 'reason'],
-      registers,
-    });
-    this.stepGauge = new Gauge({
-      name: 'streaminfer_rollout_step',
-      help: "Index of the rollout's current step (-1 in the shadow phase).",
-      labelNames: ['model'],
-      registers,
-    });
-    this.shareGauge = new Gauge({
-      name: 'streaminfer_rollout_share',
-      help: 'Percent of unpinned requests the rollout has the candidate serve (100 once promoted, 0 rolled back).',
-      labelNames: ['model'],
-      registers,
-    });
-    this.stateGauge = new Gauge({
-      name: 'streaminfer_rollout_state',
-      help: "1 for the state the model's latest rollout is in (shadow, progressing, paused, promoted, rolled_back, aborted), 0 for the others.",
-      labelNames: ['model', 'state'],
-      registers,
-    });
-    this.checkValue = new Gauge({
-      name: 'streaminfer_rollout_check_value',
-      help: 'Last value of each rollout check: error-rate increase over stable, p99 ratio to stable, disagreement share.',
-      labelNames: ['model', 'check'],
-      registers,
-    });
-    this.checkVerdict = new Gauge({
-      name: 'streaminfer_rollout_check_verdict',
-      help: 'Last verdict of each rollout check: 1 pass, 0 insufficient (too few samples or too close to call), -1 fail.',
-      labelNames: ['model', 'check'],
-      registers,
-    });
-    this.evaluationSeconds = new Histogram({
-      name: 'streaminfer_rollout_evaluation_duration_seconds',
-      help: "Time one rollout evaluation takes: collecting the nodes' counters, the analysis and persisting the record (not the registry change).",
-      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1],
-      registers,
-    });
+    this.metrics = new RolloutMetrics(options.registry, options.logger);
   }
 
   /** A fleet host keeps its rollouts in the fleet's store, as `hostId` (set before resume()). */
@@ -208,7 +155,7 @@ export class RolloutController {
         if (entry.revision !== known) {
           this.records.set(model, entry.record);
           this.revisions.set(model, entry.revision);
-          this.export(entry.record);
+          this.metrics.export(entry.record);
           // Taken over while this host could not write (cut off from NATS): the other host drives it now.
           if (entry.driver !== this.options.hostId) this.owned.delete(model);
         }
@@ -290,7 +237,7 @@ export class RolloutController {
     if (entry && !this.stale(entry) && entry.revision !== this.revisions.get(model)) {
       this.records.set(model, entry.record);
       this.revisions.set(model, entry.revision);
-      this.export(entry.record);
+      this.metrics.export(entry.record);
     }
     return this.records.get(model) ?? entry?.record;
   }
@@ -371,7 +318,7 @@ export class RolloutController {
     this.owned.add(model);
     const window = new SampleWindow(plan.windowMs, BOUNDS);
     this.windows.set(model, window);
-    this.announce(record, [transition]);
+    this.metrics.announce(record, [transition]);
     // The first sample now: the window's baseline.
     await this.sample(record).then(
       (sample) => window.add(sample),
@@ -401,7 +348,7 @@ export class RolloutController {
         if (error instanceof RolloutConflictError && attempt === 0) continue;
         throw error;
       }
-      this.announce(moved.record, [moved.transition]);
+      this.metrics.announce(moved.record, [moved.transition]);
       // The share changes now, from this host, whoever drives the rollout (it settles an abort if this fails).
       if ((await this.reconcile(moved.record, true)) && this.unsettled.delete(model))
         await this.writeKeepingDriver(moved.record).catch(() => undefined);
@@ -487,14 +434,14 @@ export class RolloutController {
         if (entry && !this.stale(entry)) {
           this.records.set(model, entry.record);
           this.revisions.set(model, entry.revision);
-          this.export(entry.record);
+          this.metrics.export(entry.record);
           if (entry.driver !== this.options.hostId) this.owned.delete(model);
           else if (!entry.settled) this.unsettled.add(model);
         }
         return;
       }
-      this.announce(evaluation.record, evaluation.transitions);
-      this.evaluationSeconds.observe((performance.now() - started) / 1000);
+      this.metrics.announce(evaluation.record, evaluation.transitions);
+      this.metrics.observeEvaluation((performance.now() - started) / 1000);
       if (
         (await this.reconcile(evaluation.record, evaluation.transitions.length > 0)) &&
         this.unsettled.delete(model)
@@ -545,43 +492,6 @@ export class RolloutController {
       return false;
     }
   }
-
-  /** Counts and logs the transitions, and exports the gauges. */
-  private announce(record: RolloutRecord, transitions: readonly Transition[]): void {
-    for (const transition of transitions) {
-      this.transitionsTotal.inc({
-        model: record.model,
-        from: transition.from,
-        to: transition.to,
-        reason: transition.reason,
-      });
-      const log = {
-        model: record.model,
-        stable: record.stable,
-        candidate: record.candidate,
-        from: transition.from,
-        to: transition.to,
-        reason: transition.reason,
-        share: shareOf(record),
-        ...(record.reason ? { detail: record.reason } : {}),
-      };
-      if (record.state === 'rolled_back') this.options.logger.warn(log, 'rollout rolled back');
-      else this.options.logger.info(log, 'rollout transition');
-    }
-    this.export(record);
-  }
-
-  private export(record: RolloutRecord): void {
-    const model = record.model;
-    this.stepGauge.set({ model }, record.step);
-    this.shareGauge.set({ model }, shareOf(record));
-    for (const state of ROLLOUT_STATES) this.stateGauge.set({ model, state }, record.state === state ? 1 : 0);
-    for (const check of record.checks) {
-      this.checkVerdict.set({ model, check: check.name }, VERDICT_VALUE[check.verdict]);
-      if (check.value !== null) this.checkValue.set({ model, check: check.name }, check.value);
-      else this.checkValue.remove({ model, check: check.name });
-    }
-  }
 }
 
 /**
@@ -600,67 +510,4 @@ function asProtocolError(error: unknown): unknown {
   if (error instanceof ClusterError)
     return new ProtocolError(error.code === 'conflict' ? 'conflict' : 'cluster_unavailable', error.message);
   return error;
-}
-
-function emptyCounters(): { requests: number; errors: number; latency: number[] } {
-  return { requests: 0, errors: 0, latency: BOUNDS.map(() => 0) };
-}
-
-/**
- * The rollout's counters from every node's metrics JSON (what /metrics aggregates), summed: the judged answers
- * (`streaminfer_rollout_judged_*`, what the nodes count per libs/rollout judge.ts: requests the router routed,
- * less client and load faults) and the shadow comparisons. Pinned requests and client faults never reach them.
- */
-export function counterSample(
-  perNode: readonly MetricJson[][],
-  model: string,
-  stable: string,
-  candidate: string,
-  at: number,
-): CounterSample {
-  const sides = { stable: emptyCounters(), candidate: emptyCounters() };
-  const shadow = { agree: 0, disagree: 0, candidateErrors: 0 };
-  const sideOf = (labels: Record<string, unknown>) =>
-    labels.model !== model
-      ? undefined
-      : labels.version === stable
-        ? sides.stable
-        : labels.version === candidate
-          ? sides.candidate
-          : undefined;
-  for (const metrics of perNode)
-    for (const metric of metrics) {
-      if (metric.name === 'streaminfer_rollout_judged_requests_total') {
-        for (const value of metric.values) {
-          const side = sideOf(value.labels);
-          if (!side) continue;
-          side.requests += value.value;
-          if (value.labels.result === 'error') side.errors += value.value;
-        }
-      } else if (metric.name === 'streaminfer_rollout_judged_duration_seconds') {
-        for (const value of metric.values) {
-          if (!('metricName' in value) || !value.metricName?.endsWith('_bucket')) continue;
-          const side = sideOf(value.labels);
-          if (!side) continue;
-          const le = String(value.labels.le);
-          const index = le === '+Inf' ? BOUNDS.length - 1 : BOUNDS.indexOf(Number(le));
-          if (index >= 0) side.latency[index]! += value.value;
-        }
-      } else if (metric.name === 'streaminfer_shadow_candidate_errors_total') {
-        for (const value of metric.values)
-          if (value.labels.model === model) shadow.candidateErrors += value.value;
-      } else if (metric.name === 'streaminfer_shadow_comparisons_total') {
-        for (const value of metric.values) {
-          if (value.labels.model !== model) continue;
-          if (value.labels.agree === 'true') shadow.agree += value.value;
-          else shadow.disagree += value.value;
-        }
-      }
-    }
-  return {
-    at,
-    stable: sides.stable as VersionCounters,
-    candidate: sides.candidate as VersionCounters,
-    shadow,
-  };
 }
