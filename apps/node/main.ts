@@ -13,7 +13,8 @@ import type { NodeSettings, NodeTls } from '../../libs/registry';
 import { RingBuffer } from '../../libs/ring';
 import { Gateway } from './gateway';
 import type { ControlResponse, NodeMessage, NodeStartOptions, SupervisorMessage } from './ipc';
-import { ModelTable, nodeSettingsOf, VersionLoadError } from './table';
+import { VersionLoadError } from './slots';
+import { ModelTable, nodeSettingsOf } from './table';
 import { reloadTls } from './tls-files';
 import { WorkerThreads } from './worker-threads';
 
