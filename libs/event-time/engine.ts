@@ -30,7 +30,6 @@ export const END_OF_INPUT = Number.MAX_SAFE_INTEGER;
 const KEY_OVERHEAD_BYTES = 128;
 const WINDOW_TRACKER_BYTES = 32;
 
-
 interface WindowState<P> {
   /** Events of the open windows, in (eventTime, eventId) order. */
   entries: Entry<P>[];
