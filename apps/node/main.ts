@@ -14,7 +14,8 @@ import { testDelayMs } from '../../libs/test-hooks';
 import { assertNativeUws } from '../../libs/uws';
 import { Gateway } from './gateway';
 import type { ControlResponse, NodeMessage, NodeStartOptions, SupervisorMessage } from './ipc';
-import { ModelTable, nodeSettingsOf, VersionLoadError } from './table';
+import { VersionLoadError } from './slots';
+import { ModelTable, nodeSettingsOf } from './table';
 import { reloadTls } from './tls-files';
 import { WorkerThreads } from './worker-threads';
 

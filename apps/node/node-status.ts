@@ -14,7 +14,7 @@ import type { TransportGuard } from './transport-guard';
 
 const UNROUTED_SLOT = 0;
 
-/** Live figures the status reads from the rooms that keep them. */
+/** Live figures the status reads from the parts of the request path that keep them. */
 export interface LiveCounters {
   inflight(): number;
   wsConnections(): number;

@@ -1,5 +1,5 @@
 /**
- * The node's request rooms without processes: admission (decode → route → limits → one ring record), answers
+ * The node's request path without processes: admission (decode → route → limits → one ring record), answers
  * (response record → the bytes each protocol gets) and pending (by id, epoch order, close), over real rings,
  * a fake transport and a clock the test moves.
  */

@@ -1,6 +1,7 @@
 /**
- * The rooms a request passes through on this node, made once and wired together: admission → ring →
- * answers → pending (answer order) → Reply, with shadow beside admission and node-status reading them all.
+ * The request path of this node: the pieces a request passes through, made once and wired together:
+ * admission → ring → answers → pending (answer order) → Reply, with shadow beside admission and node-status
+ * reading them all.
  */
 import type { MetricsShard } from '../../libs/metrics';
 import type { RingBuffer } from '../../libs/ring';
@@ -19,7 +20,7 @@ import { Shadow } from './shadow';
 import type { ModelTable } from './table';
 import type { TransportGuard } from './transport-guard';
 
-export interface Rooms {
+export interface RequestPath {
   replies: Replies;
   pending: PendingRequests;
   admission: Admission;
@@ -27,8 +28,8 @@ export interface Rooms {
   status: NodeStatus;
 }
 
-/** What the rooms need of the transport that owns them. */
-export interface RoomsTransport extends Transport {
+/** What the request path needs of the transport that owns it. */
+export interface RequestPathTransport extends Transport {
   readonly guard: TransportGuard;
   readonly transportCounters: {
     slowConsumerWarnings: number;
@@ -41,14 +42,14 @@ export interface RoomsTransport extends Transport {
   tenantNames?(): ReadonlyArray<string | undefined>;
 }
 
-export function createRooms(
+export function createRequestPath(
   options: NodeStartOptions,
   table: ModelTable,
   responses: RingBuffer,
   metrics: MetricsShard,
-  transport: RoomsTransport,
+  transport: RequestPathTransport,
   clock: () => number,
-): Rooms {
+): RequestPath {
   const guard = transport.guard;
   // Tests shorten the time bound (STREAMINFER_TEST_HOLD_MS, honoured only with test hooks on).
   const testHoldMs = options.testHooks ? testDelayMs('HOLD_MS') : Number.NaN;

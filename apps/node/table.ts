@@ -8,27 +8,25 @@
  */
 import * as path from 'node:path';
 import type { Logger } from 'pino';
-import type { ResolvedBackpressureOptions } from '../../libs/backpressure';
-import { ModelQueueGuard, validateBackpressureOptions } from '../../libs/backpressure';
+import { validateBackpressureOptions } from '../../libs/backpressure';
 import { validateBatchPolicyOptions } from '../../libs/batching';
-import { MAX_SLOTS, resetSlot } from '../../libs/metrics';
 import { unknownModel } from '../../libs/protocol';
 import type { ModelEntry, ModelPlan, NodeSettings, TablePlan, UnavailableModel } from '../../libs/registry';
 import { readModel } from '../../libs/registry';
-import { sharedClock as clock, Doorbell, RingBuffer } from '../../libs/ring';
 import type { NodeStartOptions } from './ipc';
 import type { ServedModel, Slot } from './models';
 import { batchOptionsFor } from './models';
+import { fileOf, Slots } from './slots';
 import type { WorkerThreads } from './worker-threads';
 
-/** Ring size divisor per priority (low, normal, high): normal traffic gets the full STREAMINFER_RING_BYTES. */
-const PRIORITY_RING_SHARE = [4, 1, 4];
 const DRAIN_POLL_MS = 5;
 
 export class ModelTable {
   readonly models = new Map<string, ServedModel>();
-  readonly slots: Array<Slot | undefined> = [];
-  private readonly freeSlots: number[] = [];
+  /** Every slot by number (the same array for the node's life: the answers read it). */
+  readonly slots: ReadonlyArray<Slot | undefined>;
+  /** The slots' numbers, rings, queue guards and lanes (slots.ts). */
+  private readonly slotSet: Slots;
   /**
    * Versions loaded by a prepare that was not committed yet. They are in no model's `versions` (and a new
    * model is not in `models`), so nothing routes to them until commit attaches them; abort drops them.
@@ -38,18 +36,16 @@ export class ModelTable {
   private _defaultModel: string;
   /** What the host could not load (the plan's `unavailable`), by model: answered `model_unavailable`. */
   private unavailable = new Map<string, UnavailableModel[]>();
-  /** The model queue bounds every slot's guard is made with (a configuration reload changes them). */
-  private backpressure: ResolvedBackpressureOptions;
 
   constructor(
     private readonly options: NodeStartOptions,
     private readonly threads: WorkerThreads,
-    private readonly metrics: SharedArrayBuffer,
+    metrics: SharedArrayBuffer,
     private readonly logger: Logger,
   ) {
-    for (let slot = MAX_SLOTS - 1; slot >= 1; slot--) this.freeSlots.push(slot);
+    this.slotSet = new Slots(options, threads, metrics, logger);
+    this.slots = this.slotSet.all;
     this._defaultModel = options.defaultModel;
-    this.backpressure = queueOptions(options.backpressure);
   }
 
   /** The generation of the routes: requests admitted now report it; a reload commit moves it. */
@@ -98,105 +94,9 @@ export class ModelTable {
     );
   }
 
-  /** Rings and a slot number, no lanes yet: requests routed here wait until lanes attach. */
-  private createSlot(entry: ModelEntry, version: string): Slot {
-    const index = this.freeSlots.pop();
-    if (index === undefined)
-      throw new Error(`no free model slot (at most ${MAX_SLOTS - 1} versions loaded at once)`);
-    resetSlot(this.metrics, index);
-    const rings = PRIORITY_RING_SHARE.map((share) => {
-      const ring = RingBuffer.create(Math.max(4096, this.options.ringBytes / share));
-      ring.setOwnerId(1);
-      return ring;
-    });
-    const slot: Slot = {
-      index,
-      model: entry,
-      version,
-      rings,
-      doorbell: Doorbell.create(),
-      guard: new ModelQueueGuard(this.backpressure, clock()),
-      admitted: 0,
-      executionProvider: 'pending',
-      loadedWorkers: 0,
-      retiring: false,
-      resultHead: '',
-      resultHeadEpoch: -1,
-    };
-    this.slots[index] = slot;
-    return slot;
-  }
-
   /** A thread that died inside reserve/claim would hold its rings' locks forever: release them. */
   forceReleaseLocks(ringOwnerId: number): void {
-    for (const slot of this.slots) for (const ring of slot?.rings ?? []) ring.forceReleaseLocks(ringOwnerId);
-  }
-
-  private freeSlot(slot: Slot): void {
-    if (this.slots[slot.index] !== slot) return;
-    this.slots[slot.index] = undefined;
-    this.freeSlots.push(slot.index);
-  }
-
-  /** Loads `file` on every worker as the consumer of the slot's rings. */
-  private async attachLanes(slot: Slot, file: string, version: string): Promise<void> {
-    const result = await this.threads.loadLane({
-      type: 'load',
-      slot: slot.index,
-      model: slot.model.name,
-      version,
-      file,
-      signature: slot.model.signature,
-      rings: slot.rings.map((ring) => ring.buffer),
-      doorbell: slot.doorbell.buffer,
-      batching: batchOptionsFor(slot.model, this.options.batch),
-    });
-    slot.version = version;
-    slot.executionProvider = result.executionProvider;
-    slot.loadedWorkers = this.threads.size;
-    if (result.fallbackReason) {
-      slot.fallbackReason = result.fallbackReason;
-      this.logger.warn(
-        {
-          model: slot.model.name,
-          version,
-          provider: result.executionProvider,
-          reason: result.fallbackReason,
-        },
-        `--device auto fell back to ${result.executionProvider}`,
-      );
-    }
-    this.logger.info(
-      {
-        model: slot.model.name,
-        version,
-        provider: result.executionProvider,
-        loadMs: Math.round(result.loadMs),
-      },
-      'model loaded',
-    );
-  }
-
-  private fileOf(entry: ModelEntry, version: string): string {
-    const found = entry.versions.find((candidate) => candidate.version === version);
-    if (!found) throw new Error(`model ${entry.name} has no version ${version} in ${entry.dir}`);
-    return found.file;
-  }
-
-  /** Loads one version into a slot of its own; nothing routes to it yet. */
-  private async loadSlot(entry: ModelEntry, version: string): Promise<Slot> {
-    const slot = this.createSlot(entry, version);
-    try {
-      await this.attachLanes(slot, this.fileOf(entry, version), version);
-    } catch (error) {
-      this.freeSlot(slot);
-      throw new VersionLoadError(
-        entry.name,
-        version,
-        `model ${entry.name} version ${version}: ${(error as Error).message}`,
-      );
-    }
-    return slot;
+    this.slotSet.forceReleaseLocks(ringOwnerId);
   }
 
   /** Makes a loaded version routable under its model (created on its first version). */
@@ -219,7 +119,7 @@ export class ModelTable {
 
   /** Loads one version and makes it routable at once (start-up, before the node listens). */
   async loadVersion(entry: ModelEntry, version: string): Promise<Slot> {
-    const slot = await this.loadSlot(entry, version);
+    const slot = await this.slotSet.load(entry, version);
     this.attach(slot);
     return slot;
   }
@@ -231,7 +131,7 @@ export class ModelTable {
     if (model?.versions.get(slot.version) === slot) model.versions.delete(slot.version);
     while (slot.admitted > 0) await new Promise((resolve) => setTimeout(resolve, DRAIN_POLL_MS));
     await this.threads.unloadLane(slot.index);
-    this.freeSlot(slot);
+    this.slotSet.free(slot);
     this.logger.info({ model: slot.model.name, version: slot.version }, 'model version released');
   }
 
@@ -286,7 +186,7 @@ export class ModelTable {
         for (const version of modelPlan.versions) {
           if (loaded?.versions.has(version)) continue;
           entry ??= this.readEntry(modelPlan.name);
-          this.prepared.push(await this.loadSlot(entry, version));
+          this.prepared.push(await this.slotSet.load(entry, version));
         }
         if (!modelPlan.versions.includes(modelPlan.stable))
           throw new Error(`plan for ${modelPlan.name} makes ${modelPlan.stable} stable without loading it`);
@@ -365,14 +265,7 @@ export class ModelTable {
 
   /** COMMIT side: every slot's model queue bound, then its batch options (on every worker). */
   async applySettings(settings: NodeSettings): Promise<void> {
-    this.backpressure = queueOptions(settings.backpressure);
-    const now = clock();
-    for (const slot of this.slots) if (slot) slot.guard = slot.guard.reconfigured(this.backpressure, now);
-    await Promise.all(
-      this.slots.map((slot) =>
-        slot ? this.threads.rebatchLane(slot.index, batchOptionsFor(slot.model, settings.batch)) : undefined,
-      ),
-    );
+    await this.slotSet.applySettings(settings);
   }
 
   // ---------------------------------------------------------------- rolling swap, in place
@@ -390,8 +283,8 @@ export class ModelTable {
       if (!model || model.stable === modelPlan.stable || model.versions.has(modelPlan.stable)) continue;
       const old = model.versions.get(model.stable);
       const entry = this.readEntry(modelPlan.name);
-      const file = this.fileOf(entry, modelPlan.stable);
-      const fresh = this.createSlot(entry, modelPlan.stable);
+      const file = fileOf(entry, modelPlan.stable);
+      const fresh = this.slotSet.create(entry, modelPlan.stable);
       model.versions.set(modelPlan.stable, fresh);
       const previousStable = model.stable;
       model.stable = modelPlan.stable;
@@ -399,12 +292,12 @@ export class ModelTable {
       this._epoch = epoch;
       if (old) await this.unloadVersion(old);
       try {
-        await this.attachLanes(fresh, file, modelPlan.stable);
+        await this.slotSet.attachLanes(fresh, file, modelPlan.stable);
       } catch (error) {
         failures.push(`model ${modelPlan.name} version ${modelPlan.stable}: ${(error as Error).message}`);
         // Known-good file back into the same rings; relabel the slot.
         model.versions.delete(modelPlan.stable);
-        await this.attachLanes(fresh, this.fileOf(old?.model ?? entry, previousStable), previousStable);
+        await this.slotSet.attachLanes(fresh, fileOf(old?.model ?? entry, previousStable), previousStable);
         model.versions.set(previousStable, fresh);
         model.stable = previousStable;
         // Routing went back: that is another epoch (the coordinator moves every node there too).
@@ -414,22 +307,6 @@ export class ModelTable {
     if (failures.length > 0) throw new Error(failures.join('; '));
     this.commit(plan, epoch);
     await this.release(plan);
-  }
-}
-
-/** A version that did not load: which one, so the supervisor can mark it unavailable (a failed PREPARE's data). */
-export class VersionLoadError extends Error {
-  constructor(
-    readonly model: string,
-    readonly version: string,
-    message: string,
-  ) {
-    super(message);
-    this.name = 'VersionLoadError';
-  }
-
-  get failure(): UnavailableModel {
-    return { model: this.model, version: this.version, reason: this.message };
   }
 }
 
@@ -445,16 +322,6 @@ export function nodeSettingsOf(options: NodeStartOptions): NodeSettings {
     ...(options.tls ? { tls: options.tls } : {}),
     ...(options.tenants ? { tenants: options.tenants } : {}),
   };
-}
-
-/** The backpressure options a slot's model queue guard is made with. */
-function queueOptions(backpressure: NodeStartOptions['backpressure']): ResolvedBackpressureOptions {
-  return validateBackpressureOptions({
-    rateLimitRps: backpressure.rateLimitRps,
-    rateLimitBurst: backpressure.rateLimitBurst,
-    maxInflightPerClient: backpressure.maxInflightPerClient,
-    maxModelQueue: backpressure.maxModelQueue,
-  });
 }
 
 /** Aliases, canary and shadow from a plan; an alias naming a version that is not loaded is dropped. */

@@ -17,8 +17,9 @@ export {
   resolveConfig,
   resolveConfigDetailed,
 } from './resolve';
-export type { LogLevel, RateLimitKey, ServerConfig, SettingKey } from './settings';
-export { ADMIN_PORT, RATE_LIMIT_KEYS } from './settings';
+export type { LogLevel, RateLimitKey, ServerConfig, SettingKey } from './server-config';
+export { RATE_LIMIT_KEYS } from './server-config';
+export { ADMIN_PORT } from './settings';
 export {
   checkTlsMaterial,
   TLS_EXPIRY_WARNING_MS,

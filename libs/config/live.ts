@@ -3,7 +3,7 @@
  * needs a restart. Pure: the supervisor resolves the new configuration, asks planConfigChange what to apply,
  * applies that through the epoch barrier and reports the rest by name.
  */
-import type { ServerConfig, SettingKey } from './settings';
+import type { ServerConfig, SettingKey } from './server-config';
 
 /** Settings a running server applies on a configuration reload; every other setting needs a restart. */
 export const LIVE_SETTINGS: ReadonlySet<SettingKey> = new Set<SettingKey>([

@@ -1,7 +1,8 @@
 import { isLoopbackName } from '../address';
 import { devicesPerNode, parseDeviceList } from './device';
 import { ConfigError, type ConfigSource } from './errors';
-import { SETTING_KEYS, SETTINGS, type ServerConfig, type SettingKey, type SettingSpec } from './settings';
+import type { ServerConfig, SettingKey, SettingSpec } from './server-config';
+import { SETTING_KEYS, SETTINGS } from './settings';
 
 export interface ConfigSources {
   /** Parsed command-line options keyed by setting (camelCase); strings or numbers. Other keys are ignored. */

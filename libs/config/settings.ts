@@ -1,153 +1,28 @@
-import { formatCidrList, parseCidrList } from '../address';
-import { BATCH_POLICY_NAMES, type BatchPolicyName } from '../batching';
+/** Every setting: its environment variable, default, help, what a valid value is and its parser. */
+import { BATCH_POLICY_NAMES } from '../batching';
 import { redactNatsUrls } from '../nats-auth';
-import { decimal, flag, integer, oneOf, type Parser, powerOfTwo, text } from './coerce';
-import { type DeviceTarget, formatDeviceList, parseDeviceList } from './device';
-
-export const LOG_LEVELS = Object.freeze([
-  'fatal',
-  'error',
-  'warn',
-  'info',
-  'debug',
-  'trace',
-  'silent',
-] as const);
-export type LogLevel = (typeof LOG_LEVELS)[number];
-
-export const RATE_LIMIT_KEYS = Object.freeze(['connection', 'ip'] as const);
-export type RateLimitKey = (typeof RATE_LIMIT_KEYS)[number];
-
-/** The resolved server configuration. Every key is present; two are optional by nature (undefined = unset). */
-export interface ServerConfig {
-  port: number;
-  host: string;
-  nodes: number;
-  workers: number;
-  /** Canonical device text, e.g. 'cpu', 'auto', 'cuda:0', 'webgpu:0' or 'cuda:0,cuda:1'. */
-  device: string;
-  /** The device setting parsed: one entry per node (length = nodes). Derived, not a setting of its own. */
-  devices: readonly DeviceTarget[];
-  modelsDir: string;
-  defaultModel: string;
-  batchSize: number;
-  batchTimeoutMs: number;
-  batchPolicy: BatchPolicyName;
-  /** Unset: each model's own objective (`slo_p99_ms` in its config.json); set: every model's. */
-  sloP99Ms: number | undefined;
-  maxInflightPerClient: number;
-  /** Per-client token rate; 0 disables rate limiting. */
-  rateLimitRps: number;
-  /** Per-client bucket size; defaults to max(1, rateLimitRps), 0 when rate limiting is disabled. */
-  rateLimitBurst: number;
-  /** Extra rate-limit tokens a `model_error` answer costs its client (0 = none). */
-  modelErrorPenalty: number;
-  maxModelQueue: number;
-  /** Per WebSocket client: unsent bytes that earn a warning, and that close the connection (1013). */
-  slowConsumerWarnBytes: number;
-  slowConsumerCloseBytes: number;
-  /**
-   * Deprecated (use trustedProxies): trust the socket's peer as the one proxy and key clients by the
-   * rightmost X-Forwarded-For hop. Ignored when trustedProxies is set.
-   */
-  trustForwardedFor: boolean;
-  /**
-   * Canonical CIDR list of reverse proxies whose X-Forwarded-For is believed: the client is the rightmost
-   * hop that is not one of them. Unset: the socket's peer is the client.
-   */
-  trustedProxies: string | undefined;
-  /** What a rate limit and in-flight cap belong to: each WebSocket connection, or each client address. */
-  rateLimitKey: RateLimitKey;
-  /** Per node: open WebSocket connections (upgrades past it are refused 503); 0 = no cap. */
-  maxConnections: number;
-  /** Per node and client address: open WebSocket connections (refused 429); 0 = no cap. */
-  maxConnectionsPerIp: number;
-  /** A connection with more protocol errors than this in one second is closed with 1008; 0 = never. */
-  maxProtocolErrorsPerSecond: number;
-  /** A connection refused `rate_limited` more often than this in one second is closed with 1008; 0 = never. */
-  maxRateLimitedPerSecond: number;
-  /** Identical id-less errors on one connection within this window are answered once (ms); 0 = each. */
-  errorCoalesceMs: number;
-  maxPayloadBytes: number;
-  requestTimeoutMs: number;
-  /** PEM certificate (chain) of the data port; with tlsKey the port speaks only TLS (https, wss). */
-  tlsCert: string | undefined;
-  /** PEM private key of tlsCert (unencrypted). */
-  tlsKey: string | undefined;
-  /** PEM CA certificate(s): a client certificate presented on the data port must be signed by one. */
-  tlsClientCa: string | undefined;
-  /** Unset: admin endpoints accept loopback clients only. */
-  adminToken: string | undefined;
-  /** Web origins allowed to call the admin API (comma-separated, lower case); unset: none. */
-  adminAllowedOrigins: string | undefined;
-  /** The API keys file (tenants, libs/tenants); unset: anonymous clients. Re-read on every configuration reload. */
-  apiKeysFile: string | undefined;
-  /** The admin listener (/api/*, /metrics, /health): its address and port, or a unix socket instead. */
-  adminHost: string;
-  adminPort: number;
-  adminSocket: string | undefined;
-  /** A file holding the admin token (read at start and on every configuration reload). */
-  adminTokenFile: string | undefined;
-  /** TLS on the admin listener: certificate chain and key files (PEM), re-read on every configuration reload. */
-  adminTlsCert: string | undefined;
-  adminTlsKey: string | undefined;
-  /** Also serve /metrics on the data port (compatibility; unauthenticated there). */
-  metricsOnDataPort: boolean;
-  /** Refuse to start when any model or version of the repository fails to load (default: serve the rest). */
-  strictModels: boolean;
-  /** Unset: auto ((cores - nodes) / (nodes × workers), at least 1). */
-  intraOpThreads: number | undefined;
-  ringBytes: number;
-  shutdownTimeoutMs: number;
-  /** How long the supervisor waits for one node's answer to a reload step before counting it as failed. */
-  reloadStepTimeoutMs: number;
-  logLevel: LogLevel;
-  stateDir: string;
-  /** NATS URL(s) of the fleet's JetStream; unset: the host works alone (local state dir). */
-  cluster: string | undefined;
-  /** The fleet's NATS identity and TLS (libs/nats-auth; files read and checked at start). Unset: none. */
-  natsUser: string | undefined;
-  /** Secret: from the environment or the config file, never a flag. */
-  natsPassword: string | undefined;
-  natsPasswordFile: string | undefined;
-  /** Secret: from the environment or the config file, never a flag. */
-  natsToken: string | undefined;
-  natsTokenFile: string | undefined;
-  natsNkeyFile: string | undefined;
-  natsCreds: string | undefined;
-  natsTlsCa: string | undefined;
-  natsTlsCert: string | undefined;
-  natsTlsKey: string | undefined;
-  natsTlsFirst: boolean;
-  /** Copies JetStream keeps of each fleet bucket and object store this host creates (1; 3 on a NATS cluster). */
-  clusterReplicas: number;
-  /** The fleet this host joins (with `cluster`): names its buckets and subjects. */
-  fleet: string;
-  /** This host's name in its fleet; unset: `<hostname>-<port>`. */
-  hostId: string | undefined;
-  /** How other hosts and operators reach this host; unset: http://<host, or the hostname>:<port>. */
-  advertiseUrl: string | undefined;
-  /** PEM file of Ed25519 public keys model artifacts pulled from the fleet must be signed by; unset: checksum only. */
-  trustedKeysFile: string | undefined;
-}
-
-/** Keys that can be set (everything but derived values). */
-export type SettingKey = Exclude<keyof ServerConfig, 'devices'>;
-
-export interface SettingSpec<T> {
-  env: string;
-  default: T;
-  /** Default as shown to people when the raw value says little (unset, derived). */
-  defaultText?: string;
-  help: string;
-  /** What a valid value looks like, completing "expected …". */
-  expected: string;
-  parse: Parser<T>;
-  /** Never echo the value in messages. */
-  secret?: boolean;
-  /** Echo the value only through this (a URL's credentials removed). */
-  redact?: (text: string) => string;
-}
+import { decimal, flag, integer, oneOf, powerOfTwo, text } from './coerce';
+import {
+  LOG_LEVELS,
+  RATE_LIMIT_KEYS,
+  type ServerConfig,
+  type SettingKey,
+  type SettingSpec,
+} from './server-config';
+import {
+  deviceParser,
+  FLEET_NAME,
+  HOST_ID,
+  HTTP_URL,
+  intraOpParser,
+  MODEL_NAME,
+  NATS_URLS,
+  NATS_USER,
+  originsParser,
+  PATH_TEXT,
+  proxiesParser,
+  SAFE_TEXT,
+} from './setting-values';
 
 /** The admin listener's port unless set (the CLI's default address too). */
 export const ADMIN_PORT = 8001;
@@ -156,53 +31,6 @@ const KIB = 1024;
 const MIB = 1024 * KIB;
 const GIB = 1024 * MIB;
 const HOUR_MS = 3_600_000;
-
-const SAFE_TEXT = /^[^\s\0]+$/;
-const PATH_TEXT = /^[^\0]+$/;
-const MODEL_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
-const NATS_URLS = /^(nats|tls):\/\/[^\s,]+(,(nats|tls):\/\/[^\s,]+)*$/;
-const NATS_USER = /^[^\s\0]{1,256}$/;
-// Fleet names go into bucket names and subjects; host ids into KV keys and subjects.
-const FLEET_NAME = /^[A-Za-z0-9_-]{1,32}$/;
-const HOST_ID = /^[A-Za-z0-9_-]{1,64}$/;
-const HTTP_URL = /^https?:\/\/[^\s]+$/;
-/** A web origin as browsers send it: scheme://host[:port], nothing after. */
-const ORIGIN = /^https?:\/\/[a-z0-9.-]+(?::\d{1,5})?$|^https?:\/\/\[[0-9a-f:.]+\](?::\d{1,5})?$/;
-
-/** Origins, comma-separated (a file may give an array): written back lower case, one comma between. */
-const originsParser: Parser<string | undefined> = (raw) => {
-  const items = Array.isArray(raw) ? raw : typeof raw === 'string' ? raw.split(',') : undefined;
-  if (!items || items.length === 0 || items.length > 64) return undefined;
-  const origins: string[] = [];
-  for (const item of items) {
-    if (typeof item !== 'string') return undefined;
-    const origin = item.trim().toLowerCase();
-    if (!ORIGIN.test(origin)) return undefined;
-    origins.push(origin);
-  }
-  return { value: origins.join(',') };
-};
-
-const deviceParser: Parser<string> = (raw) => {
-  if (typeof raw !== 'string') return undefined;
-  const targets = parseDeviceList(raw);
-  return targets === undefined ? undefined : { value: formatDeviceList(targets) };
-};
-
-/** A comma list of IPv4/IPv6 prefixes or addresses, kept in canonical form (`10.0.0.0/8,::1/128`). */
-const proxiesParser: Parser<string> = (raw) => {
-  if (typeof raw !== 'string' || raw.length > 16_384) return undefined;
-  const parsed = parseCidrList(raw);
-  return parsed.ok ? { value: formatCidrList(parsed.cidrs) } : undefined;
-};
-
-const intraOpParser: Parser<number | undefined> = (raw) => {
-  if (typeof raw === 'string' && raw.toLowerCase() === 'auto') return { value: undefined };
-  const parsed = integer(0, 1024)(raw);
-  if (parsed === undefined) return undefined;
-  return { value: parsed.value === 0 ? undefined : parsed.value };
-};
-
 /** The settings, in display order. Names and defaults are part of the public interface: keep them. */
 export const SETTINGS: { readonly [K in SettingKey]: SettingSpec<ServerConfig[K]> } = {
   port: {

@@ -1,3 +1,4 @@
+// One file by design: the decider is one spec (disposition, prediction, revision, snapshot) read as a whole.
 /**
  * The delivery pipeline's decisions, pure (no I/O, no clock: event time, and each event's admission time for
  * its bounds): raw event in → its disposition (invalid, duplicate, late, accepted) and the predictions to make, each a feature row with the decision's

@@ -1,8 +1,9 @@
 import { compareEvents, type Entry, estimateEventBytes, eventsIn, insertSorted } from './buffer';
+import { DEDUPE_BUCKET_MS, DedupeIds } from './dedupe';
 import { StreamEventError, StreamSnapshotError } from './errors';
 import { TimerHeap, TimerKind } from './heap';
 import { validateEngineOptions } from './options';
-import { packRuns, packStrings } from './pack';
+import { packRuns } from './pack';
 import {
   checkSnapshot,
   type EngineSnapshot,
@@ -28,9 +29,6 @@ export const END_OF_INPUT = Number.MAX_SAFE_INTEGER;
 
 const KEY_OVERHEAD_BYTES = 128;
 const WINDOW_TRACKER_BYTES = 32;
-const DEDUPE_OVERHEAD_BYTES = 48;
-/** Forget times are rounded up to this, so ids share one timer per bucket instead of one each. */
-export const DEDUPE_BUCKET_MS = 1000;
 
 interface WindowState<P> {
   /** Events of the open windows, in (eventTime, eventId) order. */
@@ -110,13 +108,9 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
   private readonly specs: ReadonlyMap<string, ResolvedWindowSpec<P, R>>;
   private readonly partitions: PartitionWatermarks;
   private readonly keys = new Map<string, KeyState<P>>();
-  /** Processed event id → event time at which it is forgotten. */
-  private readonly seen = new Map<string, number>();
-  /** Forget time (a multiple of DEDUPE_BUCKET_MS) → the ids forgotten then. */
-  private readonly forgetBuckets = new Map<number, string[]>();
+  /** Processed event ids until their forget time (dedupe.ts). */
+  private readonly dedupe = new DedupeIds();
   private readonly timers = new TimerHeap();
-  /** Dedupe buckets as last packed, with the bucket's length then: unchanged buckets are not packed again. */
-  private readonly packedBuckets = new Map<number, { length: number; packed: string }>();
   private wm = NO_WATERMARK;
   private bytes = 0;
   private openWindows = 0;
@@ -139,7 +133,7 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
 
   ingest(event: StreamEvent<P>): StreamEffect<P, R>[] {
     checkEvent(event);
-    if (this.seen.has(event.eventId)) {
+    if (this.dedupe.has(event.eventId)) {
       this.counters.duplicates++;
       return [{ kind: 'duplicate', event }];
     }
@@ -192,10 +186,10 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
       keys: this.keys.size,
       openWindows: this.openWindows,
       bufferedEvents: this.buffered,
-      dedupeIds: this.seen.size,
+      dedupeIds: this.dedupe.size,
       partitions: this.partitions.size,
       activePartitions: this.partitions.activeCount(),
-      approxBytes: this.bytes,
+      approxBytes: this.bytes + this.dedupe.bytes,
       counters: { ...this.counters },
     };
   }
@@ -218,7 +212,7 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
       version: SNAPSHOT_VERSION,
       watermark: this.watermark(),
       partitions,
-      dedupe: this.packDedupe(),
+      dedupe: this.dedupe.pack(),
       counters: { ...this.counters },
       keys: [...this.keys.keys()].sort(),
       partitionIndex: new Map(partitions.map((p, i) => [p.partition, i])),
@@ -228,25 +222,6 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
   snapshotKey(key: string, head: EngineSnapshotHead): KeySnapshot<P> | undefined {
     const ks = this.keys.get(key);
     return ks === undefined ? undefined : this.packKey(ks, head.partitionIndex);
-  }
-
-  /**
-   * The dedupe buckets by forget time. Ids only join the newest buckets, so a bucket whose length has not
-   * changed is the one packed last time. Sorted in place: the order within a bucket means nothing, sorted ids
-   * front-code well, and the next sort finds them (nearly) sorted.
-   */
-  private packDedupe(): [number, string][] {
-    const out: [number, string][] = [];
-    for (const at of [...this.forgetBuckets.keys()].sort((a, b) => a - b)) {
-      const ids = this.forgetBuckets.get(at)!;
-      let cached = this.packedBuckets.get(at);
-      if (cached === undefined || cached.length !== ids.length) {
-        cached = { length: ids.length, packed: packStrings(ids.sort()) };
-        this.packedBuckets.set(at, cached);
-      }
-      out.push([at, cached.packed]);
-    }
-    return out;
   }
 
   /** One key: its events once each (a GPS point sits in several windows and is the latest position). */
@@ -407,7 +382,7 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
     for (let top = this.timers.peek(); top !== undefined && top.at <= this.wm; top = this.timers.peek()) {
       this.timers.pop();
       if (top.kind === TimerKind.Forget) {
-        this.forget(top.at);
+        this.dedupe.forget(top.at);
         continue;
       }
       const ks = this.keys.get(top.key);
@@ -473,25 +448,8 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
   }
 
   private remember(eventId: string, forgetAt: number): void {
-    this.seen.set(eventId, forgetAt);
-    this.bytes += DEDUPE_OVERHEAD_BYTES + 2 * eventId.length;
-    const bucket = this.forgetBuckets.get(forgetAt);
-    if (bucket !== undefined) {
-      bucket.push(eventId);
-      return;
-    }
-    this.forgetBuckets.set(forgetAt, [eventId]);
-    this.timers.push({ at: forgetAt, kind: TimerKind.Forget, key: '', window: '', start: 0 });
-  }
-
-  private forget(at: number): void {
-    const bucket = this.forgetBuckets.get(at);
-    if (bucket === undefined) return;
-    this.forgetBuckets.delete(at);
-    this.packedBuckets.delete(at);
-    for (const eventId of bucket) {
-      if (this.seen.delete(eventId)) this.bytes -= DEDUPE_OVERHEAD_BYTES + 2 * eventId.length;
-    }
+    if (this.dedupe.remember(eventId, forgetAt))
+      this.timers.push({ at: forgetAt, kind: TimerKind.Forget, key: '', window: '', start: 0 });
   }
 
   private addBytes(ks: KeyState<P>, delta: number): void {

@@ -1,3 +1,4 @@
+// One file by design: the ring's protocol (README.md) is one spec whose lock, intent and position steps must read together.
 import { types } from 'node:util';
 import { threadId } from 'node:worker_threads';
 import { RingError, RingRangeError, RingTypeError } from './errors';

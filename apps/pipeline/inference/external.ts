@@ -18,42 +18,17 @@
 import type { Logger } from 'pino';
 import pino from 'pino';
 import WebSocket from 'ws';
-import type { ErrorCode } from '../../../libs/protocol';
 import { ExternalInferenceError } from './external-errors';
-import type { BackoffOptions, InputBinding } from './external-wire';
-import { backoffDelay, encodePredict, httpBaseOf, isRetryable, readAnswer } from './external-wire';
+import { checkPin, type HttpSide, httpGet } from './external-http';
+import { type ExternalBackendOptions, resolveExternalOptions, type Settings } from './external-options';
+import { answered, newConn, opened, type Conn as PoolConn, pace } from './external-pacing';
+import type { InputBinding } from './external-wire';
+import { backoffDelay, encodePredict, isRetryable, readAnswer } from './external-wire';
 import type { InferenceBackend, ModelPin } from './inference';
 
-export interface ExternalBackendOptions {
-  /** The cluster's WebSocket endpoint, e.g. `ws://127.0.0.1:8000/ws`. */
-  url: string;
-  /** Connections in the pool (default 2). */
-  connections?: number;
-  /** Calls in flight in all, retries and re-sends included (default 64). */
-  maxInflight?: number;
-  /**
-   * Calls in flight on one connection (default ceil(maxInflight / connections)). Keep it at or under the
-   * server's per-client cap (`STREAMINFER_MAX_QUEUE_SIZE`); an answer `client_queue_full` is retried.
-   */
-  maxInflightPerConnection?: number;
-  /** One attempt's time limit, also sent as the request's `deadline_ms` (default 10,000). */
-  requestTimeoutMs?: number;
-  /** Retry and reconnect delays (default 25 ms doubling to 2 s). */
-  backoff?: BackoffOptions;
-  /** Attempts per call before it rejects `retries_exhausted` (default 10); a lost connection counts one. */
-  maxAttempts?: number;
-  /**
-   * Request encoding (default `json`). `binary` sends the row's float32 bytes in a tensor frame (for pins
-   * prepared first, whose model has one float32 input). For delay-risk's 5 features JSON measured faster
-   * end to end against a 1-node server (67k vs 53k predicts/s), so it is the default.
-   */
-  frames?: 'json' | 'binary';
-  logger?: Pick<Logger, 'warn' | 'info' | 'debug'>;
-  /** Injectable for tests: time (ms, monotonic), waiting (backoff, reconnect, pauses), the jitter source. */
-  clock?: () => number;
-  sleep?: (ms: number) => Promise<void>;
-  random?: () => number;
-}
+export type { ExternalBackendOptions } from './external-options';
+
+type Conn = PoolConn<Call>;
 
 /** Counters for metrics and tests (an optional member beyond InferenceBackend). */
 export interface ExternalBackendStats {
@@ -80,18 +55,6 @@ export interface ExternalBackend extends InferenceBackend {
   readonly stats: ExternalBackendStats;
 }
 
-interface Settings {
-  url: URL;
-  httpBase: string;
-  connections: number;
-  maxInflight: number;
-  perConnection: number;
-  requestTimeoutMs: number;
-  backoff: BackoffOptions;
-  maxAttempts: number;
-  frames: 'json' | 'binary';
-}
-
 interface Call {
   readonly id: number;
   readonly pin: ModelPin;
@@ -104,96 +67,6 @@ interface Call {
   timer: NodeJS.Timeout | undefined;
   /** The connection's `generation` when this attempt went out. */
   generation: number;
-}
-
-interface Conn {
-  readonly index: number;
-  ws: WebSocket | undefined;
-  open: boolean;
-  /** Calls whose current attempt is on this connection. */
-  readonly sent: Set<Call>;
-  /** Connection attempts that failed in a row (the reconnect backoff's exponent). */
-  failures: number;
-  everOpened: boolean;
-  /** Congestion window: calls this connection may have in flight now (floor), 1 ≤ window ≤ ceiling. */
-  window: number;
-  /** The most in flight here: maxInflightPerConnection, lowered to the server's cap once it tells us. */
-  ceiling: number;
-  /** No send on this connection before then (clock ms): a rate-limit pause, then the spacing. */
-  nextSendAt: number;
-  /** Least time between two sends here (ms), learnt from `rate_limited`; 0 = unpaced. */
-  spacingMs: number;
-  /** Bumped whenever the connection slows down: only a refusal of a call sent since slows it again. */
-  generation: number;
-}
-
-const DEFAULTS = {
-  connections: 2,
-  maxInflight: 64,
-  requestTimeoutMs: 10_000,
-  backoff: { baseMs: 25, maxMs: 2_000 },
-  maxAttempts: 10,
-} as const;
-
-function fail(message: string): never {
-  throw new ExternalInferenceError('invalid_options', message);
-}
-
-function positiveInt(name: string, value: number | undefined, fallback: number): number {
-  const resolved = value ?? fallback;
-  if (!Number.isInteger(resolved) || resolved < 1) fail(`${name} must be an integer >= 1 (got ${resolved})`);
-  return resolved;
-}
-
-/** Options are checked before any I/O so a bad config fails at start, not on the first event. */
-export function resolveExternalOptions(options: ExternalBackendOptions): Settings {
-  if (typeof options !== 'object' || options === null) fail('options must be an object');
-  let url: URL;
-  try {
-    url = new URL(options.url);
-  } catch {
-    fail(`url must be a ws:// or wss:// URL (got ${String(options.url)})`);
-  }
-  if (url.protocol !== 'ws:' && url.protocol !== 'wss:')
-    fail(`url must be a ws:// or wss:// URL (got ${options.url})`);
-  const connections = positiveInt('connections', options.connections, DEFAULTS.connections);
-  const maxInflight = positiveInt('maxInflight', options.maxInflight, DEFAULTS.maxInflight);
-  const perConnection = positiveInt(
-    'maxInflightPerConnection',
-    options.maxInflightPerConnection,
-    Math.ceil(maxInflight / connections),
-  );
-  const requestTimeoutMs = positiveInt(
-    'requestTimeoutMs',
-    options.requestTimeoutMs,
-    DEFAULTS.requestTimeoutMs,
-  );
-  const maxAttempts = positiveInt('maxAttempts', options.maxAttempts, DEFAULTS.maxAttempts);
-  const frames = options.frames ?? 'json';
-  if (frames !== 'json' && frames !== 'binary')
-    fail(`frames must be "json" or "binary" (got ${String(frames)})`);
-  const backoff = options.backoff ?? DEFAULTS.backoff;
-  if (
-    typeof backoff !== 'object' ||
-    backoff === null ||
-    !Number.isFinite(backoff.baseMs) ||
-    !Number.isFinite(backoff.maxMs) ||
-    backoff.baseMs < 0 ||
-    backoff.maxMs < backoff.baseMs
-  ) {
-    fail(`backoff must be {baseMs >= 0, maxMs >= baseMs} (got ${JSON.stringify(backoff)})`);
-  }
-  return {
-    url,
-    httpBase: httpBaseOf(url),
-    connections,
-    maxInflight,
-    perConnection,
-    requestTimeoutMs,
-    backoff: { baseMs: backoff.baseMs, maxMs: backoff.maxMs },
-    maxAttempts,
-    frames,
-  };
 }
 
 const realSleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
@@ -241,6 +114,8 @@ class ExternalInferenceBackend implements ExternalBackend {
   private closed = false;
   /** A pump is scheduled for when the earliest paused connection may send again. */
   private wakeScheduled = false;
+  /** What prepare()'s GETs need (external-http.ts). */
+  private readonly http: HttpSide;
 
   constructor(
     private readonly settings: Settings,
@@ -250,6 +125,7 @@ class ExternalInferenceBackend implements ExternalBackend {
     this.clock = options.clock ?? (() => performance.now());
     this.sleep = options.sleep ?? realSleep;
     this.random = options.random ?? Math.random;
+    this.http = { settings, sleep: this.sleep, random: this.random, closed: () => this.closed };
   }
 
   get inflight(): number {
@@ -262,20 +138,7 @@ class ExternalInferenceBackend implements ExternalBackend {
 
   async start(): Promise<void> {
     for (let index = 0; index < this.settings.connections; index++) {
-      const ceiling = this.settings.perConnection;
-      this.conns.push({
-        index,
-        ws: undefined,
-        open: false,
-        sent: new Set(),
-        failures: 0,
-        everOpened: false,
-        window: ceiling,
-        ceiling,
-        nextSendAt: 0,
-        spacingMs: 0,
-        generation: 0,
-      });
+      this.conns.push(newConn(index, this.settings.perConnection));
     }
     const first = await Promise.all(this.conns.map((conn) => this.connect(conn)));
     if (first.every((error) => error !== undefined)) {
@@ -291,12 +154,12 @@ class ExternalInferenceBackend implements ExternalBackend {
   }
 
   async prepare(pin: ModelPin): Promise<void> {
-    this.checkPin(pin);
+    checkPin(pin);
     if (this.closed) throw new ExternalInferenceError('closed', 'the external backend is closed');
     const path = `/v2/models/${encodeURIComponent(pin.model)}/versions/${encodeURIComponent(pin.version)}`;
-    await this.httpGet(`${path}/ready`, pin);
+    await httpGet(this.http, `${path}/ready`, pin);
     if (this.settings.frames !== 'binary') return;
-    const metadata = (await this.httpGet(path, pin)) as {
+    const metadata = (await httpGet(this.http, path, pin)) as {
       inputs?: Array<{ name?: unknown; datatype?: unknown }>;
     };
     // One float32 input: send binary tensor frames. Anything else keeps JSON, where the server binds `input`.
@@ -315,7 +178,7 @@ class ExternalInferenceBackend implements ExternalBackend {
         return;
       }
       try {
-        this.checkPin(pin);
+        checkPin(pin);
         if (!(row instanceof Float32Array) || row.length === 0)
           throw new ExternalInferenceError('invalid_options', 'row must be a non-empty Float32Array');
       } catch (error) {
@@ -525,17 +388,11 @@ class ExternalInferenceBackend implements ExternalBackend {
         maxPayload: 8 * 1024 * 1024,
       });
       conn.ws = ws;
-      let opened = false;
+      let isOpen = false;
       let failure: Error | undefined;
       ws.on('open', () => {
-        opened = true;
-        conn.open = true;
-        conn.failures = 0;
-        // A new connection is a new client to the server: fresh rate bucket and in-flight count.
-        conn.ceiling = this.settings.perConnection;
-        conn.window = conn.ceiling;
-        conn.nextSendAt = 0;
-        conn.spacingMs = 0;
+        isOpen = true;
+        opened(conn, this.settings.perConnection);
         if (conn.everOpened) this.stats.reconnects++;
         conn.everOpened = true;
         resolve(undefined);
@@ -549,9 +406,9 @@ class ExternalInferenceBackend implements ExternalBackend {
         if (conn.ws !== ws) return;
         conn.ws = undefined;
         conn.open = false;
-        if (!opened) resolve(failure ?? new Error(`closed during the handshake (code ${code})`));
+        if (!isOpen) resolve(failure ?? new Error(`closed during the handshake (code ${code})`));
         if (this.closed) return;
-        if (opened) {
+        if (isOpen) {
           this.logger.warn(
             { connection: conn.index, code, reason: reason.toString(), inflight: conn.sent.size },
             'external inference connection dropped; reconnecting',
@@ -643,11 +500,8 @@ class ExternalInferenceBackend implements ExternalBackend {
             ),
           );
         } else {
-          if (call.conn === conn) {
-            // Additive increase: one more in flight per window's worth of answers; spacing shrinks 3%.
-            conn.window = Math.min(conn.ceiling, conn.window + 1 / conn.window);
-            conn.spacingMs = conn.spacingMs < 0.05 ? 0 : conn.spacingMs * 0.97;
-          }
+          // Additive increase (external-pacing.ts).
+          if (call.conn === conn) answered(conn);
           // The risk is the model's float32 output: binary frames carry it exactly, JSON answers print the
           // shortest decimal of the same float32 — fround makes both the same number (and the same alert).
           this.settle(call, Math.fround(answer.value));
@@ -670,7 +524,14 @@ class ExternalInferenceBackend implements ExternalBackend {
           { serverCode: answer.code },
         );
         if (isRetryable(answer.code)) {
-          const paced = this.pace(conn, call, answer.code, answer.retryAfterMs);
+          const paced = pace(
+            conn,
+            call.generation,
+            answer.code,
+            answer.retryAfterMs,
+            this.settings.backoff,
+            this.clock,
+          );
           this.retry(call, answer.code, cause, answer.retryAfterMs, paced);
         } else {
           this.settle(call, cause);
@@ -680,109 +541,4 @@ class ExternalInferenceBackend implements ExternalBackend {
       }
     }
   }
-
-  /** A connection's response to a shed answer of `call`; true when it now paces the retry itself. */
-  private pace(conn: Conn, call: Call, code: ErrorCode, retryAfterMs: number | undefined): boolean {
-    // Calls sent before the last slow-down were refused for the old pace: they say nothing new.
-    const fresh = call.generation === conn.generation;
-    switch (code) {
-      case 'client_queue_full':
-        // The server holds fewer of ours than we do (answers in transit), so this bound never undershoots
-        // its cap: the sent set still counts the refused call.
-        conn.ceiling = Math.max(1, Math.min(conn.ceiling, conn.sent.size - 1));
-        conn.window = Math.min(conn.window, conn.ceiling);
-        return true;
-      case 'rate_limited': {
-        const wait = retryAfterMs ?? this.settings.backoff.baseMs;
-        if (fresh) {
-          conn.generation++;
-          conn.spacingMs = Math.min(this.settings.backoff.maxMs, Math.max(wait, conn.spacingMs * 2, 1));
-        }
-        conn.nextSendAt = Math.max(conn.nextSendAt, this.clock() + wait);
-        return true;
-      }
-      case 'overloaded':
-        if (fresh) {
-          conn.generation++;
-          conn.window = Math.max(1, conn.window / 2);
-        }
-        return false;
-      default:
-        return false;
-    }
-  }
-
-  // ------------------------------------------------------------------ prepare
-
-  private checkPin(pin: ModelPin): void {
-    if (
-      typeof pin !== 'object' ||
-      pin === null ||
-      typeof pin.model !== 'string' ||
-      pin.model.length === 0 ||
-      typeof pin.version !== 'string' ||
-      pin.version.length === 0
-    ) {
-      throw new ExternalInferenceError(
-        'invalid_options',
-        'a pin needs a non-empty model and an explicit version',
-      );
-    }
-  }
-
-  /** GET on the cluster's HTTP side; retried while unreachable or draining, typed otherwise. */
-  private async httpGet(path: string, pin: ModelPin): Promise<unknown> {
-    let lastError: Error | undefined;
-    for (let attempt = 1; attempt <= this.settings.maxAttempts; attempt++) {
-      if (this.closed) throw new ExternalInferenceError('closed', 'the external backend is closed');
-      let status: number;
-      let body: Record<string, unknown> = {};
-      try {
-        const response = await fetch(`${this.settings.httpBase}${path}`, {
-          signal: AbortSignal.timeout(this.settings.requestTimeoutMs),
-        });
-        status = response.status;
-        const text = await response.text();
-        try {
-          const parsed = JSON.parse(text) as unknown;
-          if (typeof parsed === 'object' && parsed !== null) body = parsed as Record<string, unknown>;
-        } catch {
-          // Not JSON: the status alone decides.
-        }
-      } catch (error) {
-        lastError = error as Error;
-        await this.sleep(backoffDelay(attempt, this.settings.backoff, this.random));
-        continue;
-      }
-      if (status === 200) return body;
-      const code = serverCodeOf(body);
-      if (status === 404 && (code === 'unknown_model' || code === 'unknown_version')) {
-        throw new ExternalInferenceError(
-          'not_served',
-          `the cluster at ${this.settings.httpBase} does not serve ${pin.model} version ${pin.version}: ${String(body.error ?? code)}`,
-          { serverCode: code },
-        );
-      }
-      if (code === 'unavailable' || status === 503 || status === 429) {
-        lastError = new Error(`${path}: HTTP ${status} ${code ?? ''}`);
-        await this.sleep(backoffDelay(attempt, this.settings.backoff, this.random));
-        continue;
-      }
-      throw new ExternalInferenceError(
-        'rejected',
-        `${path} answered HTTP ${status}${code ? ` ${code}` : ''}`,
-        code ? { serverCode: code } : undefined,
-      );
-    }
-    throw new ExternalInferenceError(
-      'unreachable',
-      `the cluster at ${this.settings.httpBase} did not answer ${path}: ${lastError?.message}`,
-      { cause: lastError },
-    );
-  }
-}
-
-/** The stable code an HTTP error body carries (`{"error": "...", "code": "..."}`). */
-function serverCodeOf(body: Record<string, unknown>): ErrorCode | undefined {
-  return typeof body.code === 'string' ? (body.code as ErrorCode) : undefined;
 }

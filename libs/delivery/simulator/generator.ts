@@ -36,133 +36,21 @@
  */
 import { MinHeap } from '../../event-time';
 import { destinationPoint, haversineKm } from '../geo';
-import { type DeliveryEvent, formatIsoTime, type StatusEvent, toWire } from '../schema';
+import { type DeliveryEvent, formatIsoTime, type StatusEvent } from '../schema';
+import { arrive } from './arrival';
+import {
+  ALERT_REPEAT_MS,
+  DEFAULT_RAMP_MS,
+  type DeliveryPlan,
+  type DeliveryTruth,
+  type Incident,
+  MAX_DELIVERY_MS,
+  NOMINAL_SPEED_KMH,
+  type SimOptions,
+  type SimRecord,
+  simOptions,
+} from './options';
 import { SimRng, subSeed } from './rng';
-
-export interface SimOptions {
-  seed: number;
-  /** Concurrent deliveries (slots). */
-  deliveries: number;
-  /** New deliveries start only before startMs + durationMs. */
-  durationMs: number;
-  /** Event time of the simulation start (epoch ms). */
-  startMs: number;
-  gpsIntervalMs: number;
-  /** Max arrival delay of an ordinary event (out-of-orderness). */
-  disorderMs: number;
-  duplicateFraction: number;
-  tooLateFraction: number;
-  /** Arrival delay of a too-late event (it should exceed out-of-orderness + allowed lateness). */
-  tooLateDelayMs: number;
-  invalidFraction: number;
-  /** Traffic corridors deliveries are spread over. */
-  routes: number;
-  incidentsPerRouteHour: number;
-  /** City centre. */
-  centerLat: number;
-  centerLon: number;
-  /** Prefix of every delivery_id and event_id (distinct runs on one stream need distinct ids). */
-  idPrefix: string;
-  /**
-   * Slots start their first delivery within this span (capped at durationMs). Unset: 5 min, the
-   * historical ramp (training runs and their model depend on it).
-   */
-  rampMs?: number;
-  /**
-   * Give each slot a millisecond phase, so event times spread over the second (`…:12.345Z`) instead of
-   * all falling on whole seconds: at thousands of events/s a live run then publishes smoothly rather
-   * than in one burst per second. Unset/false: whole seconds, as the contract's example.
-   */
-  subSecondTimes?: boolean;
-}
-
-export const DEFAULT_SIM_OPTIONS: SimOptions = {
-  seed: 1,
-  deliveries: 50,
-  durationMs: 30 * 60_000,
-  startMs: Date.UTC(2026, 10, 8, 10, 0, 0),
-  gpsIntervalMs: 10_000,
-  disorderMs: 0,
-  duplicateFraction: 0,
-  tooLateFraction: 0,
-  tooLateDelayMs: 5 * 60_000,
-  invalidFraction: 0,
-  routes: 12,
-  incidentsPerRouteHour: 1.2,
-  centerLat: 12.9716,
-  centerLon: 77.5946,
-  idPrefix: '',
-};
-
-export const NOMINAL_SPEED_KMH = 22;
-export const ALERT_REPEAT_MS = 3 * 60_000;
-
-export type RecordKind = 'event' | 'duplicate' | 'too_late' | 'invalid';
-
-export interface SimRecord {
-  /** When to publish (epoch ms; ≥ the event time). */
-  publishAtMs: number;
-  /** The JSON payload to publish. */
-  payload: string;
-  /** Msg-Id to publish with (the event_id; for an invalid payload the id it replaced). */
-  msgId: string;
-  delivery_id: string;
-  kind: RecordKind;
-  /** The typed event (absent for an invalid payload). */
-  event?: DeliveryEvent;
-}
-
-export interface Incident {
-  route_id: string;
-  startMs: number;
-  endMs: number;
-  severity: number;
-}
-
-/** A delivery's ground truth as its plan knows it: everything but the events, before any is published. */
-export interface DeliveryPlan {
-  delivery_id: string;
-  route_id: string;
-  pickupMs: number;
-  promisedMs: number;
-  deliveredMs: number;
-  late: boolean;
-  /** deliveredMs − promisedMs in minutes (positive = late). */
-  lateByMin: number;
-  routeKm: number;
-  driverSpeedKmh: number;
-  stops: number;
-  /** Minutes spent inside incidents. */
-  incidentMin: number;
-}
-
-export interface DeliveryTruth extends DeliveryPlan {
-  /** Every valid event of the delivery, in event-time order (before duplication or loss). */
-  events: DeliveryEvent[];
-}
-
-const MAX_DELIVERY_MS = 3 * 3_600_000;
-/** The historical start ramp (see SimOptions.rampMs). */
-export const DEFAULT_RAMP_MS = 5 * 60_000;
-
-export function simOptions(o: Partial<SimOptions> = {}): SimOptions {
-  const opts = { ...DEFAULT_SIM_OPTIONS, ...o };
-  const fractions = ['duplicateFraction', 'tooLateFraction', 'invalidFraction'] as const;
-  for (const f of fractions) {
-    if (!(opts[f] >= 0 && opts[f] <= 1)) throw new Error(`simulator: ${f} must be in [0, 1], got ${opts[f]}`);
-  }
-  for (const k of ['deliveries', 'gpsIntervalMs', 'routes'] as const) {
-    if (!(opts[k] > 0)) throw new Error(`simulator: ${k} must be > 0, got ${opts[k]}`);
-  }
-  for (const k of ['durationMs', 'disorderMs', 'tooLateDelayMs', 'incidentsPerRouteHour'] as const) {
-    if (!(opts[k] >= 0)) throw new Error(`simulator: ${k} must be ≥ 0, got ${opts[k]}`);
-  }
-  if (opts.rampMs !== undefined && !(opts.rampMs >= 0))
-    throw new Error(`simulator: rampMs must be ≥ 0, got ${opts.rampMs}`);
-  if (!/^[A-Za-z0-9_-]*$/.test(opts.idPrefix))
-    throw new Error('simulator: idPrefix may hold letters, digits, _ and -');
-  return opts;
-}
 
 /** Traffic incidents per route over the whole horizon (Poisson arrivals, 5–25 min, severity 1..5). */
 export function incidents(o: SimOptions): Incident[] {
@@ -184,16 +72,6 @@ export function incidents(o: SimOptions): Incident[] {
 
 function routeId(o: SimOptions, r: number): string {
   return `${o.idPrefix}route-${r}`;
-}
-
-/**
- * The longest a record can wait between its event time and its publish time: the disorder (or a
- * too-late delay + up to 30 s), plus a duplicate's own delay on top. The incremental generator holds
- * at most this much of each delivery's records.
- */
-export function maxArrivalDelayMs(o: SimOptions): number {
-  const first = Math.max(o.disorderMs, o.tooLateFraction > 0 ? o.tooLateDelayMs + 30_000 : 0);
-  return first + (o.duplicateFraction > 0 ? Math.max(o.disorderMs, 1000) : 0);
 }
 
 interface Point {
@@ -427,55 +305,6 @@ function wholeSeconds(ms: number): number {
 
 function round6(x: number): number {
   return Math.round(x * 1e6) / 1e6;
-}
-
-const INVALID_VARIANTS: ((wire: Record<string, unknown>) => string)[] = [
-  (w) => JSON.stringify({ ...w, driver_lat: 123.4 }),
-  (w) => JSON.stringify({ ...w, event_time: '08/11/2026 10:00:12' }),
-  (w) => JSON.stringify({ ...w, event_id: undefined }),
-  (w) => JSON.stringify({ ...w, driver_lon: String(w['driver_lon']) }),
-  (w) => JSON.stringify(w).slice(0, -3),
-];
-
-/**
- * The records of one event after disorder, duplication, loss and corruption (a delivery's arrival
- * rng is drawn event by event, in event-time order).
- */
-function arrive(o: SimOptions, rng: SimRng, e: DeliveryEvent, out: (r: SimRecord) => void): void {
-  const wire = toWire(e);
-  const payload = JSON.stringify(wire);
-  const protectedEvent = e.type === 'status';
-  const common = { msgId: e.event_id, delivery_id: e.delivery_id };
-  if (!protectedEvent && e.type === 'gps' && rng.chance(o.invalidFraction)) {
-    const bad = INVALID_VARIANTS[rng.int(0, INVALID_VARIANTS.length - 1)]!(wire);
-    out({
-      ...common,
-      publishAtMs: e.eventTimeMs + Math.round(rng.uniform(0, o.disorderMs)),
-      payload: bad,
-      kind: 'invalid',
-    });
-    return;
-  }
-  const tooLate = !protectedEvent && rng.chance(o.tooLateFraction);
-  const publishAtMs =
-    e.eventTimeMs +
-    Math.round(tooLate ? o.tooLateDelayMs + rng.uniform(0, 30_000) : rng.uniform(0, o.disorderMs));
-  out({ ...common, publishAtMs, payload, kind: tooLate ? 'too_late' : 'event', event: e });
-  if (rng.chance(o.duplicateFraction)) {
-    const again = publishAtMs + Math.round(rng.uniform(0, Math.max(o.disorderMs, 1000)));
-    out({ ...common, publishAtMs: again, payload, kind: 'duplicate', event: e });
-  }
-}
-
-/**
- * A whole delivery's records in its own order (each event through arrival): what the incremental
- * generator yields for that delivery, produced the non-incremental way (tests compare the two).
- */
-export function deliveryRecords(o: SimOptions, k: number, truth: DeliveryTruth): SimRecord[] {
-  const rng = new SimRng(subSeed(o.seed, 'arrival', k));
-  const out: SimRecord[] = [];
-  for (const e of truth.events) arrive(o, rng, e, (r) => out.push(r));
-  return out;
 }
 
 /** What the incremental generator holds right now and at most (tests, progress lines). */

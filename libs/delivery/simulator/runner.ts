@@ -2,7 +2,8 @@
  * Paces a simulation in real time for a publisher (the `streaminfer simulate` CLI): event times
  * start at the run's wall-clock start, and each record is handed over when its publishAt comes.
  */
-import { type SimOptions, type SimRecord, simulationRecords } from './generator';
+import { simulationRecords } from './generator';
+import type { SimOptions, SimRecord } from './options';
 
 export interface PaceOptions {
   /** Wall clock (epoch ms). */
