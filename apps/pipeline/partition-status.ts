@@ -52,13 +52,13 @@ export class PartitionReport {
 
   constructor(
     private readonly ctx: PartitionContext,
-    private readonly m: PartitionMessages,
+    private readonly messages: PartitionMessages,
     private readonly durable: string,
   ) {}
 
   /** Replaying the span after its restored checkpoint. */
   get replaying(): boolean {
-    return this.m.replayUntil > 0 && !this.recovered;
+    return this.messages.replayUntil > 0 && !this.recovered;
   }
 
   /** The partition starts (a restore's recovery time counts from here). */
@@ -69,7 +69,7 @@ export class PartitionReport {
   /** Each second: the busiest key's series, and whether a restore has caught up. */
   tick(inFlight: number): void {
     const { metrics } = this.ctx;
-    const m = this.m;
+    const m = this.messages;
     const now = this.ctx.clock();
     m.keys.rollIfDue(now);
     this.reportBusiest(m.keys.busiest);
@@ -96,40 +96,40 @@ export class PartitionReport {
   reportBusiest(busiest: { key: string; events: number } | null): void {
     const { metrics } = this.ctx;
     if (this.reportedKey !== undefined && this.reportedKey !== busiest?.key)
-      metrics.busiestKey.remove({ partition: this.m.label, key: this.reportedKey });
+      metrics.busiestKey.remove({ partition: this.messages.label, key: this.reportedKey });
     this.reportedKey = busiest?.key;
-    if (busiest) metrics.busiestKey.set({ partition: this.m.label, key: busiest.key }, busiest.events);
+    if (busiest) metrics.busiestKey.set({ partition: this.messages.label, key: busiest.key }, busiest.events);
   }
 
   status(running: RunningPipeline | undefined, consuming: boolean): PartitionStatus {
-    const wm = this.m.decider.watermark();
-    const s = this.m.decider.stats();
-    const last = this.m.checkpointer?.lastCompleted;
+    const wm = this.messages.decider.watermark();
+    const s = this.messages.decider.stats();
+    const last = this.messages.checkpointer?.lastCompleted;
     return {
-      partition: this.m.partition,
-      epoch: this.m.epoch,
-      version: this.m.pin.version,
+      partition: this.messages.partition,
+      epoch: this.messages.epoch,
+      version: this.messages.pin.version,
       consuming,
-      position: this.m.position,
+      position: this.messages.position,
       replaying: this.replaying,
       watermark: wm === null ? null : new Date(wm).toISOString(),
       pending: this.lag.pending,
       ack_pending: this.lag.ackPending,
       unprocessed: this.unprocessed,
       oldest_unprocessed_age_s: this.oldestUnprocessedAgeS(running),
-      ...(this.m.checkpointer
+      ...(this.messages.checkpointer
         ? {
             checkpoint: {
               last_id: last?.id ?? null,
               position: last?.position ?? null,
               age_s: last ? Math.max(0, this.ctx.clock() - last.at) / 1000 : null,
-              held_acks: this.m.checkpointer.heldMessages,
+              held_acks: this.messages.checkpointer.heldMessages,
             },
           }
         : {}),
       state_keys: s.deliveries,
       state_bytes: s.approxBytes,
-      busiest_key: this.m.keys.busiest,
+      busiest_key: this.messages.keys.busiest,
     };
   }
 
@@ -139,8 +139,8 @@ export class PartitionReport {
       pending: this.lag.pending,
       ackPending: this.lag.ackPending,
       oldestAgeS: this.oldestUnprocessedAgeS(running),
-      watermark: this.m.decider.watermark(),
-      checkpointAt: this.m.checkpointer?.lastCompleted?.at ?? null,
+      watermark: this.messages.decider.watermark(),
+      checkpointAt: this.messages.checkpointer?.lastCompleted?.at ?? null,
     };
   }
 
@@ -155,7 +155,7 @@ export class PartitionReport {
     try {
       const info = await nats.jsm.consumers.info(layout.events.name, this.durable);
       // Acks held for the checkpoint, counted with the broker's figures: those events are processed.
-      const held = this.m.checkpointer?.heldMessages ?? 0;
+      const held = this.messages.checkpointer?.heldMessages ?? 0;
       const unprocessed = info.num_pending + Math.max(0, info.num_ack_pending - held);
       // The partition's first message past the last one started: nothing after the position was processed
       // (delivered and buffered, held at a barrier, or still at the broker). Its store time ages while
@@ -165,17 +165,17 @@ export class PartitionReport {
         const next = await nats.jsm.streams
           .getMessage(layout.events.name, {
             // Above the ack floor too: without checkpoints a new owner's position starts below what is acked.
-            seq: Math.max(this.m.position, info.ack_floor.stream_seq) + 1,
-            next_by_subj: partitionFilter(layout.subjects.eventsPrefix, this.m.partition),
+            seq: Math.max(this.messages.position, info.ack_floor.stream_seq) + 1,
+            next_by_subj: partitionFilter(layout.subjects.eventsPrefix, this.messages.partition),
           } as unknown as { seq: number })
           .catch(() => null);
         if (next) nextAt = next.time.getTime();
       }
       this.lag = { pending: info.num_pending, ackPending: info.num_ack_pending, held, nextAt };
       this.lagSince = Date.now();
-      metrics.partitionPending.set({ partition: this.m.label }, info.num_pending);
+      metrics.partitionPending.set({ partition: this.messages.label }, info.num_pending);
     } catch (err) {
-      this.ctx.logger.debug({ partition: this.m.partition, err: String(err) }, 'consumer info failed');
+      this.ctx.logger.debug({ partition: this.messages.partition, err: String(err) }, 'consumer info failed');
     }
   }
 
