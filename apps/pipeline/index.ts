@@ -84,7 +84,7 @@ export type {
 } from './leases/lease-types';
 export { checkLeaseOptions, PartitionLeases } from './leases/leases';
 export { PipelineMetrics } from './metrics';
-export { type PartitionStatus, PartitionWorker, type PipelineCounts } from './partition';
+export { Partition, type PartitionStatus, type PipelineCounts } from './partition';
 export {
   DeliveryPipeline,
   type EpochRecord,

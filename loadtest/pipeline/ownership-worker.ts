@@ -64,7 +64,7 @@ async function runLease(cfg: OwnershipWorkerConfig, nats: NatsHandle): Promise<v
   });
   const sources = new Map<number, JetStreamSource>();
   // The acquisition a loop belongs to: a loop of a lease that was lost stops taking messages (as the
-  // pipeline's PartitionWorker aborts its runner), even once this instance holds the partition again.
+  // pipeline's Partition aborts its runner), even once this instance holds the partition again.
   const current = new Map<number, object>();
   keeper.start({
     acquire: async (p, token) => {
