@@ -111,8 +111,11 @@ async function predictions(nats: NatsHandle, names: StreamNames): Promise<Output
   return { risks, duplicates };
 }
 
-/** One chain per partition, each publishing in order; `gate` pauses every chain before its next event. */
-function producer(nats: NatsHandle, names: StreamNames, records: readonly SimRecord[]) {
+/**
+ * One chain per partition, each publishing in order, `paceMs` between events; `gate` pauses every chain before
+ * its next event.
+ */
+function producer(nats: NatsHandle, names: StreamNames, records: readonly SimRecord[], paceMs: number) {
   let sent = 0;
   let gate: Promise<void> | undefined;
   const byPartition = Array.from({ length: PARTITIONS }, () => [] as SimRecord[]);
@@ -128,8 +131,7 @@ function producer(nats: NatsHandle, names: StreamNames, records: readonly SimRec
           r.msgId,
         );
         sent++;
-        // A steady flow (about 150 events/s) rather than a burst, so faults land among events.
-        await new Promise((resolve) => setTimeout(resolve, 10));
+        if (paceMs > 0) await new Promise((resolve) => setTimeout(resolve, paceMs));
       }
     }),
   );
@@ -180,9 +182,10 @@ test('leaders killed, a node partitioned, every node restarted, as events flow: 
   await cluster.waitStreamReady(chaos.events);
   expect((await onCluster.jsm.streams.info(chaos.events)).config.num_replicas).toBe(3);
 
-  // The reference gets the same order per partition, all at once: order decides, timing does not.
-  await producer(lone, reference, batch).done;
-  const flow = producer(onCluster, chaos, batch);
+  // The reference gets the same order per partition, all at once (no pacing): order decides, timing does not.
+  await producer(lone, reference, batch, 0).done;
+  // The cluster run, a steady flow (about 150 events/s) rather than a burst, so faults land among events.
+  const flow = producer(onCluster, chaos, batch, 10);
 
   const faults: Fault[] = [];
   const whenSent = (n: number) => waitFor(`${n} events published`, () => flow.sent >= n, 120_000);

@@ -8,6 +8,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import * as path from 'node:path';
 import * as ort from 'onnxruntime-node';
 import type { TensorSpec } from '../../libs/protocol';
+import { MODEL_NAMES } from '../../scripts/build-models';
 import { BENCH_CONFIG } from '../../scripts/models/bench';
 import { type ModelConfig, serializeConfig } from '../../scripts/models/config';
 import { N_CLASSES, N_PIXELS, split } from '../../scripts/models/digits-data';
@@ -238,13 +239,19 @@ describe('bench', () => {
 });
 
 describe('committed files are what the build script produces (deterministic)', () => {
-  // In a child process: jest's vm context runs the PRNG loops tens of times slower.
-  it('build-models --check reports every file up to date (retrains digits, rebuilds all)', () => {
+  // In a child process: jest's vm context runs the PRNG loops tens of times slower. delay-risk is checked the same
+  // way by delay-risk.test.ts (with its held-out AUC): its trainer is the longest build, run there only.
+  const checked = MODEL_NAMES.filter((name) => name !== 'delay-risk');
+  it('build-models --check reports every file up to date (retrains digits, rebuilds all but delay-risk)', () => {
     const script = path.join(REPO_ROOT, 'dist', 'scripts', 'build-models.js');
-    const r = spawnSync(process.execPath, [script, '--check', '--data', digitsPath()], {
-      encoding: 'utf8',
-      timeout: 110_000,
-    });
+    const r = spawnSync(
+      process.execPath,
+      [script, '--check', '--only', checked.join(','), '--data', digitsPath()],
+      {
+        encoding: 'utf8',
+        timeout: 110_000,
+      },
+    );
     if (r.status !== 0)
       throw new Error(`build-models --check failed (${r.status}):\n${r.stdout}\n${r.stderr}`);
     expect(r.stdout).toContain('all model files up to date');
