@@ -220,7 +220,7 @@ class Run {
   }
 
   start(gated: boolean): void {
-    const script = path.join(this.repoRoot, 'dist', 'loadtest', 'stream', 'ownership-worker.js');
+    const script = path.join(this.repoRoot, 'dist', 'loadtest', 'pipeline', 'ownership-worker.js');
     for (const id of ['a', 'b']) {
       const cfg: OwnershipWorkerConfig = {
         mode: this.mode,

@@ -181,6 +181,21 @@ describe('the docs', () => {
     expect(stale).toEqual([]);
   });
 
+  it('start only compiled files that have a source', () => {
+    // A compiled path joined from segments ("dist", "loadtest", …): a moved source breaks it only when run.
+    const joined = /'dist'((?:,\s*'[\w.-]+')+)/g;
+    const stale: string[] = [];
+    for (const d of ['apps', 'libs', 'loadtest', 'scripts', 'test'])
+      for (const file of walk(path.join(REPO_ROOT, d), (n) => n.endsWith('.ts')))
+        for (const m of readFileSync(file, 'utf8').matchAll(joined)) {
+          const rel = [...m[1]!.matchAll(/'([\w.-]+)'/g)].map((x) => x[1]!).join('/');
+          if (!rel.endsWith('.js')) continue;
+          if (!existsSync(path.join(REPO_ROOT, rel.replace(/\.js$/, '.ts'))))
+            stale.push(`${path.relative(REPO_ROOT, file)} → dist/${rel}`);
+        }
+    expect(stale).toEqual([]);
+  });
+
   it('list every server setting with its key, environment variable and default', () => {
     const text = readFileSync(path.join(REPO_ROOT, 'docs/reference/configuration.md'), 'utf8');
     const rows = text.split('\n').filter((l) => l.startsWith('|'));
