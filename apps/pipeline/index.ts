@@ -84,14 +84,12 @@ export type {
 } from './leases/lease-types';
 export { checkLeaseOptions, PartitionLeases } from './leases/leases';
 export { PipelineMetrics } from './metrics';
-export { Partition, type PartitionStatus, type PipelineCounts } from './partition';
-export {
-  DeliveryPipeline,
-  type EpochRecord,
-  type PipelineStatus,
-  type ReloadOutcome,
-  RetryableError,
-} from './pipeline';
+export { Partition } from './partition';
+export { type PipelineCounts, RetryableError } from './partition-context';
+export type { PartitionStatus } from './partition-status';
+export { DeliveryPipeline } from './pipeline';
+export type { ReloadOutcome } from './pipeline-epochs';
+export type { PipelineStatus } from './pipeline-status';
 export {
   type Processor,
   type RunnerOptions,

@@ -16,9 +16,6 @@ import { PartitionMessages } from './partition-messages';
 import { type PartitionGauges, PartitionReport, type PartitionStatus } from './partition-status';
 import { type RunningPipeline, runPipeline } from './runner';
 
-export { type PartitionContext, type PipelineCounts, RetryableError } from './partition-context';
-export type { PartitionGauges, PartitionStatus } from './partition-status';
-
 export class Partition {
   /** The per-message path and the state its decisions depend on. */
   private readonly messages: PartitionMessages;

@@ -12,7 +12,8 @@ import type { StreamLayout } from './io/layout';
 import type { LeaseKeeper } from './leases/lease-keeper';
 import type { ReleaseReason } from './leases/leases';
 import type { PipelineMetrics } from './metrics';
-import { Partition, type PartitionContext } from './partition';
+import { Partition } from './partition';
+import type { PartitionContext } from './partition-context';
 
 export interface OwnershipDeps {
   config: PipelineConfig;

@@ -13,7 +13,7 @@ import { provisionStreams } from './io/provision';
 import { JetStreamSink } from './io/sink';
 import { SideOutputSpool } from './io/spool';
 import type { PipelineMetrics } from './metrics';
-import type { PipelineCounts } from './partition';
+import type { PipelineCounts } from './partition-context';
 
 export interface InstanceIo {
   nats: NatsHandle;

@@ -10,7 +10,9 @@ import { assessHealth } from './health';
 import type { ModelPin } from './inference/inference';
 import type { SideOutputSpool } from './io/spool';
 import type { PipelineMetrics } from './metrics';
-import type { Partition, PartitionStatus, PipelineCounts } from './partition';
+import type { Partition } from './partition';
+import type { PipelineCounts } from './partition-context';
+import type { PartitionStatus } from './partition-status';
 
 export interface PipelineStatus {
   state: 'starting' | 'running' | 'draining' | 'stopped' | 'failed';

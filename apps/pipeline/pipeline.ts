@@ -20,16 +20,11 @@ import { EpochLog } from './io/epochs';
 import { type StreamLayout, streamLayout } from './io/layout';
 import { LeaseKeeper } from './leases/lease-keeper';
 import type { PipelineMetrics } from './metrics';
-import type { PartitionContext, PipelineCounts } from './partition';
+import type { PartitionContext, PipelineCounts } from './partition-context';
 import { InstanceEpoch, type ReloadOutcome } from './pipeline-epochs';
 import { OwnedPartitions } from './pipeline-partitions';
 import { type InstanceIo, openInstanceIo } from './pipeline-start';
 import { type PipelineStatus, pipelineStatus, setInstanceGauges } from './pipeline-status';
-
-export type { EpochRecord } from './io/epochs';
-export { RetryableError } from './partition';
-export type { ReloadOutcome } from './pipeline-epochs';
-export type { PipelineStatus } from './pipeline-status';
 
 export interface PipelineDeps {
   config: PipelineConfig;

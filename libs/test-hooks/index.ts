@@ -15,7 +15,7 @@ export type TestDelay =
   | 'HOLD_PREPARE_MS'
   /** A node holds the window between a successful prepare and the commit (apps/node/main.ts). */
   | 'COMMIT_DELAY_MS'
-  /** A fleet coordinator holds its commit point (apps/supervisor/fleet/fleet-member.ts). */
+  /** A fleet coordinator holds its commit point (apps/supervisor/fleet/fleet-change.ts). */
   | 'FLEET_COMMIT_DELAY_MS'
   /** The pipeline pauses between a checkpoint's object and its pointer (apps/pipeline/io/checkpoints.ts). */
   | 'CHECKPOINT_DELAY_MS';

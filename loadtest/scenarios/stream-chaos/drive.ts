@@ -33,10 +33,11 @@ import {
   PARTITIONS,
   type Pipeline,
   type Plan,
+  type Sampler,
   sleep,
   WORKLOAD,
 } from './plan';
-import { type Sampler, sampler } from './sampler';
+import { sampler } from './sampler';
 
 /** A killed partition: where its checkpoint stood at the kill, and what the restore after it said. */
 export interface KilledPartition {

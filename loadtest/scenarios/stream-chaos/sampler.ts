@@ -3,8 +3,6 @@ import type { NatsHandle } from '../../pipeline/broker';
 import { type InstanceHealth, instanceHealth, partitionConsumers } from '../../pipeline/instances';
 import { live, PARTITIONS, type Pipeline, type Sample, type Sampler } from './plan';
 
-export type { Sample, Sampler } from './plan';
-
 /**
  * Samples a pipeline every `everyMs`: Σ per-partition num_pending (what no consumer has been handed yet —
  * the broker's count, true while an instance is down too), and each live instance's /health. Keeps every
