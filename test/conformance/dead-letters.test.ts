@@ -149,6 +149,16 @@ function badThenGood(delivery: string, gpsCount: number) {
   };
 }
 
+/** badThenGood's events published in order on one partition: the invalid ones, the valid ones, the late one. */
+async function publishBadThenGood(names: StreamNames, delivery: string, gpsCount: number) {
+  const events = badThenGood(delivery, gpsCount);
+  const badSeqs: number[] = [];
+  for (const [id, data] of events.invalid) badSeqs.push(await publish(names, delivery, data, id));
+  for (const e of events.good) await publish(names, delivery, e.payload, e.id);
+  const lateSeq = await publish(names, delivery, events.late.payload, events.late.id);
+  return { ...events, badSeqs, lateSeq };
+}
+
 describe('dead letters (public contract)', () => {
   it('a dead letter over the broker max_payload arrives truncated, and the events behind it are predicted', async () => {
     const names = uniqueNames('cdl');
@@ -276,11 +286,7 @@ describe('dead letters (public contract)', () => {
     const side = await nats.jsm.streams.info(names.side);
     await nats.jsm.streams.delete(names.side);
 
-    const { invalid, good, late, predicted } = badThenGood('ds', 60);
-    const badSeqs: number[] = [];
-    for (const [id, data] of invalid) badSeqs.push(await publish(names, 'ds', data, id));
-    for (const e of good) await publish(names, 'ds', e.payload, e.id);
-    const lateSeq = await publish(names, 'ds', late.payload, late.id);
+    const { predicted, badSeqs, lateSeq } = await publishBadThenGood(names, 'ds', 60);
 
     // The events behind the refused side outputs are predicted, and every source message is acked.
     await waitFor(
@@ -349,11 +355,7 @@ describe('dead letters (public contract)', () => {
     await everyPartitionConsuming(admin);
     await nats.jsm.streams.delete(names.side);
 
-    const { invalid, good, late, predicted } = badThenGood('dk', 40);
-    const badSeqs: number[] = [];
-    for (const [id, data] of invalid) badSeqs.push(await publish(names, 'dk', data, id));
-    for (const e of good) await publish(names, 'dk', e.payload, e.id);
-    const lateSeq = await publish(names, 'dk', late.payload, late.id);
+    const { predicted, badSeqs, lateSeq } = await publishBadThenGood(names, 'dk', 40);
     await waitFor(
       'the valid events predicted',
       async () => (await firstPredictionCounts(names, 'dk')).size >= predicted.length,
