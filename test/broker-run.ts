@@ -2,7 +2,9 @@
  * What the global setups of the main run and the 2.9 compatibility run do (test/broker-setup*.ts). They also set
  * STREAMINFER_TEST_NATS_RUN (`current` or `2.9`) for broker-kit.test.ts to know which release to expect.
  */
-
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { redactNatsUrls } from '../libs/nats-auth';
 import {
   type Broker,
@@ -14,7 +16,11 @@ import {
 } from './integration/broker-kit';
 
 const STARTED = Symbol.for('streaminfer.test-broker');
-type WithBroker = typeof globalThis & { [STARTED]?: Broker };
+const RUN_TMP = Symbol.for('streaminfer.test-run-tmp');
+type WithBroker = typeof globalThis & {
+  [STARTED]?: Broker;
+  [RUN_TMP]?: { dir: string; was: string | undefined };
+};
 
 const say = (line: string) => process.stderr.write(`[test broker] ${line}\n`);
 
@@ -23,7 +29,32 @@ function loudly(line: string): void {
   process.stderr.write(`\n${bar}\n[test broker] WARNING: ${line}\n${bar}\n\n`);
 }
 
+/**
+ * Every temporary file of the run (the tests' and the processes they start: model dirs, state dirs, broker stores)
+ * goes under one directory, removed at teardown: os.tmpdir() follows TMPDIR, and the workers and their children
+ * inherit it. A run killed before its teardown leaves that one directory behind.
+ */
+function useRunTmp(run: BrokerRun): void {
+  const holder = globalThis as WithBroker;
+  if (holder[RUN_TMP]) return;
+  const was = process.env['TMPDIR'];
+  const dir = mkdtempSync(path.join(os.tmpdir(), `streaminfer-test-${run}-`));
+  holder[RUN_TMP] = { dir, was };
+  process.env['TMPDIR'] = dir;
+}
+
+function dropRunTmp(): void {
+  const holder = globalThis as WithBroker;
+  const tmp = holder[RUN_TMP];
+  if (!tmp) return;
+  holder[RUN_TMP] = undefined;
+  if (tmp.was === undefined) delete process.env['TMPDIR'];
+  else process.env['TMPDIR'] = tmp.was;
+  rmSync(tmp.dir, { recursive: true, force: true, maxRetries: 3 });
+}
+
 export async function setUpBrokers(run: BrokerRun): Promise<void> {
+  useRunTmp(run);
   // The main run takes a binary given for the servers tests start; the 2.9 run is always Debian's.
   const given = run === 'current' ? process.env['STREAMINFER_TEST_NATS_SERVER'] : undefined;
   const choice = given ? { binary: given } : chooseNatsServer(run);
@@ -63,4 +94,5 @@ export async function tearDownBrokers(): Promise<void> {
   const broker = holder[STARTED];
   holder[STARTED] = undefined;
   await broker?.stop();
+  dropRunTmp();
 }

@@ -70,18 +70,22 @@ export interface StoredMessage {
 
 const text = new TextDecoder();
 
-/** Every message of a stream (optionally of one subject filter), in order. */
+/**
+ * Every message of a stream (optionally of one subject filter), in order, read to the consumer's own end
+ * (`pending` 0 on the last delivery). Stream info's subject counts are used only to tell an empty stream: in a
+ * cluster, right after a leader change, they can be behind what the consumer then delivers.
+ */
 export async function readStream(
   nats: NatsHandle,
   stream: string,
   filter?: string,
 ): Promise<StoredMessage[]> {
   const info = await nats.jsm.streams.info(stream, filter ? { subjects_filter: filter } : undefined);
-  const total = filter
+  const counted = filter
     ? Object.values(info.state.subjects ?? {}).reduce((a, b) => a + b, 0)
     : info.state.messages;
   const out: StoredMessage[] = [];
-  if (total === 0) return out;
+  if (counted === 0) return out;
   const consumer = await nats.js.consumers.get(stream, {
     deliver_policy: DeliverPolicy.All,
     ...(filter ? { filter_subjects: filter } : {}),
@@ -96,9 +100,13 @@ export async function readStream(
       ...(msgId ? { msgId } : {}),
       json: <T>() => JSON.parse(text.decode(data)) as T,
     });
-    if (out.length >= total) break;
+    if (m.info.pending === 0) break;
   }
   await messages.close();
+  if (out.length !== counted)
+    console.warn(
+      `readStream ${stream} ${filter ?? ''}: stream info counted ${counted}, the consumer delivered ${out.length}`,
+    );
   return out;
 }
 
