@@ -27,6 +27,11 @@ import { type PartitionContext, RetryableError } from './partition-context';
 interface Unsettled {
   result: DecideResult;
   effects?: Effect[];
+  /**
+   * Its effects being built (inference in flight): a redelivery meanwhile waits for them. Deciding is done
+   * once; predicting and building again would ask the decider's alert state a second time, out of order.
+   */
+  building?: Promise<Effect[]>;
   /** Event times of the first predictions in `effects` (freshness is observed at their PubAck). */
   firstTimes: number[];
   /** Of its effects: corrections and alerts (the rest are first predictions, one per firstTimes). */
@@ -177,6 +182,7 @@ export class PartitionMessages {
     if (this.checkpointer && message.streamSeq <= this.position) {
       const known = this.unsettled.get(message.streamSeq);
       if (known?.effects) return known.effects; // not acked yet: the same effects again, same Msg-Ids
+      if (known?.building) return known.building;
       if (!known) {
         counts.duplicates++;
         metrics.duplicates.inc();
@@ -222,6 +228,7 @@ export class PartitionMessages {
           return [];
         }
         if (entry.effects) return entry.effects;
+        if (entry.building) return entry.building;
         break;
       default:
         metrics.events.inc({ type: fresh.event!.type });
@@ -257,7 +264,13 @@ export class PartitionMessages {
       entry.effects = [];
       return entry.effects;
     }
-    entry.effects = await this.predict(result.event!.delivery_id, result.decisions, entry);
+    const building = this.predict(result.event!.delivery_id, result.decisions, entry);
+    entry.building = building;
+    try {
+      entry.effects = await building;
+    } finally {
+      entry.building = undefined;
+    }
     return entry.effects;
   }
 
