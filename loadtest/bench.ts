@@ -14,12 +14,19 @@ import { execFileSync } from 'node:child_process';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
-import { writeReport } from './report';
-import { killAllLoadgens, runLoad } from './run-load';
-import { errText } from './scenario-kit';
+import { writeReport } from './harness/report';
+import { killAllLoadgens, runLoad } from './harness/run-load';
+import { errText } from './harness/scenario-kit';
+import { killAllServers, startBareEcho, startStreamInfer } from './harness/server-process';
+import type {
+  BenchReport,
+  MachineInfo,
+  RunRecord,
+  ScenarioContext,
+  ScenarioReport,
+  Sizes,
+} from './harness/types';
 import { SCENARIOS } from './scenarios';
-import { killAllServers, startBareEcho, startStreamInfer } from './server-process';
-import type { BenchReport, MachineInfo, RunRecord, ScenarioContext, ScenarioReport, Sizes } from './types';
 
 const USAGE = `usage: npm run bench -- [options]
 

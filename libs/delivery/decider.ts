@@ -24,6 +24,7 @@ import {
   arr,
   bad,
   createEventTimeEngine,
+  type EngineOutput,
   type EngineSnapshot,
   type EngineSnapshotHead,
   type EngineStats,
@@ -31,7 +32,6 @@ import {
   type EventTimeEngineOptions,
   int,
   isRecord,
-  type StreamEffect,
   type StreamEvent,
   StreamSnapshotError,
   str,
@@ -195,7 +195,7 @@ export interface DeciderStats {
 }
 
 type Engine = EventTimeEngine<EnginePoint, number>;
-type Effect = StreamEffect<EnginePoint, number>;
+type Output = EngineOutput<EnginePoint, number>;
 
 /** How far behind a decision its delivery's stop scan is settled, and how often (event time) it advances. */
 const SETTLE_MS = 2 * 60_000;
@@ -699,7 +699,7 @@ export class DeliveryDecider {
     return { ok: true, row: featureVector(features.features, new Float32Array(N_FEATURES)) };
   }
 
-  private afterEffects(effects: Effect[], result: DecideResult): void {
+  private afterEffects(effects: Output[], result: DecideResult): void {
     for (const effect of effects) {
       if (effect.kind === 'result') {
         result.windowResults.push({ window: effect.window, revision: effect.revision });

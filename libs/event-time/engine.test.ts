@@ -9,14 +9,14 @@ import {
   T0,
   traffic,
 } from './engine.test-util';
-import { END_OF_INPUT, type ResultEffect, type StreamEffect, StreamEventError } from './index';
+import { END_OF_INPUT, type EngineOutput, type ResultOutput, StreamEventError } from './index';
 
 function results(
-  effects: readonly StreamEffect<Payload, unknown>[],
+  effects: readonly EngineOutput<Payload, unknown>[],
   window?: string,
-): ResultEffect<unknown>[] {
+): ResultOutput<unknown>[] {
   return effects.filter(
-    (e): e is ResultEffect<unknown> => e.kind === 'result' && (window === undefined || e.window === window),
+    (e): e is ResultOutput<unknown> => e.kind === 'result' && (window === undefined || e.window === window),
   );
 }
 
@@ -27,7 +27,7 @@ function feed(
   return events.flatMap((e) => engine.ingest(e));
 }
 
-function withoutWatermark(effects: readonly ResultEffect<unknown>[]) {
+function withoutWatermark(effects: readonly ResultOutput<unknown>[]) {
   return effects.map(({ watermark: _ignored, ...rest }) => rest);
 }
 

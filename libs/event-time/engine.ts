@@ -14,11 +14,11 @@ import {
 } from './snapshot';
 import type {
   EngineCounters,
+  EngineOutput,
   EngineStats,
   EventTimeEngineOptions,
   ResolvedEngineOptions,
   ResolvedWindowSpec,
-  StreamEffect,
   StreamEvent,
 } from './types';
 import { NO_WATERMARK, type PartitionState, PartitionWatermarks } from './watermark';
@@ -49,9 +49,9 @@ interface KeyState<P> {
 
 export interface EventTimeEngine<P = unknown, R = unknown> {
   /** One event in; its disposition (accepted | duplicate | late) first, then any results it caused. */
-  ingest(event: StreamEvent<P>): StreamEffect<P, R>[];
+  ingest(event: StreamEvent<P>): EngineOutput<P, R>[];
   /** End of a bounded input: the watermark jumps to END_OF_INPUT, every window fires and every key expires. */
-  flush(): StreamEffect<P, R>[];
+  flush(): EngineOutput<P, R>[];
   /** Current engine watermark; null before the first event. */
   watermark(): number | null;
   /** Last-valid state of `key` for a `latest` spec, by event time. */
@@ -131,7 +131,7 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
     if (snapshot !== undefined) this.restore(checkSnapshot<P>(snapshot));
   }
 
-  ingest(event: StreamEvent<P>): StreamEffect<P, R>[] {
+  ingest(event: StreamEvent<P>): EngineOutput<P, R>[] {
     checkEvent(event);
     if (this.dedupe.has(event.eventId)) {
       this.counters.duplicates++;
@@ -141,7 +141,7 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
     const forgetAt = Math.max(event.eventTime, this.wm) + this.options.dedupeTtlMs;
     this.remember(event.eventId, Math.ceil(forgetAt / DEDUPE_BUCKET_MS) * DEDUPE_BUCKET_MS);
     this.partitions.observe(event.partition, event.eventTime);
-    const effects: StreamEffect<P, R>[] = [];
+    const effects: EngineOutput<P, R>[] = [];
     if (this.isTooLate(event)) {
       this.counters.late++;
       effects.push({ kind: 'late', event, watermark: this.wm });
@@ -152,8 +152,8 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
     return effects;
   }
 
-  flush(): StreamEffect<P, R>[] {
-    const effects: StreamEffect<P, R>[] = [];
+  flush(): EngineOutput<P, R>[] {
+    const effects: EngineOutput<P, R>[] = [];
     this.wm = END_OF_INPUT;
     this.runTimers(effects);
     return effects;
@@ -272,7 +272,7 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
     return this.wm - event.eventTime > this.options.allowedLatenessMs;
   }
 
-  private apply(event: StreamEvent<P>, effects: StreamEffect<P, R>[]): void {
+  private apply(event: StreamEvent<P>, effects: EngineOutput<P, R>[]): void {
     const { allowedLatenessMs } = this.options;
     this.options.onKeyChange?.(event.key);
     let ks = this.keys.get(event.key);
@@ -341,7 +341,7 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
     spec: ResolvedWindowSpec<P, R>,
     ws: WindowState<P>,
     start: number,
-    effects: StreamEffect<P, R>[],
+    effects: EngineOutput<P, R>[],
   ): void {
     const end = start + spec.sizeMs;
     const revision = ws.emitted.get(start) ?? 0;
@@ -371,14 +371,14 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
     });
   }
 
-  private advance(effects: StreamEffect<P, R>[]): void {
+  private advance(effects: EngineOutput<P, R>[]): void {
     if (this.partitions.size === 0) return;
     const w = this.partitions.current();
     if (w > this.wm) this.wm = w;
     this.runTimers(effects);
   }
 
-  private runTimers(effects: StreamEffect<P, R>[]): void {
+  private runTimers(effects: EngineOutput<P, R>[]): void {
     for (let top = this.timers.peek(); top !== undefined && top.at <= this.wm; top = this.timers.peek()) {
       this.timers.pop();
       if (top.kind === TimerKind.Forget) {
@@ -429,7 +429,7 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
     this.timers.push({ at, kind: TimerKind.Expire, key: ks.key, window: '', start: 0 });
   }
 
-  private expire(ks: KeyState<P>, at: number, effects: StreamEffect<P, R>[]): void {
+  private expire(ks: KeyState<P>, at: number, effects: EngineOutput<P, R>[]): void {
     ks.expireTimerAt = null;
     // Newer events moved the deadline: re-queue rather than keep one timer per event. Compared with the
     // timer's own time, not the watermark: after a jump the key's later windows must still fire first.

@@ -1,5 +1,5 @@
 import { deliveryEngine, gps, MIN, type Payload, rng, SEC, T0, traffic } from './engine.test-util';
-import type { ResultEffect, StreamEffect, StreamEvent } from './index';
+import type { EngineOutput, ResultOutput, StreamEvent } from './index';
 
 const BOUND = 30 * SEC; // deliveryOptions' outOfOrdernessMs
 const LATENESS = 2 * MIN; // deliveryOptions' allowedLatenessMs
@@ -31,20 +31,20 @@ function disorder(events: readonly StreamEvent<Payload>[], seed: number, maxDela
     .map((x) => x.e);
 }
 
-function run(events: readonly StreamEvent<Payload>[]): StreamEffect<Payload, unknown>[] {
+function run(events: readonly StreamEvent<Payload>[]): EngineOutput<Payload, unknown>[] {
   const engine = deliveryEngine();
   const effects = events.flatMap((e) => engine.ingest(e));
   return effects.concat(engine.flush());
 }
 
-function resultsOf(effects: readonly StreamEffect<Payload, unknown>[]) {
+function resultsOf(effects: readonly EngineOutput<Payload, unknown>[]) {
   return effects
-    .filter((e): e is ResultEffect<unknown> => e.kind === 'result')
+    .filter((e): e is ResultOutput<unknown> => e.kind === 'result')
     .map(({ watermark: _ignored, ...rest }) => rest);
 }
 
 /** Last revision of each window. */
-function finalResults(effects: readonly StreamEffect<Payload, unknown>[]) {
+function finalResults(effects: readonly EngineOutput<Payload, unknown>[]) {
   const last = new Map<string, unknown>();
   for (const r of resultsOf(effects)) last.set(`${r.key}|${r.window}|${r.start}`, [r.result, r.eventCount]);
   return new Map([...last.entries()].sort((a, b) => (a[0] < b[0] ? -1 : 1)));

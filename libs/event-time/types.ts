@@ -76,36 +76,36 @@ export interface ResolvedEngineOptions<P, R> extends EventTimeEngineOptions<P, R
   readonly latest: readonly LatestSpec<P>[];
 }
 
-/** Effects: what the caller must publish or act on. The engine itself never does I/O. */
-export type StreamEffect<P = unknown, R = unknown> =
-  | AcceptedEffect<P>
-  | DuplicateEffect<P>
-  | LateEffect<P>
-  | ResultEffect<R>
-  | ExpiredEffect;
+/** Engine outputs: what the caller must publish or act on. The engine itself never does I/O. */
+export type EngineOutput<P = unknown, R = unknown> =
+  | AcceptedOutput<P>
+  | DuplicateOutput<P>
+  | LateOutput<P>
+  | ResultOutput<R>
+  | ExpiredOutput;
 
 /** The event changed state. `behindWatermark`: it was late but within allowed lateness. */
-export interface AcceptedEffect<P> {
+export interface AcceptedOutput<P> {
   readonly kind: 'accepted';
   readonly event: StreamEvent<P>;
   readonly behindWatermark: boolean;
 }
 
 /** The event id was already processed; nothing changed. */
-export interface DuplicateEffect<P> {
+export interface DuplicateOutput<P> {
   readonly kind: 'duplicate';
   readonly event: StreamEvent<P>;
 }
 
 /** Beyond allowed lateness for every window it belongs to: side output, nothing changed. */
-export interface LateEffect<P> {
+export interface LateOutput<P> {
   readonly kind: 'late';
   readonly event: StreamEvent<P>;
   readonly watermark: number;
 }
 
 /** A window result: revision 0 when it first fires, 1, 2, … for each correction by a late event. */
-export interface ResultEffect<R> extends WindowRef {
+export interface ResultOutput<R> extends WindowRef {
   readonly kind: 'result';
   readonly revision: number;
   readonly result: R;
@@ -114,7 +114,7 @@ export interface ResultEffect<R> extends WindowRef {
 }
 
 /** A key's state was removed by the state TTL. */
-export interface ExpiredEffect {
+export interface ExpiredOutput {
   readonly kind: 'expired';
   readonly key: string;
   readonly lastEventTime: number;

@@ -1,4 +1,4 @@
-import { quantileSorted } from '../quantile';
+import { quantileSorted } from '../harness/quantile';
 import {
   freshnessOf,
   freshnessParts,

@@ -3,7 +3,7 @@
  * first predictions, per-second p95 timelines, lag growth, drain times and the zero-loss verdict.
  * No I/O: the scenario feeds it what it read from the broker and sampled from the pipeline's /health.
  */
-import { quantileSorted } from '../quantile';
+import { quantileSorted } from '../harness/quantile';
 
 /** A first prediction (revision 0) as stored: the broker's timestamp and the event's own time, epoch ms. */
 export interface FirstPrediction {

@@ -5,7 +5,7 @@
  * samples; zero loss from the counters, the consumer and the output stream (see analysis.zeroLoss).
  */
 
-import { processTreeCpuMs } from '../server-process';
+import { processTreeCpuMs } from '../harness/server-process';
 import type { LagSample } from './analysis';
 import {
   type FirstPrediction,

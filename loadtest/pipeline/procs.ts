@@ -6,7 +6,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { processTreeCpuMs, TailBuffer } from '../server-process';
+import { processTreeCpuMs, TailBuffer } from '../harness/server-process';
 import type { LagSample } from './analysis';
 
 const live = new Set<ChildProcess>();

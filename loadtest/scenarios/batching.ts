@@ -15,8 +15,8 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { fmt, leftThenRight, markdownTable } from '../../scripts/markdown';
-import { histogramMeanDelta, histogramTotals, type MetricSample, scrapeMetrics } from '../metrics';
-import { runLoad } from '../run-load';
+import { histogramMeanDelta, histogramTotals, type MetricSample, scrapeMetrics } from '../harness/metrics';
+import { runLoad } from '../harness/run-load';
 import {
   type Collector,
   errText,
@@ -27,8 +27,8 @@ import {
   sideBySideRatios,
   standardNotes,
   throughputAndP99Charts,
-} from '../scenario-kit';
-import type { LoadSpec, Ratio, RunRecord, Scenario, ScenarioContext, ScenarioResult } from '../types';
+} from '../harness/scenario-kit';
+import type { LoadSpec, Ratio, RunRecord, Scenario, ScenarioContext, ScenarioResult } from '../harness/types';
 
 const MODEL = 'bench';
 const UNBATCHED = 'unbatched';

@@ -14,13 +14,13 @@ import * as path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fmt, markdownTable } from '../../scripts/markdown';
 import { digitsDataPath, loadDigits } from '../../scripts/models/digits-data';
-import { AdminCaller } from '../admin-caller';
-import { callText, type TimedCall } from '../admin-client';
-import { histogramMeanDelta, type MetricSample, scrapeMetrics, sumSamples } from '../metrics';
-import { onScratchTwoNodes } from '../scenario-kit';
-import type { ServerHandle } from '../server-process';
-import { ClosedLoop, rowSource } from '../stream-clients';
-import { barChart, type LineSeries, lineChart, PALETTE } from '../svg-chart';
+import { AdminCaller } from '../harness/admin-caller';
+import { callText, type TimedCall } from '../harness/admin-client';
+import { histogramMeanDelta, type MetricSample, scrapeMetrics, sumSamples } from '../harness/metrics';
+import { onScratchTwoNodes } from '../harness/scenario-kit';
+import type { ServerHandle } from '../harness/server-process';
+import { ClosedLoop, rowSource } from '../harness/stream-clients';
+import { barChart, type LineSeries, lineChart, PALETTE } from '../harness/svg-chart';
 import {
   type AnswerRecord,
   type Commit,
@@ -36,9 +36,9 @@ import {
   splitByIntervals,
   timelineBuckets,
   versionCounts,
-} from '../swap-analysis';
-import type { Chart, RunRecord, Scenario, ScenarioContext, ScenarioResult } from '../types';
-import { type Check, checksMarkdown, checksNote } from '../verdicts';
+} from '../harness/swap-analysis';
+import type { Chart, RunRecord, Scenario, ScenarioContext, ScenarioResult } from '../harness/types';
+import { type Check, checksMarkdown, checksNote } from '../harness/verdicts';
 
 const MODEL = 'digits';
 const CORRUPT_VERSION = '3';

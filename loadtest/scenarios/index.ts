@@ -2,7 +2,7 @@
  * Scenario registry. To add one: create `scenarios/<name>.ts` exporting a `Scenario`
  * (`{ name, description, run(ctx) }`, see ../types.ts) and list it here. Order = run order.
  */
-import type { Scenario } from '../types';
+import type { Scenario } from '../harness/types';
 import { batching } from './batching';
 import { fleet } from './fleet';
 import { hotSwap } from './hot-swap';

@@ -17,13 +17,13 @@
 import { Kvm } from '@nats-io/kv';
 import pino from 'pino';
 import { connectNats, type NatsHandle, PartitionLeases } from '../../apps/pipeline';
-import { ClusterConnection, type HostBeat, HostBoard, SILENCE_POLL_MS } from '../../apps/supervisor/fleet';
+import { FleetConnection, type HostBeat, HostBoard, SILENCE_POLL_MS } from '../../apps/supervisor/fleet';
 import { type KvExpiry, type KvExpiryWanted, serverHasKeyTtl } from '../../libs/jetstream';
 import { fmt, markdownTable } from '../../scripts/markdown';
+import { fmtRatio } from '../harness/report';
+import { errText, median, ratio } from '../harness/scenario-kit';
+import type { Ratio, RunRecord, Scenario } from '../harness/types';
 import { natsUrl } from '../pipeline/broker';
-import { fmtRatio } from '../report';
-import { errText, median, ratio } from '../scenario-kit';
-import type { Ratio, RunRecord, Scenario } from '../types';
 
 interface Plan {
   ttlMs: number;
@@ -185,8 +185,8 @@ function beat(host: string): HostBeat {
 /** One heartbeat trial: a host beats every TTL/4, stops (connection closed); a peer waits as a fleet step does. */
 async function heartbeatTrial(url: string, plan: Plan, wanted: KvExpiryWanted): Promise<number> {
   const fleet = `benchkvttl${process.pid}f${bucketCounter++}`;
-  const peer = await ClusterConnection.open({ servers: url, fleet, hostId: 'peer' });
-  const gone = await ClusterConnection.open({ servers: url, fleet, hostId: 'gone' });
+  const peer = await FleetConnection.open({ servers: url, fleet, hostId: 'peer' });
+  const gone = await FleetConnection.open({ servers: url, fleet, hostId: 'gone' });
   let closedGone = false;
   try {
     const peerBoard = await HostBoard.open(peer, { ttlMs: plan.ttlMs, expiry: wanted });

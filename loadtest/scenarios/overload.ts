@@ -15,8 +15,8 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { fmt, leftThenRight, markdownTable } from '../../scripts/markdown';
-import { type MetricSample, scrapeMetrics, sumSamples } from '../metrics';
-import { runLoad } from '../run-load';
+import { type MetricSample, scrapeMetrics, sumSamples } from '../harness/metrics';
+import { runLoad } from '../harness/run-load';
 import {
   errText,
   measureSafe,
@@ -28,10 +28,18 @@ import {
   verdictNote,
   verdictTable,
   withServer,
-} from '../scenario-kit';
-import type { ServerHandle } from '../server-process';
-import { barChart, type LineSeries, lineChart, PALETTE } from '../svg-chart';
-import type { Chart, LoadSpec, Ratio, RunRecord, Scenario, ScenarioContext, ScenarioResult } from '../types';
+} from '../harness/scenario-kit';
+import type { ServerHandle } from '../harness/server-process';
+import { barChart, type LineSeries, lineChart, PALETTE } from '../harness/svg-chart';
+import type {
+  Chart,
+  LoadSpec,
+  Ratio,
+  RunRecord,
+  Scenario,
+  ScenarioContext,
+  ScenarioResult,
+} from '../harness/types';
 
 const MODEL = 'bench';
 /** The published figures for this setup (same concurrency, total and queue cap). */

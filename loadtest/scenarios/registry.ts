@@ -18,13 +18,13 @@ import * as ort from 'onnxruntime-node';
 import { fmt, markdownTable } from '../../scripts/markdown';
 import { digitsDataPath, loadDigits } from '../../scripts/models/digits-data';
 import { argmaxRows } from '../../scripts/models/train-mlp';
-import { AdminCaller } from '../admin-caller';
-import { callText, type TimedCall } from '../admin-client';
-import { type MetricSample, scrapeMetrics, sumSamples } from '../metrics';
-import { onScratchTwoNodes } from '../scenario-kit';
-import type { ServerHandle } from '../server-process';
-import { ClosedLoop, type RowSource, rowSource } from '../stream-clients';
-import { barChart, type LineSeries, lineChart, PALETTE } from '../svg-chart';
+import { AdminCaller } from '../harness/admin-caller';
+import { callText, type TimedCall } from '../harness/admin-client';
+import { type MetricSample, scrapeMetrics, sumSamples } from '../harness/metrics';
+import { onScratchTwoNodes } from '../harness/scenario-kit';
+import type { ServerHandle } from '../harness/server-process';
+import { ClosedLoop, type RowSource, rowSource } from '../harness/stream-clients';
+import { barChart, type LineSeries, lineChart, PALETTE } from '../harness/svg-chart';
 import {
   type AnswerRecord,
   countDisagreements,
@@ -35,9 +35,9 @@ import {
   timelineBuckets,
   versionCounts,
   versionShare,
-} from '../swap-analysis';
-import type { Chart, RunRecord, Scenario, ScenarioContext, ScenarioResult } from '../types';
-import { type Check, checksMarkdown, checksNote } from '../verdicts';
+} from '../harness/swap-analysis';
+import type { Chart, RunRecord, Scenario, ScenarioContext, ScenarioResult } from '../harness/types';
+import { type Check, checksMarkdown, checksNote } from '../harness/verdicts';
 
 const MODEL = 'digits';
 const STABLE = '1';

@@ -29,9 +29,9 @@ import {
   slowedDown,
   writeRolloutCandidates,
 } from '../../scripts/models/rollout-candidates';
-import { AdminCaller } from '../admin-caller';
-import { callText, scratchRepository, type TimedCall } from '../admin-client';
-import { type MetricSample, scrapeMetrics } from '../metrics';
+import { AdminCaller } from '../harness/admin-caller';
+import { callText, scratchRepository, type TimedCall } from '../harness/admin-client';
+import { type MetricSample, scrapeMetrics } from '../harness/metrics';
 import {
   type CheckName,
   type Exposure,
@@ -54,14 +54,14 @@ import {
   sharesVisited,
   transitionMarkers,
   visitedEveryStep,
-} from '../rollout-analysis';
-import { errText, serverRecord, sleep, withServer } from '../scenario-kit';
-import type { ServerHandle } from '../server-process';
-import { ClosedLoop, rowSource } from '../stream-clients';
-import { lineChart } from '../svg-chart';
-import type { AnswerRecord } from '../swap-analysis';
-import type { Chart, RunRecord, Scenario, ScenarioContext, ScenarioResult } from '../types';
-import { type Check, checksMarkdown, checksNote } from '../verdicts';
+} from '../harness/rollout-analysis';
+import { errText, serverRecord, sleep, withServer } from '../harness/scenario-kit';
+import type { ServerHandle } from '../harness/server-process';
+import { ClosedLoop, rowSource } from '../harness/stream-clients';
+import { lineChart } from '../harness/svg-chart';
+import type { AnswerRecord } from '../harness/swap-analysis';
+import type { Chart, RunRecord, Scenario, ScenarioContext, ScenarioResult } from '../harness/types';
+import { type Check, checksMarkdown, checksNote } from '../harness/verdicts';
 
 const MODEL = 'digits';
 const STABLE = '2';

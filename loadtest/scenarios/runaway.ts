@@ -12,7 +12,7 @@
 import * as fs from 'node:fs';
 import { sharedClock } from '../../libs/ring';
 import { fmt, markdownTable } from '../../scripts/markdown';
-import { runLoad } from '../run-load';
+import { runLoad } from '../harness/run-load';
 import {
   errText,
   measureSafe,
@@ -27,11 +27,19 @@ import {
   verdictNote,
   verdictTable,
   withServer,
-} from '../scenario-kit';
-import type { ServerHandle } from '../server-process';
-import type { LoadResult } from '../stats';
-import { barChart, lineChart, PALETTE } from '../svg-chart';
-import type { Chart, LoadSpec, Ratio, RunRecord, Scenario, ScenarioContext, ScenarioResult } from '../types';
+} from '../harness/scenario-kit';
+import type { ServerHandle } from '../harness/server-process';
+import type { LoadResult } from '../harness/stats';
+import { barChart, lineChart, PALETTE } from '../harness/svg-chart';
+import type {
+  Chart,
+  LoadSpec,
+  Ratio,
+  RunRecord,
+  Scenario,
+  ScenarioContext,
+  ScenarioResult,
+} from '../harness/types';
 
 /** Rate limit the server runs with in this scenario. */
 export const RATE_LIMIT_RPS = 100;

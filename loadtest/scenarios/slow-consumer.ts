@@ -19,7 +19,7 @@
 import * as fs from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { fmt, markdownTable } from '../../scripts/markdown';
-import { type MetricSample, scrapeMetrics, sumSamples } from '../metrics';
+import { type MetricSample, scrapeMetrics, sumSamples } from '../harness/metrics';
 import {
   errText,
   measureSafe,
@@ -32,11 +32,11 @@ import {
   verdictNote,
   verdictTable,
   withServer,
-} from '../scenario-kit';
-import { processRssBytes, processTreeRssBytes, type ServerHandle } from '../server-process';
-import { SlowClient, type SlowClientResult } from '../slow-client';
-import { lineChart, PALETTE } from '../svg-chart';
-import type { Chart, LoadSpec, RunRecord, Scenario, ScenarioContext, ScenarioResult } from '../types';
+} from '../harness/scenario-kit';
+import { processRssBytes, processTreeRssBytes, type ServerHandle } from '../harness/server-process';
+import { SlowClient, type SlowClientResult } from '../harness/slow-client';
+import { lineChart, PALETTE } from '../harness/svg-chart';
+import type { Chart, LoadSpec, RunRecord, Scenario, ScenarioContext, ScenarioResult } from '../harness/types';
 
 const MIB = 1024 * 1024;
 export const SLOW_TARGETS = {

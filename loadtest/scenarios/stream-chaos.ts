@@ -16,12 +16,12 @@
  * analyse.ts (per kill, freshness, checkpoints, correctness), report.ts (Markdown, charts, runs, data).
  */
 
+import { errText } from '../harness/scenario-kit';
+import type { Chart, Ratio, RunRecord, Scenario } from '../harness/types';
 import { connectNats, natsUrl } from '../pipeline/broker';
 import { leftovers } from '../pipeline/chaos-broker';
 import { cleanupRun } from '../pipeline/instances';
 import { killAllStreamProcs } from '../pipeline/procs';
-import { errText } from '../scenario-kit';
-import type { Chart, Ratio, RunRecord, Scenario } from '../types';
 import { analyseChaos } from './stream-chaos/analyse';
 import { driveChaos, setupChaos } from './stream-chaos/drive';
 import { type ChaosResources, FULL, PARTITIONS, QUICK, WORKLOAD } from './stream-chaos/plan';

@@ -24,6 +24,9 @@ import { AckPolicy, DeliverPolicy } from '@nats-io/jetstream';
 import { connectNats, type NatsHandle } from '../../apps/pipeline';
 import { nanos } from '../../apps/pipeline/io/nanos';
 import { fmt, markdownTable } from '../../scripts/markdown';
+import { errText, median, ratio } from '../harness/scenario-kit';
+import { freePort } from '../harness/server-process';
+import type { Ratio, RunRecord, Scenario, ScenarioContext } from '../harness/types';
 import {
   type EffectCounts,
   effectCounts,
@@ -36,9 +39,6 @@ import {
   type WorkerRecord,
 } from '../pipeline/ownership-analysis';
 import { type OwnershipWorkerConfig, PRIORITY_GROUP } from '../pipeline/ownership-worker-config';
-import { errText, median, ratio } from '../scenario-kit';
-import { freePort } from '../server-process';
-import type { Ratio, RunRecord, Scenario, ScenarioContext } from '../types';
 
 type Mode = OwnershipWorkerConfig['mode'];
 

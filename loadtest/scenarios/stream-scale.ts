@@ -10,6 +10,10 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { fmt, markdownTable } from '../../scripts/markdown';
+import { errText } from '../harness/scenario-kit';
+import { processTreeCpuMs } from '../harness/server-process';
+import { lineChart } from '../harness/svg-chart';
+import type { Chart, Ratio, RunRecord, Scenario, ScenarioContext } from '../harness/types';
 import { freshnessOf } from '../pipeline/analysis';
 import {
   connectNats,
@@ -32,10 +36,6 @@ import {
 } from '../pipeline/instances';
 import { brokerPid, killAllStreamProcs } from '../pipeline/procs';
 import { capacityAtSlo, cpuPct, instancesFor, lagVerdict, withinSlo } from '../pipeline/scale-analysis';
-import { errText } from '../scenario-kit';
-import { processTreeCpuMs } from '../server-process';
-import { lineChart } from '../svg-chart';
-import type { Chart, Ratio, RunRecord, Scenario, ScenarioContext } from '../types';
 
 interface Plan {
   rates: number[];

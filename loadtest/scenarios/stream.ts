@@ -11,10 +11,11 @@
  * The phases: stream/plan.ts (sizes), drive.ts (the measured runs; kit.ts starts a pipeline and turns a run
  * into a record; drain.ts is the drain phase), report.ts (Markdown, charts, ratios, data).
  */
+
+import { errText } from '../harness/scenario-kit';
+import type { Chart, Ratio, RunRecord, Scenario } from '../harness/types';
 import { connectNats, type NatsHandle, natsUrl } from '../pipeline/broker';
 import { brokerPid, killAllStreamProcs } from '../pipeline/procs';
-import { errText } from '../scenario-kit';
-import type { Chart, Ratio, RunRecord, Scenario } from '../types';
 import { modesPhase, sustainedPhase } from './stream/drive';
 import { planFor } from './stream/plan';
 import {

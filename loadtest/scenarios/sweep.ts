@@ -12,12 +12,12 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import { fmt, markdownTable } from '../../scripts/markdown';
-import { findSamples, histogramMeanDelta, type MetricSample, scrapeMetrics } from '../metrics';
-import { type PhaseResult, type PoissonPhase, runPoisson } from '../poisson';
-import { errText, modelsDirWith, type Verdict, verdictNote, verdictTable } from '../scenario-kit';
-import type { ServerHandle } from '../server-process';
-import { lineChart, PALETTE } from '../svg-chart';
-import type { Chart, RunRecord, Scenario, ScenarioContext, ScenarioResult } from '../types';
+import { findSamples, histogramMeanDelta, type MetricSample, scrapeMetrics } from '../harness/metrics';
+import { type PhaseResult, type PoissonPhase, runPoisson } from '../harness/poisson';
+import { errText, modelsDirWith, type Verdict, verdictNote, verdictTable } from '../harness/scenario-kit';
+import type { ServerHandle } from '../harness/server-process';
+import { lineChart, PALETTE } from '../harness/svg-chart';
+import type { Chart, RunRecord, Scenario, ScenarioContext, ScenarioResult } from '../harness/types';
 import { inProcessAt, runInProcessBench } from './batching';
 
 const MODEL = 'bench';

@@ -7,9 +7,9 @@
  * through NODE_EXTRA_CA_CERTS, the way the CLI and tools do.
  */
 import { CertKit } from '../../scripts/tls-kit';
-import { medianOf, ratio, runAgainst, standardNotes, throughputAndP99Charts } from '../scenario-kit';
-import type { TlsFiles } from '../server-process';
-import type { LoadSpec, Ratio, RunRecord, Scenario } from '../types';
+import { medianOf, ratio, runAgainst, standardNotes, throughputAndP99Charts } from '../harness/scenario-kit';
+import type { TlsFiles } from '../harness/server-process';
+import type { LoadSpec, Ratio, RunRecord, Scenario } from '../harness/types';
 
 const SIDES = ['bare-plain', 'bare-tls', 'served-plain', 'served-tls'] as const;
 type Side = (typeof SIDES)[number];

@@ -4,15 +4,15 @@
  * server — no batching, no workers: the ceiling on this host — and (b) StreamInfer serving
  * the `echo` (Identity) model. Reports both side by side and served/bare ratios.
  */
-import { histogramMeanDelta, scrapeMetrics } from '../metrics';
+import { histogramMeanDelta, scrapeMetrics } from '../harness/metrics';
 import {
   type Collector,
   runAgainst,
   sideBySideRatios,
   standardNotes,
   throughputAndP99Charts,
-} from '../scenario-kit';
-import type { LoadSpec, RunRecord, Scenario } from '../types';
+} from '../harness/scenario-kit';
+import type { LoadSpec, RunRecord, Scenario } from '../harness/types';
 
 /** mean batch size of the echo model during the run, from the server's /metrics */
 const batchSizeCollector: Collector = async (server) => {

@@ -10,7 +10,7 @@ import pino from 'pino';
 import { connectNats, provisionStreams, StreamIoError, streamLayout } from '../../apps/pipeline';
 import { CheckpointStore } from '../../apps/pipeline/io/checkpoints';
 import { PartitionLeases } from '../../apps/pipeline/leases/leases';
-import { ClusterError, connectCluster, ModelArtifacts, RegistryStore } from '../../apps/supervisor/fleet';
+import { ClusterError, connectFleet, ModelArtifacts, RegistryStore } from '../../apps/supervisor/fleet';
 import { TEST_NATS_URL } from './broker-kit';
 import { type NatsCluster, startNatsCluster } from './nats-cluster-kit';
 
@@ -39,7 +39,7 @@ async function refusal(op: () => Promise<unknown>): Promise<Error> {
 }
 
 test('fleet: replicas 3 on the cluster gives the registry bucket and the model store 3 copies', async () => {
-  const conn = await connectCluster({ servers: cluster.urls, fleet: 'rep3', hostId: 'h0', replicas: 3 });
+  const conn = await connectFleet({ servers: cluster.urls, fleet: 'rep3', hostId: 'h0', replicas: 3 });
   try {
     await RegistryStore.open(conn);
     await ModelArtifacts.open(conn);
@@ -55,18 +55,18 @@ test('fleet: replicas 3 on the cluster gives the registry bucket and the model s
 
 test('fleet: replicas > 1 on a lone server is refused at connect; more than the cluster holds at create', async () => {
   const lone = await refusal(() =>
-    connectCluster({ servers: LONE_NATS, fleet: 'rep', hostId: 'h0', replicas: 3 }),
+    connectFleet({ servers: LONE_NATS, fleet: 'rep', hostId: 'h0', replicas: 3 }),
   );
   expect(lone).toBeInstanceOf(ClusterError);
   expect((lone as ClusterError).code).toBe('invalid_options');
   expect(lone.message).toMatch(/replicas 3 needs a JetStream cluster of at least 3 servers.*not clustered/);
 
   const outOfRange = await refusal(() =>
-    connectCluster({ servers: cluster.urls, fleet: 'rep', hostId: 'h0', replicas: 6 }),
+    connectFleet({ servers: cluster.urls, fleet: 'rep', hostId: 'h0', replicas: 6 }),
   );
   expect(outOfRange.message).toMatch(/replicas must be an integer from 1 to 5/);
 
-  const conn = await connectCluster({ servers: cluster.urls, fleet: 'rep5', hostId: 'h0', replicas: 5 });
+  const conn = await connectFleet({ servers: cluster.urls, fleet: 'rep5', hostId: 'h0', replicas: 5 });
   try {
     const tooMany = await refusal(() => RegistryStore.open(conn));
     expect((tooMany as ClusterError).code).toBe('invalid_options');
@@ -79,10 +79,10 @@ test('fleet: replicas > 1 on a lone server is refused at connect; more than the 
 });
 
 test('fleet: an existing R1 bucket is refused when 3 are asked, with the command that scales it', async () => {
-  const one = await connectCluster({ servers: cluster.urls, fleet: 'grow', hostId: 'h0' });
+  const one = await connectFleet({ servers: cluster.urls, fleet: 'grow', hostId: 'h0' });
   await RegistryStore.open(one);
   await one.close();
-  const three = await connectCluster({ servers: cluster.urls, fleet: 'grow', hostId: 'h0', replicas: 3 });
+  const three = await connectFleet({ servers: cluster.urls, fleet: 'grow', hostId: 'h0', replicas: 3 });
   try {
     const short = await refusal(() => RegistryStore.open(three));
     expect(short.message).toMatch(

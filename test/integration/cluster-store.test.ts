@@ -13,10 +13,10 @@ import { Kvm } from '@nats-io/kv';
 import { Objm } from '@nats-io/obj';
 import {
   ArtifactRefusedError,
-  type ClusterConnection,
   ClusterError,
   CoordinatorLease,
-  connectCluster,
+  connectFleet,
+  type FleetConnection,
   type FleetRecord,
   fileSha256,
   type HostBeat,
@@ -32,7 +32,7 @@ import { TEST_NATS_URL, testNatsServer } from './broker-kit';
 const NATS_URL = TEST_NATS_URL;
 const NATS_SERVER = testNatsServer();
 
-const connections: ClusterConnection[] = [];
+const connections: FleetConnection[] = [];
 const fleets: string[] = [];
 const tempDirs: string[] = [];
 
@@ -42,8 +42,8 @@ function newFleet(): string {
   return fleet;
 }
 
-async function open(fleet: string, hostId = 'host-a', servers = NATS_URL): Promise<ClusterConnection> {
-  const conn = await connectCluster({
+async function open(fleet: string, hostId = 'host-a', servers = NATS_URL): Promise<FleetConnection> {
+  const conn = await connectFleet({
     servers,
     fleet,
     hostId,
@@ -511,7 +511,7 @@ describe('NATS restart', () => {
     await stopNats(server);
     server = undefined;
     at = Date.now();
-    const unreachable = await errorOf(connectCluster({ servers: url, fleet, hostId: 'host-a' }));
+    const unreachable = await errorOf(connectFleet({ servers: url, fleet, hostId: 'host-a' }));
     expect(unreachable.code).toBe('cluster_unavailable');
     const connectMs = Date.now() - at;
     watch.stop();

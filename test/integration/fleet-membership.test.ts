@@ -10,7 +10,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { Kvm } from '@nats-io/kv';
-import { connectCluster, type HostBeat, HostBoard } from '../../apps/supervisor/fleet';
+import { connectFleet, type HostBeat, HostBoard } from '../../apps/supervisor/fleet';
 import { TEST_NATS_URL } from './broker-kit';
 import { admin, FLEET_TOKEN, type FleetHost, health, startFleetHost, stopHost, waitFor } from './fleet-kit';
 import { runCliToExit } from './harness';
@@ -94,7 +94,7 @@ afterAll(async () => {
     await stopHost(host);
   }
   await net?.destroy();
-  const conn = await connectCluster({ servers: NATS_URL, fleet: FLEET, hostId: 'cleanup' });
+  const conn = await connectFleet({ servers: NATS_URL, fleet: FLEET, hostId: 'cleanup' });
   for (const stream of [...STREAMS(FLEET), ...STREAMS(OLD_FLEET)])
     await conn.jsm.streams.delete(stream).catch(() => undefined);
   await conn.close();
@@ -102,7 +102,7 @@ afterAll(async () => {
 });
 
 test('a heartbeat key written straight into the hosts bucket is not a member: the change goes on', async () => {
-  const conn = await connectCluster({ servers: NATS_URL, fleet: FLEET, hostId: 'intruder' });
+  const conn = await connectFleet({ servers: NATS_URL, fleet: FLEET, hostId: 'intruder' });
   const kv = await new Kvm(conn.js).open(`streaminfer_fleet_${FLEET}_hosts`);
   const fake = ghostBeat(new Date().toISOString());
   // Kept fresh for the whole test, as an attacker (or a stale host id) would.
@@ -251,7 +251,7 @@ test('a host stopped cleanly leaves the members: the next change names only the 
 });
 
 test('a format-1 record (before membership) is read, and the first host to join writes its members', async () => {
-  const conn = await connectCluster({ servers: NATS_URL, fleet: OLD_FLEET, hostId: 'upgrade' });
+  const conn = await connectFleet({ servers: NATS_URL, fleet: OLD_FLEET, hostId: 'upgrade' });
   const kvm = new Kvm(conn.js);
   // This fleet's record as an older build wrote it: format 1, no members; and a hand-written heartbeat.
   const current = await (await kvm.open(`streaminfer_fleet_${FLEET}`)).get('registry');

@@ -7,8 +7,8 @@
 import { randomBytes } from 'node:crypto';
 import { Kvm } from '@nats-io/kv';
 import {
-  type ClusterConnection,
-  connectCluster,
+  connectFleet,
+  type FleetConnection,
   type FleetRecord,
   RegistryStore,
 } from '../../apps/supervisor/fleet';
@@ -32,13 +32,13 @@ const FLEET = `fr${randomBytes(4).toString('hex')}`;
 const HOST_OPTIONS = { fleet: FLEET, cluster: NATS_URL, env: { STREAMINFER_RELOAD_STEP_TIMEOUT_MS: '3000' } };
 
 let net: FleetNet;
-let nats: ClusterConnection;
+let nats: FleetConnection;
 let store: RegistryStore;
 const hosts: FleetHost[] = [];
 
 beforeAll(async () => {
   net = await createFleetNet({ hosts: 2, isolation: 'loopback', prefix: 'sfr' });
-  nats = await connectCluster({
+  nats = await connectFleet({
     servers: NATS_URL,
     fleet: FLEET,
     hostId: 'operator',

@@ -14,7 +14,7 @@ import { Writable } from 'node:stream';
 import { Kvm } from '@nats-io/kv';
 import pino from 'pino';
 import { connectNats, LeaseKeeper, type NatsHandle, PartitionLeases } from '../../apps/pipeline';
-import { ClusterConnection, type HostBeat, HostBoard } from '../../apps/supervisor/fleet';
+import { FleetConnection, type HostBeat, HostBoard } from '../../apps/supervisor/fleet';
 import { type KvExpiry, noticeBoundMs, serverFacts, serverHasKeyTtl } from '../../libs/jetstream';
 import { loadNatsAuth } from '../../libs/nats-auth';
 import { CURRENT_NATS, DEBIAN_NATS, freePort } from './nats-auth-kit';
@@ -120,7 +120,7 @@ describe.each([
   let expected: KvExpiry;
   let version: string;
   const handles: NatsHandle[] = [];
-  const connections: ClusterConnection[] = [];
+  const connections: FleetConnection[] = [];
 
   beforeAll(async () => {
     server = await startServer(binary);
@@ -197,8 +197,8 @@ describe.each([
   test('a crashed host’s heartbeat is gone for a peer within its mechanism’s bound', async () => {
     const ttlMs = 2000;
     const fleet = `kvexp${process.pid}h${Date.now() % 100_000}`;
-    const peer = await ClusterConnection.open({ servers: server.url, fleet, hostId: 'peer' });
-    const gone = await ClusterConnection.open({ servers: server.url, fleet, hostId: 'gone' });
+    const peer = await FleetConnection.open({ servers: server.url, fleet, hostId: 'peer' });
+    const gone = await FleetConnection.open({ servers: server.url, fleet, hostId: 'gone' });
     connections.push(peer, gone);
     const peerBoard = await HostBoard.open(peer, { ttlMs });
     const goneBoard = await HostBoard.open(gone, { ttlMs });

@@ -13,9 +13,9 @@ import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rea
 import * as os from 'node:os';
 import * as path from 'node:path';
 import {
-  type ClusterConnection,
   ClusterError,
-  connectCluster,
+  connectFleet,
+  type FleetConnection,
   fileSha256,
   ModelArtifacts,
   pullCacheDir,
@@ -70,10 +70,10 @@ async function push(version: string): Promise<void> {
   expect(pushed).toMatchObject({ code: 0 });
 }
 
-let conn: ClusterConnection;
+let conn: FleetConnection;
 
 beforeAll(async () => {
-  conn = await connectCluster({
+  conn = await connectFleet({
     servers: NATS_URL,
     fleet: FLEET,
     hostId: 'pull-cache-test',

@@ -5,7 +5,7 @@
  * step and carries it to the promotion.
  */
 import { randomBytes } from 'node:crypto';
-import { connectCluster } from '../../apps/supervisor/fleet';
+import { connectFleet } from '../../apps/supervisor/fleet';
 import { TEST_NATS_URL } from './broker-kit';
 import type { ServerHandle } from './harness';
 import { postJson, sleep, startServer } from './harness';
@@ -37,7 +37,7 @@ describe('progressive delivery in a fleet', () => {
     });
   afterAll(async () => {
     for (const host of hosts) await host.stop();
-    const conn = await connectCluster({
+    const conn = await connectFleet({
       servers: NATS_URL,
       fleet,
       hostId: 'cleanup',

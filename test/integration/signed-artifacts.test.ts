@@ -10,7 +10,7 @@ import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeF
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { Objm } from '@nats-io/obj';
-import { type ClusterConnection, connectCluster } from '../../apps/supervisor/fleet';
+import { connectFleet, type FleetConnection } from '../../apps/supervisor/fleet';
 import {
   admin,
   FLEET_TOKEN,
@@ -31,7 +31,7 @@ const FLEET = `s${randomBytes(3).toString('hex')}`;
 const STEP_ENV = { STREAMINFER_RELOAD_STEP_TIMEOUT_MS: '4000' };
 
 let net: FleetNet;
-let nats: ClusterConnection;
+let nats: FleetConnection;
 const hosts: FleetHost[] = [];
 const dir = mkdtempSync(path.join(os.tmpdir(), 'streaminfer-signed-'));
 const operator = path.join(dir, 'repo');
@@ -149,7 +149,7 @@ beforeAll(async () => {
   writeFileSync(trustedFile, readFileSync(keys.a.pub));
   net = await createFleetNet({ hosts: 2, prefix: 'sig', isolation: 'loopback' });
   await net.startNats();
-  nats = await connectCluster({ servers: net.natsUrl, fleet: FLEET, hostId: 'attacker' });
+  nats = await connectFleet({ servers: net.natsUrl, fleet: FLEET, hostId: 'attacker' });
   const env = { ...STEP_ENV, STREAMINFER_TRUSTED_KEYS: trustedFile };
   for (let i = 0; i < 2; i++) hosts.push(await startFleetHost(net, i, { fleet: FLEET, env }));
 });

@@ -1,7 +1,7 @@
 import * as http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
-import { AdminCaller } from '../../loadtest/admin-caller';
+import { AdminCaller } from '../../loadtest/harness/admin-caller';
 
 describe('AdminCaller (admin calls from a child process)', () => {
   let server: http.Server;

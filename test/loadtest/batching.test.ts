@@ -1,4 +1,4 @@
-import { parsePrometheusText } from '../../loadtest/metrics';
+import { parsePrometheusText } from '../../loadtest/harness/metrics';
 import {
   bestOf,
   inProcessAt,

@@ -7,11 +7,11 @@ import {
   bodyFactory,
   readBinaryAnswerHeader,
   readJsonAnswerHeader,
-} from '../../loadtest/bodies';
-import { generate, type LoadgenOptions } from '../../loadtest/loadgen';
-import { parsePrometheusText } from '../../loadtest/metrics';
-import { splitByWeight } from '../../loadtest/run-load';
-import { LoadStats, mergePartials, summarizeCounts } from '../../loadtest/stats';
+} from '../../loadtest/harness/bodies';
+import { generate, type LoadgenOptions } from '../../loadtest/harness/loadgen';
+import { parsePrometheusText } from '../../loadtest/harness/metrics';
+import { splitByWeight } from '../../loadtest/harness/run-load';
+import { LoadStats, mergePartials, summarizeCounts } from '../../loadtest/harness/stats';
 
 function frameBuffer(b: Buffer): ArrayBuffer {
   return b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength) as ArrayBuffer;

@@ -1,8 +1,8 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { BODY_KINDS, bodyFactory, loadDigitsRows, modelInputSize, prng } from '../../loadtest/bodies';
-import { echoAnswer } from '../../loadtest/echo-answer';
+import { BODY_KINDS, bodyFactory, loadDigitsRows, modelInputSize, prng } from '../../loadtest/harness/bodies';
+import { echoAnswer } from '../../loadtest/harness/echo-answer';
 import { digitsDataPath, loadDigits } from '../../scripts/models/digits-data';
 
 describe('body factories', () => {

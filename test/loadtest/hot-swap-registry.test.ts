@@ -1,7 +1,7 @@
+import { rowSource } from '../../loadtest/harness/stream-clients';
+import { checksMarkdown, checksNote } from '../../loadtest/harness/verdicts';
 import { offenderGroups, reloadPlan } from '../../loadtest/scenarios/hot-swap';
 import { distinctRow, shareInterval95 } from '../../loadtest/scenarios/registry';
-import { rowSource } from '../../loadtest/stream-clients';
-import { checksMarkdown, checksNote } from '../../loadtest/verdicts';
 
 describe('hot-swap reloadPlan', () => {
   it('full: 20 reloads alternating 1/2, 10 atomic + 10 rolling, the corrupt one in the middle', () => {

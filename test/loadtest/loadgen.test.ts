@@ -1,8 +1,8 @@
 import type { AddressInfo } from 'node:net';
 import { WebSocketServer } from 'ws';
-import { generate, type LoadgenOptions } from '../../loadtest/loadgen';
-import { freePort } from '../../loadtest/server-process';
-import { mergePartials, type PartialResult } from '../../loadtest/stats';
+import { generate, type LoadgenOptions } from '../../loadtest/harness/loadgen';
+import { freePort } from '../../loadtest/harness/server-process';
+import { mergePartials, type PartialResult } from '../../loadtest/harness/stats';
 
 /**
  * A scripted WebSocket server: per request (conn = floor(id / 1e7), seq = id % 1e7)

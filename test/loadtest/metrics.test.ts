@@ -1,11 +1,11 @@
 import * as http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import * as lib from '../../libs/metrics';
-import * as bench from '../../loadtest/metrics';
+import * as bench from '../../loadtest/harness/metrics';
 
 // The parser and its helpers are tested beside the lib (libs/metrics/prom-text.test.ts); here: the bench
 // reads them from the lib (one copy) and scrapes a real HTTP endpoint with them.
-describe('loadtest/metrics', () => {
+describe('loadtest/harness/metrics', () => {
   it('re-exports the lib parser and helpers instead of keeping its own', () => {
     expect(bench.parsePrometheusText).toBe(lib.parsePrometheusText);
     expect(bench.sumSamples).toBe(lib.sumSamples);

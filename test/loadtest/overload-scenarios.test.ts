@@ -1,5 +1,8 @@
 import type { AddressInfo } from 'node:net';
 import { WebSocketServer } from 'ws';
+import { parseKernelQueues, SlowClient } from '../../loadtest/harness/slow-client';
+import type { LoadResult } from '../../loadtest/harness/stats';
+import type { RunRecord } from '../../loadtest/harness/types';
 import { judgeOverload, overloadFigures } from '../../loadtest/scenarios/overload';
 import { checkRunaway, judgeRunaway } from '../../loadtest/scenarios/runaway';
 import {
@@ -8,9 +11,6 @@ import {
   type SlowEpisode,
   slowCloseLogKeys,
 } from '../../loadtest/scenarios/slow-consumer';
-import { parseKernelQueues, SlowClient } from '../../loadtest/slow-client';
-import type { LoadResult } from '../../loadtest/stats';
-import type { RunRecord } from '../../loadtest/types';
 
 function load(over: Partial<LoadResult>): LoadResult {
   return {

@@ -1,9 +1,9 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { renderReport, reportJson, runsTable, writeReport } from '../../loadtest/report';
-import { LoadStats, mergePartials } from '../../loadtest/stats';
-import type { BenchReport, RunRecord } from '../../loadtest/types';
+import { renderReport, reportJson, runsTable, writeReport } from '../../loadtest/harness/report';
+import { LoadStats, mergePartials } from '../../loadtest/harness/stats';
+import type { BenchReport, RunRecord } from '../../loadtest/harness/types';
 import { escapeCell, fmt, markdownTable } from '../../scripts/markdown';
 
 function load(ok: number, tput: number): RunRecord['load'] {

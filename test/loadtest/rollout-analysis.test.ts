@@ -23,7 +23,8 @@ import {
   transitionMarkers,
   visitedEveryStep,
   wallToBenchMs,
-} from '../../loadtest/rollout-analysis';
+} from '../../loadtest/harness/rollout-analysis';
+import type { AnswerRecord } from '../../loadtest/harness/swap-analysis';
 import {
   closingLine,
   type RolloutRunPlan,
@@ -34,7 +35,6 @@ import {
   sampleOf,
   withSettings,
 } from '../../loadtest/scenarios/rollout';
-import type { AnswerRecord } from '../../loadtest/swap-analysis';
 
 /** The bench clock's origin on the wall clock (performance.timeOrigin in a real run). */
 const ORIGIN = Date.parse('2026-12-01T06:00:00.000Z');

@@ -1,6 +1,6 @@
 import { parseBenchArgs } from '../../loadtest/bench';
-import { runLoad, splitEvenly } from '../../loadtest/run-load';
-import { startBareEcho } from '../../loadtest/server-process';
+import { runLoad, splitEvenly } from '../../loadtest/harness/run-load';
+import { startBareEcho } from '../../loadtest/harness/server-process';
 
 describe('splitEvenly', () => {
   it('splits into near-equal shares', () => {

@@ -1,11 +1,11 @@
 import * as path from 'node:path';
+import type { Scenario, ScenarioContext } from '../../loadtest/harness/types';
 import { hotSwap } from '../../loadtest/scenarios/hot-swap';
 import { overload } from '../../loadtest/scenarios/overload';
 import { registry } from '../../loadtest/scenarios/registry';
 import { rollout } from '../../loadtest/scenarios/rollout';
 import { runaway } from '../../loadtest/scenarios/runaway';
 import { slowConsumer } from '../../loadtest/scenarios/slow-consumer';
-import type { Scenario, ScenarioContext } from '../../loadtest/types';
 
 /** A context whose server never starts: every scenario must still return a report saying why. */
 function failingContext(): ScenarioContext {

@@ -1,7 +1,12 @@
-import { interpolateLog2, runAgainst, stampSharedServer, withServer } from '../../loadtest/scenario-kit';
-import type { ServerHandle } from '../../loadtest/server-process';
-import type { LoadResult } from '../../loadtest/stats';
-import type { LoadSpec, RunRecord, ScenarioContext } from '../../loadtest/types';
+import {
+  interpolateLog2,
+  runAgainst,
+  stampSharedServer,
+  withServer,
+} from '../../loadtest/harness/scenario-kit';
+import type { ServerHandle } from '../../loadtest/harness/server-process';
+import type { LoadResult } from '../../loadtest/harness/stats';
+import type { LoadSpec, RunRecord, ScenarioContext } from '../../loadtest/harness/types';
 
 describe('interpolateLog2', () => {
   const pts: [number, number][] = [

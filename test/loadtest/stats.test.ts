@@ -1,4 +1,4 @@
-import { LoadStats, type MergeMeta, mergePartials, type PartialResult } from '../../loadtest/stats';
+import { LoadStats, type MergeMeta, mergePartials, type PartialResult } from '../../loadtest/harness/stats';
 
 const META: MergeMeta = {
   url: 'ws://127.0.0.1:1/ws',

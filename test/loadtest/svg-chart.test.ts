@@ -1,6 +1,6 @@
-import { timelineChart } from '../../loadtest/scenario-kit';
-import { LoadStats, mergePartials } from '../../loadtest/stats';
-import { barChart, escapeXml, formatNumber, lineChart, niceTicks } from '../../loadtest/svg-chart';
+import { timelineChart } from '../../loadtest/harness/scenario-kit';
+import { LoadStats, mergePartials } from '../../loadtest/harness/stats';
+import { barChart, escapeXml, formatNumber, lineChart, niceTicks } from '../../loadtest/harness/svg-chart';
 
 /**
  * Minimal XML well-formedness check (enough for generated SVG): balanced tags, quoted

@@ -1,4 +1,4 @@
-import { quantile } from '../../loadtest/quantile';
+import { quantile } from '../../loadtest/harness/quantile';
 import {
   type AnswerRecord,
   type Commit,
@@ -15,7 +15,7 @@ import {
   timelineBuckets,
   versionCounts,
   versionShare,
-} from '../../loadtest/swap-analysis';
+} from '../../loadtest/harness/swap-analysis';
 import { argmaxRows } from '../../scripts/models/train-mlp';
 
 let nextId = 0;

@@ -11,7 +11,7 @@ import * as path from 'node:path';
 import type { Command } from 'commander';
 import { type NatsAuth, NatsAuthError } from '../../../libs/nats-auth';
 import { parseSigningKey } from '../../../libs/signing';
-import { ClusterError, connectCluster, ModelArtifacts } from '../../supervisor/fleet';
+import { ClusterError, connectFleet, ModelArtifacts } from '../../supervisor/fleet';
 import { addNatsOptions, loadCommandNats, type NatsFlags } from '../nats-options';
 
 interface PushFlags extends NatsFlags {
@@ -95,7 +95,7 @@ export function registerModelsPush(models: Command, fail: (message: string) => n
         .replace(/[^A-Za-z0-9_-]/g, '-')
         .slice(0, 40)}-${process.pid}`;
       try {
-        const connection = await connectCluster({ auth, fleet, hostId, replicas });
+        const connection = await connectFleet({ auth, fleet, hostId, replicas });
         try {
           const artifacts = await ModelArtifacts.open(connection);
           const pushed = await artifacts.push(name, version, onnx, config, signingKey);

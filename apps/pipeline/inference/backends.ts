@@ -1,4 +1,4 @@
-/** The inference backend the config chooses: the embedded worker pool or an external serving cluster. */
+/** The inference backend the config chooses: the embedded worker pool or an external StreamInfer server. */
 import type { Logger } from 'pino';
 import type { PipelineConfig } from '../config';
 import { createEmbeddedBackend } from './embedded';

@@ -1,5 +1,5 @@
 /**
- * The external backend's HTTP side: a pin checked, and GETs of the cluster's v2 readiness and metadata
+ * The external backend's HTTP side: a pin checked, and GETs of the server's v2 readiness and metadata
  * (retried while it is unreachable or draining, typed otherwise) that prepare() makes before a pin is used.
  */
 import type { ErrorCode } from '../../../libs/protocol';
@@ -33,7 +33,7 @@ export function checkPin(pin: ModelPin): void {
   }
 }
 
-/** GET on the cluster's HTTP side; retried while unreachable or draining, typed otherwise. */
+/** GET on the server's HTTP side; retried while unreachable or draining, typed otherwise. */
 export async function httpGet(side: HttpSide, path: string, pin: ModelPin): Promise<unknown> {
   let lastError: Error | undefined;
   for (let attempt = 1; attempt <= side.settings.maxAttempts; attempt++) {
@@ -62,7 +62,7 @@ export async function httpGet(side: HttpSide, path: string, pin: ModelPin): Prom
     if (status === 404 && (code === 'unknown_model' || code === 'unknown_version')) {
       throw new ExternalInferenceError(
         'not_served',
-        `the cluster at ${side.settings.httpBase} does not serve ${pin.model} version ${pin.version}: ${String(body.error ?? code)}`,
+        `the server at ${side.settings.httpBase} does not serve ${pin.model} version ${pin.version}: ${String(body.error ?? code)}`,
         { serverCode: code },
       );
     }
@@ -79,7 +79,7 @@ export async function httpGet(side: HttpSide, path: string, pin: ModelPin): Prom
   }
   throw new ExternalInferenceError(
     'unreachable',
-    `the cluster at ${side.settings.httpBase} did not answer ${path}: ${lastError?.message}`,
+    `the server at ${side.settings.httpBase} did not answer ${path}: ${lastError?.message}`,
     { cause: lastError },
   );
 }

@@ -5,7 +5,7 @@ import type { BackoffOptions } from './external-wire';
 import { httpBaseOf } from './external-wire';
 
 export interface ExternalBackendOptions {
-  /** The cluster's WebSocket endpoint, e.g. `ws://127.0.0.1:8000/ws`. */
+  /** The server's WebSocket endpoint, e.g. `ws://127.0.0.1:8000/ws`. */
   url: string;
   /** Connections in the pool (default 2). */
   connections?: number;

@@ -166,7 +166,7 @@ export function firstNumber(result: unknown): number | undefined {
   return undefined;
 }
 
-/** The cluster's HTTP base (same host and port as its WebSocket endpoint), for readiness and metadata. */
+/** The server's HTTP base (same host and port as its WebSocket endpoint), for readiness and metadata. */
 export function httpBaseOf(url: URL): string {
   return `${url.protocol === 'wss:' ? 'https:' : 'http:'}//${url.host}`;
 }

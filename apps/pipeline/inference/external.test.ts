@@ -1,5 +1,5 @@
 /**
- * The external backend against a tiny fake cluster (ws + http on one port) whose misbehaviour each test
+ * The external backend against a tiny fake server (ws + http on one port) whose misbehaviour each test
  * scripts: shed answers, a dropped connection, duplicate answers, silence. The real server is in
  * test/integration/stream-external.test.ts.
  */
@@ -31,7 +31,7 @@ type Script = (
   attempt: number,
 ) => { value: number } | { code: string; retryAfterMs?: number } | 'hold';
 
-class FakeCluster {
+class FakeServer {
   readonly server = http.createServer((req, res) => this.onHttp(req, res));
   readonly wss = new WebSocketServer({ server: this.server });
   readonly attempts = new Map<number, number>();
@@ -202,15 +202,15 @@ const fastSleep = (ms: number): Promise<void> => {
   return new Promise((resolve) => setTimeout(resolve, Math.min(ms, 3)));
 };
 
-let cluster: FakeCluster;
+let fake: FakeServer;
 let backend: ExternalBackend | undefined;
 
-function clusterUrl(): string {
-  return `ws://127.0.0.1:${(cluster.server.address() as AddressInfo).port}/ws`;
+function fakeUrl(): string {
+  return `ws://127.0.0.1:${(fake.server.address() as AddressInfo).port}/ws`;
 }
 
 async function open(options: Partial<ExternalBackendOptions> = {}): Promise<ExternalBackend> {
-  const url = await cluster.listen();
+  const url = await fake.listen();
   backend = await createExternalBackend({
     url,
     sleep: fastSleep,
@@ -222,13 +222,13 @@ async function open(options: Partial<ExternalBackendOptions> = {}): Promise<Exte
 
 beforeEach(() => {
   sleeps.length = 0;
-  cluster = new FakeCluster();
+  fake = new FakeServer();
 });
 
 afterEach(async () => {
   await backend?.close();
   backend = undefined;
-  await cluster.close();
+  await fake.close();
 });
 
 async function rejection(promise: Promise<unknown>): Promise<ExternalInferenceError> {
@@ -241,15 +241,15 @@ async function rejection(promise: Promise<unknown>): Promise<ExternalInferenceEr
   throw new Error('expected a rejection');
 }
 
-describe('external backend against a fake cluster', () => {
+describe('external backend against a fake server', () => {
   test('every call names the pin and is answered by id; binary frames (when asked) after prepare', async () => {
     const json = await open();
     await json.prepare(PIN);
     expect(await json.predict(PIN, rowOf(9))).toBe(expectedFor([9]));
-    expect(cluster.log.map((r) => r.binary)).toEqual([false]);
+    expect(fake.log.map((r) => r.binary)).toEqual([false]);
     await json.close();
-    cluster.log.length = 0;
-    const b = await createExternalBackend({ url: clusterUrl(), frames: 'binary' });
+    fake.log.length = 0;
+    const b = await createExternalBackend({ url: fakeUrl(), frames: 'binary' });
     backend = b;
     expect(b.mode).toBe('external');
     const before = await b.predict(PIN, rowOf(7));
@@ -257,13 +257,13 @@ describe('external backend against a fake cluster', () => {
     const after = await Promise.all([1, 2, 3].map((i) => b.predict(PIN, rowOf(i))));
     expect(before).toBe(expectedFor([7]));
     expect(after).toEqual([1, 2, 3].map((i) => expectedFor([i])));
-    expect(cluster.log.map((r) => [r.model, r.version, r.binary])).toEqual([
+    expect(fake.log.map((r) => [r.model, r.version, r.binary])).toEqual([
       ['delay-risk', '1', false],
       ['delay-risk', '1', true],
       ['delay-risk', '1', true],
       ['delay-risk', '1', true],
     ]);
-    expect(cluster.log.map((r) => r.id).sort()).toEqual([1, 2, 3, 4]);
+    expect(fake.log.map((r) => r.id).sort()).toEqual([1, 2, 3, 4]);
     // And a frames value that is neither is refused up front.
     await expect(
       createExternalBackend({ url: 'ws://127.0.0.1:1/ws', frames: 'xml' as 'json' }),
@@ -272,7 +272,7 @@ describe('external backend against a fake cluster', () => {
   });
 
   test('in flight stays under maxInflight in all and per connection; the rest waits FIFO, none lost', async () => {
-    cluster.script = () => 'hold';
+    fake.script = () => 'hold';
     const b = await open({ connections: 2, maxInflight: 6 });
     await b.prepare(PIN);
     const calls = Array.from({ length: 200 }, (_, i) => b.predict(PIN, rowOf(i)));
@@ -280,21 +280,21 @@ describe('external backend against a fake cluster', () => {
     expect(b.inflight).toBe(6);
     expect(b.queued).toBe(194);
     // Answer whatever is held, a few at a time and out of order, until all 200 are done.
-    while (cluster.firstSendOrder.length < 200 || cluster.held.length > 0) {
-      const batch = cluster.held.splice(0).reverse();
-      for (const request of batch) cluster.answer(request, expectedFor(request.row));
+    while (fake.firstSendOrder.length < 200 || fake.held.length > 0) {
+      const batch = fake.held.splice(0).reverse();
+      for (const request of batch) fake.answer(request, expectedFor(request.row));
       await new Promise((resolve) => setTimeout(resolve, 2));
     }
     const values = await Promise.all(calls);
     expect(values).toEqual(Array.from({ length: 200 }, (_, i) => expectedFor([i])));
-    expect(cluster.maxTotal).toBeLessThanOrEqual(6);
-    expect(cluster.maxPerSocket).toBeLessThanOrEqual(3);
+    expect(fake.maxTotal).toBeLessThanOrEqual(6);
+    expect(fake.maxPerSocket).toBeLessThanOrEqual(3);
     // FIFO: the calls left the queue in the order they were made (two sockets may reorder arrivals a little).
-    cluster.firstSendOrder.forEach((id, position) => expect(Math.abs(id - (position + 1))).toBeLessThan(6));
+    fake.firstSendOrder.forEach((id, position) => expect(Math.abs(id - (position + 1))).toBeLessThan(6));
   });
 
   test('overloaded and unavailable back off per call; rate_limited pauses and spaces the connection', async () => {
-    cluster.script = (request, attempt) => {
+    fake.script = (request, attempt) => {
       if (attempt === 1) return { code: 'overloaded' };
       if (attempt === 2) return { code: 'rate_limited', retryAfterMs: 60 };
       if (attempt === 3) return { code: 'unavailable' };
@@ -308,16 +308,16 @@ describe('external backend against a fake cluster', () => {
     });
     const values = await Promise.all([0, 1, 2, 3, 4, 5].map((i) => b.predict(PIN, rowOf(i))));
     expect(values).toEqual([0, 1, 2, 3, 4, 5].map((i) => expectedFor([i])));
-    for (const count of cluster.attempts.values()) expect(count).toBe(4);
+    for (const count of fake.attempts.values()) expect(count).toBe(4);
     expect(b.stats.retries).toEqual({ overloaded: 6, rate_limited: 6, unavailable: 6 });
     // random() = 0 → half the exponential ceiling: 5 ms after the first attempt, 20 after the third.
     expect(sleeps.filter((ms) => ms === 5)).toHaveLength(6);
     expect(sleeps.filter((ms) => ms === 20)).toHaveLength(6);
     // Attempts 3 and 4 only go out after their call was rate_limited: the first no sooner than 60 ms
     // after the first refusal, and then at most one send per 60 ms on the connection.
-    const attemptOf = (r: Received): number => cluster.log.filter((o) => o.id === r.id).indexOf(r) + 1;
-    const limitedAt = Math.min(...cluster.log.filter((r) => attemptOf(r) === 2).map((r) => r.at));
-    const paced = cluster.log.filter((r) => attemptOf(r) >= 3).map((r) => r.at);
+    const attemptOf = (r: Received): number => fake.log.filter((o) => o.id === r.id).indexOf(r) + 1;
+    const limitedAt = Math.min(...fake.log.filter((r) => attemptOf(r) === 2).map((r) => r.at));
+    const paced = fake.log.filter((r) => attemptOf(r) >= 3).map((r) => r.at);
     expect(paced).toHaveLength(12);
     expect(paced[0]! - limitedAt).toBeGreaterThanOrEqual(55);
     for (let i = 1; i < paced.length; i++) expect(paced[i]! - paced[i - 1]!).toBeGreaterThanOrEqual(55);
@@ -325,15 +325,15 @@ describe('external backend against a fake cluster', () => {
 
   test('a connection dropped mid-flight reconnects and re-sends; every id is answered exactly once', async () => {
     let dropped = false;
-    cluster.script = (request, attempt) =>
+    fake.script = (request, attempt) =>
       !dropped && attempt === 1 && request.id % 3 === 0 ? 'hold' : { value: expectedFor(request.row) };
-    cluster.after = (request) => {
+    fake.after = (request) => {
       // Once 24 requests are in (8 held, under the 16 slots), cut every connection with requests held on it.
       if (!dropped && request.id >= 24) {
         dropped = true;
         setImmediate(() => {
-          for (const socket of cluster.wss.clients) socket.terminate();
-          cluster.held.length = 0;
+          for (const socket of fake.wss.clients) socket.terminate();
+          fake.held.length = 0;
         });
       }
     };
@@ -352,12 +352,12 @@ describe('external backend against a fake cluster', () => {
     expect(b.stats.resent).toBeGreaterThanOrEqual(8);
     expect(b.stats.retries).toEqual({});
     expect(b.stats.reconnects).toBeGreaterThanOrEqual(1);
-    expect(cluster.connections).toBeGreaterThanOrEqual(3);
+    expect(fake.connections).toBeGreaterThanOrEqual(3);
     expect(b.inflight).toBe(0);
   });
 
   test('a second answer for an id already answered is ignored', async () => {
-    cluster.after = (request) => setTimeout(() => cluster.answer(request, 99), 1);
+    fake.after = (request) => setTimeout(() => fake.answer(request, 99), 1);
     const b = await open({ connections: 1 });
     const values = await Promise.all([1, 2, 3].map((i) => b.predict(PIN, rowOf(i))));
     expect(values).toEqual([1, 2, 3].map((i) => expectedFor([i])));
@@ -367,7 +367,7 @@ describe('external backend against a fake cluster', () => {
   });
 
   test('unknown_model and bad_request are not retried; shedding past maxAttempts is retries_exhausted', async () => {
-    cluster.script = (request) =>
+    fake.script = (request) =>
       request.model === 'nope'
         ? { code: 'unknown_model' }
         : request.row[0] === 1
@@ -381,33 +381,33 @@ describe('external backend against a fake cluster', () => {
     expect([bad.code, bad.serverCode]).toEqual(['rejected', 'bad_request']);
     const shed = await rejection(b.predict(PIN, rowOf(2)));
     expect([shed.code, shed.serverCode]).toEqual(['retries_exhausted', 'overloaded']);
-    expect([...cluster.attempts.values()]).toEqual([1, 1, 3]);
+    expect([...fake.attempts.values()]).toEqual([1, 1, 3]);
   });
 
   test('an answer from another version than the pin is refused, never used', async () => {
-    cluster.script = () => 'hold';
+    fake.script = () => 'hold';
     const b = await open();
     const call = b.predict(PIN, rowOf(1));
     await new Promise((resolve) => setTimeout(resolve, 20));
-    const request = cluster.held[0]!;
+    const request = fake.held[0]!;
     request.version = '2';
-    cluster.answer(request, 0.5);
+    fake.answer(request, 0.5);
     const error = await rejection(call);
     expect(error.code).toBe('bad_answer');
   });
 
   test('a silent attempt times out and is retried', async () => {
-    cluster.script = (request, attempt) => (attempt === 1 ? 'hold' : { value: expectedFor(request.row) });
+    fake.script = (request, attempt) => (attempt === 1 ? 'hold' : { value: expectedFor(request.row) });
     const b = await open({ requestTimeoutMs: 50 });
     expect(await b.predict(PIN, rowOf(4))).toBe(expectedFor([4]));
     expect(b.stats.retries).toEqual({ timeout: 1 });
     // The first attempt's late answer is a duplicate, ignored.
-    cluster.answer(cluster.held[0]!, 123);
+    fake.answer(fake.held[0]!, 123);
     await new Promise((resolve) => setTimeout(resolve, 20));
     expect(b.stats.duplicates).toBe(1);
   });
 
-  test('prepare checks the cluster serves the version, typed when it does not', async () => {
+  test('prepare checks the fake serves the version, typed when it does not', async () => {
     const b = await open();
     await expect(b.prepare(PIN)).resolves.toBeUndefined();
     const version = await rejection(b.prepare({ model: 'delay-risk', version: '9' }));
@@ -419,7 +419,7 @@ describe('external backend against a fake cluster', () => {
   });
 
   test('close() rejects queued and in-flight calls with `closed`, and later calls too', async () => {
-    cluster.script = () => 'hold';
+    fake.script = () => 'hold';
     const b = await open({ connections: 1, maxInflight: 2 });
     const calls = Array.from({ length: 10 }, (_, i) => rejection(b.predict(PIN, rowOf(i))));
     await new Promise((resolve) => setTimeout(resolve, 20));
@@ -432,7 +432,7 @@ describe('external backend against a fake cluster', () => {
     expect(b.queued).toBe(0);
   });
 
-  test('bad options fail before any I/O; no cluster at all is `unreachable`', async () => {
+  test('bad options fail before any I/O; no fake at all is `unreachable`', async () => {
     for (const options of [
       { url: 'http://127.0.0.1:1/ws' },
       { url: 'not a url' },
@@ -442,9 +442,9 @@ describe('external backend against a fake cluster', () => {
     ]) {
       expect((await rejection(createExternalBackend(options))).code).toBe('invalid_options');
     }
-    const url = await cluster.listen();
-    await cluster.close();
-    cluster = new FakeCluster();
+    const url = await fake.listen();
+    await fake.close();
+    fake = new FakeServer();
     expect((await rejection(createExternalBackend({ url, sleep: fastSleep }))).code).toBe('unreachable');
   });
 });

@@ -1,5 +1,5 @@
 /**
- * The `external` inference mode: predictions from a StreamInfer serving cluster over its WebSocket endpoint.
+ * The `external` inference mode: predictions from a StreamInfer server over its WebSocket endpoint.
  *
  * A small pool of connections carries at most `maxInflight` calls in all (and `maxInflightPerConnection` on
  * each, to stay under the server's per-client in-flight cap); further calls wait in a FIFO queue here,

@@ -1,7 +1,7 @@
 /**
  * How the pipeline gets a prediction: one interface, two modes. `embedded` runs the model in this process
- * through the server's own worker pool and micro-batcher (apps/node/embedded); `external` asks a StreamInfer
- * serving cluster over WebSocket (apps/pipeline/inference/external). The pipeline pins one model version per epoch and
+ * through the server's own worker pool and micro-batcher (apps/node/embedded); `external` asks a
+ * StreamInfer server over WebSocket (apps/pipeline/inference/external). The pipeline pins one model version per epoch and
  * names it on every call, so a backend never chooses a version itself.
  */
 
@@ -16,7 +16,7 @@ export type InferenceMode = 'embedded' | 'external';
 export interface InferenceBackend {
   readonly mode: InferenceMode;
   /**
-   * Makes `pin` answerable (embedded: loads the version if it is not loaded; external: checks the cluster
+   * Makes `pin` answerable (embedded: loads the version if it is not loaded; external: checks the server
    * serves it) before an epoch starts on it. Rejects with a typed error when it cannot.
    */
   prepare(pin: ModelPin): Promise<void>;

@@ -1,6 +1,6 @@
 /**
  * A pinned model version the backend cannot serve: not in the model repository (embedded, ProtocolError) or
- * not served by the cluster (external, ExternalInferenceError `not_served` with the server's code). At start
+ * not served by the server (external, ExternalInferenceError `not_served` with the server's code). At start
  * it is a refused setting (exit 2); on a reload, a 404 with the code.
  */
 import { ProtocolError } from '../../../libs/protocol';

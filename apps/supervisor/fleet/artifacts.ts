@@ -37,7 +37,7 @@ import {
   type TrustedKeys,
   verifyManifest,
 } from '../../../libs/signing';
-import type { ClusterConnection } from './connection';
+import type { FleetConnection } from './connection';
 import { ClusterError } from './errors';
 import { openObjectStore } from './kv-bucket';
 
@@ -151,7 +151,7 @@ export type LocalVerdict = 'ok' | 'mismatch' | 'missing' | 'not_pushed';
 
 export class ModelArtifacts {
   private constructor(
-    private readonly conn: ClusterConnection,
+    private readonly conn: FleetConnection,
     private readonly store: ObjectStore,
     private readonly trust: ArtifactTrust | undefined,
     private readonly cacheDir: string | undefined,
@@ -162,7 +162,7 @@ export class ModelArtifacts {
    * `cacheDir` (pullCacheDir), pulled files are written there instead of into the models dir.
    */
   static async open(
-    conn: ClusterConnection,
+    conn: FleetConnection,
     trust?: ArtifactTrust,
     cacheDir?: string,
   ): Promise<ModelArtifacts> {

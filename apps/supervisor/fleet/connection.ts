@@ -16,7 +16,7 @@ import { loadNatsAuth, type NatsAuth, replicasProblem } from '../../../libs/nats
 import { ClusterError, invalidOptions } from './errors';
 import { type FleetNames, fleetNames, requireFleetName, requireHostId } from './records';
 
-export interface ClusterOptions {
+export interface FleetConnectionOptions {
   /** nats://host:port, or several (no credentials); `auth` instead for an identity and TLS. */
   servers?: string | string[];
   /** The loaded NATS settings (libs/nats-auth): servers, identity, TLS. Wins over `servers`. */
@@ -53,7 +53,7 @@ export const failCluster: FailWith = (failure, message, options) =>
     options,
   );
 
-export class ClusterConnection {
+export class FleetConnection {
   readonly names: FleetNames;
   readonly nc: NatsConnection;
   readonly js: JetStreamClient;
@@ -83,7 +83,7 @@ export class ClusterConnection {
     });
   }
 
-  static async open(options: ClusterOptions): Promise<ClusterConnection> {
+  static async open(options: FleetConnectionOptions): Promise<FleetConnection> {
     const fleet = requireFleetName(options.fleet);
     const hostId = requireHostId(options.hostId);
     const connectTimeoutMs = requirePositiveInt(
@@ -124,7 +124,7 @@ export class ClusterConnection {
       ...(options.onProblem ? { onProblem: options.onProblem } : {}),
       fail: failCluster,
     });
-    return new ClusterConnection(link, fleet, hostId);
+    return new FleetConnection(link, fleet, hostId);
   }
 
   /** False from a disconnect until the reconnect (and for good after close()). */
@@ -182,6 +182,6 @@ export class ClusterConnection {
  * Connects to the fleet's NATS (docs/operations/fleet.md); NATS unreachable at start is `cluster_unavailable`, a refusal
  * of the credentials or the TLS handshake `nats_refused`.
  */
-export function connectCluster(options: ClusterOptions): Promise<ClusterConnection> {
-  return ClusterConnection.open(options);
+export function connectFleet(options: FleetConnectionOptions): Promise<FleetConnection> {
+  return FleetConnection.open(options);
 }

@@ -5,7 +5,7 @@
  */
 import { requirePositiveInt } from '../../../libs/config';
 import { isWrongRevision, KvLease, LeaseBucket } from '../../../libs/jetstream';
-import type { ClusterConnection } from './connection';
+import type { FleetConnection } from './connection';
 import { ClusterError, invalidOptions } from './errors';
 import { openBucket } from './kv-bucket';
 import { decodeJson, LEASE_KEY, requireHostId } from './records';
@@ -52,17 +52,14 @@ export class CoordinatorLease {
   private timer: NodeJS.Timeout | undefined;
 
   private constructor(
-    private readonly conn: ClusterConnection,
+    private readonly conn: FleetConnection,
     private readonly bucket: LeaseBucket,
     private readonly options: CoordinatorLeaseOptions,
   ) {
     this.ttlMs = bucket.ttlMs;
   }
 
-  static async open(
-    conn: ClusterConnection,
-    options: CoordinatorLeaseOptions = {},
-  ): Promise<CoordinatorLease> {
+  static async open(conn: FleetConnection, options: CoordinatorLeaseOptions = {}): Promise<CoordinatorLease> {
     const ttlMs = requirePositiveInt(
       'lease ttlMs',
       options.ttlMs ?? DEFAULT_LEASE_TTL_MS,

@@ -20,7 +20,7 @@ import {
   type ArtifactTrust,
   ClusterError,
   CoordinatorLease,
-  connectCluster,
+  connectFleet,
   type FleetRecord,
   type FleetTable,
   HostBoard,
@@ -258,7 +258,7 @@ async function connectWaiting(
 ) {
   for (let attempt = 1; ; attempt++) {
     try {
-      return await connectCluster({
+      return await connectFleet({
         auth,
         fleet,
         hostId,

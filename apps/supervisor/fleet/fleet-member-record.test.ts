@@ -12,9 +12,9 @@ import { ProtocolError } from '../../../libs/protocol';
 import type { TablePlan } from '../../../libs/registry';
 import { type NodeChannel, ReloadCoordinator, type StepAnswer } from '../coordinator';
 import {
-  type ClusterConnection,
   ClusterError,
   type CoordinatorLease,
+  type FleetConnection,
   type FleetRecord,
   type FleetTable,
   fleetNames,
@@ -106,7 +106,7 @@ function setup(options: {
     nc: { subscribe: () => ({ unsubscribe: () => undefined }) },
     onAvailability: () => () => undefined,
     close: async () => undefined,
-  } as unknown as ClusterConnection;
+  } as unknown as FleetConnection;
   const board = {
     start: () => undefined,
     stop: () => undefined,

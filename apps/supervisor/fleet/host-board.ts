@@ -13,7 +13,7 @@ import {
   LeaseBucket,
   listKeys,
 } from '../../../libs/jetstream';
-import type { ClusterConnection } from './connection';
+import type { FleetConnection } from './connection';
 import { invalidOptions } from './errors';
 import { openTtlBucket } from './kv-bucket';
 import { decodeJson, type HostBeat, parseHostBeat, requireHostId } from './records';
@@ -42,7 +42,7 @@ export class HostBoard {
   private readonly keys: LeaseBucket;
 
   private constructor(
-    private readonly conn: ClusterConnection,
+    private readonly conn: FleetConnection,
     private readonly kv: KV,
     ttlMs: number,
     expiry: ExpiryChoice,
@@ -53,7 +53,7 @@ export class HostBoard {
     this.keys = new LeaseBucket(kv, conn.js, conn.names.hostsBucket, ttlMs, expiry.expiry);
   }
 
-  static async open(conn: ClusterConnection, options: HostBoardOptions = {}): Promise<HostBoard> {
+  static async open(conn: FleetConnection, options: HostBoardOptions = {}): Promise<HostBoard> {
     const ttlMs = requirePositiveInt(
       'heartbeat ttlMs',
       options.ttlMs ?? DEFAULT_HEARTBEAT_TTL_MS,

@@ -4,7 +4,7 @@
  * responder or NATS down all become `{ ok: false, error }`.
  */
 import type { StepAnswer } from '../coordinator';
-import type { ClusterConnection } from './connection';
+import type { FleetConnection } from './connection';
 import { ClusterError } from './errors';
 import { type FleetTable, parseFleetTable } from './records';
 
@@ -77,7 +77,7 @@ export interface HostStepServer {
 
 /** Answers the steps addressed to `hostId` (default: this connection's host) with `handler`. */
 export function serveHostSteps(
-  conn: ClusterConnection,
+  conn: FleetConnection,
   handler: (request: HostStepRequest) => Promise<StepAnswer>,
   hostId: string = conn.hostId,
 ): HostStepServer {
@@ -126,7 +126,7 @@ export function isNoResponders(err: unknown): boolean {
   return false;
 }
 
-export function hostStepClient(conn: ClusterConnection, timeoutMs: number): HostStepClient {
+export function hostStepClient(conn: FleetConnection, timeoutMs: number): HostStepClient {
   return {
     async call(hostId, request) {
       try {

@@ -11,8 +11,8 @@ export {
   pullCacheDir,
   versionConfigObject,
 } from './artifacts';
-export type { ClusterOptions } from './connection';
-export { ClusterConnection, connectCluster } from './connection';
+export type { FleetConnectionOptions } from './connection';
+export { connectFleet, FleetConnection } from './connection';
 export type { CoordinatorLeaseOptions, LeaseAcquire, LeaseHolder } from './coordinator-lease';
 export { CoordinatorLease, DEFAULT_LEASE_TTL_MS } from './coordinator-lease';
 export type { ClusterErrorCode } from './errors';

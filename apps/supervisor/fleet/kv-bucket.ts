@@ -11,11 +11,11 @@ import {
   openTtlBucket as openKvTtlBucket,
   openObjectStore as openStore,
 } from '../../../libs/jetstream';
-import { type ClusterConnection, failCluster } from './connection';
+import { type FleetConnection, failCluster } from './connection';
 
 /** Creates the bucket when missing; an existing one must have the same TTL and at least as many replicas. */
 export function openBucket(
-  conn: ClusterConnection,
+  conn: FleetConnection,
   bucket: string,
   options: { history: number; ttlMs?: number },
 ): Promise<KV> {
@@ -26,7 +26,7 @@ export function openBucket(
 
 /** A bucket whose keys expire: per-key TTLs where the server has them and `wanted` allows (libs/jetstream). */
 export function openTtlBucket(
-  conn: ClusterConnection,
+  conn: FleetConnection,
   bucket: string,
   options: { history: number; ttlMs: number; wanted: KvExpiryWanted },
 ): Promise<{ kv: KV; choice: ExpiryChoice }> {
@@ -36,7 +36,7 @@ export function openTtlBucket(
 }
 
 /** Creates the object store when missing (with the connection's replica count); an existing one needs as many. */
-export function openObjectStore(conn: ClusterConnection, bucket: string): Promise<ObjectStore> {
+export function openObjectStore(conn: FleetConnection, bucket: string): Promise<ObjectStore> {
   return conn.call(`object store ${bucket}`, () =>
     openStore(conn, bucket, { what: `object store ${bucket}`, fail: failCluster }),
   );

@@ -9,8 +9,8 @@ import type { Registry } from 'prom-client';
 import type { TablePlan } from '../../../libs/registry';
 import type { ReloadCoordinator } from '../coordinator';
 import type {
-  ClusterConnection,
   CoordinatorLease,
+  FleetConnection,
   FleetRecord,
   FleetTable,
   HostBoard,
@@ -36,7 +36,7 @@ export interface FleetMemberOptions {
   hostId: string;
   address: string;
   modelsDir: string;
-  connection: ClusterConnection;
+  connection: FleetConnection;
   store: RegistryStore;
   board: HostBoard;
   lease: CoordinatorLease;

@@ -5,7 +5,7 @@
  */
 import type { KV, KvEntry } from '@nats-io/kv';
 import { isWrongRevision } from '../../../libs/jetstream';
-import type { ClusterConnection } from './connection';
+import type { FleetConnection } from './connection';
 import { ClusterError } from './errors';
 import { openBucket } from './kv-bucket';
 import type { RegistryEntry } from './record-shapes';
@@ -24,12 +24,12 @@ export interface RegistryWatch {
 
 export class RegistryStore {
   private constructor(
-    private readonly conn: ClusterConnection,
+    private readonly conn: FleetConnection,
     private readonly kv: KV,
   ) {}
 
   /** Opens the registry bucket, creating it (history 5) when missing. */
-  static async open(conn: ClusterConnection): Promise<RegistryStore> {
+  static async open(conn: FleetConnection): Promise<RegistryStore> {
     return new RegistryStore(conn, await openBucket(conn, conn.names.registryBucket, { history: HISTORY }));
   }
 

@@ -6,7 +6,7 @@
  */
 import type { KV } from '@nats-io/kv';
 import { isWrongRevision, listKeys } from '../../../libs/jetstream';
-import type { ClusterConnection } from './connection';
+import type { FleetConnection } from './connection';
 import { ClusterError } from './errors';
 import { openBucket } from './kv-bucket';
 
@@ -17,11 +17,11 @@ const decoder = new TextDecoder();
 
 export class RolloutRecords {
   private constructor(
-    private readonly conn: ClusterConnection,
+    private readonly conn: FleetConnection,
     private readonly kv: KV,
   ) {}
 
-  static async open(conn: ClusterConnection): Promise<RolloutRecords> {
+  static async open(conn: FleetConnection): Promise<RolloutRecords> {
     return new RolloutRecords(conn, await openBucket(conn, conn.names.registryBucket, { history: HISTORY }));
   }
 

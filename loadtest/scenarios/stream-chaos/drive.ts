@@ -5,6 +5,8 @@
  */
 
 import { fmt } from '../../../scripts/markdown';
+import { errText } from '../../harness/scenario-kit';
+import type { ScenarioContext } from '../../harness/types';
 import type { FreshnessSummary } from '../../pipeline/analysis';
 import { connectNats, lastSeq, natsUrl } from '../../pipeline/broker';
 import {
@@ -23,8 +25,6 @@ import {
   type StreamInstance,
   scrape,
 } from '../../pipeline/instances';
-import { errText } from '../../scenario-kit';
-import type { ScenarioContext } from '../../types';
 import {
   addInstance,
   type ChaosResources,

@@ -1,9 +1,10 @@
 /** stream-chaos setup: the plan (sizes), the workload, and the two pipelines with their instances. */
+
+import type { ScenarioContext } from '../../harness/types';
 import type { NatsHandle, RunNames } from '../../pipeline/broker';
 import { runNames, writeRunConfig } from '../../pipeline/broker';
 import type { CoverageSample } from '../../pipeline/chaos-analysis';
 import { type InstanceHealth, type StreamInstance, startInstance } from '../../pipeline/instances';
-import type { ScenarioContext } from '../../types';
 
 /** One sample: the broker's per-partition backlog, and the partitions as the live instances report them. */
 export interface Sample extends CoverageSample {

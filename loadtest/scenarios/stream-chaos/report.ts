@@ -3,6 +3,8 @@
  * correctness, freshness, what the instances logged, what it means), the charts, ratios, runs and data.
  */
 import { fmt, markdownTable } from '../../../scripts/markdown';
+import { lineChart } from '../../harness/svg-chart';
+import type { Chart, Ratio, RunRecord } from '../../harness/types';
 import type { FreshnessSummary } from '../../pipeline/analysis';
 import { perSecondP95 } from '../../pipeline/analysis';
 import {
@@ -11,8 +13,6 @@ import {
   type PartitionCheckpoints,
   promValue,
 } from '../../pipeline/chaos-analysis';
-import { lineChart } from '../../svg-chart';
-import type { Chart, Ratio, RunRecord } from '../../types';
 import type { ChaosFigures } from './analyse';
 import { type ChaosRun, type KillRecord, relS, s1 } from './drive';
 import { PARTITIONS, type Pipeline, type Plan, WORKLOAD } from './plan';

@@ -2,10 +2,11 @@
  * stream's backlog drain: at half the sustained rate, pause consuming (POST /api/pause) while the simulator
  * keeps producing, resume, time the catch-up against backlog ÷ (capacity − rate); then a backlog-only drain.
  */
+
+import type { ScenarioContext } from '../../harness/types';
 import { lagOf, perSecondP95, receivedRate, recoveredAt, settledAt } from '../../pipeline/analysis';
 import { FRESHNESS_TARGET_MS, measureRun, type Pipe, type RunMeasure } from '../../pipeline/measure';
 import { getHealth, postAdmin } from '../../pipeline/procs';
-import type { ScenarioContext } from '../../types';
 import type { Plan } from './plan';
 
 export interface DrainFigures {

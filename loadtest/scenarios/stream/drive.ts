@@ -4,12 +4,12 @@
  * (modesPhase).
  */
 import * as fs from 'node:fs';
+import { errText, modelsDirWith, serverRecord } from '../../harness/scenario-kit';
+import type { ServerHandle } from '../../harness/server-process';
+import type { RunRecord, ScenarioContext } from '../../harness/types';
 import { roundRate } from '../../pipeline/analysis';
 import type { NatsHandle } from '../../pipeline/broker';
 import { measureRun, type Pipe, type RunMeasure, waitDrained } from '../../pipeline/measure';
-import { errText, modelsDirWith, serverRecord } from '../../scenario-kit';
-import type { ServerHandle } from '../../server-process';
-import type { RunRecord, ScenarioContext } from '../../types';
 import { type DrainFigures, drainPhase } from './drain';
 import { ms, runRecord, shippedInference, withPipeline } from './kit';
 import { PLANNING, type Plan } from './plan';

@@ -5,11 +5,11 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { fmt } from '../../../scripts/markdown';
+import { errText } from '../../harness/scenario-kit';
+import type { RunRecord, ScenarioContext } from '../../harness/types';
 import { deleteRunStreams, type NatsHandle, natsUrl, runNames, writeRunConfig } from '../../pipeline/broker';
 import type { Pipe, RunMeasure } from '../../pipeline/measure';
 import { startPipeline, startSampler } from '../../pipeline/procs';
-import { errText } from '../../scenario-kit';
-import type { RunRecord, ScenarioContext } from '../../types';
 
 export async function withPipeline<T>(
   ctx: ScenarioContext,

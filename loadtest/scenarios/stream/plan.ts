@@ -1,5 +1,5 @@
 /** stream setup: the plan (steps, phases' lengths), quick or full, and the capacity-planning example. */
-import type { ScenarioContext } from '../../types';
+import type { ScenarioContext } from '../../harness/types';
 
 export interface Plan {
   /** an unmeasured run first: model sessions, JIT and broker caches warm up */

@@ -3,9 +3,9 @@
  * embedded vs external, zero loss and what it means (Markdown, charts, ratios, notes), and report.json's data.
  */
 import { fmt, markdownTable } from '../../../scripts/markdown';
+import { barChart, lineChart, PALETTE } from '../../harness/svg-chart';
+import type { Chart, Ratio, ScenarioContext } from '../../harness/types';
 import { FRESHNESS_TARGET_MS, type RunMeasure } from '../../pipeline/measure';
-import { barChart, lineChart, PALETTE } from '../../svg-chart';
-import type { Chart, Ratio, ScenarioContext } from '../../types';
 import type { DrainFigures } from './drain';
 import type { ModeRun, SustainedRun } from './drive';
 import { cpuText, ms, runData, STEP_HEADERS, stepRow } from './kit';

@@ -5,7 +5,7 @@
  */
 import { performance } from 'node:perf_hooks';
 import WebSocket from 'ws';
-import { sharedClock } from '../libs/ring';
+import { sharedClock } from '../../libs/ring';
 import { readBinaryAnswerHeader, readJsonAnswerHeader } from './bodies';
 import type { EarlyClose, LoadStats } from './stats';
 

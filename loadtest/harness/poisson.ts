@@ -12,7 +12,7 @@ import { fork } from 'node:child_process';
 import * as path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import WebSocket from 'ws';
-import { Rng } from '../libs/rng';
+import { Rng } from '../../libs/rng';
 import { type BodyOptions, binaryBodyFactory, readBinaryAnswerHeader, readJsonAnswerHeader } from './bodies';
 import { quantileSorted } from './quantile';
 

@@ -5,7 +5,7 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { escapeCell, fmt, markdownTable } from '../scripts/markdown';
+import { escapeCell, fmt, markdownTable } from '../../scripts/markdown';
 import { formatNumber } from './svg-chart';
 import type { BenchReport, RunRecord, ScenarioReport } from './types';
 

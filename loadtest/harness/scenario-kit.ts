@@ -5,7 +5,7 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { markdownTable } from '../scripts/markdown';
+import { markdownTable } from '../../scripts/markdown';
 import { scratchRepository } from './admin-client';
 import type { ExitInfo, ServerHandle } from './server-process';
 import type { LoadResult } from './stats';

@@ -1,5 +1,5 @@
+import { recoverySeconds } from '../scenarios/sweep';
 import { poissonSchedule } from './poisson';
-import { recoverySeconds } from './scenarios/sweep';
 
 describe('poissonSchedule', () => {
   it('offers each phase its rate with exponential gaps (coefficient of variation ≈ 1)', () => {

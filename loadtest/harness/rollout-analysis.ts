@@ -9,8 +9,8 @@
  * times (`started_at`, `transitions[].at`, …) are wall clock, moved onto the bench clock with
  * `wallToBenchMs(iso, performance.timeOrigin)` (same host, same wall clock).
  */
-import type { MetricSample } from '../libs/metrics';
-import { CHECK_NAMES, type CheckName, ROLLOUT_STATES, type RolloutState } from '../libs/rollout';
+import type { MetricSample } from '../../libs/metrics';
+import { CHECK_NAMES, type CheckName, ROLLOUT_STATES, type RolloutState } from '../../libs/rollout';
 import type { LineSeries } from './svg-chart';
 import type { AnswerRecord } from './swap-analysis';
 

@@ -3,7 +3,7 @@
  * parses each JSON request and answers at once with a response of the same shape the real
  * server sends: `{"id","model","version":"1","result":<input>,"latency_ms":0}`.
  *
- *   node dist/loadtest/bare-echo-server.js [port] [cert.pem key.pem]
+ *   node dist/loadtest/harness/bare-echo-server.js [port] [cert.pem key.pem]
  *                                      (port 0 / absent = any free port; cert and key: TLS, uWS SSLApp)
  *
  * Reports `{type:'listening', port}` over IPC when forked, and prints `LISTENING <port>` on

@@ -5,9 +5,9 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { type BinaryTensor, encodeBinaryFrame, encodeBinaryRequest } from '../libs/protocol';
-import { Rng } from '../libs/rng';
-import { digitsDataPath, loadDigits, N_PIXELS } from '../scripts/models/digits-data';
+import { type BinaryTensor, encodeBinaryFrame, encodeBinaryRequest } from '../../libs/protocol';
+import { Rng } from '../../libs/rng';
+import { digitsDataPath, loadDigits, N_PIXELS } from '../../scripts/models/digits-data';
 
 export interface BodyOptions {
   /** model name to put in the request (each body kind has a default) */

@@ -4,7 +4,7 @@
  *
  *   forked by the bench   argv[2] = JSON LoadgenOptions; IPC: → {type:'ready'}, ← {type:'go'},
  *                         → {type:'result', result: PartialResult} (or {type:'error'})
- *   standalone            node dist/loadtest/loadgen.js --url ws://127.0.0.1:8000/ws -c 10 -n 100
+ *   standalone            node dist/loadtest/harness/loadgen.js --url ws://127.0.0.1:8000/ws -c 10 -n 100
  *                         prints the merged LoadResult as JSON on stdout
  *
  * Every connection is opened (and warmed up) before the clock starts. Per connection, at

@@ -3,10 +3,10 @@
  * its samples (sums, label filters, histogram means and quantiles, deltas between two scrapes) live in
  * libs/metrics and are re-exported here for the scenarios.
  */
-import { type MetricSample, parsePrometheusText } from '../libs/metrics';
+import { type MetricSample, parsePrometheusText } from '../../libs/metrics';
 import { httpGet } from './server-process';
 
-export type { HistogramSums, LabelFilter, MetricSample } from '../libs/metrics';
+export type { HistogramSums, LabelFilter, MetricSample } from '../../libs/metrics';
 export {
   findSamples,
   histogramMean,
@@ -17,7 +17,7 @@ export {
   parsePrometheusText,
   sampleDeltas,
   sumSamples,
-} from '../libs/metrics';
+} from '../../libs/metrics';
 
 /** GET a `/metrics` URL and parse it. */
 export async function scrapeMetrics(url: string, timeoutMs = 5000): Promise<MetricSample[]> {

@@ -4,7 +4,7 @@
  * never thrown: it does not change the bench's exit status (that reflects runs that could
  * not be measured).
  */
-import { markdownTable } from '../scripts/markdown';
+import { markdownTable } from '../../scripts/markdown';
 
 export interface Check {
   name: string;
