@@ -26,6 +26,20 @@ export interface PipelineCounts {
   dead_letters: number;
 }
 
+export function emptyCounts(): PipelineCounts {
+  return {
+    received: 0,
+    redelivered: 0,
+    predictions: 0,
+    revisions: 0,
+    alerts: 0,
+    invalid: 0,
+    duplicates: 0,
+    late: 0,
+    dead_letters: 0,
+  };
+}
+
 /** What every partition of an instance shares. */
 export interface PartitionContext {
   config: PipelineConfig;

@@ -6,7 +6,7 @@ import { eventSubject, streamLayout } from './io/layout';
 import type { Effect } from './io/sink';
 import type { SourceMessage } from './io/source';
 import { PipelineMetrics } from './metrics';
-import type { PartitionContext } from './partition-context';
+import { emptyCounts, type PartitionContext } from './partition-context';
 import { PartitionMessages } from './partition-messages';
 
 /** A backend whose answers wait for release() while held. */
@@ -52,17 +52,7 @@ function context(backend: InferenceBackend): PartitionContext {
     metrics: new PipelineMetrics(),
     logger: pino({ level: 'silent' }),
     clock: () => Date.now(),
-    counts: {
-      received: 0,
-      redelivered: 0,
-      predictions: 0,
-      revisions: 0,
-      alerts: 0,
-      invalid: 0,
-      duplicates: 0,
-      late: 0,
-      dead_letters: 0,
-    },
+    counts: emptyCounts(),
     current: () => ({ pin: { model: 'delay-risk', version: '1' }, epoch: 0 }),
     operatorPaused: () => false,
     holds: () => true,

@@ -20,7 +20,7 @@ import { EpochLog } from './io/epochs';
 import { type StreamLayout, streamLayout } from './io/layout';
 import { LeaseKeeper } from './leases/lease-keeper';
 import type { PipelineMetrics } from './metrics';
-import type { PartitionContext, PipelineCounts } from './partition-context';
+import { emptyCounts, type PartitionContext, type PipelineCounts } from './partition-context';
 import { InstanceEpoch, type ReloadOutcome } from './pipeline-epochs';
 import { OwnedPartitions } from './pipeline-partitions';
 import { type InstanceIo, openInstanceIo } from './pipeline-start';
@@ -73,17 +73,7 @@ export class DeliveryPipeline {
   private paused = false;
   private error: string | undefined;
   private timers: NodeJS.Timeout[] = [];
-  private readonly counts: PipelineCounts = {
-    received: 0,
-    redelivered: 0,
-    predictions: 0,
-    revisions: 0,
-    alerts: 0,
-    invalid: 0,
-    duplicates: 0,
-    late: 0,
-    dead_letters: 0,
-  };
+  private readonly counts: PipelineCounts = emptyCounts();
 
   constructor(deps: PipelineDeps) {
     this.config = deps.config;

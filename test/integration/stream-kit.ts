@@ -103,10 +103,6 @@ export async function readStream(
     if (m.info.pending === 0) break;
   }
   await messages.close();
-  if (out.length !== counted)
-    console.warn(
-      `readStream ${stream} ${filter ?? ''}: stream info counted ${counted}, the consumer delivered ${out.length}`,
-    );
   return out;
 }
 
