@@ -20,6 +20,7 @@ import {
   type KvExpiryWanted,
   type ServerFacts,
 } from './expiry';
+import { createPlaced } from './placement';
 
 /** What opening a bucket needs of a connection (JetStreamConnection has it). */
 export interface JetStreamContext {
@@ -67,12 +68,14 @@ export async function openBucket(
   const kvm = new Kvm(conn.js);
   let kv: KV;
   try {
-    kv = await kvm.create(bucket, {
-      history: options.history,
-      ttl: options.ttlMs ?? 0,
-      replicas: conn.replicas,
-      ...(options.markerTtlMs ? { markerTTL: options.markerTtlMs } : {}),
-    });
+    kv = await createPlaced(() =>
+      kvm.create(bucket, {
+        history: options.history,
+        ttl: options.ttlMs ?? 0,
+        replicas: conn.replicas,
+        ...(options.markerTtlMs ? { markerTTL: options.markerTtlMs } : {}),
+      }),
+    );
   } catch (err) {
     const refused = describeReplicasRefusal(err, conn.replicas, what);
     if (refused) throw fail('invalid_options', refused, { cause: err });
@@ -121,7 +124,7 @@ export async function openObjectStore(
 ): Promise<ObjectStore> {
   let store: ObjectStore;
   try {
-    store = await new Objm(conn.js).create(bucket, { replicas: conn.replicas });
+    store = await createPlaced(() => new Objm(conn.js).create(bucket, { replicas: conn.replicas }));
   } catch (err) {
     const refused = describeReplicasRefusal(err, conn.replicas, options.what);
     if (refused) throw options.fail('invalid_options', refused, { cause: err });

@@ -39,3 +39,4 @@ export {
   serverHasKeyTtl,
 } from './expiry';
 export { KvLease, LeaseBucket, type NatsCall, type RenewResult } from './lease';
+export { createPlaced, PEER_OFFLINE_WAIT_MS, type PlacementWait } from './placement';

@@ -14,7 +14,13 @@ export {
   natsRefusal,
 } from './options';
 export { REDACTED, redactNatsUrls, redactServers } from './redact';
-export { describeReplicasRefusal, MAX_REPLICAS, replicasProblem, replicasShortfall } from './replicas';
+export {
+  describeReplicasRefusal,
+  isPeerOffline,
+  MAX_REPLICAS,
+  replicasProblem,
+  replicasShortfall,
+} from './replicas';
 export {
   type FlatNatsSettings,
   flagNames,

@@ -34,8 +34,24 @@ export function describeReplicasRefusal(err: unknown, replicas: number, what: st
   if (code === REPLICAS_NOT_SUPPORTED)
     return `${what}: replicas ${replicas} refused, the NATS server is not clustered (set replicas to 1)`;
   if ((code === INSUFFICIENT_RESOURCES || code === NO_SUITABLE_PEERS) && replicas > 1)
-    return `${what}: replicas ${replicas} refused, the JetStream cluster has fewer than ${replicas} servers up with room (insufficient resources)`;
+    return `${what}: replicas ${replicas} refused, the JetStream cluster has fewer than ${replicas} servers up with room (server: ${serverReason(err)})`;
   return undefined;
+}
+
+/**
+ * A placement refused only because a peer is offline for now (restarting, or its route or stats briefly lost
+ * under load): worth asking again for a few seconds before refusing; a cluster that is too small is not.
+ */
+export function isPeerOffline(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return (
+    (code === NO_SUITABLE_PEERS || code === INSUFFICIENT_RESOURCES) && /peer offline/i.test(serverReason(err))
+  );
+}
+
+function serverReason(err: unknown): string {
+  const message = (err as { message?: unknown } | null)?.message;
+  return typeof message === 'string' && message.length > 0 ? message : 'insufficient resources';
 }
 
 /** An existing stream with fewer copies than asked: refused rather than silently running with less. */

@@ -59,7 +59,7 @@ export interface NatsCluster {
   streamLeader(stream: string): Promise<number | undefined>;
   /** The node a client connection named `name` (or matching it) is on (monitoring /connz); undefined: none. */
   clientNode(name: string | RegExp): Promise<number | undefined>;
-  /** Resolves once every running node answers /healthz 200 and they agree on one meta leader. */
+  /** Resolves once every running node answers /healthz 200, they agree on one meta leader, and it sees every running peer current. */
   waitReady(timeoutMs?: number): Promise<void>;
   /** Resolves once stream `stream` has a leader and every replica on a running node is current. */
   waitStreamReady(stream: string, timeoutMs?: number): Promise<void>;
@@ -244,7 +244,17 @@ export async function startNatsCluster(options: NatsClusterOptions = {}): Promis
         const leaders = new Set<string | undefined>();
         for (const k of up)
           leaders.add(((await cluster.jsz(k))?.['meta_cluster'] as { leader?: string } | undefined)?.leader);
-        if (ok && leaders.size === 1 && [...leaders][0] !== undefined) return;
+        const leader = leaders.size === 1 ? /^n(\d+)$/.exec([...leaders][0] ?? '')?.[1] : undefined;
+        // The meta leader places R>1 assets only on peers it sees current: wait until it sees every running one.
+        if (ok && leader !== undefined && running(Number(leader))) {
+          const meta = (await cluster.jsz(Number(leader)))?.['meta_cluster'] as
+            | { replicas?: { name: string; current?: boolean; offline?: boolean }[] }
+            | undefined;
+          const peers = (meta?.replicas ?? []).filter((r) =>
+            running(Number(/^n(\d+)$/.exec(r.name)?.[1] ?? -1)),
+          );
+          if (peers.length === up.length - 1 && peers.every((r) => r.current && !r.offline)) return;
+        }
         if (Date.now() > until)
           throw new Error(
             `NATS cluster not ready in ${timeoutMs} ms (leaders ${JSON.stringify([...leaders])}):\n${up

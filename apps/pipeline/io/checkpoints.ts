@@ -18,6 +18,7 @@ import type { JetStreamClient, JetStreamManager } from '@nats-io/jetstream';
 import { type KV, Kvm } from '@nats-io/kv';
 import { type ObjectStore, Objm } from '@nats-io/obj';
 import type { DeciderSnapshot } from '../../../libs/delivery';
+import { createPlaced } from '../../../libs/jetstream';
 import { describeReplicasRefusal, replicasShortfall } from '../../../libs/nats-auth';
 import { testDelayMs, testHooksEnabled } from '../../../libs/test-hooks';
 import { StreamIoError } from '../errors';
@@ -86,8 +87,10 @@ export class CheckpointStore {
     replicas = 1,
   ): Promise<CheckpointStore> {
     try {
-      const objects = await new Objm(js).create(bucket, { replicas });
-      const pointers = await new Kvm(js).create(`${bucket}_head`, { history: 1, replicas });
+      const objects = await createPlaced(() => new Objm(js).create(bucket, { replicas }));
+      const pointers = await createPlaced(() =>
+        new Kvm(js).create(`${bucket}_head`, { history: 1, replicas }),
+      );
       const short =
         replicasShortfall(
           (await objects.status()).replicas,

@@ -1,5 +1,6 @@
 /** Creates the contract's streams when missing; an existing stream must already capture our subjects. */
 import { JetStreamApiError, type JetStreamManager, type StreamInfo } from '@nats-io/jetstream';
+import { createPlaced } from '../../../libs/jetstream';
 import { describeReplicasRefusal, replicasShortfall } from '../../../libs/nats-auth';
 import { StreamIoError } from '../errors';
 import { checkInputStream } from './input-stream';
@@ -107,15 +108,17 @@ export async function provisionStreams(
       continue;
     }
     try {
-      await jsm.streams.add({
-        name: spec.name,
-        subjects: spec.subjects,
-        ...(spec.subjectTransform ? { subject_transform: { ...spec.subjectTransform } } : {}),
-        duplicate_window: nanos(spec.duplicateWindowMs),
-        max_age: nanos(spec.maxAgeMs),
-        max_bytes: spec.maxBytes,
-        num_replicas: replicas,
-      });
+      await createPlaced(() =>
+        jsm.streams.add({
+          name: spec.name,
+          subjects: spec.subjects,
+          ...(spec.subjectTransform ? { subject_transform: { ...spec.subjectTransform } } : {}),
+          duplicate_window: nanos(spec.duplicateWindowMs),
+          max_age: nanos(spec.maxAgeMs),
+          max_bytes: spec.maxBytes,
+          num_replicas: replicas,
+        }),
+      );
       result.created.push(spec.name);
     } catch (err) {
       // Two pipelines starting at once: the loser finds the winner's stream.
