@@ -9,6 +9,7 @@
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
 import { createEmbeddedBackend } from '../../apps/pipeline/inference/embedded';
+import { quantileSorted } from '../harness/quantile';
 
 export interface EmbeddedBenchResult {
   workers: number;
@@ -58,8 +59,7 @@ export async function benchEmbedded(options: {
     const elapsed = (performance.now() - started) / 1000;
     const after = backend.batchStats(pin)!;
     latencies.sort((a, b) => a - b);
-    const quantile = (q: number): number =>
-      Math.round(latencies[Math.min(latencies.length - 1, Math.floor(q * latencies.length))]! * 100) / 100;
+    const quantile = (q: number): number => Math.round(quantileSorted(latencies, q) * 100) / 100;
     return {
       workers: options.workers,
       concurrency: options.concurrency,

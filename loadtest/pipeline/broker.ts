@@ -118,6 +118,8 @@ export async function readPredictions(
   names: RunNames,
   afterSeq: number,
   eventsAfterSeq?: number,
+  /** the null pipeline's output: each message is an event republished unchanged, its first and only "prediction" */
+  republished = false,
 ): Promise<ReadBack> {
   const out: ReadBack = { first: [], total: 0, revisions: 0, distinctFirst: 0 };
   const ids = new Set<string>();
@@ -130,7 +132,8 @@ export async function readPredictions(
     (storedMs, data) => {
       out.total++;
       const body = JSON.parse(text.decode(data)) as PredictionBody;
-      if (body.revision === 0 && typeof body.event_time === 'string') {
+      const first = republished ? body.revision === undefined : body.revision === 0;
+      if (first && typeof body.event_time === 'string') {
         out.first.push({ storedMs, eventMs: Date.parse(body.event_time) });
         firstIds.push(body.event_id ?? '');
         if (body.event_id) ids.add(body.event_id);

@@ -43,6 +43,8 @@ export interface Pipe {
   samples: LagSample[];
   /** other process trees whose CPU counts as the pipeline's (the serving cluster of external mode) */
   extraPids?: number[];
+  /** the null pipeline (null-pipeline.ts): its output is the events republished, read back as first predictions */
+  reference?: boolean;
 }
 
 export interface RunHooks {
@@ -174,7 +176,7 @@ export async function measureRun(
   const drainTailMs = await waitDrained(pipe, o.drainTimeoutMs);
   const h1: PipelineHealth = await getHealth(port);
   const nr1 = await notReadyTotal(port);
-  const back = await readPredictions(pipe.nats, pipe.names, seq0, evSeq0);
+  const back = await readPredictions(pipe.nats, pipe.names, seq0, evSeq0, pipe.reference === true);
   const d = (k: string): number => (h1.counts[k] ?? 0) - (h0.counts[k] ?? 0);
   const zl = zeroLoss({
     stored: run.summary.stored,

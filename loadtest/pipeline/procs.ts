@@ -33,12 +33,17 @@ function cli(repoRoot: string): string {
 }
 
 function spawnCli(repoRoot: string, args: string[], env: Record<string, string> = {}): ChildProcess {
+  return spawnTracked(repoRoot, [cli(repoRoot), ...args], env);
+}
+
+/** `node <argv>` in its own process group, killed on the bench's exit. */
+function spawnTracked(repoRoot: string, argv: string[], env: Record<string, string> = {}): ChildProcess {
   if (!exitHookInstalled) {
     // bench's SIGINT handler ends in process.exit: nothing this module started may outlive it
     process.once('exit', killAllStreamProcs);
     exitHookInstalled = true;
   }
-  const c = spawn(process.execPath, [cli(repoRoot), ...args], {
+  const c = spawn(process.execPath, argv, {
     cwd: repoRoot,
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -64,7 +69,7 @@ export interface PipelineHandle {
 }
 
 /** Start `streaminfer stream --config <file>` and wait for the supervisor's "pipeline ready" line. */
-export async function startPipeline(
+export function startPipeline(
   repoRoot: string,
   label: string,
   configFile: string,
@@ -73,12 +78,48 @@ export async function startPipeline(
   onLine?: (line: string) => void,
 ): Promise<PipelineHandle> {
   const args = ['stream', '--config', configFile];
-  const c = spawnCli(repoRoot, args);
+  return awaitReady(
+    label,
+    spawnCli(repoRoot, args),
+    ['node', 'dist/apps/cli/main.js', ...args],
+    (l) => l.includes('"pipeline ready"') && l.includes('stream-supervisor'),
+    timeoutMs,
+    onLine,
+  );
+}
+
+/** Start the null pipeline (null-pipeline.ts) on the same config file; ready once it prints its admin port. */
+export function startNullPipeline(
+  repoRoot: string,
+  label: string,
+  configFile: string,
+): Promise<PipelineHandle> {
+  const script = path.join(repoRoot, 'dist', 'loadtest', 'pipeline', 'null-pipeline.js');
+  if (!fs.existsSync(script)) throw new Error(`${script} not found: build first (npm run build)`);
+  const args = ['--config', configFile];
+  return awaitReady(
+    label,
+    spawnTracked(repoRoot, [script, ...args]),
+    ['node', 'dist/loadtest/pipeline/null-pipeline.js', ...args],
+    (l) => l.includes('"null pipeline ready"'),
+    30_000,
+  );
+}
+
+/** A started child as a PipelineHandle, once a stdout line `isReady` says so carries its `admin` port. */
+async function awaitReady(
+  label: string,
+  c: ChildProcess,
+  command: string[],
+  isReady: (line: string) => boolean,
+  timeoutMs: number,
+  onLine?: (line: string) => void,
+): Promise<PipelineHandle> {
   const out = new TailBuffer();
   let lineBuf = '';
   const ready = new Promise<number>((resolve, reject) => {
     const timer = setTimeout(
-      () => reject(new Error(`no "pipeline ready" within ${timeoutMs / 1000} s`)),
+      () => reject(new Error(`no ready line within ${timeoutMs / 1000} s`)),
       timeoutMs,
     );
     c.stdout!.setEncoding('utf8');
@@ -89,7 +130,7 @@ export async function startPipeline(
       lineBuf = lines.pop() ?? '';
       for (const l of lines) {
         onLine?.(l);
-        if (!l.includes('"pipeline ready"') || !l.includes('stream-supervisor')) continue;
+        if (!isReady(l)) continue;
         try {
           const admin = (JSON.parse(l) as { admin?: number }).admin;
           if (typeof admin === 'number') {
@@ -103,7 +144,7 @@ export async function startPipeline(
     });
     c.once('exit', (code, signal) => {
       clearTimeout(timer);
-      reject(new Error(`pipeline exited before ready (code ${code}, signal ${signal})`));
+      reject(new Error(`exited before ready (code ${code}, signal ${signal})`));
     });
   });
   c.stderr!.setEncoding('utf8');
@@ -132,7 +173,7 @@ export async function startPipeline(
     label,
     pid: c.pid!,
     adminPort,
-    command: ['node', 'dist/apps/cli/main.js', ...args],
+    command,
     cpuMs: () => processTreeCpuMs(c.pid!),
     exited: () => exitedOf(c),
     outputTail: () => out.text(40),

@@ -16,13 +16,14 @@ import { errText } from '../harness/scenario-kit';
 import type { Chart, Ratio, RunRecord, Scenario } from '../harness/types';
 import { connectNats, type NatsHandle, natsUrl } from '../pipeline/broker';
 import { brokerPid, killAllStreamProcs } from '../pipeline/procs';
-import { modesPhase, sustainedPhase } from './stream/drive';
+import { modesPhase, nullPhase, sustainedPhase } from './stream/drive';
 import { planFor } from './stream/plan';
 import {
   closingSection,
   drainSection,
   modesFigures,
   modesSection,
+  nullSection,
   planningMeasure,
   planningSection,
   type StreamReport,
@@ -57,6 +58,8 @@ export const stream: Scenario = {
       const sustained = await sustainedPhase(ctx, nats, plan, broker);
       const s = sustained.s;
       runs.push(...sustained.runs);
+      const reference = await nullPhase(ctx, nats, plan, broker, s.sustained);
+      runs.push(...reference.runs);
       const { modeRate, modes } = await modesPhase(ctx, nats, plan, broker, s.sustained, runs);
 
       const report: StreamReport = { md, notes, charts, ratios };
@@ -64,11 +67,16 @@ export const stream: Scenario = {
       sustainedSection(report, plan, s);
       planningSection(report, ctx, plan, s, at3000);
       sustainedChart(report, s);
+      nullSection(report, plan, s, reference.s, reference.error);
       if (s.drain) drainSection(report, s.drain, s.sustained);
       modesSection(report, plan, modeRate, modes);
       modesFigures(report, modeRate, modes);
       closingSection(report, ctx, s, at3000, modes);
       Object.assign(data, streamData(s, at3000, modeRate, modes));
+      data['nullPipeline'] = {
+        sustained: reference.s.sustained,
+        steps: reference.s.steps.map((m) => ({ rate: m.rate, pass: m.pass, freshness: m.freshness })),
+      };
     } finally {
       killAllStreamProcs();
       await nats.close().catch(() => undefined);

@@ -38,15 +38,16 @@ async function searchSustained(
   broker: number | undefined,
   s: SustainedRun,
   seeds: Seeds,
+  side = 'sustained',
 ): Promise<void> {
   const rates = [...plan.steps];
   const extra = [...plan.extraSteps];
   let fellBack = false;
   for (let i = 0; i < rates.length; i++) {
     const rate = rates[i]!;
-    ctx.log(`sustained: ${rate} ev/s for ${plan.stepS} s`);
+    ctx.log(`${side}: ${rate} ev/s for ${plan.stepS} s`);
     const m = await measureRun(pipe, {
-      label: `sustained ${rate} ev/s`,
+      label: `${side} ${rate} ev/s`,
       rate,
       durationS: plan.stepS,
       rampS: plan.rampS,
@@ -57,7 +58,7 @@ async function searchSustained(
     });
     s.steps.push(m);
     ctx.log(
-      `sustained ${rate}: p50 ${ms(m.freshness.p50)} p95 ${ms(m.freshness.p95)} p99 ${ms(m.freshness.p99)} ms, ` +
+      `${side} ${rate}: p50 ${ms(m.freshness.p50)} p95 ${ms(m.freshness.p95)} p99 ${ms(m.freshness.p99)} ms, ` +
         `max lag ${m.lag.maxLag}, ${m.pass ? 'PASS' : `FAIL (${m.failures.join('; ')})`}`,
     );
     if (!m.pass) {
@@ -250,4 +251,52 @@ export async function modesPhase(
   }
 
   return { modeRate, modes };
+}
+
+/** The null pipeline's steps: up from the pipeline's sustained rate until one fails. */
+export function nullLadder(plan: Plan, from: number | undefined): number[] {
+  const start = Math.max(plan.nullStep, roundRate(from ?? plan.steps[0]!));
+  return Array.from({ length: plan.nullSteps }, (_, i) => start + i * plan.nullStep);
+}
+
+/** 0: the null pipeline (the reference side) on its own names: the highest rate the broker carries here. */
+export async function nullPhase(
+  ctx: ScenarioContext,
+  nats: NatsHandle,
+  plan: Plan,
+  broker: number | undefined,
+  pipelineSustained: number | undefined,
+): Promise<{ s: SustainedRun; runs: RunRecord[]; error?: string }> {
+  const s: SustainedRun = {
+    steps: [],
+    fractions: [],
+    sustained: undefined,
+    drain: undefined,
+    planningRun: undefined,
+  };
+  const steps = nullLadder(plan, pipelineSustained);
+  const a = await withPipeline(
+    ctx,
+    nats,
+    'null pipeline',
+    'n',
+    {},
+    async (pipe) => {
+      await measureRun(pipe, {
+        label: 'null warm-up',
+        rate: plan.warmup.rate,
+        durationS: plan.warmup.seconds,
+        rampS: 1,
+        seed: 98,
+        drainTimeoutMs: plan.drainTimeoutMs,
+        judge: false,
+      });
+      await searchSustained(ctx, pipe, { ...plan, steps, extraSteps: [] }, broker, s, { next: 101 }, 'null');
+    },
+    [],
+    true,
+  );
+  const runs = s.steps.map((m) => runRecord(m, 'null-pipeline', a.record));
+  if (a.error) runs.push({ label: 'null pipeline', target: 'null-pipeline', error: a.error });
+  return { s, runs, ...(a.error ? { error: a.error } : {}) };
 }

@@ -9,7 +9,7 @@ import { errText } from '../../harness/scenario-kit';
 import type { RunRecord, ScenarioContext } from '../../harness/types';
 import { deleteRunStreams, type NatsHandle, natsUrl, runNames, writeRunConfig } from '../../pipeline/broker';
 import type { Pipe, RunMeasure } from '../../pipeline/measure';
-import { startPipeline, startSampler } from '../../pipeline/procs';
+import { startNullPipeline, startPipeline, startSampler } from '../../pipeline/procs';
 
 export async function withPipeline<T>(
   ctx: ScenarioContext,
@@ -19,14 +19,18 @@ export async function withPipeline<T>(
   over: Record<string, unknown>,
   body: (pipe: Pipe) => Promise<T>,
   extraPids: number[] = [],
+  /** the null pipeline (the reference side) on the same config, instead of the pipeline */
+  reference = false,
 ): Promise<{ value?: T; error?: string; record: NonNullable<RunRecord['server']> | undefined }> {
   const names = runNames(prefix);
   const file = writeRunConfig(ctx.repoRoot, names, over);
-  ctx.log(`${label}: starting pipeline (${names.tag})`);
+  ctx.log(`${label}: starting ${reference ? 'the null pipeline' : 'pipeline'} (${names.tag})`);
   let pipe: Pipe | undefined;
   let sampler: ReturnType<typeof startSampler> | undefined;
   try {
-    const handle = await startPipeline(ctx.repoRoot, label, file);
+    const handle = reference
+      ? await startNullPipeline(ctx.repoRoot, label, file)
+      : await startPipeline(ctx.repoRoot, label, file);
     sampler = startSampler(handle.adminPort, 500);
     pipe = {
       repoRoot: ctx.repoRoot,
@@ -36,6 +40,7 @@ export async function withPipeline<T>(
       nats,
       samples: sampler.samples,
       extraPids,
+      reference,
     };
     const value = await body(pipe);
     return { value, record: await stopPipe(pipe) };

@@ -17,6 +17,9 @@ export interface Plan {
   backlogOnlyS: number;
   modesS: number;
   drainTimeoutMs: number;
+  /** the null pipeline's steps: this many, this far apart, from the pipeline's sustained rate up */
+  nullSteps: number;
+  nullStep: number;
 }
 
 export const FULL: Plan = {
@@ -31,6 +34,8 @@ export const FULL: Plan = {
   backlogOnlyS: 20,
   modesS: 30,
   drainTimeoutMs: 90_000,
+  nullSteps: 12,
+  nullStep: 1000,
 };
 
 export const QUICK: Plan = {
@@ -45,6 +50,8 @@ export const QUICK: Plan = {
   backlogOnlyS: 4,
   modesS: 11,
   drainTimeoutMs: 30_000,
+  nullSteps: 6,
+  nullStep: 2000,
 };
 
 /** The capacity-planning example of the issue: 3,000 GPS events/s against a p95 < 2 s SLO. */

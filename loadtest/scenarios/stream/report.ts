@@ -483,3 +483,66 @@ function meaning(
     );
   return parts.join(' ');
 }
+
+/** The pipeline's sustained rate against the null pipeline's (the broker's speed here): the ratio the goal is set on. */
+export function nullSection(
+  { md, ratios, charts, notes }: StreamReport,
+  plan: Plan,
+  pipeline: SustainedRun,
+  reference: SustainedRun,
+  error: string | undefined,
+): void {
+  md.push('### Against the null pipeline', '');
+  md.push(
+    'The null pipeline (loadtest/pipeline/null-pipeline.ts) reads the same input stream with the same ' +
+      'partitions, consumer limits and in-flight bound, and republishes each event unchanged to the ' +
+      'predictions stream with a Msg-Id, acking after its PubAck: no decoding, no state, no model. Same ' +
+      `simulator, same judging; its steps go up by ${fmt(plan.nullStep)} ev/s from the pipeline's sustained rate.`,
+    '',
+    markdownTable(STEP_HEADERS, reference.steps.map(stepRow)),
+    '',
+  );
+  if (error) notes.push(`null pipeline: ${error.split('\n')[0]}`);
+  const top = reference.steps[reference.steps.length - 1];
+  const bound = top?.pass ? ' (every step passed: the null rate is higher, the ratio lower)' : '';
+  const ratio =
+    pipeline.sustained !== undefined && reference.sustained !== undefined
+      ? pipeline.sustained / reference.sustained
+      : undefined;
+  md.push(
+    `**Null pipeline: ${reference.sustained === undefined ? 'no step passed' : `${fmt(reference.sustained)} ev/s`}${bound}; ` +
+      `pipeline: ${pipeline.sustained === undefined ? 'no step passed' : `${fmt(pipeline.sustained)} ev/s`}; ` +
+      `ratio ${ratio === undefined ? '–' : `${Math.round(ratio * 100)} %`}** (goal ≥ 75 %).`,
+    '',
+  );
+  ratios.push({
+    name: 'pipeline sustained rate / null pipeline sustained rate',
+    value: ratio,
+    note: `steps of ${fmt(plan.nullStep)} ev/s on the null side, of the plan's steps on the pipeline side`,
+  });
+  const pts = (steps: RunMeasure[]): [number, number][] =>
+    steps.map((m) => [m.rate, m.freshness.p95] as [number, number]);
+  if (reference.steps.length || pipeline.steps.length)
+    charts.push({
+      file: 'stream-vs-null.svg',
+      title: 'stream: freshness p95 vs offered rate, pipeline and null pipeline',
+      svg: lineChart({
+        title: 'stream: freshness p95 vs offered rate — pipeline and null pipeline',
+        xLabel: 'offered events/s',
+        yLabel: 'ms',
+        series: [
+          { name: 'pipeline p95', points: pts(pipeline.steps) },
+          { name: 'null pipeline p95', points: pts(reference.steps) },
+          {
+            name: 'p95 target',
+            color: '#999999',
+            points: pts([...pipeline.steps, ...reference.steps]).map(([x]) => [x, FRESHNESS_TARGET_MS]),
+          },
+        ],
+        markers: [
+          ...(pipeline.sustained === undefined ? [] : [{ x: pipeline.sustained, label: 'pipeline' }]),
+          ...(reference.sustained === undefined ? [] : [{ x: reference.sustained, label: 'null' }]),
+        ],
+      }),
+    });
+}
