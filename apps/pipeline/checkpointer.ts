@@ -140,7 +140,8 @@ export class Checkpointer {
   filter(effects: Effect[]): Effect[] {
     if (this.publishedSince.size === 0) return effects;
     const out = effects.filter((e) => !this.publishedSince.has(e.msgId));
-    if (out.length < effects.length) this.metrics.replayDeduplicated.inc(effects.length - out.length);
+    if (out.length < effects.length)
+      this.metrics.checkpoints.replayDeduplicated.inc(effects.length - out.length);
     return out;
   }
 
@@ -232,7 +233,7 @@ export class Checkpointer {
       await this.store.save(taken.id, taken.position, bytes, this.fence);
     } catch (err) {
       this.giveBack(taken);
-      this.metrics.checkpointFailures.inc();
+      this.metrics.checkpoints.failures.inc();
       this.logger.error({ id: taken.id, err: String(err) }, 'checkpoint failed; its messages stay unacked');
       return false;
     }
@@ -253,10 +254,10 @@ export class Checkpointer {
       bytes: bytes.length,
       durationMs,
     };
-    this.metrics.checkpointDuration.observe(durationMs / 1000);
-    this.metrics.checkpointPause.observe(taken.pausedMs / 1000);
-    this.metrics.checkpointBytes.set(bytes.length);
-    this.metrics.checkpointPosition.set(taken.position);
+    this.metrics.checkpoints.duration.observe(durationMs / 1000);
+    this.metrics.checkpoints.pause.observe(taken.pausedMs / 1000);
+    this.metrics.checkpoints.bytes.set(bytes.length);
+    this.metrics.checkpoints.position.set(taken.position);
     this.logger.info(
       {
         checkpoint: taken.id,
@@ -291,7 +292,7 @@ export class Checkpointer {
       }
       await this.persist(taken);
     })().catch((err: unknown) => {
-      this.metrics.checkpointFailures.inc();
+      this.metrics.checkpoints.failures.inc();
       this.logger.error({ err: String(err) }, 'checkpoint failed');
     });
     this.inProgress = run.finally(() => {

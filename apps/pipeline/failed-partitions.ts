@@ -67,7 +67,7 @@ export class FailedPartitions {
     }, delay);
     entry.timer.unref();
     this.entries.set(partition, entry);
-    this.metrics.partitionFailed.set({ partition: String(partition) }, 1);
+    this.metrics.partitions.failed.set({ partition: String(partition) }, 1);
     this.logger.error(
       { partition, attempts, retryInMs: delay, err: reason },
       'partition failed: its checkpoint does not read (lease kept; recover it: streaminfer stream recover)',
@@ -80,7 +80,7 @@ export class FailedPartitions {
     if (!entry) return;
     if (entry.timer) clearTimeout(entry.timer);
     this.entries.delete(partition);
-    this.metrics.partitionFailed.remove({ partition: String(partition) });
+    this.metrics.partitions.failed.remove({ partition: String(partition) });
   }
 
   has(partition: number): boolean {

@@ -97,7 +97,7 @@ export class OwnedPartitions {
       this.deps.logger.info({ partition }, 'failed partition working again');
     }
     if (this.deps.paused()) await owned.pause();
-    this.deps.metrics.partitionMoves.inc({ direction: 'in', reason: 'acquired' });
+    this.deps.metrics.partitions.moves.inc({ direction: 'in', reason: 'acquired' });
   }
 
   /** Lease given up ('rebalance', 'stop': drained and checkpointed) or lost (stop at once, write nothing). */
@@ -110,7 +110,7 @@ export class OwnedPartitions {
       if (!owned || owned.token !== token) return;
       this.partitions.delete(partition);
       await owned.stop(reason === 'lost' ? 'abandon' : 'drain');
-      this.deps.metrics.partitionMoves.inc({ direction: 'out', reason });
+      this.deps.metrics.partitions.moves.inc({ direction: 'out', reason });
       if (reason === 'lost') this.deps.logger.warn({ partition }, 'partition lease lost; stopped working it');
     })();
     return this.track(partition, run);
