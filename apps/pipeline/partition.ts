@@ -99,7 +99,7 @@ export class Partition {
       ctx.config.consumer.durable,
       `p${this.partition}`,
       ctx.layout,
-      ctx.metrics,
+      ctx.metrics.checkpoints,
       ctx.logger,
       ctx.clock,
       () => ctx.holds(this.partition, this.token),

@@ -37,7 +37,7 @@ export class OwnedPartitions {
   private readonly moving = new Map<number, Promise<void>>();
 
   constructor(private readonly deps: OwnershipDeps) {
-    this.failed = new FailedPartitions(deps.metrics, deps.logger, deps.clock, (partition) => {
+    this.failed = new FailedPartitions(deps.metrics.partitions, deps.logger, deps.clock, (partition) => {
       const token = deps.leases()?.heldToken(partition);
       if (deps.state() === 'running' && token !== undefined && !this.partitions.has(partition))
         void this.track(partition, this.start(partition, token)).catch(() => undefined);
