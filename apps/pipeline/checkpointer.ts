@@ -18,7 +18,7 @@ import { CHECKPOINT_VERSION, type Checkpoint, CheckpointStore } from './io/check
 import type { StreamLayout } from './io/layout';
 import type { Effect } from './io/sink';
 import type { SourceMessage } from './io/source';
-import type { PipelineMetrics } from './metrics';
+import type { CheckpointMetrics } from './metrics';
 
 /** What a checkpoint reads of the pipeline, at the barrier: the decider's state as a snapshot job begun there. */
 export interface CheckpointState {
@@ -77,7 +77,7 @@ export class Checkpointer {
     private readonly store: CheckpointStore,
     private readonly nats: NatsHandle,
     private readonly layout: StreamLayout,
-    private readonly metrics: PipelineMetrics,
+    private readonly metrics: CheckpointMetrics,
     private readonly logger: Logger,
     private readonly clock: () => number,
     /** Still the partition's owner (its lease): checked before the pointer moves. */
@@ -92,7 +92,7 @@ export class Checkpointer {
     pipeline: string,
     partition: string,
     layout: StreamLayout,
-    metrics: PipelineMetrics,
+    metrics: CheckpointMetrics,
     logger: Logger,
     clock: () => number,
     fence: () => boolean = () => true,
@@ -232,7 +232,7 @@ export class Checkpointer {
       await this.store.save(taken.id, taken.position, bytes, this.fence);
     } catch (err) {
       this.giveBack(taken);
-      this.metrics.checkpointFailures.inc();
+      this.metrics.failures.inc();
       this.logger.error({ id: taken.id, err: String(err) }, 'checkpoint failed; its messages stay unacked');
       return false;
     }
@@ -253,10 +253,10 @@ export class Checkpointer {
       bytes: bytes.length,
       durationMs,
     };
-    this.metrics.checkpointDuration.observe(durationMs / 1000);
-    this.metrics.checkpointPause.observe(taken.pausedMs / 1000);
-    this.metrics.checkpointBytes.set(bytes.length);
-    this.metrics.checkpointPosition.set(taken.position);
+    this.metrics.duration.observe(durationMs / 1000);
+    this.metrics.pause.observe(taken.pausedMs / 1000);
+    this.metrics.bytes.set(bytes.length);
+    this.metrics.position.set(taken.position);
     this.logger.info(
       {
         checkpoint: taken.id,
@@ -291,7 +291,7 @@ export class Checkpointer {
       }
       await this.persist(taken);
     })().catch((err: unknown) => {
-      this.metrics.checkpointFailures.inc();
+      this.metrics.failures.inc();
       this.logger.error({ err: String(err) }, 'checkpoint failed');
     });
     this.inProgress = run.finally(() => {

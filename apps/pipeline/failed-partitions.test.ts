@@ -20,7 +20,7 @@ describe('FailedPartitions', () => {
       let now = 1_000_000;
       const retries: number[] = [];
       const failed = new FailedPartitions(
-        metrics,
+        metrics.partitions,
         logger,
         () => now,
         (p) => {

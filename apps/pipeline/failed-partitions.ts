@@ -7,7 +7,7 @@
  * (POST /api/partitions/<k>/recover, `streaminfer stream recover`).
  */
 import type { Logger } from 'pino';
-import type { PipelineMetrics } from './metrics';
+import type { PartitionMetrics } from './metrics';
 
 export const RETRY_FIRST_MS = 1000;
 export const RETRY_MAX_MS = 60_000;
@@ -39,7 +39,7 @@ export class FailedPartitions {
   private readonly entries = new Map<number, Entry>();
 
   constructor(
-    private readonly metrics: PipelineMetrics,
+    private readonly metrics: PartitionMetrics,
     private readonly logger: Logger,
     private readonly clock: () => number,
     /** Tries the partition's start again (it calls fail() or clear() with the result). */
@@ -67,7 +67,7 @@ export class FailedPartitions {
     }, delay);
     entry.timer.unref();
     this.entries.set(partition, entry);
-    this.metrics.partitionFailed.set({ partition: String(partition) }, 1);
+    this.metrics.failed.set({ partition: String(partition) }, 1);
     this.logger.error(
       { partition, attempts, retryInMs: delay, err: reason },
       'partition failed: its checkpoint does not read (lease kept; recover it: streaminfer stream recover)',
@@ -80,7 +80,7 @@ export class FailedPartitions {
     if (!entry) return;
     if (entry.timer) clearTimeout(entry.timer);
     this.entries.delete(partition);
-    this.metrics.partitionFailed.remove({ partition: String(partition) });
+    this.metrics.failed.remove({ partition: String(partition) });
   }
 
   has(partition: number): boolean {

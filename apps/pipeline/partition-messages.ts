@@ -145,7 +145,7 @@ export class PartitionMessages {
   /** The runner is done with the message: acked, naked (to come back) or abandoned. */
   onSettled(message: SourceMessage, outcome: 'acked' | 'naked' | 'abandoned'): void {
     if (outcome !== 'acked') this.deadLetterLanded(message);
-    if (outcome === 'naked') this.ctx.metrics.redeliveryNaks.inc();
+    if (outcome === 'naked') this.ctx.metrics.consumer.naks.inc();
     else this.unsettled.delete(message.streamSeq);
   }
 
@@ -185,18 +185,19 @@ export class PartitionMessages {
       if (known?.building) return known.building;
       if (!known) {
         counts.duplicates++;
-        metrics.duplicates.inc();
+        metrics.events.duplicates.inc();
         return [];
       }
     } else if (message.streamSeq > this.position) this.position = message.streamSeq;
-    if (message.streamSeq <= this.replayUntil && message.deliveryCount === 1) metrics.replayedEvents.inc();
-    metrics.partitionEvents.inc({ partition: this.label });
+    if (message.streamSeq <= this.replayUntil && message.deliveryCount === 1)
+      metrics.checkpoints.replayedEvents.inc();
+    metrics.partitions.events.inc({ partition: this.label });
     const key = message.subject.slice(message.subject.lastIndexOf('.') + 1);
     const home = partitionOfKey(key, ctx.config.partitions);
     if (home !== this.partition) {
       // Its keyed state lives in another partition: deciding here would split a delivery's state.
       counts.invalid++;
-      metrics.invalid.inc({ field: 'subject' });
+      metrics.events.invalid.inc({ field: 'subject' });
       return this.keep(message, [
         deadLetterEffect(
           ctx.layout.subjects,
@@ -213,8 +214,8 @@ export class PartitionMessages {
     switch (fresh.disposition) {
       case 'invalid': {
         counts.invalid++;
-        metrics.events.inc({ type: 'invalid' });
-        metrics.invalid.inc({ field: fieldOf(fresh.reason ?? '') });
+        metrics.events.received.inc({ type: 'invalid' });
+        metrics.events.invalid.inc({ field: fieldOf(fresh.reason ?? '') });
         return this.keep(message, [
           deadLetterEffect(ctx.layout.subjects, ctx.layout.events.name, message, fresh.reason ?? 'invalid'),
         ]);
@@ -224,14 +225,14 @@ export class PartitionMessages {
         entry = this.unsettled.get(message.streamSeq);
         if (!entry) {
           counts.duplicates++;
-          metrics.duplicates.inc();
+          metrics.events.duplicates.inc();
           return [];
         }
         if (entry.effects) return entry.effects;
         if (entry.building) return entry.building;
         break;
       default:
-        metrics.events.inc({ type: fresh.event!.type });
+        metrics.events.received.inc({ type: fresh.event!.type });
         entry = { result: fresh, firstTimes: [], revisions: 0, alerts: 0 };
         this.unsettled.set(message.streamSeq, entry);
     }
@@ -239,7 +240,7 @@ export class PartitionMessages {
     if (result === fresh) this.countWindows(result.windowResults);
     if (result.disposition === 'late') {
       counts.late++;
-      metrics.late.inc();
+      metrics.events.late.inc();
       const event = result.event!;
       entry.effects = [
         lateEffect(
@@ -258,8 +259,8 @@ export class PartitionMessages {
       ];
       return entry.effects;
     }
-    if (result.behindWatermark && result === fresh) metrics.behindWatermark.inc();
-    if (result.notReady && result === fresh) metrics.notReady.inc({ missing: result.notReady });
+    if (result.behindWatermark && result === fresh) metrics.events.behindWatermark.inc();
+    if (result.notReady && result === fresh) metrics.events.notReady.inc({ missing: result.notReady });
     if (result.decisions.length === 0) {
       entry.effects = [];
       return entry.effects;
@@ -309,7 +310,7 @@ export class PartitionMessages {
 
   private async timedPredict(pin: ModelPin, row: Float32Array): Promise<number> {
     const { backend, metrics } = this.ctx;
-    const end = metrics.inference.startTimer({ mode: backend.mode });
+    const end = metrics.latency.inference.startTimer({ mode: backend.mode });
     try {
       return await backend.predict(pin, row);
     } catch (err) {
@@ -349,7 +350,10 @@ export class PartitionMessages {
 
   private countWindows(firings: readonly WindowFiring[]): void {
     for (const f of firings)
-      this.ctx.metrics.windowResults.inc({ window: f.window, kind: f.revision === 0 ? 'first' : 'revision' });
+      this.ctx.metrics.outputs.windowResults.inc({
+        window: f.window,
+        kind: f.revision === 0 ? 'first' : 'revision',
+      });
   }
 
   onPublished(message: SourceMessage, published: readonly Effect[], results: readonly Published[]): void {
@@ -369,7 +373,7 @@ export class PartitionMessages {
       // Already counted, unless it was spooled and this publish (not a duplicate of the replay's) landed it.
       if (entry?.counted && !(entry.spooled?.delete(e.msgId) && !results[i]?.duplicate)) continue;
       counts.dead_letters++;
-      metrics.deadLetters.inc({ reason: e.deadLetter });
+      metrics.outputs.deadLetters.inc({ reason: e.deadLetter });
     }
     // Counted once: a redelivery (its first copy still unsettled) publishing the same effects again under
     // the same Msg-Ids is not a second prediction.
@@ -377,14 +381,14 @@ export class PartitionMessages {
     if (entry && (entry.effects || letters > 0)) entry.counted = true;
     if (!entry?.effects) return;
     const now = this.ctx.clock();
-    for (const t of entry.firstTimes) metrics.observeFreshness(Math.max(0, now - t) / 1000);
+    for (const t of entry.firstTimes) metrics.latency.observeFreshness(Math.max(0, now - t) / 1000);
     const firsts = entry.firstTimes.length;
     counts.predictions += firsts;
     counts.revisions += entry.revisions;
     counts.alerts += entry.alerts;
-    if (firsts > 0) metrics.predictions.inc({ kind: 'first' }, firsts);
-    if (entry.revisions > 0) metrics.predictions.inc({ kind: 'revision' }, entry.revisions);
-    if (entry.alerts > 0) metrics.alerts.inc(entry.alerts);
+    if (firsts > 0) metrics.outputs.predictions.inc({ kind: 'first' }, firsts);
+    if (entry.revisions > 0) metrics.outputs.predictions.inc({ kind: 'revision' }, entry.revisions);
+    if (entry.alerts > 0) metrics.outputs.alerts.inc(entry.alerts);
   }
 
   onError(err: unknown, message: SourceMessage): void {
@@ -402,7 +406,7 @@ export class PartitionMessages {
         return;
       }
       this.failingDeadLetters.add(message.streamSeq);
-      this.ctx.metrics.deadLettersFailing.inc();
+      this.ctx.metrics.outputs.deadLettersFailing.inc();
       this.ctx.logger.error(
         { ...log, err: String(err) },
         'side output not published nor spooled; retrying with backoff (the partition holds its position until it lands)',
@@ -415,7 +419,7 @@ export class PartitionMessages {
   /** A dead letter reported failing has landed (or its message was given up): no longer degraded. */
   deadLetterLanded(message: SourceMessage): void {
     if (!this.failingDeadLetters.delete(message.streamSeq)) return;
-    this.ctx.metrics.deadLettersFailing.dec();
+    this.ctx.metrics.outputs.deadLettersFailing.dec();
     this.ctx.logger.info({ partition: this.partition, seq: message.streamSeq }, 'dead letter published');
   }
 }

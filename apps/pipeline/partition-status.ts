@@ -84,7 +84,7 @@ export class PartitionReport {
     ) {
       this.recovered = true;
       const seconds = (Date.now() - this.startedAt) / 1000;
-      metrics.recoverySeconds.set(seconds);
+      metrics.checkpoints.recoverySeconds.set(seconds);
       this.ctx.logger.info(
         { partition: m.partition, seconds, replayed: m.replayUntil },
         'caught up after restore',
@@ -96,9 +96,10 @@ export class PartitionReport {
   reportBusiest(busiest: { key: string; events: number } | null): void {
     const { metrics } = this.ctx;
     if (this.reportedKey !== undefined && this.reportedKey !== busiest?.key)
-      metrics.busiestKey.remove({ partition: this.messages.label, key: this.reportedKey });
+      metrics.partitions.busiestKey.remove({ partition: this.messages.label, key: this.reportedKey });
     this.reportedKey = busiest?.key;
-    if (busiest) metrics.busiestKey.set({ partition: this.messages.label, key: busiest.key }, busiest.events);
+    if (busiest)
+      metrics.partitions.busiestKey.set({ partition: this.messages.label, key: busiest.key }, busiest.events);
   }
 
   status(running: RunningPipeline | undefined, consuming: boolean): PartitionStatus {
@@ -173,7 +174,7 @@ export class PartitionReport {
       }
       this.lag = { pending: info.num_pending, ackPending: info.num_ack_pending, held, nextAt };
       this.lagSince = Date.now();
-      metrics.partitionPending.set({ partition: this.messages.label }, info.num_pending);
+      metrics.partitions.pending.set({ partition: this.messages.label }, info.num_pending);
     } catch (err) {
       this.ctx.logger.debug({ partition: this.messages.partition, err: String(err) }, 'consumer info failed');
     }

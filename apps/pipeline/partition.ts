@@ -78,7 +78,7 @@ export class Partition {
       this.scheduleCheckpoint(interval + offset);
     }
     this.state = 'running';
-    ctx.metrics.partitionOwned.set({ partition: this.messages.label }, 1);
+    ctx.metrics.partitions.owned.set({ partition: this.messages.label }, 1);
     ctx.logger.info(
       {
         partition: this.partition,
@@ -99,7 +99,7 @@ export class Partition {
       ctx.config.consumer.durable,
       `p${this.partition}`,
       ctx.layout,
-      ctx.metrics,
+      ctx.metrics.checkpoints,
       ctx.logger,
       ctx.clock,
       () => ctx.holds(this.partition, this.token),
@@ -145,7 +145,7 @@ export class Partition {
       await checkpointer.persist(await checkpointer.takeWhilePaused(() => this.messages.checkpointState()));
     }
     await ctx.backend.prepare(this.messages.pin);
-    ctx.metrics.restoreDuration.set((ctx.clock() - began) / 1000);
+    ctx.metrics.checkpoints.restoreDuration.set((ctx.clock() - began) / 1000);
   }
 
   private async openConsumer(): Promise<void> {
@@ -232,8 +232,8 @@ export class Partition {
         .catch(() => undefined);
     }
     this.state = 'stopped';
-    this.ctx.metrics.partitionOwned.remove({ partition: this.messages.label });
-    this.ctx.metrics.partitionPending.remove({ partition: this.messages.label });
+    this.ctx.metrics.partitions.owned.remove({ partition: this.messages.label });
+    this.ctx.metrics.partitions.pending.remove({ partition: this.messages.label });
     this.report.reportBusiest(null);
     this.ctx.logger.info(
       { partition: this.partition, mode, position: this.messages.position },

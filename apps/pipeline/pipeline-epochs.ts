@@ -127,7 +127,7 @@ export class InstanceEpoch {
           'epoch transition at start: --version on the command line overrides the epoch log',
         );
     }
-    this.deps.metrics.setPin(this.pinNow.model, this.pinNow.version, this.epochNow);
+    this.deps.metrics.epochs.setPin(this.pinNow.model, this.pinNow.version, this.epochNow);
     this.deps.onEpoch?.({ ...this.pinNow }, this.epochNow);
   }
 
@@ -166,7 +166,7 @@ export class InstanceEpoch {
   private adopt(pin: ModelPin, epoch: number): void {
     this.pinNow = { ...pin };
     this.epochNow = epoch;
-    this.deps.metrics.setPin(pin.model, pin.version, epoch);
+    this.deps.metrics.epochs.setPin(pin.model, pin.version, epoch);
     this.deps.onEpoch?.({ ...pin }, epoch);
   }
 

@@ -37,7 +37,7 @@ export class OwnedPartitions {
   private readonly moving = new Map<number, Promise<void>>();
 
   constructor(private readonly deps: OwnershipDeps) {
-    this.failed = new FailedPartitions(deps.metrics, deps.logger, deps.clock, (partition) => {
+    this.failed = new FailedPartitions(deps.metrics.partitions, deps.logger, deps.clock, (partition) => {
       const token = deps.leases()?.heldToken(partition);
       if (deps.state() === 'running' && token !== undefined && !this.partitions.has(partition))
         void this.track(partition, this.start(partition, token)).catch(() => undefined);
@@ -97,7 +97,7 @@ export class OwnedPartitions {
       this.deps.logger.info({ partition }, 'failed partition working again');
     }
     if (this.deps.paused()) await owned.pause();
-    this.deps.metrics.partitionMoves.inc({ direction: 'in', reason: 'acquired' });
+    this.deps.metrics.partitions.moves.inc({ direction: 'in', reason: 'acquired' });
   }
 
   /** Lease given up ('rebalance', 'stop': drained and checkpointed) or lost (stop at once, write nothing). */
@@ -110,7 +110,7 @@ export class OwnedPartitions {
       if (!owned || owned.token !== token) return;
       this.partitions.delete(partition);
       await owned.stop(reason === 'lost' ? 'abandon' : 'drain');
-      this.deps.metrics.partitionMoves.inc({ direction: 'out', reason });
+      this.deps.metrics.partitions.moves.inc({ direction: 'out', reason });
       if (reason === 'lost') this.deps.logger.warn({ partition }, 'partition lease lost; stopped working it');
     })();
     return this.track(partition, run);

@@ -83,7 +83,7 @@ export async function openInstanceIo(o: {
         onReplayed: (r) => {
           if (r.kind === 'late') return;
           o.counts.dead_letters++;
-          metrics.deadLetters.inc({ reason: r.kind });
+          metrics.outputs.deadLetters.inc({ reason: r.kind });
         },
       })
     : undefined;
@@ -91,12 +91,12 @@ export async function openInstanceIo(o: {
   const sink = new JetStreamSink(nats.js, {
     ...(spool ? { spool } : {}),
     onPublishFailure: (effect, attempt, err) => {
-      metrics.sinkFailures.inc();
+      metrics.outputs.sinkFailures.inc();
       logger.warn({ subject: effect.subject, attempt, err: String(err) }, 'publish failed; retrying');
     },
     maxPayload: () => nats.nc.info?.max_payload,
     onFitted: (effect, bytes) => {
-      metrics.truncatedSideOutputs.inc();
+      metrics.outputs.truncatedSideOutputs.inc();
       logger.warn(
         { subject: effect.subject, msgId: effect.msgId, bytes, maxPayload: nats.nc.info?.max_payload },
         'side output over the broker max_payload: published with its payload truncated',

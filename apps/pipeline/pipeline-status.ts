@@ -87,8 +87,8 @@ export async function pipelineStatus(
   metrics: PipelineMetrics,
   read: () => StatusInput,
 ): Promise<PipelineStatus> {
-  const q = await metrics.freshnessQuantiles();
-  const recentP95 = await metrics.freshnessNowP95();
+  const q = await metrics.latency.freshnessQuantiles();
+  const recentP95 = await metrics.latency.freshnessNowP95();
   const i = read();
   const partitions = [...i.partitions].map((w) => w.status()).sort((a, b) => a.partition - b.partition);
   const p95Ms = q.p95 * 1000;
@@ -220,23 +220,23 @@ export function setInstanceGauges(i: {
     unprocessed += s.unprocessed;
   }
   const m = i.metrics;
-  m.consumerPending.set(pending);
-  m.consumerAckPending.set(ackPending);
-  m.oldestUnprocessedAge.set(oldest);
-  m.stateKeys.set(keys);
-  m.stateBytes.set(bytes);
-  m.inflight.set(inFlight);
-  m.unprocessed.set(unprocessed);
+  m.consumer.pending.set(pending);
+  m.consumer.ackPending.set(ackPending);
+  m.consumer.oldestUnprocessedAge.set(oldest);
+  m.eventTime.stateKeys.set(keys);
+  m.eventTime.stateBytes.set(bytes);
+  m.consumer.inflight.set(inFlight);
+  m.consumer.unprocessed.set(unprocessed);
   const spool = i.spool?.stats();
   if (spool) {
-    m.spoolRecords.set(spool.records);
-    m.spoolBytes.set(spool.bytes);
-    m.spoolFull.set(spool.full ? 1 : 0);
-    m.spoolOldestAge.set(spool.oldestAt === null ? 0 : Math.max(0, now - spool.oldestAt) / 1000);
+    m.outputs.spoolRecords.set(spool.records);
+    m.outputs.spoolBytes.set(spool.bytes);
+    m.outputs.spoolFull.set(spool.full ? 1 : 0);
+    m.outputs.spoolOldestAge.set(spool.oldestAt === null ? 0 : Math.max(0, now - spool.oldestAt) / 1000);
   }
-  if (watermark !== null) m.watermarkLag.set(Math.max(0, now - watermark) / 1000);
-  if (highest !== null) m.watermarkAhead.set((highest - now) / 1000);
-  if (checkpointAt !== null) m.checkpointAge.set(Math.max(0, now - checkpointAt) / 1000);
-  m.partitionsOwned.set(i.owned);
-  m.liveInstances.set(i.liveInstances);
+  if (watermark !== null) m.eventTime.watermarkLag.set(Math.max(0, now - watermark) / 1000);
+  if (highest !== null) m.eventTime.watermarkAhead.set((highest - now) / 1000);
+  if (checkpointAt !== null) m.checkpoints.age.set(Math.max(0, now - checkpointAt) / 1000);
+  m.partitions.ownedCount.set(i.owned);
+  m.partitions.liveInstances.set(i.liveInstances);
 }

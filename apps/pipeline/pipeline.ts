@@ -185,12 +185,12 @@ export class DeliveryPipeline {
       operatorPaused: () => this.paused,
       holds: (partition, token) => leases.holds(partition, token),
     };
-    this.metrics.partitionsTotal.set(this.config.partitions);
+    this.metrics.partitions.total.set(this.config.partitions);
     this.state = 'running';
-    this.metrics.up.set(1);
+    this.metrics.health.up.set(1);
     leases.onChange = () => {
-      this.metrics.partitionsOwned.set(leases.owned().length);
-      this.metrics.liveInstances.set(leases.liveInstances().length);
+      this.metrics.partitions.ownedCount.set(leases.owned().length);
+      this.metrics.partitions.liveInstances.set(leases.liveInstances().length);
     };
     leases.start({
       acquire: (partition, token) => this.partitions.take(partition, token),
@@ -217,7 +217,7 @@ export class DeliveryPipeline {
     if (this.state !== 'running' && this.state !== 'starting') return;
     this.state = 'failed';
     this.error = `lease thread died: ${err.message}`;
-    this.metrics.up.set(0);
+    this.metrics.health.up.set(0);
     this.logger.fatal({ err: err.message, instance: this.instanceId }, 'pipeline failed: lease thread died');
     this.onFatal?.(err);
   }
@@ -275,7 +275,7 @@ export class DeliveryPipeline {
     await this.io.spool?.close().catch(() => undefined);
     await this.io.nats?.close().catch(() => undefined);
     await this.io.checkpointNats?.close().catch(() => undefined);
-    this.metrics.up.set(0);
+    this.metrics.health.up.set(0);
     this.state = 'stopped';
   }
 
@@ -328,8 +328,8 @@ export class DeliveryPipeline {
     // A broker down or a failed partition is not "up".
     void this.status().then(
       (s) => {
-        m.up.set(s.consuming ? 1 : 0);
-        m.stale.set(s.stale ? 1 : 0);
+        m.health.up.set(s.consuming ? 1 : 0);
+        m.health.stale.set(s.stale ? 1 : 0);
       },
       () => undefined,
     );

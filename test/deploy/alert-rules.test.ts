@@ -27,7 +27,11 @@ function read(file: string): string {
 
 test('every pipeline alert names metrics the pipeline exports', () => {
   const rules = read('streaminfer-alerts.yml');
-  const metrics = readFileSync(path.resolve(__dirname, '../../apps/pipeline/metrics.js'), 'utf8');
+  const dir = path.resolve(__dirname, '../../apps/pipeline/metrics');
+  const metrics = readdirSync(dir)
+    .filter((name) => name.endsWith('.js'))
+    .map((name) => readFileSync(path.join(dir, name), 'utf8'))
+    .join('\n');
   const used = new Set(rules.match(/streaminfer_stream_[a-z_]+/g) ?? []);
   expect(used.size).toBeGreaterThan(5);
   for (const name of used) {
