@@ -106,7 +106,10 @@ function toWaitResult(value: 'ok' | 'timed-out'): RingWaitResult {
 
 /**
  * A bounded multi-producer / multi-consumer ring of variable-length records in a SharedArrayBuffer.
- * See libs/ring/README.md for the protocol, memory ordering and recovery rules.
+ * See libs/ring/README.md for the protocol, memory ordering and recovery rules. One class over the ~35-member
+ * rule, like its file over 600 lines: its members are the protocol's steps on one shared header (reserve,
+ * commit, claim, release, the locks, the intents, waits, recovery), and each step's ordering argument reads
+ * the others'; split, a reader would hold two classes open to check one store.
  */
 export class RingBuffer {
   /** The shared memory: header + data area. Send this to other threads and wrap it with RingBuffer.from(). */
