@@ -147,3 +147,47 @@ test('admin.socket: mode 0600, served; admin.tls: https with the certificate', a
     await secure.close();
   }
 });
+
+test('GET /api/profile: the token first; a cpuprofile of the process; one at a time; seconds bounded', async () => {
+  const config = adminConfig({});
+  const admin = new PipelineAdmin(() => undefined, metrics, config, { token: TOKEN }, logger);
+  const { port } = await admin.listen();
+  try {
+    const at = { host: '127.0.0.1', port };
+    const authorized = { ...at, headers: { authorization: `Bearer ${TOKEN}` } };
+    expect((await request({ ...at, path: '/api/profile?seconds=1' })).status).toBe(401);
+    for (const bad of ['0', '121', '1.5', 'x', '-1'])
+      expect([bad, (await request({ ...authorized, path: `/api/profile?seconds=${bad}` })).status]).toEqual([
+        bad,
+        400,
+      ]);
+    expect(
+      (
+        await request({
+          ...at,
+          method: 'POST',
+          path: '/api/profile',
+          headers: { ...authorized.headers, 'content-type': 'application/json' },
+        })
+      ).status,
+    ).toBe(405);
+    const first = request({ ...authorized, path: '/api/profile?seconds=1' });
+    await new Promise((r) => setTimeout(r, 100));
+    const second = await request({ ...authorized, path: '/api/profile?seconds=1' });
+    expect([second.status, JSON.parse(second.body).code]).toEqual([409, 'profile_busy']);
+    const done = await first;
+    expect(done.status).toBe(200);
+    const profile = JSON.parse(done.body) as {
+      nodes: unknown[];
+      samples: number[];
+      startTime: number;
+      endTime: number;
+    };
+    expect(profile.nodes.length).toBeGreaterThan(0);
+    expect(profile.endTime - profile.startTime).toBeGreaterThanOrEqual(900_000);
+    // Free again once the first is done.
+    expect((await request({ ...authorized, path: '/api/profile?seconds=1' })).status).toBe(200);
+  } finally {
+    await admin.close();
+  }
+});

@@ -4,7 +4,8 @@
  * epoch barrier; same contract as the server's, so `streaminfer reload --url` works against both),
  * `GET /api/reload` (last outcome), `GET /api/pipeline`, `POST /api/pause` / `POST /api/resume` (stop and
  * restart consuming, keeping keyed state), `POST /api/partitions/<k>/recover {from}` (a failed partition:
- * its bad checkpoint pointer quarantined, restored from the previous checkpoint or the ack floor).
+ * its bad checkpoint pointer quarantined, restored from the previous checkpoint or the ack floor),
+ * `GET /api/profile?seconds=N` (a CPU profile of the pipeline process's main thread, cpuprofile JSON).
  * `/health` is 503 unless consuming (`not_consuming` says why). `/api/*` and `/metrics` pass the server's checks
  * (checkAdminRequest): the token when one is configured, JSON bodies, no foreign Origin. Every handler is
  * guarded: a bad request is a typed JSON error, never a crash.
@@ -26,6 +27,7 @@ import {
 } from '../../libs/admin';
 import { httpStatusOf } from '../../libs/protocol';
 import type { PipelineConfig } from './config';
+import { CpuProfiler, profileSeconds } from './cpu-profile';
 import { StreamIoError } from './errors';
 import { RecoverRefused } from './failed-partitions';
 import type { PipelineMetrics } from './metrics';
@@ -76,6 +78,7 @@ export function readPipelineAdminSecrets(
 export class PipelineAdmin {
   private listener: AdminListener | undefined;
   private policy: AdminPolicy;
+  private readonly profiler = new CpuProfiler();
 
   constructor(
     private readonly pipeline: () => DeliveryPipeline | undefined,
@@ -116,7 +119,7 @@ export class PipelineAdmin {
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const head = requestHead(req);
     const method = head.method;
-    const path = (req.url ?? '/').split('?')[0] ?? '/';
+    const [path = '/', query = ''] = (req.url ?? '/').split('?', 2);
     const pipeline = this.pipeline();
     if (path.startsWith('/api/') || path === '/metrics') {
       const decision = checkAdminRequest(this.policy, head);
@@ -140,6 +143,14 @@ export class PipelineAdmin {
       return send(res, status.consuming ? 200 : 503, status);
     }
     if (!path.startsWith('/api/')) return error(res, 404, 'not_found', `no route ${path}`);
+    if (path === '/api/profile') {
+      if (method !== 'GET') return error(res, 405, 'method_not_allowed', 'use GET /api/profile?seconds=N');
+      const seconds = profileSeconds(query);
+      if (typeof seconds === 'string') return error(res, 400, 'bad_request', seconds);
+      const profile = await this.profiler.profile(seconds);
+      if (profile === undefined) return error(res, 409, 'profile_busy', 'a profile is already being taken');
+      return send(res, 200, profile);
+    }
     if (!pipeline) return error(res, 503, 'unavailable', 'the pipeline is starting');
     if (path === '/api/pipeline') {
       if (method !== 'GET') return error(res, 405, 'method_not_allowed', 'use GET /api/pipeline');
