@@ -12,7 +12,7 @@ export {
   type NatsHandle,
   type NatsOptions,
 } from './connection';
-export { StreamIoError, type StreamIoErrorCode } from './errors';
+export { PipelineIoError, type PipelineIoErrorCode } from './errors';
 export {
   createEmbeddedBackend,
   type EmbeddedBackend,

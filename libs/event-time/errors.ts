@@ -1,11 +1,11 @@
 /** Invalid engine options; `option` names the culprit (dotted/indexed path, e.g. `windows[1].stepMs`). */
-export class StreamOptionError extends Error {
+export class EngineOptionError extends Error {
   readonly code = 'ERR_INVALID_STREAM_OPTION' as const;
   readonly option: string;
 
   constructor(option: string, message: string) {
     super(message);
-    this.name = 'StreamOptionError';
+    this.name = 'EngineOptionError';
     this.option = option;
   }
 }
@@ -14,25 +14,25 @@ export class StreamOptionError extends Error {
  * An event the engine cannot place (bad key, time, partition or id). The pipeline validates events before the
  * engine sees them, so this is a programming error, not a dead letter.
  */
-export class StreamEventError extends Error {
+export class EngineEventError extends Error {
   readonly code = 'ERR_INVALID_STREAM_EVENT' as const;
   readonly field: string;
 
   constructor(field: string, message: string) {
     super(message);
-    this.name = 'StreamEventError';
+    this.name = 'EngineEventError';
     this.field = field;
   }
 }
 
 /** A snapshot that does not have the shape `snapshot()` writes (wrong version, missing or mistyped field). */
-export class StreamSnapshotError extends Error {
+export class EngineSnapshotError extends Error {
   readonly code = 'ERR_INVALID_STREAM_SNAPSHOT' as const;
   readonly path: string;
 
   constructor(path: string, message: string) {
     super(message);
-    this.name = 'StreamSnapshotError';
+    this.name = 'EngineSnapshotError';
     this.path = path;
   }
 }

@@ -34,8 +34,8 @@ import {
   inputStreamSpec,
   JetStreamSink,
   keySubject,
+  PipelineIoError,
   provisionStreams,
-  StreamIoError,
   streamLayout,
 } from '../../pipeline';
 import { addNatsOptions, loadCommandNats, type NatsFlags } from '../nats-options';
@@ -255,7 +255,7 @@ export interface SimulateHooks {
   stop?: Promise<'SIGINT' | 'SIGTERM'>;
 }
 
-/** Runs the simulation to its end (duration or stop) and returns the summary; throws StreamIoError on I/O. */
+/** Runs the simulation to its end (duration or stop) and returns the summary; throws PipelineIoError on I/O. */
 export async function runSimulate(
   config: SimulateConfig,
   hooks: SimulateHooks = {},
@@ -487,7 +487,7 @@ export function formatSummary(s: SimulateSummary): string {
 
 /** A one-line reason for an I/O failure, for the CLI's stderr. */
 export function describeSimulateError(err: unknown): string {
-  if (err instanceof StreamIoError) return `${err.message} [${err.code}]`;
+  if (err instanceof PipelineIoError) return `${err.message} [${err.code}]`;
   return String(err);
 }
 
@@ -570,7 +570,7 @@ export function registerSimulate(program: Command, fail: (message: string) => ne
       } catch (err) {
         console.error(`streaminfer: simulate: ${describeSimulateError(err)}`);
         // NATS refused the credentials or TLS settings: a setting to fix (2), like a bad flag.
-        process.exitCode = err instanceof StreamIoError && err.code === 'nats_refused' ? 2 : 1;
+        process.exitCode = err instanceof PipelineIoError && err.code === 'nats_refused' ? 2 : 1;
       } finally {
         process.off('SIGINT', handlers.SIGINT);
         process.off('SIGTERM', handlers.SIGTERM);

@@ -15,8 +15,8 @@ export type { FleetConnectionOptions } from './connection';
 export { connectFleet, FleetConnection } from './connection';
 export type { CoordinatorLeaseOptions, LeaseAcquire, LeaseHolder } from './coordinator-lease';
 export { CoordinatorLease, DEFAULT_LEASE_TTL_MS } from './coordinator-lease';
-export type { ClusterErrorCode } from './errors';
-export { ClusterError } from './errors';
+export type { FleetErrorCode } from './errors';
+export { FleetError } from './errors';
 export type { HostBoardOptions } from './host-board';
 export { DEFAULT_HEARTBEAT_TTL_MS, HostBoard, SILENCE_POLL_MS } from './host-board';
 export type {

@@ -41,7 +41,7 @@ import {
   type Transition,
   validatePlan,
 } from '../../../libs/rollout';
-import { ClusterError } from '../fleet';
+import { FleetError } from '../fleet';
 import { BOUNDS, counterSample } from './counter-sample';
 import { RolloutMetrics } from './rollout-metrics';
 import { RolloutConflictError, type RolloutStore, type StoredRollout } from './rollout-store';
@@ -507,7 +507,7 @@ function asProtocolError(error: unknown): unknown {
   }
   if (error instanceof RolloutError)
     return new ProtocolError(error.code === 'invalid_state' ? 'conflict' : 'bad_request', error.message);
-  if (error instanceof ClusterError)
+  if (error instanceof FleetError)
     return new ProtocolError(error.code === 'conflict' ? 'conflict' : 'cluster_unavailable', error.message);
   return error;
 }
