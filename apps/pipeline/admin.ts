@@ -26,8 +26,7 @@ import {
 } from '../../libs/admin';
 import { httpStatusOf } from '../../libs/protocol';
 import type { PipelineConfig } from './config';
-import { PipelineIoError } from './errors';
-import { RecoverRefused } from './failed-partitions';
+import { PipelineIoError, RecoverRefused } from './errors';
 import type { PipelineMetrics } from './metrics';
 import type { DeliveryPipeline } from './pipeline';
 

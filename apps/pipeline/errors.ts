@@ -1,4 +1,7 @@
-/** Typed errors of the JetStream I/O layer: a stable code, so callers branch on it, never on message text. */
+/**
+ * Typed errors of the pipeline. PipelineIoError is the JetStream I/O layer's: a stable code, so callers branch
+ * on it, never on message text.
+ */
 export type PipelineIoErrorCode =
   | 'invalid_options'
   | 'nats_unreachable'
@@ -55,3 +58,32 @@ export function requireName(name: string, value: string): string {
 export const EXIT_SETTING_REFUSED = 2;
 /** NATS refused the settings: one case of EXIT_SETTING_REFUSED. */
 export const EXIT_NATS_REFUSED = EXIT_SETTING_REFUSED;
+
+/** pipeline.json refused at start (exit 2): `path` names the key. */
+export class PipelineConfigError extends Error {
+  readonly code = 'ERR_PIPELINE_CONFIG' as const;
+  constructor(
+    readonly path: string,
+    message: string,
+  ) {
+    super(`${path}: ${message}`);
+    this.name = 'PipelineConfigError';
+  }
+}
+
+/** The backend could not answer: the message is retried, never dead-lettered. */
+export class RetryableError extends Error {
+  readonly retryable = true;
+}
+
+/** A recovery the pipeline refuses: no such partition (404), or not a failed one of this instance (409). */
+export class RecoverRefused extends Error {
+  constructor(
+    readonly status: 404 | 409,
+    readonly code: 'not_found' | 'conflict',
+    message: string,
+  ) {
+    super(message);
+    this.name = 'RecoverRefused';
+  }
+}

@@ -10,7 +10,7 @@ import { PipelineAdmin, readPipelineAdminSecrets } from './admin';
 import { type PipelineConfig, resolvePipelineConfig } from './config';
 import { EXIT_SETTING_REFUSED, PipelineIoError } from './errors';
 import { createBackend } from './inference/backends';
-import { ExternalInferenceError } from './inference/external-errors';
+import { ExternalInferenceError } from './inference/errors';
 import { unservedPinCode } from './inference/pin-errors';
 import { PipelineMetrics } from './metrics';
 import { DeliveryPipeline } from './pipeline';

@@ -5,8 +5,8 @@
  */
 import type { Logger } from 'pino';
 import type { PipelineConfig } from './config';
-import { PipelineIoError } from './errors';
-import { FailedPartitions, type RecoverFrom, type RecoverOutcome, RecoverRefused } from './failed-partitions';
+import { PipelineIoError, RecoverRefused } from './errors';
+import { FailedPartitions, type RecoverFrom, type RecoverOutcome } from './failed-partitions';
 import { CHECKPOINT_VERSION, type Checkpoint, CheckpointStore } from './io/checkpoints';
 import type { StreamLayout } from './io/layout';
 import type { LeaseKeeper } from './leases/lease-keeper';

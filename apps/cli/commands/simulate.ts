@@ -39,6 +39,7 @@ import {
   streamLayout,
 } from '../../pipeline';
 import { addNatsOptions, loadCommandNats, type NatsFlags } from '../nats-options';
+import { SimulateOptionError } from './errors';
 
 export interface SimulateConfig {
   /** The server list (--nats). */
@@ -72,9 +73,6 @@ export interface SimulateConfig {
   progressMs: number;
   json: boolean;
 }
-
-/** A bad flag: the message names it, and the CLI exits 2 before any I/O. */
-export class SimulateOptionError extends Error {}
 
 export interface SimulateSummary {
   /** Records the broker acknowledged (every kind). */

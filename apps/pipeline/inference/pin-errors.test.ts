@@ -1,6 +1,6 @@
 import { ProtocolError } from '../../../libs/protocol';
 import { PipelineIoError } from '../errors';
-import { ExternalInferenceError } from './external-errors';
+import { ExternalInferenceError } from './errors';
 import { unservedPinCode } from './pin-errors';
 
 describe('unservedPinCode', () => {

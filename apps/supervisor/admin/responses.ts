@@ -5,9 +5,10 @@
 import { type ErrorCode, encodeError, httpStatusOf, ProtocolError } from '../../../libs/protocol';
 import type { ModelPlan } from '../../../libs/registry';
 import type { ControlResponse } from '../../node/ipc';
-import { ReloadBusyError, type ReloadOutcome } from '../coordinator';
+import type { ReloadOutcome } from '../coordinator';
+import { ReloadBusyError } from '../errors';
 import { FleetError } from '../fleet';
-import { FleetConflictError } from '../fleet/fleet-change';
+import { FleetConflictError } from '../fleet/errors';
 
 export const IF_REVISION_RULE = '"if_revision" must be the registry revision (a positive integer)';
 

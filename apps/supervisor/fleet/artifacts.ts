@@ -38,7 +38,7 @@ import {
   verifyManifest,
 } from '../../../libs/signing';
 import type { FleetConnection } from './connection';
-import { FleetError } from './errors';
+import { ArtifactRefusedError, FleetError } from './errors';
 import { openObjectStore } from './kv-bucket';
 
 const DIGEST_PREFIX = 'SHA-256=';
@@ -104,18 +104,6 @@ function signatureOf(info: ObjectInfo): ManifestSignature | undefined {
   const [manifest, signature, keyId] = [meta[META_MANIFEST], meta[META_SIGNATURE], meta[META_KEY_ID]];
   if (manifest === undefined && signature === undefined && keyId === undefined) return undefined;
   return { manifest: manifest ?? '', signature: signature ?? '', keyId: keyId ?? '' };
-}
-
-/** A pulled version that is not signed as it must be: refused by name, nothing written. */
-export class ArtifactRefusedError extends FleetError {
-  constructor(
-    readonly model: string,
-    readonly version: string,
-    readonly reason: RefusalReason,
-    readonly detail: string,
-  ) {
-    super('artifact_refused', `model ${model} version ${version} refused: ${reason}: ${detail}`);
-  }
 }
 
 /** What a host checks pulled artifacts against. */

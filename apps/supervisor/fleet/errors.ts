@@ -1,5 +1,7 @@
 /** Typed errors of the fleet's NATS I/O: a stable code, so callers branch on it, never on message text. */
-import type { RegistryEntry } from './record-shapes';
+import { ProtocolError } from '../../../libs/protocol';
+import type { RefusalReason } from '../../../libs/signing';
+import type { FleetRecord, RegistryEntry } from './record-shapes';
 
 export type FleetErrorCode =
   /** NATS is down or did not answer: the caller keeps serving what it has and retries later. */
@@ -42,4 +44,26 @@ export class FleetError extends Error {
 /** An option refused before any I/O (libs/config requirePositiveInt and the like). */
 export function invalidOptions(message: string): FleetError {
   return new FleetError('invalid_options', message);
+}
+
+/** A pulled version that is not signed as it must be: refused by name, nothing written. */
+export class ArtifactRefusedError extends FleetError {
+  constructor(
+    readonly model: string,
+    readonly version: string,
+    readonly reason: RefusalReason,
+    readonly detail: string,
+  ) {
+    super('artifact_refused', `model ${model} version ${version} refused: ${reason}: ${detail}`);
+  }
+}
+
+/** 409 conflict, carrying the fleet's current record so the loser sees what won. */
+export class FleetConflictError extends ProtocolError {
+  constructor(
+    message: string,
+    readonly current: { record: FleetRecord; revision: number } | undefined,
+  ) {
+    super('conflict', message);
+  }
 }

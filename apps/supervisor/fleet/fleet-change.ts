@@ -18,6 +18,7 @@ import {
   type RegistryEntry,
   SILENCE_POLL_MS,
 } from './';
+import { FleetConflictError } from './errors';
 import { onlyMembersMoved, rollCall } from './fleet-membership';
 import { FleetReloadCoordinator, type FleetReloadOutcome, type HostChannel } from './fleet-reload';
 import type { FleetMemberOptions, MemberState } from './member-state';
@@ -32,16 +33,6 @@ export interface FleetChangeOptions {
   force?: boolean;
   /** A record that cannot be read (invalid_record) is replaced by CAS from this host's table. */
   repair?: boolean;
-}
-
-/** 409 conflict, carrying the fleet's current record so the loser sees what won. */
-export class FleetConflictError extends ProtocolError {
-  constructor(
-    message: string,
-    readonly current: { record: FleetRecord; revision: number } | undefined,
-  ) {
-    super('conflict', message);
-  }
 }
 
 export class FleetChanges {

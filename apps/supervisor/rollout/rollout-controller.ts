@@ -43,8 +43,9 @@ import {
 } from '../../../libs/rollout';
 import { FleetError } from '../fleet';
 import { BOUNDS, counterSample } from './counter-sample';
+import { RolloutConflictError } from './errors';
 import { RolloutMetrics } from './rollout-metrics';
-import { RolloutConflictError, type RolloutStore, type StoredRollout } from './rollout-store';
+import type { RolloutStore, StoredRollout } from './rollout-store';
 
 /** A routing change the controller asks of the registry (one epoch). */
 export type RolloutRouting =

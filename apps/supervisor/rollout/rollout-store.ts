@@ -11,6 +11,7 @@ import * as path from 'node:path';
 import { writeDurably } from '../../../libs/registry';
 import { parseRecord, type RolloutRecord, serializeRecord } from '../../../libs/rollout';
 import { FleetError, type RolloutRecords } from '../fleet';
+import { RolloutConflictError } from './errors';
 
 export const ROLLOUT_FILE = 'rollouts.json';
 const FORMAT = 1;
@@ -27,14 +28,6 @@ export interface StoredRollout {
    */
   settled: boolean;
   revision: number;
-}
-
-/** The rollout moved since the revision the writer read (another host wrote it). */
-export class RolloutConflictError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'RolloutConflictError';
-  }
 }
 
 export interface RolloutStore {
