@@ -61,7 +61,7 @@ export const EXIT_NATS_REFUSED = EXIT_SETTING_REFUSED;
 
 /** pipeline.json refused at start (exit 2): `path` names the key. */
 export class PipelineConfigError extends Error {
-  readonly code = 'ERR_PIPELINE_CONFIG' as const;
+  readonly code = 'pipeline_config' as const;
   constructor(
     readonly path: string,
     message: string,

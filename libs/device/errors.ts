@@ -1,5 +1,5 @@
 export class DeviceError extends Error {
-  readonly code = 'ERR_DEVICE';
+  readonly code = 'device';
   constructor(message: string) {
     super(message);
     this.name = 'DeviceError';

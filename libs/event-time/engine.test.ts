@@ -390,7 +390,7 @@ describe('flush and stats', () => {
         engine.ingest(event as never);
       } catch (error) {
         expect((error as EngineEventError).field).toBe(field);
-        expect((error as EngineEventError).code).toBe('ERR_INVALID_STREAM_EVENT');
+        expect((error as EngineEventError).code).toBe('invalid_engine_event');
       }
     }
     expect(engine.stats().counters.accepted).toBe(0);

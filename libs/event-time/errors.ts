@@ -1,6 +1,6 @@
 /** Invalid engine options; `option` names the culprit (dotted/indexed path, e.g. `windows[1].stepMs`). */
 export class EngineOptionError extends Error {
-  readonly code = 'ERR_INVALID_STREAM_OPTION' as const;
+  readonly code = 'invalid_engine_option' as const;
   readonly option: string;
 
   constructor(option: string, message: string) {
@@ -15,7 +15,7 @@ export class EngineOptionError extends Error {
  * engine sees them, so this is a programming error, not a dead letter.
  */
 export class EngineEventError extends Error {
-  readonly code = 'ERR_INVALID_STREAM_EVENT' as const;
+  readonly code = 'invalid_engine_event' as const;
   readonly field: string;
 
   constructor(field: string, message: string) {
@@ -27,7 +27,7 @@ export class EngineEventError extends Error {
 
 /** A snapshot that does not have the shape `snapshot()` writes (wrong version, missing or mistyped field). */
 export class EngineSnapshotError extends Error {
-  readonly code = 'ERR_INVALID_STREAM_SNAPSHOT' as const;
+  readonly code = 'invalid_engine_snapshot' as const;
   readonly path: string;
 
   constructor(path: string, message: string) {

@@ -6,7 +6,7 @@ function optionError(input: unknown): EngineOptionError {
     validateEngineOptions(input as never);
   } catch (error) {
     expect(error).toBeInstanceOf(EngineOptionError);
-    expect((error as EngineOptionError).code).toBe('ERR_INVALID_STREAM_OPTION');
+    expect((error as EngineOptionError).code).toBe('invalid_engine_option');
     return error as EngineOptionError;
   }
   throw new Error('expected a EngineOptionError');

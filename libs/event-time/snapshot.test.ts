@@ -189,7 +189,7 @@ describe('snapshot / restore', () => {
       }
       expect(caught).toBeInstanceOf(EngineSnapshotError);
       expect((caught as EngineSnapshotError).path).toBe(path);
-      expect((caught as EngineSnapshotError).code).toBe('ERR_INVALID_STREAM_SNAPSHOT');
+      expect((caught as EngineSnapshotError).code).toBe('invalid_engine_snapshot');
     }
   });
 });

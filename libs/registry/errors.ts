@@ -1,5 +1,5 @@
 export class RepositoryError extends Error {
-  readonly code = 'ERR_MODEL_REPOSITORY';
+  readonly code = 'model_repository';
   constructor(message: string) {
     super(message);
     this.name = 'RepositoryError';

@@ -1,6 +1,6 @@
 /** uWebSockets.js loaded its pure-JS fallback instead of its native binary: the server refuses to start. */
 export class UwsFallbackError extends Error {
-  readonly code = 'ERR_UWS_FALLBACK';
+  readonly code = 'uws_fallback';
   constructor(message: string) {
     super(message);
     this.name = 'UwsFallbackError';
