@@ -9,6 +9,7 @@ import * as http from 'node:http';
 import * as https from 'node:https';
 import { readTokenFile } from '../../libs/admin';
 import { ADMIN_PORT, resolveConfig } from '../../libs/config';
+import { ClientError } from './errors';
 
 export interface ClientOptions {
   /** http(s)://host:port, or unix:/path/to/socket. */
@@ -24,17 +25,6 @@ const TLS_TRUST_CODES = new Set([
   'SELF_SIGNED_CERT_IN_CHAIN',
   'DEPTH_ZERO_SELF_SIGNED_CERT',
 ]);
-
-export class ClientError extends Error {
-  constructor(
-    message: string,
-    readonly status?: number,
-    readonly body?: unknown,
-  ) {
-    super(message);
-    this.name = 'ClientError';
-  }
-}
 
 /** Where one request goes: a unix socket, or a URL's host and port. */
 function target(base: string, path: string): { url: URL; socketPath?: string } {

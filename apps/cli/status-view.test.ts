@@ -1,4 +1,5 @@
 import { parsePrometheusText } from '../../libs/metrics';
+import { StatusError } from './errors';
 import {
   CLEAR_SCREEN,
   formatDuration,
@@ -8,7 +9,7 @@ import {
   isControlCode,
   renderFrame,
 } from './status-frame';
-import { type HealthAnswer, readHealth, StatusError, snapshotJson, summarize } from './status-view';
+import { type HealthAnswer, readHealth, snapshotJson, summarize } from './status-view';
 
 const NOW = Date.parse('2026-12-01T00:30:00.000Z');
 

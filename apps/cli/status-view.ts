@@ -11,19 +11,9 @@ import {
   sampleDeltas,
   sumSamples,
 } from '../../libs/metrics';
+import { StatusError } from './errors';
 
 export const FRAME_WIDTH = 100;
-
-/** A server answer status cannot read. */
-export class StatusError extends Error {
-  constructor(
-    readonly code: 'bad_answer' | 'unauthorized' | 'unavailable',
-    message: string,
-  ) {
-    super(message);
-    this.name = 'StatusError';
-  }
-}
 
 export interface HealthAnswer {
   status: string;

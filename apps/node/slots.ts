@@ -6,8 +6,9 @@ import type { Logger } from 'pino';
 import type { ResolvedBackpressureOptions } from '../../libs/backpressure';
 import { ModelQueueGuard, validateBackpressureOptions } from '../../libs/backpressure';
 import { MAX_SLOTS, resetSlot } from '../../libs/metrics';
-import type { ModelEntry, NodeSettings, UnavailableModel } from '../../libs/registry';
+import type { ModelEntry, NodeSettings } from '../../libs/registry';
 import { sharedClock as clock, Doorbell, RingBuffer } from '../../libs/ring';
+import { VersionLoadError } from './errors';
 import type { NodeStartOptions } from './ipc';
 import type { Slot } from './models';
 import { batchOptionsFor } from './models';
@@ -146,22 +147,6 @@ export function fileOf(entry: ModelEntry, version: string): string {
   const found = entry.versions.find((candidate) => candidate.version === version);
   if (!found) throw new Error(`model ${entry.name} has no version ${version} in ${entry.dir}`);
   return found.file;
-}
-
-/** A version that did not load: which one, so the supervisor can mark it unavailable (a failed PREPARE's data). */
-export class VersionLoadError extends Error {
-  constructor(
-    readonly model: string,
-    readonly version: string,
-    message: string,
-  ) {
-    super(message);
-    this.name = 'VersionLoadError';
-  }
-
-  get failure(): UnavailableModel {
-    return { model: this.model, version: this.version, reason: this.message };
-  }
 }
 
 /** The backpressure options a slot's model queue guard is made with. */

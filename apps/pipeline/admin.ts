@@ -28,8 +28,7 @@ import {
 import { httpStatusOf } from '../../libs/protocol';
 import type { PipelineConfig } from './config';
 import { CpuProfiler, profileSeconds } from './cpu-profile';
-import { StreamIoError } from './errors';
-import { RecoverRefused } from './failed-partitions';
+import { PipelineIoError, RecoverRefused } from './errors';
 import type { PipelineMetrics } from './metrics';
 import type { DeliveryPipeline } from './pipeline';
 
@@ -200,7 +199,7 @@ export class PipelineAdmin {
         return send(res, outcome.state === 'running' ? 200 : 500, outcome);
       } catch (err) {
         if (err instanceof RecoverRefused) return error(res, err.status, err.code, err.message);
-        if (err instanceof StreamIoError && err.code === 'checkpoint_invalid')
+        if (err instanceof PipelineIoError && err.code === 'checkpoint_invalid')
           return error(res, 409, 'checkpoint_invalid', err.message);
         throw err;
       }

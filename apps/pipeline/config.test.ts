@@ -1,7 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseReload } from './admin';
-import { DEFAULT_PIPELINE_CONFIG, PipelineConfigError, resolvePipelineConfig, spoolDir } from './config';
+import { DEFAULT_PIPELINE_CONFIG, resolvePipelineConfig, spoolDir } from './config';
+import { PipelineConfigError } from './errors';
 
 const repo = join(__dirname, '..', '..', '..');
 

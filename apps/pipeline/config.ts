@@ -5,17 +5,7 @@
  */
 
 import { MAX_REPLICAS, redactNatsUrls } from '../../libs/nats-auth';
-
-export class PipelineConfigError extends Error {
-  readonly code = 'ERR_PIPELINE_CONFIG' as const;
-  constructor(
-    readonly path: string,
-    message: string,
-  ) {
-    super(`${path}: ${message}`);
-    this.name = 'PipelineConfigError';
-  }
-}
+import { PipelineConfigError } from './errors';
 
 /**
  * The pipeline's NATS (libs/nats-auth's option set; files are read when the pipeline starts). A password or

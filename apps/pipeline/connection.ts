@@ -13,7 +13,7 @@ import {
   replicasProblem,
 } from '../../libs/nats-auth';
 import type { PipelineNats } from './config';
-import { invalidOptions, StreamIoError } from './errors';
+import { invalidOptions, PipelineIoError } from './errors';
 
 export const DEFAULT_NATS_URL = 'nats://127.0.0.1:4222';
 
@@ -72,7 +72,7 @@ export type NatsHandle = JetStreamConnection;
 
 /** The pipeline's codes for what libs/jetstream reports. */
 export const failStreamIo: FailWith = (failure, message, options) =>
-  new StreamIoError(
+  new PipelineIoError(
     failure === 'unreachable'
       ? 'nats_unreachable'
       : failure === 'refused'
@@ -89,7 +89,7 @@ export async function connectNats(options: NatsOptions = {}): Promise<NatsHandle
   try {
     auth = options.auth ?? loadNatsAuth({ servers: options.servers ?? DEFAULT_NATS_URL });
   } catch (err) {
-    throw new StreamIoError('invalid_options', (err as Error).message, { cause: err });
+    throw new PipelineIoError('invalid_options', (err as Error).message, { cause: err });
   }
   const connectTimeoutMs = requirePositiveInt(
     'connectTimeoutMs',
@@ -100,7 +100,7 @@ export async function connectNats(options: NatsOptions = {}): Promise<NatsHandle
   const apiTimeoutMs = requirePositiveInt('apiTimeoutMs', options.apiTimeoutMs ?? 5000, 1, invalidOptions);
   const replicas = options.replicas ?? 1;
   const badCount = replicasProblem(replicas, { cluster: 'unchecked' }, '');
-  if (badCount) throw new StreamIoError('invalid_options', badCount);
+  if (badCount) throw new PipelineIoError('invalid_options', badCount);
   return openJetStream({
     auth,
     name: options.name ?? 'streaminfer-stream',

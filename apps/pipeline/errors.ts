@@ -1,5 +1,8 @@
-/** Typed errors of the JetStream I/O layer: a stable code, so callers branch on it, never on message text. */
-export type StreamIoErrorCode =
+/**
+ * Typed errors of the pipeline. PipelineIoError is the JetStream I/O layer's: a stable code, so callers branch
+ * on it, never on message text.
+ */
+export type PipelineIoErrorCode =
   | 'invalid_options'
   | 'nats_unreachable'
   /** NATS answered no: bad or expired credentials, a TLS mismatch, no JetStream permission. Not retried. */
@@ -21,25 +24,25 @@ export type StreamIoErrorCode =
    */
   | 'checkpoint_invalid';
 
-export class StreamIoError extends Error {
-  readonly code: StreamIoErrorCode;
+export class PipelineIoError extends Error {
+  readonly code: PipelineIoErrorCode;
 
-  constructor(code: StreamIoErrorCode, message: string, options?: ErrorOptions) {
+  constructor(code: PipelineIoErrorCode, message: string, options?: ErrorOptions) {
     super(message, options);
-    this.name = 'StreamIoError';
+    this.name = 'PipelineIoError';
     this.code = code;
   }
 }
 
 /** An option refused before any I/O (libs/config requirePositiveInt and the like), so a bad config fails at start. */
-export function invalidOptions(message: string): StreamIoError {
-  return new StreamIoError('invalid_options', message);
+export function invalidOptions(message: string): PipelineIoError {
+  return new PipelineIoError('invalid_options', message);
 }
 
 export function requireName(name: string, value: string): string {
   // JetStream stream and consumer names may not contain subject tokens' special characters.
   if (typeof value !== 'string' || !/^[A-Za-z0-9_-]+$/.test(value)) {
-    throw new StreamIoError(
+    throw new PipelineIoError(
       'invalid_options',
       `${name} must be a non-empty name of [A-Za-z0-9_-] (got ${value})`,
     );
@@ -55,3 +58,32 @@ export function requireName(name: string, value: string): string {
 export const EXIT_SETTING_REFUSED = 2;
 /** NATS refused the settings: one case of EXIT_SETTING_REFUSED. */
 export const EXIT_NATS_REFUSED = EXIT_SETTING_REFUSED;
+
+/** pipeline.json refused at start (exit 2): `path` names the key. */
+export class PipelineConfigError extends Error {
+  readonly code = 'pipeline_config' as const;
+  constructor(
+    readonly path: string,
+    message: string,
+  ) {
+    super(`${path}: ${message}`);
+    this.name = 'PipelineConfigError';
+  }
+}
+
+/** The backend could not answer: the message is retried, never dead-lettered. */
+export class RetryableError extends Error {
+  readonly retryable = true;
+}
+
+/** A recovery the pipeline refuses: no such partition (404), or not a failed one of this instance (409). */
+export class RecoverRefused extends Error {
+  constructor(
+    readonly status: 404 | 409,
+    readonly code: 'not_found' | 'conflict',
+    message: string,
+  ) {
+    super(message);
+    this.name = 'RecoverRefused';
+  }
+}

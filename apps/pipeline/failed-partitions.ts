@@ -116,18 +116,6 @@ export class FailedPartitions {
   }
 }
 
-/** A recovery the pipeline refuses: no such partition (404), or not a failed one of this instance (409). */
-export class RecoverRefused extends Error {
-  constructor(
-    readonly status: 404 | 409,
-    readonly code: 'not_found' | 'conflict',
-    message: string,
-  ) {
-    super(message);
-    this.name = 'RecoverRefused';
-  }
-}
-
 export type RecoverFrom = 'previous' | 'ack-floor';
 
 export interface RecoverOutcome {

@@ -3,7 +3,6 @@
 export {
   DEFAULT_PIPELINE_CONFIG,
   type PipelineConfig,
-  PipelineConfigError,
   resolvePipelineConfig,
 } from './config';
 export {
@@ -12,18 +11,23 @@ export {
   type NatsHandle,
   type NatsOptions,
 } from './connection';
-export { StreamIoError, type StreamIoErrorCode } from './errors';
+export {
+  PipelineConfigError,
+  PipelineIoError,
+  type PipelineIoErrorCode,
+  RetryableError,
+} from './errors';
 export {
   createEmbeddedBackend,
   type EmbeddedBackend,
   type EmbeddedBackendOptions,
 } from './inference/embedded';
+export { ExternalInferenceError, type ExternalInferenceErrorCode } from './inference/errors';
 export {
   createExternalBackend,
   type ExternalBackend,
   type ExternalBackendOptions,
 } from './inference/external';
-export { ExternalInferenceError, type ExternalInferenceErrorCode } from './inference/external-errors';
 export type { InferenceBackend, InferenceMode, ModelPin } from './inference/inference';
 export {
   brokerPlacesEvents,
@@ -85,7 +89,7 @@ export type {
 export { checkLeaseOptions, PartitionLeases } from './leases/leases';
 export { PipelineMetrics } from './metrics';
 export { Partition } from './partition';
-export { type PipelineCounts, RetryableError } from './partition-context';
+export type { PipelineCounts } from './partition-context';
 export type { PartitionStatus } from './partition-status';
 export { DeliveryPipeline } from './pipeline';
 export type { ReloadOutcome } from './pipeline-epochs';

@@ -8,9 +8,9 @@ import pino from 'pino';
 import { NatsAuthError } from '../../libs/nats-auth';
 import { PipelineAdmin, readPipelineAdminSecrets } from './admin';
 import { type PipelineConfig, resolvePipelineConfig } from './config';
-import { EXIT_SETTING_REFUSED, StreamIoError } from './errors';
+import { EXIT_SETTING_REFUSED, PipelineIoError } from './errors';
 import { createBackend } from './inference/backends';
-import { ExternalInferenceError } from './inference/external-errors';
+import { ExternalInferenceError } from './inference/errors';
 import { unservedPinCode } from './inference/pin-errors';
 import { PipelineMetrics } from './metrics';
 import { DeliveryPipeline } from './pipeline';
@@ -108,7 +108,7 @@ async function main(): Promise<void> {
 /** A start that fails the same way every time: a setting to fix, not a crash to restart after. */
 function refusedSetting(err: unknown): boolean {
   if (err instanceof NatsAuthError) return true;
-  if (err instanceof StreamIoError) return err.code === 'nats_refused' || err.code === 'invalid_options';
+  if (err instanceof PipelineIoError) return err.code === 'nats_refused' || err.code === 'invalid_options';
   if (unservedPinCode(err) !== undefined) return true;
   return err instanceof ExternalInferenceError && err.code === 'invalid_options';
 }

@@ -7,11 +7,6 @@ import type { StreamLayout } from './io/layout';
 import type { JetStreamSink } from './io/sink';
 import type { PipelineMetrics } from './metrics';
 
-/** The backend could not answer: the message is retried, never dead-lettered. */
-export class RetryableError extends Error {
-  readonly retryable = true;
-}
-
 /** Instance-wide counters (/api/pipeline), summed over the partitions it works. */
 export interface PipelineCounts {
   /** Messages received, redeliveries included. */

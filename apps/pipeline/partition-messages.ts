@@ -17,12 +17,13 @@ import {
 } from '../../libs/delivery';
 import type { Checkpointer, CheckpointState } from './checkpointer';
 import { decisionEffects } from './effects';
+import { RetryableError } from './errors';
 import type { ModelPin } from './inference/inference';
 import { partitionOfKey } from './io/layout';
 import { deadLetterEffect, isDeadLetter, lateEffect } from './io/side-outputs';
 import type { Effect, Published } from './io/sink';
 import type { SourceMessage } from './io/source';
-import { type PartitionContext, RetryableError } from './partition-context';
+import type { PartitionContext } from './partition-context';
 
 interface Unsettled {
   result: DecideResult;

@@ -7,7 +7,7 @@
  */
 import type { DeciderSnapshot } from '../../libs/delivery';
 import { Checkpointer } from './checkpointer';
-import { StreamIoError } from './errors';
+import { PipelineIoError } from './errors';
 import type { ModelPin } from './inference/inference';
 import { partitionFilter } from './io/layout';
 import { JetStreamSource } from './io/source';
@@ -111,7 +111,7 @@ export class Partition {
       try {
         this.messages.decider = this.messages.makeDecider(checkpoint.state);
       } catch (err) {
-        throw new StreamIoError(
+        throw new PipelineIoError(
           'checkpoint_invalid',
           `checkpoint ${checkpoint.id} of partition ${this.partition}: ${(err as Error).message}`,
           { cause: err },

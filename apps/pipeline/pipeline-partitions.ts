@@ -5,8 +5,8 @@
  */
 import type { Logger } from 'pino';
 import type { PipelineConfig } from './config';
-import { StreamIoError } from './errors';
-import { FailedPartitions, type RecoverFrom, type RecoverOutcome, RecoverRefused } from './failed-partitions';
+import { PipelineIoError, RecoverRefused } from './errors';
+import { FailedPartitions, type RecoverFrom, type RecoverOutcome } from './failed-partitions';
 import { CHECKPOINT_VERSION, type Checkpoint, CheckpointStore } from './io/checkpoints';
 import type { StreamLayout } from './io/layout';
 import type { LeaseKeeper } from './leases/lease-keeper';
@@ -81,7 +81,7 @@ export class OwnedPartitions {
     } catch (err) {
       this.partitions.delete(partition);
       await owned.stop('abandon').catch(() => undefined);
-      if (err instanceof StreamIoError && err.code === 'checkpoint_invalid') {
+      if (err instanceof PipelineIoError && err.code === 'checkpoint_invalid') {
         this.failed.fail(partition, err.message);
         return;
       }

@@ -15,7 +15,7 @@ import type { TenantSpec } from '../../libs/tenants';
 import { loadTls } from '../node/tls-files';
 import { serverAdminSecrets } from './admin/admin-api';
 import type { ReloadOutcome, ReloadStrategy } from './coordinator';
-import { ReloadBusyError } from './coordinator';
+import { ReloadBusyError } from './errors';
 import { readTenantFile } from './tenant-shares';
 import { readTrustedKeys } from './trusted-keys';
 

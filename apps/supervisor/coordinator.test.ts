@@ -1,7 +1,8 @@
 import { ProtocolError } from '../../libs/protocol';
 import type { TablePlan } from '../../libs/registry';
 import type { NodeChannel, StepAnswer } from './coordinator';
-import { diffTables, ReloadBusyError, ReloadCoordinator } from './coordinator';
+import { diffTables, ReloadCoordinator } from './coordinator';
+import { ReloadBusyError } from './errors';
 
 const v1: TablePlan = {
   defaultModel: 'digits',

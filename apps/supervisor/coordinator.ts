@@ -18,6 +18,7 @@
  */
 import { type ErrorCode, ProtocolError } from '../../libs/protocol';
 import type { TablePlan } from '../../libs/registry';
+import { ReloadBusyError } from './errors';
 
 export type ReloadStrategy = 'atomic' | 'rolling';
 
@@ -88,14 +89,6 @@ export interface ReloadOutcome {
   config?: { applied: string[]; restartRequired: string[] };
   /** A fleet reload: its id and what each host did (the nodes above are this host's). */
   fleet?: { reloadId: string; hosts: Array<{ host: string; state: string; error?: string }> };
-}
-
-export class ReloadBusyError extends Error {
-  readonly code = 'reload_in_progress';
-  constructor(readonly current: { id: number; reason: string }) {
-    super(`reload ${current.id} (${current.reason}) is still in progress; try again when it has finished`);
-    this.name = 'ReloadBusyError';
-  }
 }
 
 export interface CoordinatorOptions {

@@ -1,14 +1,7 @@
 /** The admin listener's secrets on disk: the token file and the TLS certificate and key, checked when read. */
 import { readFileSync, statSync } from 'node:fs';
 import { createSecureContext } from 'node:tls';
-
-/** A token file or TLS file that cannot be used; the message names the file (never its content). */
-export class AdminSetupError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'AdminSetupError';
-  }
-}
+import { AdminSetupError } from './errors';
 
 const TOKEN = /^[^\s\0]{1,4096}$/;
 

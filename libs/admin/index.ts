@@ -14,9 +14,9 @@ export {
   type ProxyHeaders,
   parseAllowedOrigins,
 } from './auth';
+export { AdminSetupError } from './errors';
 export {
   type AdminSecrets,
-  AdminSetupError,
   readAdminSecrets,
   readTlsPair,
   readTokenFile,

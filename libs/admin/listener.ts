@@ -6,7 +6,8 @@ import { chmodSync, lstatSync, unlinkSync } from 'node:fs';
 import * as http from 'node:http';
 import * as https from 'node:https';
 import * as net from 'node:net';
-import { AdminSetupError, type TlsPair } from './files';
+import { AdminSetupError } from './errors';
+import type { TlsPair } from './files';
 
 export interface AdminEndpoint {
   host: string;

@@ -1,6 +1,6 @@
 /** Error thrown for invalid backpressure options. `option` names the offending option. */
 export class BackpressureError extends Error {
-  readonly code = 'ERR_INVALID_BACKPRESSURE_OPTION' as const;
+  readonly code = 'invalid_backpressure_option' as const;
   readonly option: string;
 
   constructor(option: string, message: string) {

@@ -133,7 +133,7 @@ describe('validateBackpressureOptions', () => {
   ])('names %s', (option, raw) => {
     const error = optionError(raw);
     expect(error.option).toBe(option);
-    expect(error.code).toBe('ERR_INVALID_BACKPRESSURE_OPTION');
+    expect(error.code).toBe('invalid_backpressure_option');
     expect(error.message).toContain(option === 'options' ? 'an object' : option);
   });
 

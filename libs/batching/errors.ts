@@ -1,6 +1,6 @@
 /** Error thrown for invalid batch policy options. `option` names the offending option (dotted/indexed path). */
 export class BatchingError extends Error {
-  readonly code = 'ERR_INVALID_BATCH_OPTION' as const;
+  readonly code = 'invalid_batch_option' as const;
   readonly option: string;
 
   constructor(option: string, message: string) {

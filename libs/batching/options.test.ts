@@ -146,7 +146,7 @@ describe('validateBatchPolicyOptions', () => {
   ];
   it.each(cases)('rejects %s', (_label, input, option, message) => {
     const error = errorOf(() => validateBatchPolicyOptions(input));
-    expect(error.code).toBe('ERR_INVALID_BATCH_OPTION');
+    expect(error.code).toBe('invalid_batch_option');
     expect(error.option).toBe(option);
     expect(error.message).toMatch(message);
     expect(error.message).toContain(option.replace(/\[\d+\]$/, '').split('.')[0]);

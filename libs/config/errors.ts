@@ -3,7 +3,7 @@ export type ConfigSource = 'flag' | 'env' | 'file' | 'default';
 
 /** Invalid configuration. `setting` is the camelCase key (or the unknown file key); `source` the layer at fault. */
 export class ConfigError extends Error {
-  readonly code = 'ERR_INVALID_CONFIG' as const;
+  readonly code = 'invalid_config' as const;
   readonly setting: string;
   readonly source: ConfigSource;
 

@@ -12,7 +12,7 @@ describe('validation', () => {
       'invalid value "abc" for STREAMINFER_BATCH_SIZE (environment): expected an integer between 1 and 4096',
     );
     expect(error).toMatchObject({
-      code: 'ERR_INVALID_CONFIG',
+      code: 'invalid_config',
       setting: 'batchSize',
       source: 'env',
       name: 'ConfigError',
@@ -140,7 +140,7 @@ describe('validation', () => {
 
   it.each(INVALID)('rejects %s = %j', (key, value) => {
     const file = errorOf(() => resolveConfig({ file: { [key]: value } }));
-    expect(file).toMatchObject({ setting: key, source: 'file', code: 'ERR_INVALID_CONFIG' });
+    expect(file).toMatchObject({ setting: key, source: 'file', code: 'invalid_config' });
     expect(file.message).toContain(`for ${key} (config file)`);
     if (typeof value === 'string' && value.trim() !== '') {
       const env = errorOf(() => resolveConfig({ env: { [ENV[key]]: value } }));

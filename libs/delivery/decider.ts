@@ -26,6 +26,7 @@ import {
   createEventTimeEngine,
   type EngineOutput,
   type EngineSnapshot,
+  EngineSnapshotError,
   type EngineSnapshotHead,
   type EngineStats,
   type EventTimeEngine,
@@ -33,7 +34,6 @@ import {
   int,
   isRecord,
   type StreamEvent,
-  StreamSnapshotError,
   str,
 } from '../event-time';
 import { ALERT_THRESHOLD } from './contract';
@@ -281,9 +281,9 @@ export class DeliveryDecider {
       );
     } catch (err) {
       // The engine names paths from its own root.
-      if (err instanceof StreamSnapshotError) {
+      if (err instanceof EngineSnapshotError) {
         const path = `$.engine${err.path.slice(1)}`;
-        throw new StreamSnapshotError(path, err.message.replace(err.path, path));
+        throw new EngineSnapshotError(path, err.message.replace(err.path, path));
       }
       throw err;
     }

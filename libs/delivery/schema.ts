@@ -10,6 +10,7 @@
  *   traffic  route_id, severity (integer 1..5)
  * Unknown extra fields are ignored (producers may add fields without breaking consumers).
  */
+import { Invalid } from './errors';
 
 export const EVENT_TYPES = ['gps', 'status', 'traffic'] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
@@ -104,8 +105,6 @@ export function formatIsoTime(ms: number): string {
 // delivery_id becomes a NATS subject token: no '.', '*', '>' or whitespace. Letters (with their combining
 // marks) and digits of any script: a subject token is UTF-8, and the partition is hashed over its bytes.
 const ID_RE = /^[\p{L}\p{M}\p{N}_-]+$/u;
-
-class Invalid extends Error {}
 
 function fail(field: string, problem: string): never {
   throw new Invalid(`${field}: ${problem}`);

@@ -1,4 +1,4 @@
-import { StreamSnapshotError } from '../event-time';
+import { EngineSnapshotError } from '../event-time';
 import { rng } from '../event-time/engine.test-util';
 import { type DeciderSnapshot, DeliveryDecider, type DeliveryDeciderOptions } from './decider';
 import { play, steps } from './decider.test-util';
@@ -60,7 +60,7 @@ describe('DeliveryDecider snapshots at random points', () => {
     },
   );
 
-  test('rejects malformed decider snapshots with StreamSnapshotError naming the path', () => {
+  test('rejects malformed decider snapshots with EngineSnapshotError naming the path', () => {
     const decider = new DeliveryDecider(options());
     for (const s of runOf(5).slice(0, 800)) {
       play(decider, s);
@@ -92,8 +92,8 @@ describe('DeliveryDecider snapshots at random points', () => {
       } catch (error) {
         caught = error;
       }
-      expect([path, caught]).toEqual([path, expect.any(StreamSnapshotError)]);
-      expect((caught as StreamSnapshotError).path).toBe(path);
+      expect([path, caught]).toEqual([path, expect.any(EngineSnapshotError)]);
+      expect((caught as EngineSnapshotError).path).toBe(path);
     }
   });
 });

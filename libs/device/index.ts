@@ -3,5 +3,7 @@
  * Pure and free of ONNX Runtime, so a node's main thread can size its workers without loading it;
  * libs/inference follows the plan when it opens a session.
  */
+
+export { DeviceError } from './errors';
 export type { ExecutionProviderName, GpuProviderName, ProviderAttempt, ProviderPlan } from './providers';
-export { DeviceError, defaultIntraOpThreads, planProviders, providerLabel } from './providers';
+export { defaultIntraOpThreads, planProviders, providerLabel } from './providers';

@@ -1,4 +1,5 @@
-import { DeviceError, defaultIntraOpThreads, planProviders } from './providers';
+import { DeviceError } from './errors';
+import { defaultIntraOpThreads, planProviders } from './providers';
 
 const BUNDLED = ['cpu', 'webgpu', 'cuda', 'tensorrt']; // what onnxruntime-node 1.30 lists
 

@@ -3,6 +3,7 @@
  * device itself is parsed once, by libs/config (the `device` setting); this module only consumes it.
  */
 import type { DeviceTarget } from '../config';
+import { DeviceError } from './errors';
 
 export type ExecutionProviderName = 'cpu' | 'cuda' | 'webgpu';
 
@@ -22,14 +23,6 @@ export interface ProviderPlan {
   strict: boolean;
   /** Why `auto` skips a GPU provider without even trying it: reported like a failed attempt would be. */
   fallbackReason?: string;
-}
-
-export class DeviceError extends Error {
-  readonly code = 'ERR_DEVICE';
-  constructor(message: string) {
-    super(message);
-    this.name = 'DeviceError';
-  }
 }
 
 /** Why a GPU provider cannot be tried at all on this binding; undefined when it can. */

@@ -9,7 +9,7 @@ import {
   T0,
   traffic,
 } from './engine.test-util';
-import { END_OF_INPUT, type EngineOutput, type ResultOutput, StreamEventError } from './index';
+import { END_OF_INPUT, EngineEventError, type EngineOutput, type ResultOutput } from './index';
 
 function results(
   effects: readonly EngineOutput<Payload, unknown>[],
@@ -375,7 +375,7 @@ describe('flush and stats', () => {
     expect(counters.results).toBeGreaterThan(0);
   });
 
-  it('rejects malformed events with StreamEventError naming the field', () => {
+  it('rejects malformed events with EngineEventError naming the field', () => {
     const engine = deliveryEngine();
     const ok = gps('a', 'd1', T0, 0);
     for (const [field, event] of [
@@ -385,12 +385,12 @@ describe('flush and stats', () => {
       ['partition', { ...ok, partition: 3 }],
       ['eventId', { ...ok, eventId: '' }],
     ] as const) {
-      expect(() => engine.ingest(event as never)).toThrow(StreamEventError);
+      expect(() => engine.ingest(event as never)).toThrow(EngineEventError);
       try {
         engine.ingest(event as never);
       } catch (error) {
-        expect((error as StreamEventError).field).toBe(field);
-        expect((error as StreamEventError).code).toBe('ERR_INVALID_STREAM_EVENT');
+        expect((error as EngineEventError).field).toBe(field);
+        expect((error as EngineEventError).code).toBe('invalid_engine_event');
       }
     }
     expect(engine.stats().counters.accepted).toBe(0);

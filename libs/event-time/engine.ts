@@ -1,6 +1,6 @@
 import { compareEvents, type Entry, estimateEventBytes, eventsIn, insertSorted } from './buffer';
 import { DEDUPE_BUCKET_MS, DedupeIds } from './dedupe';
-import { StreamEventError, StreamSnapshotError } from './errors';
+import { EngineEventError, EngineSnapshotError } from './errors';
 import { TimerHeap, TimerKind } from './heap';
 import { validateEngineOptions } from './options';
 import { packRuns } from './pack';
@@ -88,18 +88,18 @@ export interface EngineSnapshotHead {
 
 function checkEvent(event: StreamEvent<unknown>): void {
   if (typeof event !== 'object' || event === null)
-    throw new StreamEventError('event', 'event must be an object');
+    throw new EngineEventError('event', 'event must be an object');
   if (typeof event.key !== 'string' || event.key.length === 0) {
-    throw new StreamEventError('key', 'event key must be a non-empty string');
+    throw new EngineEventError('key', 'event key must be a non-empty string');
   }
   if (typeof event.eventTime !== 'number' || !Number.isSafeInteger(event.eventTime)) {
-    throw new StreamEventError('eventTime', `event ${event.eventId} has a non-integer eventTime`);
+    throw new EngineEventError('eventTime', `event ${event.eventId} has a non-integer eventTime`);
   }
   if (typeof event.partition !== 'string') {
-    throw new StreamEventError('partition', `event ${event.eventId} has a non-string partition`);
+    throw new EngineEventError('partition', `event ${event.eventId} has a non-string partition`);
   }
   if (typeof event.eventId !== 'string' || event.eventId.length === 0) {
-    throw new StreamEventError('eventId', 'event id must be a non-empty string');
+    throw new EngineEventError('eventId', 'event id must be a non-empty string');
   }
 }
 
@@ -487,7 +487,7 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
       k.windows.forEach((w, j) => {
         const spec = this.specs.get(w.name);
         if (spec === undefined) {
-          throw new StreamSnapshotError(
+          throw new EngineSnapshotError(
             `$.keys[${i}].windows[${j}].name`,
             `snapshot has window ${w.name}, which the options do not define`,
           );
@@ -530,7 +530,7 @@ class Engine<P, R> implements EventTimeEngine<P, R> {
 
 /**
  * Creates the engine, optionally from a `snapshot()` of one built with the same window and latest specs.
- * Options are validated up front (StreamOptionError); a malformed snapshot throws StreamSnapshotError.
+ * Options are validated up front (EngineOptionError); a malformed snapshot throws EngineSnapshotError.
  */
 export function createEventTimeEngine<P = unknown, R = unknown>(
   options: EventTimeEngineOptions<P, R>,

@@ -1,11 +1,11 @@
 /** Invalid engine options; `option` names the culprit (dotted/indexed path, e.g. `windows[1].stepMs`). */
-export class StreamOptionError extends Error {
-  readonly code = 'ERR_INVALID_STREAM_OPTION' as const;
+export class EngineOptionError extends Error {
+  readonly code = 'invalid_engine_option' as const;
   readonly option: string;
 
   constructor(option: string, message: string) {
     super(message);
-    this.name = 'StreamOptionError';
+    this.name = 'EngineOptionError';
     this.option = option;
   }
 }
@@ -14,25 +14,25 @@ export class StreamOptionError extends Error {
  * An event the engine cannot place (bad key, time, partition or id). The pipeline validates events before the
  * engine sees them, so this is a programming error, not a dead letter.
  */
-export class StreamEventError extends Error {
-  readonly code = 'ERR_INVALID_STREAM_EVENT' as const;
+export class EngineEventError extends Error {
+  readonly code = 'invalid_engine_event' as const;
   readonly field: string;
 
   constructor(field: string, message: string) {
     super(message);
-    this.name = 'StreamEventError';
+    this.name = 'EngineEventError';
     this.field = field;
   }
 }
 
 /** A snapshot that does not have the shape `snapshot()` writes (wrong version, missing or mistyped field). */
-export class StreamSnapshotError extends Error {
-  readonly code = 'ERR_INVALID_STREAM_SNAPSHOT' as const;
+export class EngineSnapshotError extends Error {
+  readonly code = 'invalid_engine_snapshot' as const;
   readonly path: string;
 
   constructor(path: string, message: string) {
     super(message);
-    this.name = 'StreamSnapshotError';
+    this.name = 'EngineSnapshotError';
     this.path = path;
   }
 }

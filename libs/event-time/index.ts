@@ -4,7 +4,7 @@ export {
   type EngineSnapshotHead,
   type EventTimeEngine,
 } from './engine';
-export { StreamEventError, StreamOptionError, StreamSnapshotError } from './errors';
+export { EngineEventError, EngineOptionError, EngineSnapshotError } from './errors';
 export { MinHeap } from './heap';
 export { MAX_WINDOWS_PER_EVENT, validateEngineOptions } from './options';
 /** Snapshot field readers, shared with the snapshots of workloads built on the engine. */

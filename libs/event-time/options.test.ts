@@ -1,15 +1,15 @@
 import { deliveryOptions, MIN, SEC } from './engine.test-util';
-import { createEventTimeEngine, StreamOptionError, validateEngineOptions } from './index';
+import { createEventTimeEngine, EngineOptionError, validateEngineOptions } from './index';
 
-function optionError(input: unknown): StreamOptionError {
+function optionError(input: unknown): EngineOptionError {
   try {
     validateEngineOptions(input as never);
   } catch (error) {
-    expect(error).toBeInstanceOf(StreamOptionError);
-    expect((error as StreamOptionError).code).toBe('ERR_INVALID_STREAM_OPTION');
-    return error as StreamOptionError;
+    expect(error).toBeInstanceOf(EngineOptionError);
+    expect((error as EngineOptionError).code).toBe('invalid_engine_option');
+    return error as EngineOptionError;
   }
-  throw new Error('expected a StreamOptionError');
+  throw new Error('expected a EngineOptionError');
 }
 
 const base = deliveryOptions();

@@ -1,4 +1,4 @@
-import { StreamOptionError } from './errors';
+import { EngineOptionError } from './errors';
 import type { EventTimeEngineOptions, LatestSpec, ResolvedEngineOptions, ResolvedWindowSpec } from './types';
 
 /** More windows per event than this is almost certainly a unit mistake (ms vs s) and would cost per event. */
@@ -27,7 +27,7 @@ function describe(value: unknown): string {
 }
 
 function fail(option: string, expected: string, value: unknown): never {
-  throw new StreamOptionError(
+  throw new EngineOptionError(
     option,
     `invalid stream option ${option}: expected ${expected}, got ${describe(value)}`,
   );

@@ -1,13 +1,13 @@
 /**
  * Compact JSON encodings for snapshots. A checkpoint is serialised synchronously at the pipeline's barrier,
  * so what matters is how many JSON values and characters it has: columns of small numbers and front-coded
- * strings instead of one object per event. Each decoder validates and throws StreamSnapshotError naming the
+ * strings instead of one object per event. Each decoder validates and throws EngineSnapshotError naming the
  * path of the bad element.
  */
-import { StreamSnapshotError } from './errors';
+import { EngineSnapshotError } from './errors';
 
 export function bad(path: string, expected: string): never {
-  throw new StreamSnapshotError(path, `invalid stream snapshot at ${path}: expected ${expected}`);
+  throw new EngineSnapshotError(path, `invalid stream snapshot at ${path}: expected ${expected}`);
 }
 
 export function isRecord(value: unknown): value is Record<string, unknown> {

@@ -9,7 +9,7 @@ import {
   T0,
   traffic,
 } from './engine.test-util';
-import { createEventTimeEngine, type StreamEvent, StreamSnapshotError } from './index';
+import { createEventTimeEngine, EngineSnapshotError, type StreamEvent } from './index';
 
 function events(seed: number, count: number): StreamEvent<Payload>[] {
   const random = rng(seed);
@@ -86,7 +86,7 @@ describe('snapshot / restore', () => {
     expect(restored.latest('d1', 'position')).toEqual(e);
   });
 
-  it('rejects malformed snapshots with StreamSnapshotError naming the path', () => {
+  it('rejects malformed snapshots with EngineSnapshotError naming the path', () => {
     const good = (() => {
       const engine = deliveryEngine();
       engine.ingest(gps('a', 'd1', T0, 3));
@@ -187,9 +187,9 @@ describe('snapshot / restore', () => {
       } catch (error) {
         caught = error;
       }
-      expect(caught).toBeInstanceOf(StreamSnapshotError);
-      expect((caught as StreamSnapshotError).path).toBe(path);
-      expect((caught as StreamSnapshotError).code).toBe('ERR_INVALID_STREAM_SNAPSHOT');
+      expect(caught).toBeInstanceOf(EngineSnapshotError);
+      expect((caught as EngineSnapshotError).path).toBe(path);
+      expect((caught as EngineSnapshotError).code).toBe('invalid_engine_snapshot');
     }
   });
 });

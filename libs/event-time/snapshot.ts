@@ -156,7 +156,7 @@ function unpackEvents<P>(
 }
 
 /**
- * Checks the shape (not the payloads) and decodes it; throws StreamSnapshotError naming the path. `root`
+ * Checks the shape (not the payloads) and decodes it; throws EngineSnapshotError naming the path. `root`
  * prefixes the paths (a snapshot embedded in another one).
  */
 export function checkSnapshot<P>(value: unknown, root = '$'): RestoredSnapshot<P> {

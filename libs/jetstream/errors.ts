@@ -1,6 +1,6 @@
 /**
  * What can go wrong in this lib's NATS I/O, as kinds, not as an error class: the lib throws the caller's own
- * typed error through the `fail` it is given (the fleet's ClusterError, the pipeline's StreamIoError), so a
+ * typed error through the `fail` it is given (the fleet's FleetError, the pipeline's PipelineIoError), so a
  * caller's codes and `instanceof` checks are the same whether a failure came from here or from its own code.
  */
 export type JetStreamFailure =

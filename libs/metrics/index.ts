@@ -1,3 +1,4 @@
+export { PrometheusTextError } from './errors';
 export type { MetricJson, NodeGauges, SlotDescription } from './export';
 export { aggregateToText, metricJson, nodeMetricsJson, PROMETHEUS_CONTENT_TYPE } from './export';
 export { lintExposition } from './lint';
@@ -11,7 +12,6 @@ export {
   histogramQuantileEstimate,
   histogramTotals,
   matches,
-  PrometheusTextError,
   parsePrometheusText,
   sampleDeltas,
   seriesKey,

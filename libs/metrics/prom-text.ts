@@ -4,6 +4,7 @@
  * reader can turn two scrapes into rates. Pure: text in, samples out. The bench and `streaminfer status`
  * both read /metrics with it.
  */
+import { PrometheusTextError } from './errors';
 
 export interface MetricSample {
   /** full sample name, e.g. `streaminfer_batch_size_sum` */
@@ -11,19 +12,6 @@ export interface MetricSample {
   labels: Record<string, string>;
   value: number;
   timestampMs?: number;
-}
-
-/** A malformed exposition line: its 1-based number and what was wrong with it. */
-export class PrometheusTextError extends Error {
-  readonly code = 'bad_metrics_text';
-  constructor(
-    readonly line: number,
-    readonly problem: string,
-    text: string,
-  ) {
-    super(`metrics line ${line}: ${problem}: ${text.slice(0, 200)}`);
-    this.name = 'PrometheusTextError';
-  }
 }
 
 /**

@@ -1,6 +1,6 @@
 /** A NATS connection setting that cannot work: `setting` names it as the user gave it (flag, env, config key). */
 export class NatsAuthError extends Error {
-  readonly code = 'ERR_NATS_AUTH' as const;
+  readonly code = 'nats_auth' as const;
 
   constructor(
     readonly setting: string,

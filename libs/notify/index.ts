@@ -1,9 +1,8 @@
+export { NotifyError, type NotifyErrorCode } from './errors';
 export {
   formatNotify,
   monotonicUsec,
   type NotifyAddress,
-  NotifyError,
-  type NotifyErrorCode,
   type NotifyFields,
   parseNotifySocket,
   parseWatchdog,

@@ -2,18 +2,7 @@
  * The systemd notify protocol (sd_notify(3)) as data: where to send (NOTIFY_SOCKET), whether the watchdog is
  * ours (WATCHDOG_USEC, WATCHDOG_PID), what each message says. No I/O: the supervisor sends what this builds.
  */
-
-export type NotifyErrorCode = 'notify_socket_invalid' | 'watchdog_invalid';
-
-export class NotifyError extends Error {
-  constructor(
-    readonly code: NotifyErrorCode,
-    message: string,
-  ) {
-    super(message);
-    this.name = 'NotifyError';
-  }
-}
+import { NotifyError } from './errors';
 
 /** sockaddr_un.sun_path holds 108 bytes; a path needs its NUL terminator, an abstract name its leading NUL. */
 const SUN_PATH_BYTES = 108;

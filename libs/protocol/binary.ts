@@ -13,9 +13,9 @@
  */
 
 import type { BoundInput, BoundRequest } from './bound';
-import { ProtocolError } from './errors';
-import type { InferenceRequest, Priority, RequestId } from './request';
-import { inputHeaderBytes, RequestError, readEnvelope } from './request';
+import { ProtocolError, RequestError, type RequestId } from './errors';
+import type { InferenceRequest, Priority } from './request';
+import { inputHeaderBytes, readEnvelope } from './request';
 import type { DType, ModelSignature } from './signature';
 import { bytesPerElement, checkDims, isDType, MAX_DIM, MAX_RANK } from './signature';
 import { stringsEnd } from './wire';

@@ -153,3 +153,15 @@ export function unknownModel(name: string, available: Iterable<string>): Protoco
     `unknown model "${name}"; available: ${[...available].join(', ')}`,
   );
 }
+
+/** A request's `id` as the client sent it (JSON allows a number, a string or null). */
+export type RequestId = number | string | null;
+
+/** Thrown for a request whose id is known, so the error answer can still be matched by the client. */
+export class RequestError extends ProtocolError {
+  readonly requestId: RequestId;
+  constructor(requestId: RequestId, cause: ProtocolError) {
+    super(cause.code, cause.message, cause.retryAfterMs);
+    this.requestId = requestId;
+  }
+}

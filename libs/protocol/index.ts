@@ -8,7 +8,7 @@ export {
   encodeBinaryRequest,
 } from './binary';
 export type { BindLimits, BoundInput, BoundRequest } from './bound';
-export type { ErrorCode } from './errors';
+export type { ErrorCode, RequestId } from './errors';
 export {
   ERROR_CODES,
   errorCodeFromIndex,
@@ -17,6 +17,7 @@ export {
   httpStatusOf,
   modelUnavailable,
   ProtocolError,
+  RequestError,
   unknownModel,
 } from './errors';
 export { float32Text, writeFloat32 } from './float32-text';
@@ -29,13 +30,12 @@ export {
   encodeV2Response,
   v2ModelMetadata,
 } from './kserve';
-export type { InferenceRequest, Priority, RequestId } from './request';
+export type { InferenceRequest, Priority } from './request';
 export {
   bindRequest,
   decodeJsonRequest,
   decodeRequest,
   PRIORITIES,
-  RequestError,
   utf8Length,
 } from './request';
 export {

@@ -6,8 +6,9 @@
  * int64 outputs their exact integer (beyond ±2^53 decodeResult gives a bigint), other integers and booleans print as before, strings are JSON-escaped, NaN and ±Infinity are `null` and -0 is `0`
  * (JSON.stringify's choices).
  */
+
+import type { RequestId } from './errors';
 import { writeFloat32 } from './float32-text';
-import type { RequestId } from './request';
 import { formatMilliseconds } from './responses';
 import { bytesPerElement, type DType, type ModelSignature } from './signature';
 import { decodeResult, outputSectionHeaderBytes, RESPONSE_HEADER_BYTES } from './wire';

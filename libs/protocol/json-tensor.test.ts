@@ -1,7 +1,7 @@
-import { ProtocolError } from './errors';
+import { ProtocolError, RequestError } from './errors';
 import { bindScanned, ScannedTensor, scanJsonInput, scannedNumbers } from './json-tensor';
 import type { InferenceRequest } from './request';
-import { bindRequest, decodeJsonRequest, decodeRequest, RequestError } from './request';
+import { bindRequest, decodeJsonRequest, decodeRequest } from './request';
 import type { ModelSignature } from './signature';
 import { parseSignature } from './signature';
 import { requestRecordBytes, writeRequestRecord } from './wire';

@@ -5,10 +5,10 @@
  */
 
 import type { BindLimits } from './bound';
-import { ProtocolError } from './errors';
+import { ProtocolError, RequestError } from './errors';
 import { float32Text } from './float32-text';
 import type { InferenceRequest } from './request';
-import { parseJsonObject, RequestError } from './request';
+import { parseJsonObject } from './request';
 import type { DType, ModelSignature } from './signature';
 import { checkDims, MAX_DIM, MAX_RANK } from './signature';
 

@@ -1,10 +1,8 @@
 import type { BindLimits, BoundInput, BoundRequest } from './bound';
-import { ProtocolError } from './errors';
+import { ProtocolError, RequestError, type RequestId } from './errors';
 import { bindScanned, ScannedTensor, scanJsonInput } from './json-tensor';
 import type { DType, ModelSignature, TensorSpec } from './signature';
 import { bytesPerElement, checkDims, MAX_RANK } from './signature';
-
-export type RequestId = number | string | null;
 
 export const PRIORITIES = ['low', 'normal', 'high'] as const;
 export type Priority = (typeof PRIORITIES)[number];
@@ -24,15 +22,6 @@ export interface InferenceRequest {
   priority: Priority;
   /** Sticky canary routing: requests with the same key always land on the same side. */
   routingKey?: string;
-}
-
-/** Thrown for a request whose id is known, so the error answer can still be matched by the client. */
-export class RequestError extends ProtocolError {
-  readonly requestId: RequestId;
-  constructor(requestId: RequestId, cause: ProtocolError) {
-    super(cause.code, cause.message, cause.retryAfterMs);
-    this.requestId = requestId;
-  }
 }
 
 const MAX_ID_LENGTH = 256;

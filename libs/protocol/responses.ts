@@ -1,5 +1,4 @@
-import type { ErrorCode } from './errors';
-import type { RequestId } from './request';
+import type { ErrorCode, RequestId } from './errors';
 
 /** JSON answers sent to clients. Built by string concatenation: the shape is fixed and this runs per response. */
 export function encodeResult(

@@ -1,5 +1,6 @@
 // The top-1 helper lives with the tensor descriptions; routing and shadow comparisons use it from here too.
 export { argmax } from '../protocol';
+export { RepositoryError, RoutingError } from './errors';
 export type {
   ModelPlan,
   NodeSettings,
@@ -39,12 +40,11 @@ export type {
 export {
   isRepositoryName,
   parseModelConfig,
-  RepositoryError,
   readModel,
   scanRepository,
   scanRepositoryDetailed,
 } from './repository';
 export type { ModelRoutes, RouteDecision, RouteKind } from './routing';
-export { RoutingError, route, routingKeyDraw } from './routing';
+export { route, routingKeyDraw } from './routing';
 export type { ModelState, RegistryState, StateFs } from './state';
 export { loadState, saveState, writeDurably } from './state';

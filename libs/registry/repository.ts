@@ -2,6 +2,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import * as path from 'node:path';
 import type { ModelSignature, TensorSpec } from '../protocol';
 import { ProtocolError, parseSignature } from '../protocol';
+import { RepositoryError } from './errors';
 
 /** Per-model batching settings from config.json (snake_case as written there). */
 export interface ModelBatchingConfig {
@@ -63,14 +64,6 @@ export interface ModelEntry {
   batching: ModelBatchingConfig;
   versions: ModelVersionEntry[];
   defaultVersion: string;
-}
-
-export class RepositoryError extends Error {
-  readonly code = 'ERR_MODEL_REPOSITORY';
-  constructor(message: string) {
-    super(message);
-    this.name = 'RepositoryError';
-  }
 }
 
 const NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;

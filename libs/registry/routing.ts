@@ -6,6 +6,7 @@
  * are mirrored to stable instead, so the candidate carries only its share (mirroring every stable request to it
  * as well would load it — and the workers both share — with the whole traffic, and hide a slow candidate).
  */
+import { RoutingError } from './errors';
 export interface ModelRoutes {
   stable: string;
   candidate?: string | undefined;
@@ -21,14 +22,6 @@ export interface RouteDecision {
   route: RouteKind;
   /** Mirror the request to this version (its answer is compared, never returned). */
   shadowVersion: string | undefined;
-}
-
-export class RoutingError extends Error {
-  readonly code = 'unknown_version';
-  constructor(message: string) {
-    super(message);
-    this.name = 'RoutingError';
-  }
 }
 
 /**

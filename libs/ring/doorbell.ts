@@ -33,10 +33,7 @@ export class Doorbell {
 
   static from(buffer: SharedArrayBuffer): Doorbell {
     if (!types.isSharedArrayBuffer(buffer) || buffer.byteLength < CELLS * 4) {
-      throw new RingTypeError(
-        'ERR_RING_BAD_BUFFER',
-        'Doorbell.from() needs the SharedArrayBuffer of a Doorbell',
-      );
+      throw new RingTypeError('ring_bad_buffer', 'Doorbell.from() needs the SharedArrayBuffer of a Doorbell');
     }
     return new Doorbell(buffer);
   }
@@ -59,7 +56,7 @@ export class Doorbell {
   async wait(seen: number, timeoutMs: number, keepAlive = true): Promise<'ok' | 'timed-out'> {
     if (typeof timeoutMs !== 'number' || Number.isNaN(timeoutMs)) {
       throw new RingTypeError(
-        'ERR_RING_INVALID_ARGUMENT',
+        'ring_invalid_argument',
         `Doorbell.wait(): timeoutMs must be a number, got ${String(timeoutMs)}`,
       );
     }

@@ -1,5 +1,5 @@
 /**
- * Typed errors of libs/ring. Every error thrown by a ring carries a stable `code` (`ERR_RING_*`).
+ * Typed errors of libs/ring. Every error thrown by a ring carries a stable `code` (`ring_*`).
  *
  * - Argument problems are `RingRangeError` (a `RangeError`) or `RingTypeError` (a `TypeError`), so code that
  *   checks `instanceof RangeError` / `TypeError` keeps working.
@@ -10,25 +10,25 @@
 
 export type RingErrorCode =
   /** capacity is not a power of two in the supported range */
-  | 'ERR_RING_CAPACITY'
+  | 'ring_capacity'
   /** a record payload larger than `maxRecordBytes` (or a negative / non-integer length) */
-  | 'ERR_RING_RECORD_TOO_LARGE'
+  | 'ring_record_too_large'
   /** `RingBuffer.from()` got something that is not a ring buffer created by this module (or another layout version) */
-  | 'ERR_RING_BAD_BUFFER'
+  | 'ring_bad_buffer'
   /** any other invalid argument (owner id, maxRecords, timeout, visitor, ...) */
-  | 'ERR_RING_INVALID_ARGUMENT'
+  | 'ring_invalid_argument'
   /** `commit()` / `abort()` without an open reservation */
-  | 'ERR_RING_NO_RESERVATION'
+  | 'ring_no_reservation'
   /** `reserve()` / `tryWrite()` while this instance still holds an uncommitted reservation */
-  | 'ERR_RING_RESERVATION_PENDING'
+  | 'ring_reservation_pending'
   /** the calling owner already holds this lock (nested claim/peek in a visitor, two instances sharing an owner id, ...) */
-  | 'ERR_RING_LOCK_REENTRY'
+  | 'ring_lock_reentry'
   /** the lock this reservation was made under was taken away (forceReleaseLocks named this owner as dead) */
-  | 'ERR_RING_LOCK_LOST'
+  | 'ring_lock_lost'
   /** a record header failed its integrity check: the shared memory was overwritten by something else */
-  | 'ERR_RING_CORRUPT'
+  | 'ring_corrupt'
   /** the runtime lacks `Atomics.waitAsync` */
-  | 'ERR_RING_UNSUPPORTED';
+  | 'ring_unsupported';
 
 export interface RingErrorLike extends Error {
   readonly code: RingErrorCode;
@@ -68,6 +68,6 @@ export class RingTypeError extends TypeError implements RingErrorLike {
 export function isRingError(err: unknown, code?: RingErrorCode): err is RingErrorLike {
   if (typeof err !== 'object' || err === null) return false;
   const c = (err as { code?: unknown }).code;
-  if (typeof c !== 'string' || !c.startsWith('ERR_RING_')) return false;
+  if (typeof c !== 'string' || !c.startsWith('ring_')) return false;
   return code === undefined || c === code;
 }

@@ -21,12 +21,12 @@ describe('RingBuffer.create / from', () => {
   });
 
   test.each([0, 512, 1000, 1023, 1025, 3000, 2 ** 31, -1024])('create(%p) is a RangeError', (cap) => {
-    expectCode(() => RingBuffer.create(cap), RingRangeError, 'ERR_RING_CAPACITY');
-    expectCode(() => RingBuffer.create(cap), RangeError, 'ERR_RING_CAPACITY');
+    expectCode(() => RingBuffer.create(cap), RingRangeError, 'ring_capacity');
+    expectCode(() => RingBuffer.create(cap), RangeError, 'ring_capacity');
   });
 
   test.each([1024.5, Number.NaN, '1024', undefined, null])('create(%p) is a TypeError', (cap) => {
-    expectCode(() => RingBuffer.create(cap as number), TypeError, 'ERR_RING_CAPACITY');
+    expectCode(() => RingBuffer.create(cap as number), TypeError, 'ring_capacity');
   });
 
   test('the error message says what is wrong', () => {
@@ -46,9 +46,9 @@ describe('RingBuffer.create / from', () => {
   });
 
   test('from() rejects garbage with a clear error', () => {
-    expectCode(() => RingBuffer.from(new ArrayBuffer(4096) as never), RingTypeError, 'ERR_RING_BAD_BUFFER');
-    expectCode(() => RingBuffer.from({} as never), TypeError, 'ERR_RING_BAD_BUFFER');
-    expectCode(() => RingBuffer.from(new SharedArrayBuffer(100)), TypeError, 'ERR_RING_BAD_BUFFER');
+    expectCode(() => RingBuffer.from(new ArrayBuffer(4096) as never), RingTypeError, 'ring_bad_buffer');
+    expectCode(() => RingBuffer.from({} as never), TypeError, 'ring_bad_buffer');
+    expectCode(() => RingBuffer.from(new SharedArrayBuffer(100)), TypeError, 'ring_bad_buffer');
     // Right size, all zeros: no magic.
     expect(() => RingBuffer.from(new SharedArrayBuffer(L.HEADER_BYTES + 1024))).toThrow(
       /not a ring buffer \(magic/,
@@ -59,7 +59,7 @@ describe('RingBuffer.create / from', () => {
       const buf = new SharedArrayBuffer(ring.buffer.byteLength + extra);
       new Uint8Array(buf).set(new Uint8Array(ring.buffer));
       tamper(new Int32Array(buf, 0, L.HEADER_BYTES / 4));
-      expectCode(() => RingBuffer.from(buf), RingTypeError, 'ERR_RING_BAD_BUFFER');
+      expectCode(() => RingBuffer.from(buf), RingTypeError, 'ring_bad_buffer');
     };
     bad((h) => {
       h[L.H_VERSION] = 99;
@@ -159,28 +159,28 @@ describe('reserve / commit / peek / claim', () => {
     expect(Array.from(got[0]!.data)).toEqual(Array.from(payload(50, 9)));
     // Growing is not allowed.
     ring.reserve(10);
-    expectCode(() => ring.commit(11), RangeError, 'ERR_RING_INVALID_ARGUMENT');
+    expectCode(() => ring.commit(11), RangeError, 'ring_invalid_argument');
     ring.abort();
   });
 
   test('protocol misuse throws typed errors and leaves the ring usable', () => {
     const ring = RingBuffer.create(1024);
-    expectCode(() => ring.commit(), RingError, 'ERR_RING_NO_RESERVATION');
-    expectCode(() => ring.abort(), RingError, 'ERR_RING_NO_RESERVATION');
-    expectCode(() => ring.reserve(505), RangeError, 'ERR_RING_RECORD_TOO_LARGE');
-    expectCode(() => ring.reserve(-1), RangeError, 'ERR_RING_RECORD_TOO_LARGE');
-    expectCode(() => ring.reserve(1.5), RangeError, 'ERR_RING_RECORD_TOO_LARGE');
-    expectCode(() => ring.reserve(Number.NaN), RangeError, 'ERR_RING_RECORD_TOO_LARGE');
-    expectCode(() => ring.tryWrite(new Uint8Array(505)), RangeError, 'ERR_RING_RECORD_TOO_LARGE');
-    expectCode(() => ring.canReserve(505), RangeError, 'ERR_RING_RECORD_TOO_LARGE');
+    expectCode(() => ring.commit(), RingError, 'ring_no_reservation');
+    expectCode(() => ring.abort(), RingError, 'ring_no_reservation');
+    expectCode(() => ring.reserve(505), RangeError, 'ring_record_too_large');
+    expectCode(() => ring.reserve(-1), RangeError, 'ring_record_too_large');
+    expectCode(() => ring.reserve(1.5), RangeError, 'ring_record_too_large');
+    expectCode(() => ring.reserve(Number.NaN), RangeError, 'ring_record_too_large');
+    expectCode(() => ring.tryWrite(new Uint8Array(505)), RangeError, 'ring_record_too_large');
+    expectCode(() => ring.canReserve(505), RangeError, 'ring_record_too_large');
     expect(ring.reserve(504)).toBe(8); // exactly maxRecordBytes is fine
-    expectCode(() => ring.reserve(1), RingError, 'ERR_RING_RESERVATION_PENDING');
-    expectCode(() => ring.tryWrite(new Uint8Array(1)), RingError, 'ERR_RING_RESERVATION_PENDING');
-    expectCode(() => ring.setOwnerId(5), RingError, 'ERR_RING_RESERVATION_PENDING');
+    expectCode(() => ring.reserve(1), RingError, 'ring_reservation_pending');
+    expectCode(() => ring.tryWrite(new Uint8Array(1)), RingError, 'ring_reservation_pending');
+    expectCode(() => ring.setOwnerId(5), RingError, 'ring_reservation_pending');
     ring.commit();
-    expectCode(() => ring.claim(null as never, 1), TypeError, 'ERR_RING_INVALID_ARGUMENT');
-    expectCode(() => ring.claim(() => true, -1), RangeError, 'ERR_RING_INVALID_ARGUMENT');
-    expectCode(() => ring.claim(() => true, Number.NaN), RangeError, 'ERR_RING_INVALID_ARGUMENT');
+    expectCode(() => ring.claim(null as never, 1), TypeError, 'ring_invalid_argument');
+    expectCode(() => ring.claim(() => true, -1), RangeError, 'ring_invalid_argument');
+    expectCode(() => ring.claim(() => true, Number.NaN), RangeError, 'ring_invalid_argument');
     expect(ring.pendingRecords()).toBe(1);
     expect(drain(ring).map((r) => r.length)).toEqual([504]);
   });
@@ -245,7 +245,7 @@ describe('reserve / commit / peek / claim', () => {
     // A second instance of the same thread (same default owner id) is refused too.
     const twin = RingBuffer.from(ring.buffer);
     expect(ring.reserve(1)).toBeGreaterThan(0);
-    expectCode(() => twin.reserve(1), RingError, 'ERR_RING_LOCK_REENTRY');
+    expectCode(() => twin.reserve(1), RingError, 'ring_lock_reentry');
     ring.abort();
     expect(twin.tryWrite(new Uint8Array(1))).toBe(true);
   });
@@ -258,7 +258,7 @@ describe('reserve / commit / peek / claim', () => {
     w[recordBytes(16) / 4] = 400; // second record's length, check word not updated
     const lens: number[] = [];
     expect(() => ring.claim((_o, len) => lens.push(len) > 0, 10)).toThrow(/corrupt/);
-    expectCode(() => ring.claim(() => true, 10), RingError, 'ERR_RING_CORRUPT');
+    expectCode(() => ring.claim(() => true, 10), RingError, 'ring_corrupt');
     expect(lens).toEqual([16]);
     expect(ring.pendingRecords()).toBe(1);
   });
@@ -303,10 +303,10 @@ describe('owner ids and forceReleaseLocks', () => {
     ring.setOwnerId(77);
     expect(ring.ownerId).toBe(77);
     for (const bad of [0, -1, 1.5, 2 ** 31, Number.NaN, '3']) {
-      expectCode(() => ring.setOwnerId(bad as number), RangeError, 'ERR_RING_INVALID_ARGUMENT');
-      expectCode(() => ring.forceReleaseLocks(bad as number), RangeError, 'ERR_RING_INVALID_ARGUMENT');
+      expectCode(() => ring.setOwnerId(bad as number), RangeError, 'ring_invalid_argument');
+      expectCode(() => ring.forceReleaseLocks(bad as number), RangeError, 'ring_invalid_argument');
     }
-    expectCode(() => ring.forceReleaseLocks(77), RangeError, 'ERR_RING_INVALID_ARGUMENT');
+    expectCode(() => ring.forceReleaseLocks(77), RangeError, 'ring_invalid_argument');
   });
 
   test('a dead producer holding the lock mid-reserve: released, its record never appears', () => {
@@ -323,7 +323,7 @@ describe('owner ids and forceReleaseLocks', () => {
     expect(rescuer.pendingRecords()).toBe(0);
     expect(rescuer.tryWrite(payload(5, 5))).toBe(true);
     // The "dead" instance (if it were still alive) cannot publish under a lock it lost.
-    expectCode(() => dead.commit(), RingError, 'ERR_RING_LOCK_LOST');
+    expectCode(() => dead.commit(), RingError, 'ring_lock_lost');
     expect(dead.hasReservation).toBe(false);
     const got = drain(rescuer);
     expect(got.map((r) => r.length)).toEqual([5]);

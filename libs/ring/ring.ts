@@ -62,7 +62,7 @@ function validOwnerId(id: unknown): id is number {
 function normalizeTimeout(timeoutMs: unknown): number {
   if (typeof timeoutMs !== 'number' || Number.isNaN(timeoutMs)) {
     throw new RingTypeError(
-      'ERR_RING_INVALID_ARGUMENT',
+      'ring_invalid_argument',
       `timeoutMs must be a number (ms, may be Infinity), got ${String(timeoutMs)}`,
     );
   }
@@ -72,7 +72,7 @@ function normalizeTimeout(timeoutMs: unknown): number {
 function requireWaitAsync(): WaitAsyncFn {
   if (waitAsync === undefined) {
     throw new RingError(
-      'ERR_RING_UNSUPPORTED',
+      'ring_unsupported',
       'Atomics.waitAsync is not available in this runtime (Node.js >= 16 required)',
     );
   }
@@ -161,13 +161,13 @@ export class RingBuffer {
   static from(buffer: SharedArrayBuffer): RingBuffer {
     if (!types.isSharedArrayBuffer(buffer)) {
       throw new RingTypeError(
-        'ERR_RING_BAD_BUFFER',
+        'ring_bad_buffer',
         `RingBuffer.from() needs the SharedArrayBuffer of a ring (ring.buffer), got ${describe(buffer)}`,
       );
     }
     if (buffer.byteLength < HEADER_BYTES + MIN_CAPACITY) {
       throw new RingTypeError(
-        'ERR_RING_BAD_BUFFER',
+        'ring_bad_buffer',
         `RingBuffer.from(): buffer of ${buffer.byteLength} bytes is too small to be a ring (header ${HEADER_BYTES} + at least ${MIN_CAPACITY} data bytes)`,
       );
     }
@@ -175,14 +175,14 @@ export class RingBuffer {
     const magic = Atomics.load(header, H_MAGIC);
     if (magic !== RING_MAGIC) {
       throw new RingTypeError(
-        'ERR_RING_BAD_BUFFER',
+        'ring_bad_buffer',
         `RingBuffer.from(): not a ring buffer (magic 0x${(magic >>> 0).toString(16)}, expected 0x${RING_MAGIC.toString(16)})`,
       );
     }
     const version = header[H_VERSION];
     if (version !== RING_LAYOUT_VERSION) {
       throw new RingTypeError(
-        'ERR_RING_BAD_BUFFER',
+        'ring_bad_buffer',
         `RingBuffer.from(): ring layout version ${version} is not supported (this build reads version ${RING_LAYOUT_VERSION})`,
       );
     }
@@ -195,7 +195,7 @@ export class RingBuffer {
       buffer.byteLength !== HEADER_BYTES + capacity
     ) {
       throw new RingTypeError(
-        'ERR_RING_BAD_BUFFER',
+        'ring_bad_buffer',
         `RingBuffer.from(): corrupt ring header (capacity ${capacity}, header bytes ${header[H_HEADER_BYTES]}, buffer ${buffer.byteLength} bytes)`,
       );
     }
@@ -205,13 +205,13 @@ export class RingBuffer {
   private static validateCapacity(capacityBytes: unknown): asserts capacityBytes is number {
     if (typeof capacityBytes !== 'number' || !Number.isInteger(capacityBytes)) {
       throw new RingTypeError(
-        'ERR_RING_CAPACITY',
+        'ring_capacity',
         `ring capacity must be an integer number of bytes, got ${describe(capacityBytes)}`,
       );
     }
     if (capacityBytes < MIN_CAPACITY || capacityBytes > MAX_CAPACITY || !isPowerOfTwo(capacityBytes)) {
       throw new RingRangeError(
-        'ERR_RING_CAPACITY',
+        'ring_capacity',
         `ring capacity must be a power of two between ${MIN_CAPACITY} and ${MAX_CAPACITY} bytes, got ${capacityBytes}`,
       );
     }
@@ -239,7 +239,7 @@ export class RingBuffer {
   reserve(length: number): number {
     if (this.resActive) {
       throw new RingError(
-        'ERR_RING_RESERVATION_PENDING',
+        'ring_reservation_pending',
         'reserve() while a reservation is open: commit() or abort() the previous one first',
       );
     }
@@ -282,7 +282,7 @@ export class RingBuffer {
   commit(length?: number, notify = true): void {
     if (!this.resActive) {
       throw new RingError(
-        'ERR_RING_NO_RESERVATION',
+        'ring_no_reservation',
         'commit() without an open reservation: call reserve() first',
       );
     }
@@ -290,7 +290,7 @@ export class RingBuffer {
     if (length !== undefined) {
       if (!(length >= 0 && length <= len) || (length | 0) !== length) {
         throw new RingRangeError(
-          'ERR_RING_INVALID_ARGUMENT',
+          'ring_invalid_argument',
           `commit(length): length must be an integer between 0 and the reserved ${len}, got ${describe(length)}`,
         );
       }
@@ -300,7 +300,7 @@ export class RingBuffer {
     if (Atomics.load(h, H_P_LOCK) !== this.owner) {
       this.resActive = false;
       throw new RingError(
-        'ERR_RING_LOCK_LOST',
+        'ring_lock_lost',
         `commit(): the producer lock is no longer held by owner ${this.owner} (released by forceReleaseLocks?); the record was dropped`,
       );
     }
@@ -337,7 +337,7 @@ export class RingBuffer {
   /** Drops the open reservation (nothing is published) and releases the producer lock. */
   abort(): void {
     if (!this.resActive) {
-      throw new RingError('ERR_RING_NO_RESERVATION', 'abort() without an open reservation');
+      throw new RingError('ring_no_reservation', 'abort() without an open reservation');
     }
     this.resActive = false;
     this.unlock(H_P_LOCK);
@@ -501,7 +501,7 @@ export class RingBuffer {
   async waitForData(seenWriteSequence: number, timeoutMs: number, keepAlive = true): Promise<RingWaitResult> {
     if (typeof seenWriteSequence !== 'number') {
       throw new RingTypeError(
-        'ERR_RING_INVALID_ARGUMENT',
+        'ring_invalid_argument',
         `waitForData(): seenWriteSequence must be a number from writeSequence(), got ${describe(seenWriteSequence)}`,
       );
     }
@@ -555,12 +555,12 @@ export class RingBuffer {
   setOwnerId(id: number): void {
     if (!validOwnerId(id)) {
       throw new RingRangeError(
-        'ERR_RING_INVALID_ARGUMENT',
+        'ring_invalid_argument',
         `owner id must be an integer between 1 and ${MAX_OWNER_ID}, got ${describe(id)}`,
       );
     }
     if (this.resActive) {
-      throw new RingError('ERR_RING_RESERVATION_PENDING', 'setOwnerId() while a reservation is open');
+      throw new RingError('ring_reservation_pending', 'setOwnerId() while a reservation is open');
     }
     this.owner = id;
   }
@@ -573,13 +573,13 @@ export class RingBuffer {
   forceReleaseLocks(deadOwnerId: number): boolean {
     if (!validOwnerId(deadOwnerId)) {
       throw new RingRangeError(
-        'ERR_RING_INVALID_ARGUMENT',
+        'ring_invalid_argument',
         `forceReleaseLocks(): owner id must be an integer between 1 and ${MAX_OWNER_ID}, got ${describe(deadOwnerId)}`,
       );
     }
     if (deadOwnerId === this.owner) {
       throw new RingRangeError(
-        'ERR_RING_INVALID_ARGUMENT',
+        'ring_invalid_argument',
         `forceReleaseLocks(${deadOwnerId}): that is this instance's own owner id`,
       );
     }
@@ -650,7 +650,7 @@ export class RingBuffer {
 
   private corrupt(off: number, len: number, check: number): never {
     throw new RingError(
-      'ERR_RING_CORRUPT',
+      'ring_corrupt',
       `ring record header at data offset ${off} is corrupt (length 0x${len.toString(16)}, check 0x${check.toString(16)}): the shared memory was written outside the ring protocol`,
     );
   }
@@ -658,13 +658,13 @@ export class RingBuffer {
   private checkVisitor(visitor: unknown, maxRecords: unknown): void {
     if (typeof visitor !== 'function') {
       throw new RingTypeError(
-        'ERR_RING_INVALID_ARGUMENT',
+        'ring_invalid_argument',
         `visitor must be a function, got ${describe(visitor)}`,
       );
     }
     if (typeof maxRecords !== 'number' || !(maxRecords >= 0)) {
       throw new RingRangeError(
-        'ERR_RING_INVALID_ARGUMENT',
+        'ring_invalid_argument',
         `maxRecords must be a number >= 0, got ${describe(maxRecords)}`,
       );
     }
@@ -672,7 +672,7 @@ export class RingBuffer {
 
   private lengthError(length: unknown): RingRangeError {
     return new RingRangeError(
-      'ERR_RING_RECORD_TOO_LARGE',
+      'ring_record_too_large',
       `record length must be an integer between 0 and maxRecordBytes (${this.maxRecordBytes} for a ${this.capacity}-byte ring), got ${describe(length)}`,
     );
   }
@@ -714,7 +714,7 @@ export class RingBuffer {
   private reentry(index: number): never {
     const which = index === H_P_LOCK ? 'producer' : 'consumer';
     throw new RingError(
-      'ERR_RING_LOCK_REENTRY',
+      'ring_lock_reentry',
       `the ${which} lock is already held by owner ${this.owner} (a reserve/claim/peek nested in another, or two threads sharing an owner id)`,
     );
   }

@@ -1,3 +1,4 @@
+export { SigningKeyError } from './errors';
 export type {
   ArtifactManifest,
   ManifestFile,
@@ -16,7 +17,6 @@ export {
   parseTrustedKeys,
   publicKeyPem,
   REFUSAL_REASONS,
-  SigningKeyError,
   signManifest,
   verifyManifest,
 } from './manifest';

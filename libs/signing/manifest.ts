@@ -4,6 +4,7 @@
  * text, digests and keys (node:crypto KeyObjects), never reads a file; the caller reads key files and objects.
  */
 import { createHash, createPrivateKey, createPublicKey, type KeyObject, sign, verify } from 'node:crypto';
+import { SigningKeyError } from './errors';
 
 export const MANIFEST_FORMAT = 1;
 
@@ -46,14 +47,6 @@ export type RefusalReason = (typeof REFUSAL_REASONS)[number];
 export type Verdict =
   | { ok: true; manifest: ArtifactManifest }
   | { ok: false; reason: RefusalReason; detail: string };
-
-/** A key file that is not what it must be; the message names the file, never its content. */
-export class SigningKeyError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'SigningKeyError';
-  }
-}
 
 /** Trusted public keys by key id. */
 export type TrustedKeys = ReadonlyMap<string, KeyObject>;

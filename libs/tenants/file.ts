@@ -7,6 +7,7 @@
  *   "maxConnections": 50, "models": ["digits", "upper"] | "*", "maxPriority": "normal"}}}
  */
 import { PRIORITIES, type Priority } from '../protocol';
+import { TenantFileError } from './errors';
 
 /** Tenants a file may hold: their names are a metrics label, so the label's values stay bounded. */
 export const MAX_TENANTS = 64;
@@ -39,13 +40,6 @@ export interface TenantSpec {
   models: readonly string[] | '*';
   /** The highest priority its requests get: a request asking more is served at this one (clamped). */
   maxPriority: Priority;
-}
-
-export class TenantFileError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'TenantFileError';
-  }
 }
 
 function isRecord(value: unknown): value is Record<string, unknown> {

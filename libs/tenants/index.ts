@@ -7,12 +7,12 @@ export {
   SUBPROTOCOL,
   subprotocolKey,
 } from './credentials';
+export { TenantFileError } from './errors';
 export {
   MAX_KEYS_PER_TENANT,
   MAX_TENANTS,
   parseTenantFile,
   TENANT_NAME,
-  TenantFileError,
   type TenantSpec,
 } from './file';
 export { clampPriority } from './priority';

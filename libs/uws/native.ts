@@ -2,13 +2,7 @@
  * The uWebSockets.js package silently falls back to a slow pure-JS implementation when its native binary does
  * not load. Refuse to run on it: the whole point of the gateway is the native server.
  */
-export class UwsFallbackError extends Error {
-  readonly code = 'ERR_UWS_FALLBACK';
-  constructor(message: string) {
-    super(message);
-    this.name = 'UwsFallbackError';
-  }
-}
+import { UwsFallbackError } from './errors';
 
 export function usesNativeUws(): boolean {
   require('uWebSockets.js');

@@ -7,10 +7,10 @@
  */
 import { Kvm } from '@nats-io/kv';
 import pino from 'pino';
-import { connectNats, provisionStreams, StreamIoError, streamLayout } from '../../apps/pipeline';
+import { connectNats, PipelineIoError, provisionStreams, streamLayout } from '../../apps/pipeline';
 import { CheckpointStore } from '../../apps/pipeline/io/checkpoints';
 import { PartitionLeases } from '../../apps/pipeline/leases/leases';
-import { ClusterError, connectFleet, ModelArtifacts, RegistryStore } from '../../apps/supervisor/fleet';
+import { connectFleet, FleetError, ModelArtifacts, RegistryStore } from '../../apps/supervisor/fleet';
 import { TEST_NATS_URL } from './broker-kit';
 import { type NatsCluster, startNatsCluster } from './nats-cluster-kit';
 
@@ -57,8 +57,8 @@ test('fleet: replicas > 1 on a lone server is refused at connect; more than the 
   const lone = await refusal(() =>
     connectFleet({ servers: LONE_NATS, fleet: 'rep', hostId: 'h0', replicas: 3 }),
   );
-  expect(lone).toBeInstanceOf(ClusterError);
-  expect((lone as ClusterError).code).toBe('invalid_options');
+  expect(lone).toBeInstanceOf(FleetError);
+  expect((lone as FleetError).code).toBe('invalid_options');
   expect(lone.message).toMatch(/replicas 3 needs a JetStream cluster of at least 3 servers.*not clustered/);
 
   const outOfRange = await refusal(() =>
@@ -69,7 +69,7 @@ test('fleet: replicas > 1 on a lone server is refused at connect; more than the 
   const conn = await connectFleet({ servers: cluster.urls, fleet: 'rep5', hostId: 'h0', replicas: 5 });
   try {
     const tooMany = await refusal(() => RegistryStore.open(conn));
-    expect((tooMany as ClusterError).code).toBe('invalid_options');
+    expect((tooMany as FleetError).code).toBe('invalid_options');
     expect(tooMany.message).toMatch(
       /bucket streaminfer_fleet_rep5: replicas 5 refused.*fewer than 5 servers/,
     );
@@ -95,7 +95,7 @@ test('fleet: an existing R1 bucket is refused when 3 are asked, with the command
 
 test('pipeline: streams, lease bucket and checkpoint stores get replicas 3; a lone server is refused at connect', async () => {
   const lone = await refusal(() => connectNats({ servers: LONE_NATS, replicas: 3 }));
-  expect(lone).toBeInstanceOf(StreamIoError);
+  expect(lone).toBeInstanceOf(PipelineIoError);
   expect(lone.message).toMatch(/not clustered/);
 
   const nats = await connectNats({ servers: cluster.urls, replicas: 3 });
@@ -123,13 +123,13 @@ test('pipeline: streams, lease bucket and checkpoint stores get replicas 3; a lo
     const short = await refusal(() =>
       provisionStreams(nats.jsm, [{ ...layout.events, name: 'REP_R1', subjects: ['rep1.>'] }], 3),
     );
-    expect((short as StreamIoError).code).toBe('stream_mismatch');
+    expect((short as PipelineIoError).code).toBe('stream_mismatch');
     expect(short.message).toMatch(/stream REP_R1 exists with 1 replica\(s\), 3 asked/);
 
     const tooMany = await refusal(() =>
       provisionStreams(nats.jsm, [{ ...layout.events, name: 'REP_R5', subjects: ['rep5.>'] }], 5),
     );
-    expect((tooMany as StreamIoError).code).toBe('invalid_options');
+    expect((tooMany as PipelineIoError).code).toBe('invalid_options');
     expect(tooMany.message).toMatch(/replicas 5 refused.*fewer than 5 servers/);
   } finally {
     await nats.close();

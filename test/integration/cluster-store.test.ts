@@ -13,10 +13,10 @@ import { Kvm } from '@nats-io/kv';
 import { Objm } from '@nats-io/obj';
 import {
   ArtifactRefusedError,
-  ClusterError,
   CoordinatorLease,
   connectFleet,
   type FleetConnection,
+  FleetError,
   type FleetRecord,
   fileSha256,
   type HostBeat,
@@ -91,14 +91,14 @@ function beat(host: string): HostBeat {
   };
 }
 
-async function errorOf(promise: Promise<unknown>): Promise<ClusterError> {
+async function errorOf(promise: Promise<unknown>): Promise<FleetError> {
   try {
     await promise;
   } catch (err) {
-    if (err instanceof ClusterError) return err;
+    if (err instanceof FleetError) return err;
     throw err;
   }
-  throw new Error('expected a ClusterError, got a result');
+  throw new Error('expected a FleetError, got a result');
 }
 
 async function pollUntil(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 10_000) {
@@ -149,8 +149,8 @@ describe('registry record', () => {
     const lost = results.filter((r): r is PromiseRejectedResult => r.status === 'rejected');
     expect(won).toHaveLength(1);
     expect(lost).toHaveLength(1);
-    const conflict = lost[0]!.reason as ClusterError;
-    expect(conflict).toBeInstanceOf(ClusterError);
+    const conflict = lost[0]!.reason as FleetError;
+    expect(conflict).toBeInstanceOf(FleetError);
     expect(conflict.code).toBe('conflict');
     const now = await a.read();
     expect(conflict.current).toEqual(now);
@@ -166,7 +166,7 @@ describe('registry record', () => {
     const errors: string[] = [];
     const watch = store.watch(
       (r) => seen.push(r.epoch),
-      (err) => errors.push(err instanceof ClusterError ? err.code : String(err)),
+      (err) => errors.push(err instanceof FleetError ? err.code : String(err)),
     );
     const rev = await store.create(record(0, 'join'));
     await pollUntil('the first record', () => seen.length === 1);

@@ -13,9 +13,9 @@ import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rea
 import * as os from 'node:os';
 import * as path from 'node:path';
 import {
-  ClusterError,
   connectFleet,
   type FleetConnection,
+  FleetError,
   fileSha256,
   ModelArtifacts,
   pullCacheDir,
@@ -110,8 +110,8 @@ describe('ModelArtifacts with a pull cache', () => {
     mkdirSync(path.join(state, 'models'));
     readOnly(path.join(state, 'models'));
     const artifacts = await ModelArtifacts.open(conn, undefined, pullCacheDir(state));
-    const error = (await artifacts.fetchInto(models, 'digits', '6').catch((e: unknown) => e)) as ClusterError;
-    expect(error).toBeInstanceOf(ClusterError);
+    const error = (await artifacts.fetchInto(models, 'digits', '6').catch((e: unknown) => e)) as FleetError;
+    expect(error).toBeInstanceOf(FleetError);
     expect(error.code).toBe('artifact_unwritable');
     expect(error.message).toContain(`${path.join(state, 'models')} `);
     expect(error.message).toMatch(ROOT ? /read-only file system \(EROFS\)/ : /EACCES/);

@@ -4,9 +4,9 @@
  * a TCP proxy that cuts the connections mid-flight.
  */
 import * as net from 'node:net';
+import { ExternalInferenceError } from '../../apps/pipeline/inference/errors';
 import type { ExternalBackend, ExternalBackendOptions } from '../../apps/pipeline/inference/external';
 import { createExternalBackend } from '../../apps/pipeline/inference/external';
-import { ExternalInferenceError } from '../../apps/pipeline/inference/external-errors';
 import type { ServerHandle } from './harness';
 import { postJson, sleep, startServer } from './harness';
 

@@ -8,8 +8,8 @@ import {
   connectNats,
   inputStreamSpec,
   type NatsHandle,
+  PipelineIoError,
   provisionStreams,
-  StreamIoError,
   streamLayout,
 } from '../../apps/pipeline';
 import { NATS_URL, uniqueNames } from './stream-kit';
@@ -94,8 +94,8 @@ describe('the input stream', () => {
     await provisionStreams(nats.jsm, [inputStreamSpec(layout, 4, places)]);
     const before = (await nats.jsm.streams.info(spec.name)).config;
     const err = await provisionStreams(nats.jsm, [spec]).catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(StreamIoError);
-    expect((err as StreamIoError).code).toBe('stream_mismatch');
+    expect(err).toBeInstanceOf(PipelineIoError);
+    expect((err as PipelineIoError).code).toBe('stream_mismatch');
     expect(String(err)).toMatch(/made for 4 partitions and the pipeline has 8/);
     const after = (await nats.jsm.streams.info(spec.name)).config;
     expect(after.subjects).toEqual(before.subjects);

@@ -12,12 +12,12 @@ import {
   keySubject,
   layoutStreams,
   type NatsHandle,
+  PipelineIoError,
   provisionStreams,
   publishDeadLetter,
   publishThenAck,
   runPipeline,
   type SourceMessage,
-  StreamIoError,
   type StreamLayout,
   streamLayout,
 } from '../../apps/pipeline';
@@ -188,12 +188,12 @@ describe('stream provisioning', () => {
       subjects: [`${layout.subjects.eventsPrefix}.only`],
     });
     const err = await provisionStreams(nats.jsm, layoutStreams(layout)).catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(StreamIoError);
-    expect((err as StreamIoError).code).toBe('stream_mismatch');
+    expect(err).toBeInstanceOf(PipelineIoError);
+    expect((err as PipelineIoError).code).toBe('stream_mismatch');
   });
 
   test('options are validated before any I/O', async () => {
-    expect(() => streamLayout({ eventsStream: 'bad.name' })).toThrow(StreamIoError);
+    expect(() => streamLayout({ eventsStream: 'bad.name' })).toThrow(PipelineIoError);
     expect(() => streamLayout({ duplicateWindowMs: 10 })).toThrow(/duplicateWindowMs/);
     const layout = uniqueLayout();
     await expect(
@@ -241,7 +241,7 @@ describe('sink', () => {
     // No stream captures this subject: the broker answers "no responders", the PubAck never comes.
     const nowhere: Effect = { subject: `nowhere${process.pid}.x`, data: '{}', msgId: 'm1' };
     const err = await publishThenAck(sink, got[0]!, [nowhere]).catch((e: unknown) => e);
-    expect((err as StreamIoError).code).toBe('publish_failed');
+    expect((err as PipelineIoError).code).toBe('publish_failed');
     expect(sink.stats).toMatchObject({ publishFailures: 3, exhausted: 1, published: 0 });
     expect(sleeps).toEqual([50, 100]);
     expect(await source.lag()).toMatchObject({ pending: 0, ackPending: 1 });

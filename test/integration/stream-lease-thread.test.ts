@@ -12,7 +12,7 @@ import {
   type LeaseKeeperOptions,
   type NatsHandle,
   PartitionLeases,
-  StreamIoError,
+  PipelineIoError,
 } from '../../apps/pipeline';
 import { loadNatsAuth } from '../../libs/nats-auth';
 
@@ -221,7 +221,7 @@ test('options and bucket errors arrive with the codes PartitionLeases gives', as
   const codeOf = (p: Promise<unknown>) =>
     p.then(
       () => 'resolved',
-      (err: unknown) => (err instanceof StreamIoError ? err.code : `untyped: ${String(err)}`),
+      (err: unknown) => (err instanceof PipelineIoError ? err.code : `untyped: ${String(err)}`),
     );
   for (const bad of [
     { instanceId: 'a.b' },
@@ -242,7 +242,7 @@ test('options and bucket errors arrive with the codes PartitionLeases gives', as
   const mismatch = { ...base, bucket };
   expect(await codeOf(PartitionLeases.open({ ...mismatch, nats }))).toBe('stream_mismatch');
   await expect(LeaseKeeper.open(mismatch)).rejects.toMatchObject({
-    name: 'StreamIoError',
+    name: 'PipelineIoError',
     code: 'stream_mismatch',
     message: expect.stringContaining('ttl 5000'),
   });

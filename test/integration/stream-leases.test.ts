@@ -10,7 +10,7 @@ import {
   type LeaseChange,
   type NatsHandle,
   PartitionLeases,
-  StreamIoError,
+  PipelineIoError,
 } from '../../apps/pipeline';
 
 import { bucketNames, pollUntil, Timeline } from './lease-kit';
@@ -77,11 +77,11 @@ test('options are checked before any I/O', async () => {
     { group: 'g.*' },
   ]) {
     await expect(PartitionLeases.open({ ...base, ...bad })).rejects.toMatchObject({
-      name: 'StreamIoError',
+      name: 'PipelineIoError',
       code: 'invalid_options',
     });
   }
-  await expect(PartitionLeases.open({ ...base, instanceId: 'a b' })).rejects.toBeInstanceOf(StreamIoError);
+  await expect(PartitionLeases.open({ ...base, instanceId: 'a b' })).rejects.toBeInstanceOf(PipelineIoError);
 });
 
 test('two instances split 2/2, a third joins 2/1/1 by graceful handover, a stop hands over at once', async () => {

@@ -2,7 +2,8 @@
  * docs/reference/errors.md lists every error code the product answers with or throws: each client-facing
  * code of libs/protocol (with its HTTP status in its row), and every code read out of the source — a
  * `readonly code = '…'` field, a `readonly code: 'a' | 'b'` field, a code union type (`…Code`, `…Failure` in
- * an errors.ts file), a warning's code. A code added to the code and not to the page fails here.
+ * an errors.ts file), a warning's code. A code added to the code and not to the page fails here. One style
+ * for all of them: every code is snake_case, every error class is defined in its folder's errors.ts.
  */
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import * as path from 'node:path';
@@ -81,18 +82,29 @@ describe('docs/reference/errors.md', () => {
   it('names every code the source defines', () => {
     const codes = codesInSource(files);
     // The extraction itself still finds each kind of definition: a field, a field union, a type union, a warning.
-    for (const known of [
-      'ERR_INVALID_CONFIG',
-      'not_found',
-      'ERR_RING_CORRUPT',
-      'delivery_gap',
-      'slow_consumer',
-    ])
+    for (const known of ['invalid_config', 'not_found', 'ring_corrupt', 'delivery_gap', 'slow_consumer'])
       expect(codes.has(known)).toBe(true);
     expect(codes.size).toBeGreaterThan(50);
     const missing = [...codes]
       .filter(([code]) => !doc.includes(`\`${code}\``))
       .map(([c, f]) => `${c} (${f})`);
     expect(missing).toEqual([]);
+  });
+
+  it('has snake_case codes only', () => {
+    const odd = [...codesInSource(files)]
+      .filter(([code]) => !/^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$/.test(code))
+      .map(([c, f]) => `${c} (${f})`);
+    expect(odd).toEqual([]);
+  });
+
+  it('defines every error class in an errors.ts', () => {
+    const outside = files
+      .filter((file) => path.basename(file) !== 'errors.ts')
+      .filter((file) =>
+        /\bclass\s+\w+\s+extends\s+\w*Error\b/.test(withoutComments(readFileSync(file, 'utf8'))),
+      )
+      .map((file) => path.relative(REPO_ROOT, file));
+    expect(outside).toEqual([]);
   });
 });

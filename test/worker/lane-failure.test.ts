@@ -2,7 +2,7 @@
  * A lane loop that fails takes its worker thread down, so the node replaces the thread (reloading its lanes,
  * answering the requests it held) instead of keeping a version loaded that answers nothing. Made to fail here
  * by a request ring whose shared memory was written outside the ring protocol (the claim throws
- * ERR_RING_CORRUPT); before, the thread logged "lane loop failed" and lived on with a dead lane.
+ * ring_corrupt); before, the thread logged "lane loop failed" and lived on with a dead lane.
  */
 import path from 'node:path';
 import { MessageChannel, Worker } from 'node:worker_threads';

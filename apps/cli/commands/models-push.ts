@@ -11,7 +11,7 @@ import * as path from 'node:path';
 import type { Command } from 'commander';
 import { type NatsAuth, NatsAuthError } from '../../../libs/nats-auth';
 import { parseSigningKey } from '../../../libs/signing';
-import { ClusterError, connectFleet, ModelArtifacts } from '../../supervisor/fleet';
+import { connectFleet, FleetError, ModelArtifacts } from '../../supervisor/fleet';
 import { addNatsOptions, loadCommandNats, type NatsFlags } from '../nats-options';
 
 interface PushFlags extends NatsFlags {
@@ -111,11 +111,10 @@ export function registerModelsPush(models: Command, fail: (message: string) => n
         }
       } catch (error) {
         // A missing file or an unreachable fleet: a runtime failure (1), not a bad option (2).
-        if (!(error instanceof ClusterError) && (error as NodeJS.ErrnoException).code !== 'ENOENT')
-          throw error;
+        if (!(error instanceof FleetError) && (error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
         console.error(`streaminfer models push: ${(error as Error).message}`);
         // NATS refused the credentials or TLS settings: a setting to fix (2), like a bad flag.
-        process.exitCode = error instanceof ClusterError && error.code === 'nats_refused' ? 2 : 1;
+        process.exitCode = error instanceof FleetError && error.code === 'nats_refused' ? 2 : 1;
       }
     });
 }

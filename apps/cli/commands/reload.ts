@@ -4,8 +4,9 @@
  */
 import { readFileSync } from 'node:fs';
 import { type Command, Option } from 'commander';
-import { ClientError, type ClientOptions, callServer } from '../client';
+import { type ClientOptions, callServer } from '../client';
 import { type ClientFlags, type CommandKit, printRefusal, report } from '../command-kit';
+import { ClientError } from '../errors';
 import type { HealthAnswer } from '../status-view';
 
 interface ReloadAnswer {

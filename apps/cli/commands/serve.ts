@@ -10,7 +10,7 @@ import { testHooksEnabled } from '../../../libs/test-hooks';
 import { assertNativeUws } from '../../../libs/uws';
 import { type LoadedTls, loadTls } from '../../node/tls-files';
 import { serverAdminSecrets } from '../../supervisor/admin/admin-api';
-import { ClusterError } from '../../supervisor/fleet';
+import { FleetError } from '../../supervisor/fleet';
 import { loadClusterNats } from '../../supervisor/fleet/fleet-join';
 import { SystemdNotifier } from '../../supervisor/notify';
 import { Supervisor } from '../../supervisor/supervisor';
@@ -260,7 +260,7 @@ export function registerServe(program: Command, fail: (message: string) => never
         logger.error({ err: (error as Error).message }, 'start failed');
         await supervisor.shutdown();
         // NATS refused the credentials or the TLS handshake: a setting to fix (2), not a failure to retry (1).
-        process.exit(error instanceof ClusterError && error.code === 'nats_refused' ? 2 : 1);
+        process.exit(error instanceof FleetError && error.code === 'nats_refused' ? 2 : 1);
       }
     });
 }

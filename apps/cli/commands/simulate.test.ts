@@ -1,4 +1,5 @@
-import { LogHistogram, parseSimulateFlags, publishBounded, SimulateOptionError } from './simulate';
+import { SimulateOptionError } from './errors';
+import { LogHistogram, parseSimulateFlags, publishBounded } from './simulate';
 
 describe('publishBounded (the backpressure of `streaminfer simulate`)', () => {
   it('never has more than maxInflight publishes pending and pulls no item while full', async () => {

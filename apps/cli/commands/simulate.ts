@@ -34,11 +34,12 @@ import {
   inputStreamSpec,
   JetStreamSink,
   keySubject,
+  PipelineIoError,
   provisionStreams,
-  StreamIoError,
   streamLayout,
 } from '../../pipeline';
 import { addNatsOptions, loadCommandNats, type NatsFlags } from '../nats-options';
+import { SimulateOptionError } from './errors';
 
 export interface SimulateConfig {
   /** The server list (--nats). */
@@ -72,9 +73,6 @@ export interface SimulateConfig {
   progressMs: number;
   json: boolean;
 }
-
-/** A bad flag: the message names it, and the CLI exits 2 before any I/O. */
-export class SimulateOptionError extends Error {}
 
 export interface SimulateSummary {
   /** Records the broker acknowledged (every kind). */
@@ -255,7 +253,7 @@ export interface SimulateHooks {
   stop?: Promise<'SIGINT' | 'SIGTERM'>;
 }
 
-/** Runs the simulation to its end (duration or stop) and returns the summary; throws StreamIoError on I/O. */
+/** Runs the simulation to its end (duration or stop) and returns the summary; throws PipelineIoError on I/O. */
 export async function runSimulate(
   config: SimulateConfig,
   hooks: SimulateHooks = {},
@@ -487,7 +485,7 @@ export function formatSummary(s: SimulateSummary): string {
 
 /** A one-line reason for an I/O failure, for the CLI's stderr. */
 export function describeSimulateError(err: unknown): string {
-  if (err instanceof StreamIoError) return `${err.message} [${err.code}]`;
+  if (err instanceof PipelineIoError) return `${err.message} [${err.code}]`;
   return String(err);
 }
 
@@ -570,7 +568,7 @@ export function registerSimulate(program: Command, fail: (message: string) => ne
       } catch (err) {
         console.error(`streaminfer: simulate: ${describeSimulateError(err)}`);
         // NATS refused the credentials or TLS settings: a setting to fix (2), like a bad flag.
-        process.exitCode = err instanceof StreamIoError && err.code === 'nats_refused' ? 2 : 1;
+        process.exitCode = err instanceof PipelineIoError && err.code === 'nats_refused' ? 2 : 1;
       } finally {
         process.off('SIGINT', handlers.SIGINT);
         process.off('SIGTERM', handlers.SIGTERM);

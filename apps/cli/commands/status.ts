@@ -6,14 +6,14 @@
  */
 import type { Command } from 'commander';
 import { type MetricSample, parsePrometheusText } from '../../../libs/metrics';
-import { type AdminFlags, ClientError, type ClientOptions, callServer } from '../client';
+import { type AdminFlags, type ClientOptions, callServer } from '../client';
+import { ClientError, StatusError } from '../errors';
 import { type FleetAnswer, renderFleet } from '../fleet-view';
 import { frameText, renderFrame, visible } from '../status-frame';
 import {
   type HealthAnswer,
   type ReloadAnswer,
   readHealth,
-  StatusError,
   type StatusSnapshot,
   snapshotJson,
   summarize,

@@ -1,7 +1,7 @@
 /** The embedded inference backend on the shipped delay-risk model: the interface, retries under overload, close. */
 import * as path from 'node:path';
 import { ProtocolError } from '../../../libs/protocol';
-import { StreamIoError } from '../errors';
+import { PipelineIoError } from '../errors';
 import { createEmbeddedBackend } from './embedded';
 import type { ModelPin } from './inference';
 
@@ -26,7 +26,7 @@ describe('createEmbeddedBackend options', () => {
     [{ modelsDir: MODELS_DIR, pins: [{ model: 'delay-risk' }] }, /pin/],
   ])('%j is refused invalid_options before anything starts', async (options, message) => {
     const attempt = createEmbeddedBackend(options as never);
-    await expect(attempt).rejects.toBeInstanceOf(StreamIoError);
+    await expect(attempt).rejects.toBeInstanceOf(PipelineIoError);
     await expect(attempt).rejects.toMatchObject({
       code: 'invalid_options',
       message: expect.stringMatching(message),

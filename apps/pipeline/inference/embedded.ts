@@ -10,7 +10,7 @@ import type { ErrorCode } from '../../../libs/protocol';
 import { ProtocolError } from '../../../libs/protocol';
 import type { BatchStats } from '../../node/embedded';
 import { EmbeddedNode } from '../../node/embedded';
-import { StreamIoError } from '../errors';
+import { PipelineIoError } from '../errors';
 import type { InferenceBackend, ModelPin } from './inference';
 
 export interface EmbeddedRetryOptions {
@@ -169,7 +169,7 @@ function closedError(): ProtocolError {
 }
 
 /**
- * Starts the worker pool and loads `pins`. Options are checked before anything starts: a StreamIoError
+ * Starts the worker pool and loads `pins`. Options are checked before anything starts: a PipelineIoError
  * `invalid_options`. A pin that cannot be loaded rejects with its ProtocolError (`unknown_model`,
  * `unknown_version`, `reload_failed`) and stops what was started.
  */
@@ -201,7 +201,7 @@ function startNode(options: Parameters<typeof EmbeddedNode.start>[0]): EmbeddedN
     return EmbeddedNode.start(options);
   } catch (error) {
     if (error instanceof ProtocolError && error.code === 'bad_request')
-      throw new StreamIoError('invalid_options', error.message);
+      throw new PipelineIoError('invalid_options', error.message);
     throw error;
   }
 }
@@ -209,7 +209,7 @@ function startNode(options: Parameters<typeof EmbeddedNode.start>[0]): EmbeddedN
 /** What only the backend reads: pins, retries, the close drain (the node checks the rest when it starts). */
 function checkOptions(options: EmbeddedBackendOptions): { retry: ResolvedRetry; closeDrainMs: number } {
   const invalid = (message: string): never => {
-    throw new StreamIoError('invalid_options', `embedded inference: ${message}`);
+    throw new PipelineIoError('invalid_options', `embedded inference: ${message}`);
   };
   if (typeof options !== 'object' || options === null) invalid('options must be an object');
   const integer = (

@@ -3,7 +3,7 @@
  * (retried while it is unreachable or draining, typed otherwise) that prepare() makes before a pin is used.
  */
 import type { ErrorCode } from '../../../libs/protocol';
-import { ExternalInferenceError } from './external-errors';
+import { ExternalInferenceError } from './errors';
 import type { Settings } from './external-options';
 import { backoffDelay } from './external-wire';
 import type { ModelPin } from './inference';

@@ -1,6 +1,6 @@
 /** The `external` inference mode's options, checked before any I/O so a bad config fails at start. */
 import type { Logger } from 'pino';
-import { ExternalInferenceError } from './external-errors';
+import { ExternalInferenceError } from './errors';
 import type { BackoffOptions } from './external-wire';
 import { httpBaseOf } from './external-wire';
 

@@ -7,9 +7,9 @@ import * as http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { type WebSocket, WebSocketServer } from 'ws';
 import { decodeBinaryRequest, encodeBinaryFrame, encodeBinaryRequest } from '../../../libs/protocol';
+import { ExternalInferenceError } from './errors';
 import type { ExternalBackend, ExternalBackendOptions } from './external';
 import { createExternalBackend } from './external';
-import { ExternalInferenceError } from './external-errors';
 import { backoffDelay, encodePredict, firstNumber, readAnswer } from './external-wire';
 
 const PIN = { model: 'delay-risk', version: '1' };

@@ -18,7 +18,7 @@
 import type { Logger } from 'pino';
 import pino from 'pino';
 import WebSocket from 'ws';
-import { ExternalInferenceError } from './external-errors';
+import { ExternalInferenceError } from './errors';
 import { checkPin, type HttpSide, httpGet } from './external-http';
 import { type ExternalBackendOptions, resolveExternalOptions, type Settings } from './external-options';
 import { answered, newConn, opened, type Conn as PoolConn, pace } from './external-pacing';

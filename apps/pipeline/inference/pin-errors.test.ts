@@ -1,6 +1,6 @@
 import { ProtocolError } from '../../../libs/protocol';
-import { StreamIoError } from '../errors';
-import { ExternalInferenceError } from './external-errors';
+import { PipelineIoError } from '../errors';
+import { ExternalInferenceError } from './errors';
 import { unservedPinCode } from './pin-errors';
 
 describe('unservedPinCode', () => {
@@ -14,7 +14,7 @@ describe('unservedPinCode', () => {
     for (const other of [
       new ProtocolError('reload_failed', 'corrupt'),
       new ExternalInferenceError('unreachable', 'down'),
-      new StreamIoError('publish_failed', 'x'),
+      new PipelineIoError('publish_failed', 'x'),
       new Error('unknown_version'),
       'unknown_model',
     ])

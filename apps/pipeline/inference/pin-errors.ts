@@ -4,7 +4,7 @@
  * it is a refused setting (exit 2); on a reload, a 404 with the code.
  */
 import { ProtocolError } from '../../../libs/protocol';
-import { ExternalInferenceError } from './external-errors';
+import { ExternalInferenceError } from './errors';
 
 export type UnservedPinCode = 'unknown_model' | 'unknown_version';
 

@@ -1,6 +1,6 @@
 /** Checkpoints are validated when read: a pointer or object that does not parse is checkpoint_invalid, named. */
 
-import { StreamIoError } from '../errors';
+import { PipelineIoError } from '../errors';
 import { CHECKPOINT_VERSION, parseCheckpoint, parsePointer } from './checkpoints';
 
 const bytes = (v: unknown) => new TextEncoder().encode(typeof v === 'string' ? v : JSON.stringify(v));
@@ -16,11 +16,11 @@ const GOOD = {
   state: {},
 };
 
-function refusal(fn: () => unknown): StreamIoError {
+function refusal(fn: () => unknown): PipelineIoError {
   try {
     fn();
   } catch (err) {
-    if (err instanceof StreamIoError) return err;
+    if (err instanceof PipelineIoError) return err;
     throw err;
   }
   throw new Error('accepted');

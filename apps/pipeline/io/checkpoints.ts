@@ -21,7 +21,7 @@ import type { DeciderSnapshot } from '../../../libs/delivery';
 import { createPlaced } from '../../../libs/jetstream';
 import { describeReplicasRefusal, replicasShortfall } from '../../../libs/nats-auth';
 import { testDelayMs, testHooksEnabled } from '../../../libs/test-hooks';
-import { StreamIoError } from '../errors';
+import { PipelineIoError } from '../errors';
 import type { ModelPin } from '../inference/inference';
 
 export const CHECKPOINT_VERSION = 1;
@@ -104,7 +104,7 @@ export class CheckpointStore {
           `checkpoint bucket ${bucket}_head`,
           `KV_${bucket}_head`,
         );
-      if (short) throw new StreamIoError('stream_mismatch', short);
+      if (short) throw new PipelineIoError('stream_mismatch', short);
       return new CheckpointStore(
         objects,
         pointers,
@@ -113,10 +113,10 @@ export class CheckpointStore {
         `${pipeline}.${partition}`,
       );
     } catch (err) {
-      if (err instanceof StreamIoError) throw err;
+      if (err instanceof PipelineIoError) throw err;
       const refused = describeReplicasRefusal(err, replicas, `checkpoint buckets ${bucket}`);
-      if (refused) throw new StreamIoError('invalid_options', refused, { cause: err });
-      throw new StreamIoError('stream_provision_failed', `checkpoint buckets ${bucket}: ${String(err)}`, {
+      if (refused) throw new PipelineIoError('invalid_options', refused, { cause: err });
+      throw new PipelineIoError('stream_provision_failed', `checkpoint buckets ${bucket}: ${String(err)}`, {
         cause: err,
       });
     }
@@ -133,7 +133,7 @@ export class CheckpointStore {
   /** One stored checkpoint object, validated (checkpoint_invalid when missing or malformed). */
   private async read(object: string): Promise<Checkpoint> {
     const blob = await this.objects.getBlob(object);
-    if (!blob) throw new StreamIoError('checkpoint_invalid', `checkpoint ${object} is named but missing`);
+    if (!blob) throw new PipelineIoError('checkpoint_invalid', `checkpoint ${object} is named but missing`);
     return parseCheckpoint(blob, `checkpoint ${object}`);
   }
 
@@ -181,7 +181,7 @@ export class CheckpointStore {
           problems.push((err as Error).message);
         }
       }
-      throw new StreamIoError(
+      throw new PipelineIoError(
         'checkpoint_invalid',
         `no earlier checkpoint of ${this.key} reads${problems.length > 0 ? ` (${problems.join('; ')})` : ''}: recover from the ack floor instead`,
       );
@@ -225,7 +225,7 @@ export class CheckpointStore {
     // A process that stalled past its lease (another instance may own the partition now) never moves the
     // restore point: the object stays an orphan, deleted with the next generation.
     if (!fence())
-      throw new StreamIoError('lease_lost', `${this.key}: the partition's lease is no longer held`);
+      throw new PipelineIoError('lease_lost', `${this.key}: the partition's lease is no longer held`);
     const previous = await this.pointers.get(this.key);
     const pointer: Pointer = { id, object, position, createdAt: new Date().toISOString() };
     await this.pointers.put(this.key, JSON.stringify(pointer));
@@ -256,8 +256,8 @@ export class CheckpointStore {
   }
 }
 
-function invalid(what: string, problem: string): StreamIoError {
-  return new StreamIoError('checkpoint_invalid', `${what}: ${problem}`);
+function invalid(what: string, problem: string): PipelineIoError {
+  return new PipelineIoError('checkpoint_invalid', `${what}: ${problem}`);
 }
 
 function parseJson(bytes: Uint8Array, what: string): Record<string, unknown> {
@@ -287,7 +287,7 @@ export function parsePointer(bytes: Uint8Array, what: string): Pointer {
 
 /**
  * A checkpoint object of this build's format, or checkpoint_invalid naming what is wrong. The keyed state
- * itself is checked when the decider restores it (StreamSnapshotError, turned into checkpoint_invalid there).
+ * itself is checked when the decider restores it (EngineSnapshotError, turned into checkpoint_invalid there).
  */
 export function parseCheckpoint(bytes: Uint8Array, what: string): Checkpoint {
   const c = parseJson(bytes, what);

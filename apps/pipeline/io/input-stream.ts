@@ -10,7 +10,7 @@
  * On 2.9 there is no transform, and the pipeline does not republish (that would store every event twice and
  * give it a second position): producers there publish to the partition subject (eventSubject).
  */
-import { StreamIoError } from '../errors';
+import { PipelineIoError } from '../errors';
 import type { StreamLayout, StreamSpec } from './layout';
 
 /** nats-server 2.10 added stream subject transforms with `partition()`. */
@@ -86,7 +86,7 @@ export function checkInputStream(
   existing: { subjects?: string[]; subject_transform?: { src?: string; dest?: string } | null },
 ): InputStreamCheck {
   const ex = spec.exclusive;
-  if (!ex) throw new StreamIoError('invalid_options', `stream ${spec.name} is not an input stream`);
+  if (!ex) throw new PipelineIoError('invalid_options', `stream ${spec.name} is not an input stream`);
   const have = existing.subjects ?? [];
   const want = new Set(spec.subjects);
   const namespace = `${ex.prefix}.>`;

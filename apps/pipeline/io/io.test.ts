@@ -2,7 +2,7 @@
 
 import { createHash } from 'node:crypto';
 import type { JetStreamClient, PubAck } from '@nats-io/jetstream';
-import { StreamIoError } from '../errors';
+import { PipelineIoError } from '../errors';
 import { keySubject, layoutStreams, streamLayout } from './layout';
 import { deadLetterEffect, isDeadLetter, lateEffect } from './side-outputs';
 import { JetStreamSink } from './sink';
@@ -39,7 +39,7 @@ describe('stream layout', () => {
   test('a subject root keeps tests and tenants apart', () => {
     const layout = streamLayout({ subjectRoot: 'test.a1', eventsStream: 'E1' });
     expect(layout.events).toMatchObject({ name: 'E1', subjects: ['test.a1.delivery.events.>'] });
-    expect(() => streamLayout({ subjectRoot: 'bad.>' })).toThrow(StreamIoError);
+    expect(() => streamLayout({ subjectRoot: 'bad.>' })).toThrow(PipelineIoError);
   });
 
   test('options are refused before any I/O', () => {
@@ -50,7 +50,8 @@ describe('stream layout', () => {
 
   test('a key that is not one subject token is refused', () => {
     expect(keySubject('delivery.events', 'order-482')).toBe('delivery.events.order-482');
-    for (const bad of ['', 'a.b', 'a b', '*', '>']) expect(() => keySubject('p', bad)).toThrow(StreamIoError);
+    for (const bad of ['', 'a.b', 'a b', '*', '>'])
+      expect(() => keySubject('p', bad)).toThrow(PipelineIoError);
   });
 });
 
@@ -64,7 +65,7 @@ describe('partitions', () => {
       seen.add(p);
     }
     expect([...seen].sort()).toEqual(['0', '1', '2', '3']);
-    expect(() => hashPartitioner(0)).toThrow(StreamIoError);
+    expect(() => hashPartitioner(0)).toThrow(PipelineIoError);
   });
 });
 

@@ -11,7 +11,7 @@
  * Consumers read alerts alone with a filter subject on DELIVERY_PREDICTIONS.
  */
 import { requirePositiveInt } from '../../../libs/config';
-import { invalidOptions, requireName, StreamIoError } from '../errors';
+import { invalidOptions, PipelineIoError, requireName } from '../errors';
 
 export interface StreamSpec {
   name: string;
@@ -65,7 +65,7 @@ export function streamLayout(options: LayoutOptions = {}): StreamLayout {
   const root =
     options.subjectRoot === undefined || options.subjectRoot === '' ? '' : `${options.subjectRoot}.`;
   if (root !== '' && !/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.$/.test(root)) {
-    throw new StreamIoError(
+    throw new PipelineIoError(
       'invalid_options',
       `subjectRoot must be plain subject tokens (got ${options.subjectRoot})`,
     );
@@ -79,7 +79,10 @@ export function streamLayout(options: LayoutOptions = {}): StreamLayout {
   const maxAgeMs = requirePositiveInt('maxAgeMs', options.maxAgeMs ?? 0, 0, invalidOptions);
   const maxBytes = options.maxBytes ?? -1;
   if (!Number.isInteger(maxBytes) || (maxBytes < 1 && maxBytes !== -1)) {
-    throw new StreamIoError('invalid_options', `maxBytes must be a positive integer or -1 (got ${maxBytes})`);
+    throw new PipelineIoError(
+      'invalid_options',
+      `maxBytes must be a positive integer or -1 (got ${maxBytes})`,
+    );
   }
   const subjects: SubjectLayout = {
     eventsPrefix: `${root}delivery.events`,
@@ -178,7 +181,7 @@ export function partitionFilter(eventsPrefix: string, partition: number): string
 /** Subject tokens may not contain dots, spaces or wildcards: a delivery id that does is refused. */
 export function keySubject(prefix: string, key: string): string {
   if (key === '' || /[\s.*>]/.test(key)) {
-    throw new StreamIoError('invalid_options', `not a valid subject token: ${JSON.stringify(key)}`);
+    throw new PipelineIoError('invalid_options', `not a valid subject token: ${JSON.stringify(key)}`);
   }
   return `${prefix}.${key}`;
 }

@@ -2,7 +2,7 @@
 import { JetStreamApiError, type JetStreamManager, type StreamInfo } from '@nats-io/jetstream';
 import { createPlaced } from '../../../libs/jetstream';
 import { describeReplicasRefusal, replicasShortfall } from '../../../libs/nats-auth';
-import { StreamIoError } from '../errors';
+import { PipelineIoError } from '../errors';
 import { checkInputStream } from './input-stream';
 import type { StreamSpec } from './layout';
 import { nanos } from './nanos';
@@ -22,7 +22,7 @@ async function infoOrNull(jsm: JetStreamManager, name: string): Promise<StreamIn
     return await jsm.streams.info(name);
   } catch (err) {
     if (err instanceof JetStreamApiError && err.code === STREAM_NOT_FOUND) return null;
-    throw new StreamIoError('stream_provision_failed', `stream ${name}: ${String(err)}`, { cause: err });
+    throw new PipelineIoError('stream_provision_failed', `stream ${name}: ${String(err)}`, { cause: err });
   }
 }
 
@@ -38,7 +38,7 @@ async function reconcileInput(
   replicas: number,
 ): Promise<string | null> {
   const short = replicasShortfall(info.config.num_replicas ?? 1, replicas, `stream ${spec.name}`, spec.name);
-  if (short) throw new StreamIoError('stream_mismatch', short);
+  if (short) throw new PipelineIoError('stream_mismatch', short);
   const check = checkInputStream(spec, info.config);
   if (check.missing.length === 0 && check.strays.length === 0 && !check.transformDiffers) return null;
   const have = (info.config.subjects ?? []).join(', ');
@@ -50,7 +50,7 @@ async function reconcileInput(
         : []),
       ...(check.transformDiffers ? ['without the placement transform'] : []),
     ];
-    throw new StreamIoError(
+    throw new PipelineIoError(
       'stream_mismatch',
       `stream ${spec.name} exists ${wrong.join(' and ')} (has ${have}); not updated: ${check.refusal}`,
     );
@@ -63,7 +63,7 @@ async function reconcileInput(
         : undefined,
     });
   } catch (err) {
-    throw new StreamIoError('stream_provision_failed', `updating stream ${spec.name}: ${String(err)}`, {
+    throw new PipelineIoError('stream_provision_failed', `updating stream ${spec.name}: ${String(err)}`, {
       cause: err,
     });
   }
@@ -78,13 +78,13 @@ function checkExisting(spec: StreamSpec, info: StreamInfo, replicas: number): vo
   const have = new Set(info.config.subjects ?? []);
   const missing = spec.subjects.filter((subject) => !have.has(subject));
   if (missing.length > 0) {
-    throw new StreamIoError(
+    throw new PipelineIoError(
       'stream_mismatch',
       `stream ${spec.name} exists without subjects ${missing.join(', ')} (has ${[...have].join(', ')})`,
     );
   }
   const short = replicasShortfall(info.config.num_replicas ?? 1, replicas, `stream ${spec.name}`, spec.name);
-  if (short) throw new StreamIoError('stream_mismatch', short);
+  if (short) throw new PipelineIoError('stream_mismatch', short);
 }
 
 /** `replicas`: the copies a created stream gets; an existing one must have at least as many. */
@@ -130,8 +130,8 @@ export async function provisionStreams(
         }
       }
       const refused = describeReplicasRefusal(err, replicas, `creating stream ${spec.name}`);
-      if (refused) throw new StreamIoError('invalid_options', refused, { cause: err });
-      throw new StreamIoError('stream_provision_failed', `creating stream ${spec.name}: ${String(err)}`, {
+      if (refused) throw new PipelineIoError('invalid_options', refused, { cause: err });
+      throw new PipelineIoError('stream_provision_failed', `creating stream ${spec.name}: ${String(err)}`, {
         cause: err,
       });
     }

@@ -5,7 +5,7 @@
  */
 import type { JetStreamClient } from '@nats-io/jetstream';
 import { requirePositiveInt } from '../../../libs/config';
-import { invalidOptions, StreamIoError } from '../errors';
+import { invalidOptions, PipelineIoError } from '../errors';
 import type { SourceMessage } from './source';
 import type { SpoolKind } from './spool-log';
 
@@ -95,14 +95,14 @@ export class JetStreamSink {
     this.backoffBaseMs = requirePositiveInt('backoffBaseMs', options.backoffBaseMs ?? 50, 1, invalidOptions);
     this.backoffMaxMs = requirePositiveInt('backoffMaxMs', options.backoffMaxMs ?? 2000, 1, invalidOptions);
     if (this.backoffMaxMs < this.backoffBaseMs) {
-      throw new StreamIoError('invalid_options', 'backoffMaxMs must be >= backoffBaseMs');
+      throw new PipelineIoError('invalid_options', 'backoffMaxMs must be >= backoffBaseMs');
     }
     this.sleep = options.sleep ?? realSleep;
   }
 
   async publish(effect: Effect): Promise<Published> {
     if (effect.msgId === '')
-      throw new StreamIoError('invalid_options', `effect on ${effect.subject} has no msgId`);
+      throw new PipelineIoError('invalid_options', `effect on ${effect.subject} has no msgId`);
     const data = this.fitted(effect);
     let lastError: unknown;
     for (let attempt = 1; attempt <= this.maxAttempts; attempt++) {
@@ -130,7 +130,7 @@ export class JetStreamSink {
       return { stream: '', seq: 0, duplicate: false, spooled: true };
     }
     this.stats.exhausted++;
-    throw new StreamIoError(
+    throw new PipelineIoError(
       'publish_failed',
       `publish to ${effect.subject} (Msg-Id ${effect.msgId}) failed ${this.maxAttempts} times: ${String(lastError)}`,
       { cause: lastError },
@@ -151,7 +151,7 @@ export class JetStreamSink {
     const bytes = typeof data === 'string' ? Buffer.byteLength(data) : data.length;
     if (bytes <= room) return data;
     if (!effect.fit)
-      throw new StreamIoError(
+      throw new PipelineIoError(
         'payload_too_large',
         `publish to ${effect.subject} (Msg-Id ${effect.msgId}): ${bytes} bytes, over the connection's max_payload ${max}`,
       );

@@ -1,6 +1,6 @@
 /** The source's delivery-gap check, against a fake consumer: deliveries lost in transit end the iteration. */
 import type { JetStreamClient, JetStreamManager, JsMsg } from '@nats-io/jetstream';
-import { StreamIoError } from '../errors';
+import { PipelineIoError } from '../errors';
 import { JetStreamSource } from './source';
 
 function fakeMsg(deliverySequence: number, streamSequence: number, deliveryCount = 1): JsMsg {
@@ -68,8 +68,8 @@ describe('JetStreamSource delivery sequence', () => {
     // back after ack_wait, behind 18.
     const r = await read([fakeMsg(1, 10), fakeMsg(2, 12), fakeMsg(5, 18), fakeMsg(6, 20)]);
     expect(r.seqs).toEqual([10, 12]);
-    expect(r.error).toBeInstanceOf(StreamIoError);
-    expect((r.error as StreamIoError).code).toBe('delivery_gap');
+    expect(r.error).toBeInstanceOf(PipelineIoError);
+    expect((r.error as PipelineIoError).code).toBe('delivery_gap');
     expect((r.error as Error).message).toBe(
       'consumer p0: delivery 5 after 2: the deliveries between never arrived',
     );
@@ -80,7 +80,7 @@ describe('JetStreamSource delivery sequence', () => {
     // the partition started. Taking 65 as the start moved the position past 145-208 and skipped them for good.
     const r = await read([fakeMsg(65, 209), fakeMsg(66, 210)], 145);
     expect(r.seqs).toEqual([]);
-    expect((r.error as StreamIoError).code).toBe('delivery_gap');
+    expect((r.error as PipelineIoError).code).toBe('delivery_gap');
     expect((r.error as Error).message).toBe(
       'consumer p0: delivery 65 after 0: the deliveries between never arrived',
     );

@@ -12,7 +12,7 @@ import {
   type JsMsg,
 } from '@nats-io/jetstream';
 import { requirePositiveInt } from '../../../libs/config';
-import { invalidOptions, requireName, StreamIoError } from '../errors';
+import { invalidOptions, PipelineIoError, requireName } from '../errors';
 import { partitionOfKey } from './layout';
 import { nanos } from './nanos';
 
@@ -90,7 +90,7 @@ function validate(options: SourceOptions): Required<SourceOptions> {
   if (maxDeliver !== -1) requirePositiveInt('maxDeliver', maxDeliver, 2, invalidOptions);
   requirePositiveInt('batchSize', options.batchSize, 1, invalidOptions);
   if (options.batchSize > options.maxAckPending) {
-    throw new StreamIoError('invalid_options', 'batchSize must not exceed maxAckPending');
+    throw new PipelineIoError('invalid_options', 'batchSize must not exceed maxAckPending');
   }
   return {
     ...options,
@@ -154,7 +154,7 @@ export class JetStreamSource {
         }
       }
     } catch (err) {
-      throw new StreamIoError(
+      throw new PipelineIoError(
         'consumer_provision_failed',
         `consumer ${opts.durable} on ${opts.stream}: ${String(err)}`,
         { cause: err },
@@ -189,7 +189,7 @@ export class JetStreamSource {
    */
   async *messages(): AsyncGenerator<SourceMessage> {
     if (this.messagesIter)
-      throw new StreamIoError('invalid_options', 'a source is consumed by one loop only');
+      throw new PipelineIoError('invalid_options', 'a source is consumed by one loop only');
     const consumer = await this.js.consumers.get(this.options.stream, this.options.durable);
     if (this.stopped) return;
     const iter = (await consumer.consume({
@@ -213,7 +213,7 @@ export class JetStreamSource {
     for await (const msg of iter) {
       const seq = msg.info.deliverySequence;
       if (last !== -1 && seq !== last + 1) {
-        throw new StreamIoError(
+        throw new PipelineIoError(
           'delivery_gap',
           `consumer ${this.options.durable}: delivery ${seq} after ${last}: the deliveries between never arrived`,
         );

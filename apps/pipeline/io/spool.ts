@@ -15,7 +15,7 @@ import { randomBytes } from 'node:crypto';
 import { type FileHandle, mkdir, open, readdir, readFile, rename, rmdir, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from 'pino';
-import { StreamIoError } from '../errors';
+import { PipelineIoError } from '../errors';
 import {
   doneLine,
   putLine,
@@ -115,7 +115,7 @@ export class SideOutputSpool {
         });
       }
     } catch (err) {
-      throw new StreamIoError(
+      throw new PipelineIoError(
         'invalid_options',
         `spool.dir ${dir}: cannot write the side-output spool there (${(err as Error).message})`,
         { cause: err },

@@ -10,7 +10,7 @@ import { Worker } from 'node:worker_threads';
 import { requirePositiveInt } from '../../../libs/config';
 import type { KvExpiry } from '../../../libs/jetstream';
 import type { NatsAuth } from '../../../libs/nats-auth';
-import { invalidOptions, StreamIoError } from '../errors';
+import { invalidOptions, PipelineIoError } from '../errors';
 import type { LeaseChange, LeaseHandlers, LeaseOptions } from './lease-types';
 import {
   beatView,
@@ -114,12 +114,12 @@ export class LeaseKeeper {
       invalidOptions,
     );
     if (maxStallMs <= options.ttlMs)
-      throw new StreamIoError(
+      throw new PipelineIoError(
         'invalid_options',
         `maxStallMs must be greater than ttlMs (${options.ttlMs}), got ${maxStallMs}`,
       );
     if (typeof options.auth !== 'object' || options.auth === null || options.auth.servers.length === 0)
-      throw new StreamIoError('invalid_options', 'auth must be loaded NATS settings (libs/nats-auth)');
+      throw new PipelineIoError('invalid_options', 'auth must be loaded NATS settings (libs/nats-auth)');
     const keeper = new LeaseKeeper({ ...options, maxStallMs });
     await new Promise<void>((resolve, reject) => {
       keeper.opened = { resolve, reject };
@@ -128,8 +128,8 @@ export class LeaseKeeper {
   }
 
   start(handlers: LeaseHandlers): void {
-    if (this.handlers) throw new StreamIoError('invalid_options', 'LeaseKeeper already started');
-    if (this.stopped || this.dead) throw new StreamIoError('invalid_options', 'LeaseKeeper was stopped');
+    if (this.handlers) throw new PipelineIoError('invalid_options', 'LeaseKeeper already started');
+    if (this.stopped || this.dead) throw new PipelineIoError('invalid_options', 'LeaseKeeper was stopped');
     this.handlers = handlers;
     this.send({ type: 'start' });
   }
@@ -159,7 +159,7 @@ export class LeaseKeeper {
   }
 
   peers(): Promise<string[]> {
-    if (this.dead) return Promise.reject(new StreamIoError('lease_lost', 'the lease thread is gone'));
+    if (this.dead) return Promise.reject(new PipelineIoError('lease_lost', 'the lease thread is gone'));
     const id = ++this.asked;
     return new Promise((resolve, reject) => {
       this.peerAsks.set(id, { resolve, reject });
@@ -285,11 +285,11 @@ export class LeaseKeeper {
     this.opened = null;
     // Not a bucket error the thread could report: it died (its module missing, out of memory) while opening.
     opening?.reject(
-      new StreamIoError('stream_provision_failed', `lease thread died while opening: ${err.message}`, {
+      new PipelineIoError('stream_provision_failed', `lease thread died while opening: ${err.message}`, {
         cause: err,
       }),
     );
-    for (const ask of this.peerAsks.values()) ask.reject(new StreamIoError('lease_lost', err.message));
+    for (const ask of this.peerAsks.values()) ask.reject(new PipelineIoError('lease_lost', err.message));
     this.peerAsks.clear();
     // A stop (or a failed open) ends the thread on purpose: nothing is held any more then.
     if (this.stopped || opening) return;

@@ -6,7 +6,7 @@
 
 import type { KvExpiry, KvExpiryWanted } from '../../../libs/jetstream';
 import type { NatsAuth } from '../../../libs/nats-auth';
-import { StreamIoError, type StreamIoErrorCode } from '../errors';
+import { PipelineIoError, type PipelineIoErrorCode } from '../errors';
 import type { LeaseChange, ReleaseReason } from './lease-types';
 
 /**
@@ -115,10 +115,10 @@ export function toWire(err: unknown): WireError {
   return { name: 'Error', message: String(err) };
 }
 
-/** The same typed error on this side: a StreamIoError keeps its code, so callers branch on it as before. */
+/** The same typed error on this side: a PipelineIoError keeps its code, so callers branch on it as before. */
 export function fromWire(wire: WireError): Error {
-  if (wire.name === 'StreamIoError' && wire.code)
-    return new StreamIoError(wire.code as StreamIoErrorCode, wire.message);
+  if (wire.name === 'PipelineIoError' && wire.code)
+    return new PipelineIoError(wire.code as PipelineIoErrorCode, wire.message);
   const err = new Error(wire.message);
   err.name = wire.name;
   return err;

@@ -9,7 +9,7 @@
 import { requirePositiveInt } from '../../../libs/config';
 import { type KvExpiry, LeaseBucket, openTtlBucket } from '../../../libs/jetstream';
 import { failStreamIo } from '../connection';
-import { invalidOptions, requireName, StreamIoError } from '../errors';
+import { invalidOptions, PipelineIoError, requireName } from '../errors';
 import { balancedTarget, preferenceOrder } from './assignment';
 import { InstanceBoard } from './instance-board';
 import { type LeaseChange, type LeaseHandlers, type LeaseOptions, leaseKey } from './lease-types';
@@ -30,7 +30,7 @@ export function checkLeaseOptions(options: Omit<LeaseOptions, 'nats' | 'logger'>
   requireName('bucket', options.bucket);
   requireName('instanceId', options.instanceId);
   if (typeof options.group !== 'string' || !/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/.test(options.group))
-    throw new StreamIoError(
+    throw new PipelineIoError(
       'invalid_options',
       `group must be dot-separated tokens of [A-Za-z0-9_-] (got ${options.group})`,
     );
@@ -107,8 +107,8 @@ export class PartitionLeases {
         fail: failStreamIo,
       });
     } catch (err) {
-      if (err instanceof StreamIoError) throw err;
-      throw new StreamIoError('stream_provision_failed', `lease bucket ${bucket}: ${String(err)}`, {
+      if (err instanceof PipelineIoError) throw err;
+      throw new PipelineIoError('stream_provision_failed', `lease bucket ${bucket}: ${String(err)}`, {
         cause: err,
       });
     }
@@ -127,8 +127,8 @@ export class PartitionLeases {
 
   /** Starts heartbeats, renewals and assignment (first pass right away). */
   start(handlers: LeaseHandlers): void {
-    if (this.handlers) throw new StreamIoError('invalid_options', 'PartitionLeases already started');
-    if (this.stopped) throw new StreamIoError('invalid_options', 'PartitionLeases was stopped');
+    if (this.handlers) throw new PipelineIoError('invalid_options', 'PartitionLeases already started');
+    if (this.stopped) throw new PipelineIoError('invalid_options', 'PartitionLeases was stopped');
     this.handlers = handlers;
     this.timer = setInterval(() => this.tick(), this.renewEveryMs);
     void this.board.watch(() => this.scheduleAssign());

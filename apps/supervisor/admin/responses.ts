@@ -5,9 +5,10 @@
 import { type ErrorCode, encodeError, httpStatusOf, ProtocolError } from '../../../libs/protocol';
 import type { ModelPlan } from '../../../libs/registry';
 import type { ControlResponse } from '../../node/ipc';
-import { ReloadBusyError, type ReloadOutcome } from '../coordinator';
-import { ClusterError } from '../fleet';
-import { FleetConflictError } from '../fleet/fleet-change';
+import type { ReloadOutcome } from '../coordinator';
+import { ReloadBusyError } from '../errors';
+import { FleetError } from '../fleet';
+import { FleetConflictError } from '../fleet/errors';
 
 export const IF_REVISION_RULE = '"if_revision" must be the registry revision (a positive integer)';
 
@@ -45,7 +46,7 @@ export async function respond(run: () => Promise<ControlResponse>): Promise<Cont
     }
     if (error instanceof ProtocolError) return jsonError(error.code, error.message);
     // NATS down or electing a leader is the fleet's state, not a bug of this host: 503, retry later.
-    if (error instanceof ClusterError && error.code === 'cluster_unavailable')
+    if (error instanceof FleetError && error.code === 'cluster_unavailable')
       return jsonError('cluster_unavailable', error.message);
     return jsonError('internal', (error as Error).message);
   }

@@ -38,7 +38,7 @@ import {
   verifyManifest,
 } from '../../../libs/signing';
 import type { FleetConnection } from './connection';
-import { ClusterError } from './errors';
+import { ArtifactRefusedError, FleetError } from './errors';
 import { openObjectStore } from './kv-bucket';
 
 const DIGEST_PREFIX = 'SHA-256=';
@@ -57,7 +57,7 @@ export function unwritable(error: unknown, dir: string): unknown {
   if (code !== 'EROFS' && code !== 'EACCES' && code !== 'EPERM') return error;
   const why =
     code === 'EROFS' ? 'is on a read-only file system (EROFS)' : `is not writable by this user (${code})`;
-  return new ClusterError(
+  return new FleetError(
     'artifact_unwritable',
     `cannot write pulled model files: ${dir} ${why}; pulled versions go to <stateDir>/models: set STREAMINFER_STATE_DIR (config key stateDir) to a writable directory (the systemd unit's StateDirectory=, /var/lib/streaminfer)`,
     { cause: error },
@@ -77,7 +77,7 @@ export function digestHex(digest: string): string | undefined {
 
 function requireName(what: string, value: string): string {
   if (typeof value !== 'string' || !NAME_PATTERN.test(value))
-    throw new ClusterError('invalid_options', `${what} must match ${NAME_PATTERN.source} (got ${value})`);
+    throw new FleetError('invalid_options', `${what} must match ${NAME_PATTERN.source} (got ${value})`);
   return value;
 }
 
@@ -104,18 +104,6 @@ function signatureOf(info: ObjectInfo): ManifestSignature | undefined {
   const [manifest, signature, keyId] = [meta[META_MANIFEST], meta[META_SIGNATURE], meta[META_KEY_ID]];
   if (manifest === undefined && signature === undefined && keyId === undefined) return undefined;
   return { manifest: manifest ?? '', signature: signature ?? '', keyId: keyId ?? '' };
-}
-
-/** A pulled version that is not signed as it must be: refused by name, nothing written. */
-export class ArtifactRefusedError extends ClusterError {
-  constructor(
-    readonly model: string,
-    readonly version: string,
-    readonly reason: RefusalReason,
-    readonly detail: string,
-  ) {
-    super('artifact_refused', `model ${model} version ${version} refused: ${reason}: ${detail}`);
-  }
 }
 
 /** What a host checks pulled artifacts against. */
@@ -220,7 +208,7 @@ export class ModelArtifacts {
       const sha256 = digestHex(info.digest);
       // The file changed while it was read (a build still writing it): the store holds neither version.
       if (sha256 !== local || info.size !== size)
-        throw new ClusterError('checksum_mismatch', `${onnxPath} changed during the upload of ${name}`);
+        throw new FleetError('checksum_mismatch', `${onnxPath} changed during the upload of ${name}`);
       return { sha256, bytes: info.size, ...(signed ? { keyId: signed.keyId } : {}) };
     });
   }
@@ -255,7 +243,7 @@ export class ModelArtifacts {
     const info = await this.info(name);
     const expected = info ? digestHex(info.digest) : undefined;
     if (!info || expected === undefined)
-      throw new ClusterError('artifact_missing', `${name} is not in ${this.conn.names.modelsBucket}`);
+      throw new FleetError('artifact_missing', `${name} is not in ${this.conn.names.modelsBucket}`);
     const target = this.cacheDir ?? modelsDir;
     const configFile = path.join(target, model, 'config.json');
     const file = path.join(target, model, version, 'model.onnx');
@@ -339,7 +327,7 @@ export class ModelArtifacts {
         const result = await this.store.get(name);
         const expected = result ? digestHex(result.info.digest) : undefined;
         if (!result || expected === undefined)
-          throw new ClusterError('artifact_missing', `${name} is not in ${this.conn.names.modelsBucket}`);
+          throw new FleetError('artifact_missing', `${name} is not in ${this.conn.names.modelsBucket}`);
         const hash = createHash('sha256');
         let bytes = 0;
         const tap = new Transform({
@@ -357,12 +345,12 @@ export class ModelArtifacts {
         } catch (err) {
           // nats.js checks the digest itself and fails the stream: "received a corrupt object, digests do not match".
           if (err instanceof Error && /digests do not match/.test(err.message))
-            throw new ClusterError('checksum_mismatch', `${name}: ${err.message}`, { cause: err });
+            throw new FleetError('checksum_mismatch', `${name}: ${err.message}`, { cause: err });
           throw err;
         }
         const sha256 = hash.digest('hex');
         if (sha256 !== expected)
-          throw new ClusterError(
+          throw new FleetError(
             'checksum_mismatch',
             `${name}: fetched bytes hash to ${sha256}, the store's digest is ${expected}`,
           );

@@ -13,7 +13,7 @@ import {
   openJetStream,
 } from '../../../libs/jetstream';
 import { loadNatsAuth, type NatsAuth, replicasProblem } from '../../../libs/nats-auth';
-import { ClusterError, invalidOptions } from './errors';
+import { FleetError, invalidOptions } from './errors';
 import { type FleetNames, fleetNames, requireFleetName, requireHostId } from './records';
 
 export interface FleetConnectionOptions {
@@ -42,8 +42,8 @@ export interface FleetConnectionOptions {
 }
 
 /** The fleet's codes for what libs/jetstream reports: NATS down or silent is `cluster_unavailable`. */
-export const failCluster: FailWith = (failure, message, options) =>
-  new ClusterError(
+export const failFleet: FailWith = (failure, message, options) =>
+  new FleetError(
     failure === 'unreachable'
       ? 'cluster_unavailable'
       : failure === 'refused'
@@ -63,7 +63,7 @@ export class FleetConnection {
   /** The replica count every bucket and object store is created with (checked at open). */
   readonly replicas: number;
   /** Rejects the calls in flight when the connection drops. */
-  private readonly downWaiters = new Set<(err: ClusterError) => void>();
+  private readonly downWaiters = new Set<(err: FleetError) => void>();
   private closed = false;
 
   private constructor(
@@ -107,12 +107,12 @@ export class FleetConnection {
     );
     const replicas = options.replicas ?? 1;
     const badCount = replicasProblem(replicas, { cluster: 'unchecked' }, '');
-    if (badCount) throw new ClusterError('invalid_options', badCount);
+    if (badCount) throw new FleetError('invalid_options', badCount);
     let auth: NatsAuth;
     try {
       auth = options.auth ?? loadNatsAuth({ servers: options.servers ?? '' });
     } catch (err) {
-      throw new ClusterError('invalid_options', (err as Error).message, { cause: err });
+      throw new FleetError('invalid_options', (err as Error).message, { cause: err });
     }
     const link = await openJetStream({
       auth,
@@ -122,7 +122,7 @@ export class FleetConnection {
       replicas,
       reconnect: { waitMs: reconnectWaitMs, pingIntervalMs },
       ...(options.onProblem ? { onProblem: options.onProblem } : {}),
-      fail: failCluster,
+      fail: failFleet,
     });
     return new FleetConnection(link, fleet, hostId);
   }
@@ -140,15 +140,15 @@ export class FleetConnection {
   /**
    * Runs one NATS operation: at once `cluster_unavailable` when the connection is known down, also when it
    * drops while the operation waits; a transport error (timeout, no responders) is `cluster_unavailable` too.
-   * Errors the operation throws itself (ClusterError, a JetStream API answer) pass through.
+   * Errors the operation throws itself (FleetError, a JetStream API answer) pass through.
    */
   async call<T>(what: string, op: () => Promise<T>): Promise<T> {
     if (!this.available) throw this.unavailable(what);
-    let onDown: ((err: ClusterError) => void) | undefined;
+    let onDown: ((err: FleetError) => void) | undefined;
     const down = new Promise<never>((_, reject) => {
       onDown = (err) => reject(err);
     });
-    const waiter = (err: ClusterError) => onDown?.(new ClusterError(err.code, `${what}: ${err.message}`));
+    const waiter = (err: FleetError) => onDown?.(new FleetError(err.code, `${what}: ${err.message}`));
     this.downWaiters.add(waiter);
     const running = op();
     // The loser of the race below must not become an unhandled rejection.
@@ -156,17 +156,17 @@ export class FleetConnection {
     try {
       return await Promise.race([running, down]);
     } catch (err) {
-      if (err instanceof ClusterError) throw err;
+      if (err instanceof FleetError) throw err;
       if (isTransportError(err) || !this.available)
-        throw new ClusterError('cluster_unavailable', `${what}: ${String(err)}`, { cause: err });
+        throw new FleetError('cluster_unavailable', `${what}: ${String(err)}`, { cause: err });
       throw err;
     } finally {
       this.downWaiters.delete(waiter);
     }
   }
 
-  unavailable(what: string): ClusterError {
-    return new ClusterError(
+  unavailable(what: string): FleetError {
+    return new FleetError(
       'cluster_unavailable',
       `${what}: NATS at ${this.servers} is ${this.closed ? 'closed' : 'not connected'}`,
     );

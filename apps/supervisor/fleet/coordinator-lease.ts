@@ -6,7 +6,7 @@
 import { requirePositiveInt } from '../../../libs/config';
 import { isWrongRevision, KvLease, LeaseBucket } from '../../../libs/jetstream';
 import type { FleetConnection } from './connection';
-import { ClusterError, invalidOptions } from './errors';
+import { FleetError, invalidOptions } from './errors';
 import { openBucket } from './kv-bucket';
 import { decodeJson, LEASE_KEY, requireHostId } from './records';
 
@@ -37,7 +37,7 @@ function parseHolder(bytes: Uint8Array): LeaseHolder {
     typeof value.reloadId !== 'string' ||
     typeof value.since !== 'string'
   )
-    throw new ClusterError('invalid_record', 'coordinator lease: expected {host, reloadId, since}');
+    throw new FleetError('invalid_record', 'coordinator lease: expected {host, reloadId, since}');
   return { host: value.host, reloadId: value.reloadId, since: value.since };
 }
 
@@ -81,7 +81,7 @@ export class CoordinatorLease {
 
   /** Takes the lease if nobody holds it; held by another → their value. Renews until release() or loss. */
   acquire(who: { host: string; reloadId: string }): Promise<LeaseAcquire> {
-    if (this.held) return Promise.reject(new ClusterError('conflict', 'this host holds the lease already'));
+    if (this.held) return Promise.reject(new FleetError('conflict', 'this host holds the lease already'));
     const holder: LeaseHolder = {
       host: requireHostId(who.host),
       reloadId: who.reloadId,
@@ -103,7 +103,7 @@ export class CoordinatorLease {
         const other = await this.read();
         if (other) return { held: false, holder: other };
       }
-      throw new ClusterError('conflict', 'the coordinator lease changed hands twice while taking it');
+      throw new FleetError('conflict', 'the coordinator lease changed hands twice while taking it');
     });
   }
 

@@ -10,7 +10,7 @@ import { ProtocolError } from '../../../libs/protocol';
 import { testDelayMs } from '../../../libs/test-hooks';
 import type { ReloadStrategy, StepAnswer } from '../coordinator';
 import {
-  ClusterError,
+  FleetError,
   type FleetRecord,
   type FleetTable,
   type HostStepAnswer,
@@ -18,6 +18,7 @@ import {
   type RegistryEntry,
   SILENCE_POLL_MS,
 } from './';
+import { FleetConflictError } from './errors';
 import { onlyMembersMoved, rollCall } from './fleet-membership';
 import { FleetReloadCoordinator, type FleetReloadOutcome, type HostChannel } from './fleet-reload';
 import type { FleetMemberOptions, MemberState } from './member-state';
@@ -32,16 +33,6 @@ export interface FleetChangeOptions {
   force?: boolean;
   /** A record that cannot be read (invalid_record) is replaced by CAS from this host's table. */
   repair?: boolean;
-}
-
-/** 409 conflict, carrying the fleet's current record so the loser sees what won. */
-export class FleetConflictError extends ProtocolError {
-  constructor(
-    message: string,
-    readonly current: { record: FleetRecord; revision: number } | undefined,
-  ) {
-    super('conflict', message);
-  }
 }
 
 export class FleetChanges {
@@ -152,7 +143,7 @@ export class FleetChanges {
       const base = await this.options.store.read();
       return base && { ...base, invalid: false };
     } catch (error) {
-      if (!(repair && error instanceof ClusterError && error.code === 'invalid_record'))
+      if (!(repair && error instanceof FleetError && error.code === 'invalid_record'))
         throw this.apiError(error);
       if (error.revision === undefined) throw this.apiError(error);
       const coordinator = this.options.host.coordinator();
@@ -179,7 +170,7 @@ export class FleetChanges {
 
   /** A cluster failure as the admin API answers it. */
   private apiError(error: unknown): unknown {
-    if (!(error instanceof ClusterError)) return error;
+    if (!(error instanceof FleetError)) return error;
     if (error.code === 'cluster_unavailable') return new ProtocolError('cluster_unavailable', error.message);
     // The fleet's record is unreadable: the fleet's fault, not the caller's; a repository reload repairs it.
     if (error.code === 'invalid_record')
@@ -223,8 +214,8 @@ export class FleetChanges {
         this.casBase = { record: next, revision: written };
         return { ok: true, revision: written };
       } catch (error) {
-        const conflict = error instanceof ClusterError && error.code === 'conflict';
-        const current = error instanceof ClusterError ? error.current : undefined;
+        const conflict = error instanceof FleetError && error.code === 'conflict';
+        const current = error instanceof FleetError ? error.current : undefined;
         const base = this.casBase;
         // A host joined, left or was excluded since the change read the record: the change stands, with
         // today's members (whoever joined did not PREPARE it and catches up from the record).

@@ -18,9 +18,9 @@ import {
 import { REFUSAL_REASONS, type TrustedKeys } from '../../../libs/signing';
 import {
   type ArtifactTrust,
-  ClusterError,
   CoordinatorLease,
   connectFleet,
+  FleetError,
   type FleetRecord,
   type FleetTable,
   HostBoard,
@@ -119,7 +119,7 @@ export async function joinFleet(
   try {
     base = await store.read();
   } catch (error) {
-    if (!(error instanceof ClusterError && error.code === 'invalid_record')) throw error;
+    if (!(error instanceof FleetError && error.code === 'invalid_record')) throw error;
     behind = `the fleet's registry record cannot be read (${error.message}); POST /api/reload {} rewrites it`;
   }
   if (!base && behind === undefined) {
@@ -143,7 +143,7 @@ export async function joinFleet(
       logger.info({ fleet, host: hostId, epoch }, 'fleet: founded with this host’s table');
     } catch (error) {
       // Another host founded it first: its table wins.
-      if (!(error instanceof ClusterError && error.code === 'conflict')) throw error;
+      if (!(error instanceof FleetError && error.code === 'conflict')) throw error;
       base = await store.read();
       if (!base) throw error;
     }
@@ -166,7 +166,7 @@ export async function joinFleet(
       start = { table: base.record.table, epoch: base.record.epoch };
     } catch (error) {
       // NATS gone meanwhile: wait as at the connect; anything else is a record this host cannot load.
-      if (error instanceof ClusterError && error.code === 'cluster_unavailable') throw error;
+      if (error instanceof FleetError && error.code === 'cluster_unavailable') throw error;
       behind = `cannot reach fleet epoch ${base.record.epoch}: ${(error as Error).message}; serving this host's own table`;
     }
   }
@@ -241,7 +241,7 @@ async function whileUnavailable<T>(what: string, logger: Logger, open: () => Pro
     try {
       return await open();
     } catch (error) {
-      if (!(error instanceof ClusterError && error.code === 'cluster_unavailable')) throw error;
+      if (!(error instanceof FleetError && error.code === 'cluster_unavailable')) throw error;
       if (attempt === 1 || attempt % 30 === 0)
         logger.warn({ attempt, err: error.message }, `fleet: ${what} not answering; not ready, retrying`);
       await new Promise((resolve) => setTimeout(resolve, CONNECT_RETRY_MS));
@@ -267,7 +267,7 @@ async function connectWaiting(
         onProblem: (message) => logger.error({ servers: auth.shown }, `fleet: ${message}`),
       });
     } catch (error) {
-      if (!(error instanceof ClusterError && error.code === 'cluster_unavailable')) throw error;
+      if (!(error instanceof FleetError && error.code === 'cluster_unavailable')) throw error;
       if (attempt === 1 || attempt % 30 === 0)
         logger.warn(
           { servers: auth.shown, attempt, err: error.message },

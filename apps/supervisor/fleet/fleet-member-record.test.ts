@@ -12,9 +12,9 @@ import { ProtocolError } from '../../../libs/protocol';
 import type { TablePlan } from '../../../libs/registry';
 import { type NodeChannel, ReloadCoordinator, type StepAnswer } from '../coordinator';
 import {
-  ClusterError,
   type CoordinatorLease,
   type FleetConnection,
+  FleetError,
   type FleetRecord,
   type FleetTable,
   fleetNames,
@@ -79,11 +79,11 @@ function setup(options: {
   const store = {
     read: async () => {
       if (entry.record === 'garbage')
-        throw new ClusterError('invalid_record', 'registry record: not JSON', { revision: entry.revision });
+        throw new FleetError('invalid_record', 'registry record: not JSON', { revision: entry.revision });
       return { record: entry.record, revision: entry.revision };
     },
     commit: async (written: FleetRecord, expected: number) => {
-      if (expected !== entry.revision) throw new ClusterError('conflict', 'moved');
+      if (expected !== entry.revision) throw new FleetError('conflict', 'moved');
       commits.push({ record: written, expected });
       entry = { record: written, revision: expected + 1 };
       const revision = entry.revision;
@@ -120,7 +120,7 @@ function setup(options: {
   } as unknown as CoordinatorLease;
   const artifacts = {
     fetchInto: async () => {
-      throw new ClusterError('artifact_missing', 'not pushed');
+      throw new FleetError('artifact_missing', 'not pushed');
     },
     digest: async () => undefined,
   } as unknown as ModelArtifacts;

@@ -1,5 +1,6 @@
 import type { NodeSettings, TablePlan } from '../../../libs/registry';
-import { ReloadBusyError, type StepAnswer } from '../coordinator';
+import type { StepAnswer } from '../coordinator';
+import { ReloadBusyError } from '../errors';
 import type { FleetRecord, FleetTable, HostStepAnswer } from './';
 import {
   type CommitPointResult,

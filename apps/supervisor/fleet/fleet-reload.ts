@@ -13,13 +13,8 @@
  * testable without processes.
  */
 import { isDeepStrictEqual } from 'node:util';
-import {
-  diffTables,
-  ReloadBusyError,
-  type ReloadStrategy,
-  type StepAnswer,
-  type VersionChange,
-} from '../coordinator';
+import { diffTables, type ReloadStrategy, type StepAnswer, type VersionChange } from '../coordinator';
+import { ReloadBusyError } from '../errors';
 import type { FleetRecord, FleetTable, HostStepAnswer } from './';
 import { REGISTRY_RECORD_FORMAT } from './records';
 

@@ -5,7 +5,7 @@
  */
 import type { StepAnswer } from '../coordinator';
 import type { FleetConnection } from './connection';
-import { ClusterError } from './errors';
+import { FleetError } from './errors';
 import { type FleetTable, parseFleetTable } from './records';
 
 export const HOST_STEPS = ['prepare', 'commit', 'abort', 'release', 'roll'] as const;
@@ -39,19 +39,19 @@ export function parseHostStepRequest(bytes: Uint8Array): HostStepRequest {
   try {
     value = JSON.parse(decoder.decode(bytes));
   } catch {
-    throw new ClusterError('invalid_record', 'host step: request is not JSON');
+    throw new FleetError('invalid_record', 'host step: request is not JSON');
   }
   if (typeof value !== 'object' || value === null)
-    throw new ClusterError('invalid_record', 'host step: request is not an object');
+    throw new FleetError('invalid_record', 'host step: request is not an object');
   if (!HOST_STEPS.includes(value.step as HostStep))
-    throw new ClusterError('invalid_record', `host step: unknown step ${String(value.step)}`);
+    throw new FleetError('invalid_record', `host step: unknown step ${String(value.step)}`);
   if (typeof value.reloadId !== 'string' || value.reloadId === '')
-    throw new ClusterError('invalid_record', 'host step: reloadId must be a non-empty string');
+    throw new FleetError('invalid_record', 'host step: reloadId must be a non-empty string');
   const request: HostStepRequest = { step: value.step as HostStep, reloadId: value.reloadId };
   if (value.plan !== undefined) request.plan = parseFleetTable(value.plan, 'host step: plan');
   if (value.epoch !== undefined) {
     if (typeof value.epoch !== 'number' || !Number.isSafeInteger(value.epoch) || value.epoch < 0)
-      throw new ClusterError('invalid_record', 'host step: epoch must be an integer >= 0');
+      throw new FleetError('invalid_record', 'host step: epoch must be an integer >= 0');
     request.epoch = value.epoch;
   }
   return request;

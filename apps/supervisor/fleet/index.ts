@@ -1,7 +1,6 @@
 /** The fleet's NATS JetStream I/O (docs/operations/fleet.md; on libs/jetstream): registry, heartbeats, lease, steps, artifacts. */
 export type { ArtifactDigest, LocalVerdict } from './artifacts';
 export {
-  ArtifactRefusedError,
   type ArtifactTrust,
   configObject,
   digestHex,
@@ -15,8 +14,8 @@ export type { FleetConnectionOptions } from './connection';
 export { connectFleet, FleetConnection } from './connection';
 export type { CoordinatorLeaseOptions, LeaseAcquire, LeaseHolder } from './coordinator-lease';
 export { CoordinatorLease, DEFAULT_LEASE_TTL_MS } from './coordinator-lease';
-export type { ClusterErrorCode } from './errors';
-export { ClusterError } from './errors';
+export type { FleetErrorCode } from './errors';
+export { ArtifactRefusedError, FleetError } from './errors';
 export type { HostBoardOptions } from './host-board';
 export { DEFAULT_HEARTBEAT_TTL_MS, HostBoard, SILENCE_POLL_MS } from './host-board';
 export type {

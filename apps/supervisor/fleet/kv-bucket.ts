@@ -1,6 +1,6 @@
 /**
  * The fleet's buckets and object store opened through libs/jetstream: every open is one fleet call (fails fast
- * with `cluster_unavailable` while NATS is down) and a refusal is the fleet's ClusterError.
+ * with `cluster_unavailable` while NATS is down) and a refusal is the fleet's FleetError.
  */
 import type { KV } from '@nats-io/kv';
 import type { ObjectStore } from '@nats-io/obj';
@@ -11,7 +11,7 @@ import {
   openTtlBucket as openKvTtlBucket,
   openObjectStore as openStore,
 } from '../../../libs/jetstream';
-import { type FleetConnection, failCluster } from './connection';
+import { type FleetConnection, failFleet } from './connection';
 
 /** Creates the bucket when missing; an existing one must have the same TTL and at least as many replicas. */
 export function openBucket(
@@ -20,7 +20,7 @@ export function openBucket(
   options: { history: number; ttlMs?: number },
 ): Promise<KV> {
   return conn.call(`bucket ${bucket}`, () =>
-    openKvBucket(conn, bucket, { ...options, what: `bucket ${bucket}`, fail: failCluster }),
+    openKvBucket(conn, bucket, { ...options, what: `bucket ${bucket}`, fail: failFleet }),
   );
 }
 
@@ -31,13 +31,13 @@ export function openTtlBucket(
   options: { history: number; ttlMs: number; wanted: KvExpiryWanted },
 ): Promise<{ kv: KV; choice: ExpiryChoice }> {
   return conn.call(`bucket ${bucket}`, () =>
-    openKvTtlBucket(conn, bucket, { ...options, what: `bucket ${bucket}`, fail: failCluster }),
+    openKvTtlBucket(conn, bucket, { ...options, what: `bucket ${bucket}`, fail: failFleet }),
   );
 }
 
 /** Creates the object store when missing (with the connection's replica count); an existing one needs as many. */
 export function openObjectStore(conn: FleetConnection, bucket: string): Promise<ObjectStore> {
   return conn.call(`object store ${bucket}`, () =>
-    openStore(conn, bucket, { what: `object store ${bucket}`, fail: failCluster }),
+    openStore(conn, bucket, { what: `object store ${bucket}`, fail: failFleet }),
   );
 }

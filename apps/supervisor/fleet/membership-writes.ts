@@ -3,7 +3,7 @@
  * it joins once it is caught up, leaves on a clean stop, and takes out a member an operator excludes. The
  * pure rules (who is live, what changed) are fleet-membership.ts's.
  */
-import { ClusterError, type FleetRecord, REGISTRY_RECORD_FORMAT, type RegistryEntry } from './';
+import { FleetError, type FleetRecord, REGISTRY_RECORD_FORMAT, type RegistryEntry } from './';
 import { withMember } from './fleet-membership';
 import type { FleetMemberOptions, MemberState } from './member-state';
 
@@ -28,14 +28,14 @@ export class MembershipWrites {
   ): Promise<RegistryEntry> {
     for (let attempt = 1; ; attempt++) {
       const base = await this.options.store.read();
-      if (!base) throw new ClusterError('cluster_unavailable', 'the fleet has no registry record');
+      if (!base) throw new FleetError('cluster_unavailable', 'the fleet has no registry record');
       const members = await next(base.record);
       if (members === null) return base;
       const record: FleetRecord = { ...base.record, format: REGISTRY_RECORD_FORMAT, members };
       try {
         return { record, revision: await this.options.store.commit(record, base.revision) };
       } catch (error) {
-        if (!(error instanceof ClusterError && error.code === 'conflict') || attempt >= MEMBERSHIP_TRIES)
+        if (!(error instanceof FleetError && error.code === 'conflict') || attempt >= MEMBERSHIP_TRIES)
           throw error;
       }
     }

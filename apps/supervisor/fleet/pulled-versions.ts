@@ -6,7 +6,7 @@
 import { existsSync } from 'node:fs';
 import * as path from 'node:path';
 import type { Logger } from 'pino';
-import { ClusterError, type FleetTable, type ModelArtifacts } from './';
+import { FleetError, type FleetTable, type ModelArtifacts } from './';
 
 /**
  * Every version the table names is in `modelsDir` or pushed to the fleet (checked before a record is written;
@@ -68,7 +68,7 @@ export async function fetchPushed(
   try {
     return await artifacts.fetchInto(modelsDir, model, version);
   } catch (error) {
-    if (error instanceof ClusterError && error.code === 'artifact_missing') return undefined;
+    if (error instanceof FleetError && error.code === 'artifact_missing') return undefined;
     throw error;
   }
 }

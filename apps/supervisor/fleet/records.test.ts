@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { digestHex, modelObject } from './artifacts';
-import { ClusterError } from './errors';
+import { FleetError } from './errors';
 import { parseHostStepRequest } from './host-steps';
 import { type FleetRecord, fleetNames, type HostBeat, parseFleetRecord, parseHostBeat } from './records';
 
@@ -37,7 +37,7 @@ function code(fn: () => unknown): string {
   try {
     fn();
   } catch (err) {
-    return err instanceof ClusterError ? err.code : `untyped ${String(err)}`;
+    return err instanceof FleetError ? err.code : `untyped ${String(err)}`;
   }
   return 'no error';
 }

@@ -3,7 +3,7 @@
  * NATS goes through parse*: another build or a hand-edited key is a typed error, never a crash further on.
  */
 import { isRepositoryName, type ModelPlan } from '../../../libs/registry';
-import { ClusterError } from './errors';
+import { FleetError } from './errors';
 import type { FleetRecord, FleetTable, HostBeat, HostModelBeat } from './record-shapes';
 import { READ_FORMATS } from './record-shapes';
 
@@ -22,7 +22,7 @@ const HOST_ID_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
 
 export function requireFleetName(fleet: string): string {
   if (typeof fleet !== 'string' || !FLEET_PATTERN.test(fleet))
-    throw new ClusterError('invalid_options', `fleet must match ${FLEET_PATTERN.source} (got ${fleet})`);
+    throw new FleetError('invalid_options', `fleet must match ${FLEET_PATTERN.source} (got ${fleet})`);
   return fleet;
 }
 
@@ -32,7 +32,7 @@ export function isHostId(hostId: unknown): hostId is string {
 
 export function requireHostId(hostId: string): string {
   if (typeof hostId !== 'string' || !HOST_ID_PATTERN.test(hostId))
-    throw new ClusterError('invalid_options', `host id must match ${HOST_ID_PATTERN.source} (got ${hostId})`);
+    throw new FleetError('invalid_options', `host id must match ${HOST_ID_PATTERN.source} (got ${hostId})`);
   return hostId;
 }
 
@@ -68,7 +68,7 @@ export function fleetNames(fleet: string): FleetNames {
 type Json = Record<string, unknown>;
 
 function invalid(what: string, detail: string): never {
-  throw new ClusterError('invalid_record', `${what}: ${detail}`);
+  throw new FleetError('invalid_record', `${what}: ${detail}`);
 }
 
 function object(what: string, value: unknown): Json {
@@ -234,6 +234,6 @@ export function decodeJson(what: string, bytes: Uint8Array): unknown {
   try {
     return JSON.parse(decoder.decode(bytes));
   } catch (err) {
-    throw new ClusterError('invalid_record', `${what}: not JSON (${String(err)})`, { cause: err });
+    throw new FleetError('invalid_record', `${what}: not JSON (${String(err)})`, { cause: err });
   }
 }

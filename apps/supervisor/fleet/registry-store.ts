@@ -6,7 +6,7 @@
 import type { KV, KvEntry } from '@nats-io/kv';
 import { isWrongRevision } from '../../../libs/jetstream';
 import type { FleetConnection } from './connection';
-import { ClusterError } from './errors';
+import { FleetError } from './errors';
 import { openBucket } from './kv-bucket';
 import type { RegistryEntry } from './record-shapes';
 import { decodeJson, type FleetRecord, parseFleetRecord, REGISTRY_KEY } from './records';
@@ -136,7 +136,7 @@ export class RegistryStore {
           lastRevision = 0;
           behind = 0;
           onError(
-            new ClusterError(
+            new FleetError(
               'cluster_unavailable',
               `registry revision ${revision} is below the last one seen: the bucket was made anew; watching it again`,
             ),
@@ -150,7 +150,7 @@ export class RegistryStore {
           // Two checks apart and still not delivered: the watch is dead (its iterator ends, run() re-makes it).
           behind = 0;
           onError(
-            new ClusterError('cluster_unavailable', `registry watch stalled before revision ${revision}`),
+            new FleetError('cluster_unavailable', `registry watch stalled before revision ${revision}`),
           );
           current?.stop();
         }
@@ -176,9 +176,9 @@ export class RegistryStore {
     };
   }
 
-  private async conflict(message: string, cause: unknown): Promise<ClusterError> {
+  private async conflict(message: string, cause: unknown): Promise<FleetError> {
     const current = entryOf(await this.kv.get(REGISTRY_KEY));
-    return new ClusterError('conflict', message, { cause, ...(current ? { current } : {}) });
+    return new FleetError('conflict', message, { cause, ...(current ? { current } : {}) });
   }
 }
 
@@ -187,8 +187,8 @@ function entryOf(entry: KvEntry | null): RegistryEntry | undefined {
   try {
     return { record: parseFleetRecord(decodeJson('registry record', entry.value)), revision: entry.revision };
   } catch (err) {
-    if (!(err instanceof ClusterError)) throw err;
-    throw new ClusterError(err.code, `${err.message} (revision ${entry.revision})`, {
+    if (!(err instanceof FleetError)) throw err;
+    throw new FleetError(err.code, `${err.message} (revision ${entry.revision})`, {
       cause: err,
       revision: entry.revision,
     });

@@ -7,7 +7,7 @@
 import type { KV } from '@nats-io/kv';
 import { isWrongRevision, listKeys } from '../../../libs/jetstream';
 import type { FleetConnection } from './connection';
-import { ClusterError } from './errors';
+import { FleetError } from './errors';
 import { openBucket } from './kv-bucket';
 
 const PREFIX = 'rollout.';
@@ -61,7 +61,7 @@ export class RolloutRecords {
     });
   }
 
-  /** CAS write: `expected` 0 = the key must not exist. Moved → ClusterError `conflict`. Returns the revision. */
+  /** CAS write: `expected` 0 = the key must not exist. Moved → FleetError `conflict`. Returns the revision. */
   write(model: string, value: unknown, expected: number): Promise<number> {
     const key = RolloutRecords.key(model);
     const text = JSON.stringify(value);
@@ -70,7 +70,7 @@ export class RolloutRecords {
         return expected === 0 ? await this.kv.create(key, text) : await this.kv.update(key, text, expected);
       } catch (err) {
         if (!isWrongRevision(err)) throw err;
-        throw new ClusterError('conflict', `the rollout of "${model}" changed since revision ${expected}`);
+        throw new FleetError('conflict', `the rollout of "${model}" changed since revision ${expected}`);
       }
     });
   }

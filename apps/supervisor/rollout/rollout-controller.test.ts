@@ -8,13 +8,9 @@ import { DURATION_BUCKETS } from '../../../libs/metrics';
 import type { TablePlan } from '../../../libs/registry';
 import { type RolloutRecord, startRollout, validatePlan } from '../../../libs/rollout';
 import { counterSample } from './counter-sample';
+import { RolloutConflictError } from './errors';
 import { RolloutController, type RolloutHost, type RolloutRouting } from './rollout-controller';
-import {
-  FileRolloutStore,
-  RolloutConflictError,
-  type RolloutStore,
-  type StoredRollout,
-} from './rollout-store';
+import { FileRolloutStore, type RolloutStore, type StoredRollout } from './rollout-store';
 
 const logger = pino({ level: 'silent' });
 

@@ -41,10 +41,11 @@ import {
   type Transition,
   validatePlan,
 } from '../../../libs/rollout';
-import { ClusterError } from '../fleet';
+import { FleetError } from '../fleet';
 import { BOUNDS, counterSample } from './counter-sample';
+import { RolloutConflictError } from './errors';
 import { RolloutMetrics } from './rollout-metrics';
-import { RolloutConflictError, type RolloutStore, type StoredRollout } from './rollout-store';
+import type { RolloutStore, StoredRollout } from './rollout-store';
 
 /** A routing change the controller asks of the registry (one epoch). */
 export type RolloutRouting =
@@ -507,7 +508,7 @@ function asProtocolError(error: unknown): unknown {
   }
   if (error instanceof RolloutError)
     return new ProtocolError(error.code === 'invalid_state' ? 'conflict' : 'bad_request', error.message);
-  if (error instanceof ClusterError)
+  if (error instanceof FleetError)
     return new ProtocolError(error.code === 'conflict' ? 'conflict' : 'cluster_unavailable', error.message);
   return error;
 }

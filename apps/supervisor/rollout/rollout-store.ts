@@ -10,7 +10,8 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { writeDurably } from '../../../libs/registry';
 import { parseRecord, type RolloutRecord, serializeRecord } from '../../../libs/rollout';
-import { ClusterError, type RolloutRecords } from '../fleet';
+import { FleetError, type RolloutRecords } from '../fleet';
+import { RolloutConflictError } from './errors';
 
 export const ROLLOUT_FILE = 'rollouts.json';
 const FORMAT = 1;
@@ -27,14 +28,6 @@ export interface StoredRollout {
    */
   settled: boolean;
   revision: number;
-}
-
-/** The rollout moved since the revision the writer read (another host wrote it). */
-export class RolloutConflictError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'RolloutConflictError';
-  }
 }
 
 export interface RolloutStore {
@@ -189,7 +182,7 @@ export class FleetRolloutStore implements RolloutStore {
     try {
       return await this.records.write(record.model, storedValue(record, driver, beatAt, settled), expected);
     } catch (error) {
-      if (error instanceof ClusterError && error.code === 'conflict')
+      if (error instanceof FleetError && error.code === 'conflict')
         throw new RolloutConflictError(error.message);
       throw error;
     }
