@@ -45,7 +45,7 @@ export function loadPipelineConfig(
   return resolvePipelineConfig(fromFile, overrides);
 }
 
-export async function superviseStream(options: SuperviseOptions): Promise<number> {
+export async function supervisePipeline(options: SuperviseOptions): Promise<number> {
   const { logger } = options;
   let config = loadPipelineConfig(options.configFile, options.overrides);
   let child: ChildProcess | undefined;
