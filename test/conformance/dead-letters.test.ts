@@ -1,7 +1,7 @@
 /**
  * Dead letters, from outside: what a producer publishes on the input subjects that the pipeline does not
  * predict on reaches `delivery.dlq` with its reason, and never stops the events behind it. Only the public
- * contract: `streaminfer stream` as a user runs it (the shipped model), publishes on
+ * contract: `streaminfer pipeline` as a user runs it (the shipped model), publishes on
  * `delivery.events.<partition>.<delivery_id>`, reads `delivery.dlq` / `delivery.predictions.>` and /metrics.
  */
 import type { ChildProcess } from 'node:child_process';

@@ -1,6 +1,6 @@
 /**
  * The pipeline's settings, from outside: a model or version the repository does not hold stops
- * `streaminfer stream` with exit 2 and the reason, like every other bad setting (no restart loop), and a
+ * `streaminfer pipeline` with exit 2 and the reason, like every other bad setting (no restart loop), and a
  * reload to one answers 404 with the typed code. Only the public contract: the command, its exit status
  * and output, the admin API.
  */

@@ -1,5 +1,5 @@
 /**
- * The producer contract, judged from outside as another team would (docs/producers.md): `streaminfer stream`
+ * The producer contract, judged from outside as another team would (docs/producers.md): `streaminfer pipeline`
  * with the shipped model on the real broker (STREAMINFER_TEST_NATS), producers publishing on the public
  * subjects, the test reading `delivery.predictions.>`, `delivery.dlq` and `/metrics` only.
  *

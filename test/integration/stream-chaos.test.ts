@@ -1,5 +1,5 @@
 /**
- * `streaminfer stream` with checkpoints and two instances under kill -9. The same workload (20,000 events)
+ * `streaminfer pipeline` with checkpoints and two instances under kill -9. The same workload (20,000 events)
  * goes through two pipelines on their own streams: a reference run by one instance left alone, and a chaos
  * pipeline whose four partitions are shared by two instances (leases in NATS KV) while they are killed three
  * times as events flow: an instance's process (its supervisor restarts it, and it takes its leases back), the
@@ -80,7 +80,7 @@ async function health(run: StreamCli): Promise<{ instance: { owned: number[] } }
 
 const owned = async (run: StreamCli) => (await health(run))?.instance.owned.length ?? 0;
 
-describe('streaminfer stream with checkpoints and two instances, under kill -9', () => {
+describe('streaminfer pipeline with checkpoints and two instances, under kill -9', () => {
   it('three kills (a process, one inside a checkpoint, a whole instance): exactly the failure-free predictions, value for value', async () => {
     const reference = uniqueNames('chr');
     const chaos = uniqueNames('chx');

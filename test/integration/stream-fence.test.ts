@@ -1,5 +1,5 @@
 /**
- * The lease fence is per acquisition, not per partition. Two `streaminfer stream` instances (processes, on the
+ * The lease fence is per acquisition, not per partition. Two `streaminfer pipeline` instances (processes, on the
  * shared test broker, checkpoints on) share 4 partitions. Instance A's predictions are held in flight at its
  * inference server (a stand-in that can hold answers), A is SIGSTOPped past its lease TTL, B takes its
  * partitions and replays them, then A wakes (SIGCONT): B gives partitions back on rebalance and A's lease

@@ -118,7 +118,7 @@ export async function waitFor(
   }
 }
 
-/** `streaminfer stream` as a child process, and what its supervisor said. */
+/** `streaminfer pipeline` as a child process, and what its supervisor said. */
 export interface StreamCli {
   child: ChildProcess;
   output: () => string;
@@ -130,7 +130,7 @@ export interface StreamCli {
 }
 
 export function startStreamCli(args: string[], env: Record<string, string> = {}): StreamCli {
-  const child = runCli(['stream', ...args], env);
+  const child = runCli(['pipeline', ...args], env);
   let output = '';
   child.stdout!.on('data', (c: Buffer) => (output += c.toString()));
   child.stderr!.on('data', (c: Buffer) => (output += c.toString()));

@@ -2,7 +2,7 @@
  * The delivery pipeline against the real broker (the shared test broker, broker-kit): the issue's
  * correctness cases end to end — producer publishes with Msg-Id, the pipeline consumes, decides, predicts
  * and publishes; the test reads the output streams back. The model is replaced by a deterministic function
- * of the feature row (the backends have their own tests, and `streaminfer stream` runs the real model in
+ * of the feature row (the backends have their own tests, and `streaminfer pipeline` runs the real model in
  * stream-process.test.ts): these tests are about the stream semantics.
  */
 

@@ -1,5 +1,5 @@
 /**
- * `streaminfer stream` as a user runs it: the supervised pipeline process on the real broker with the
+ * `streaminfer pipeline` as a user runs it: the supervised pipeline process on the real broker with the
  * shipped delay-risk model (embedded), its probes, metrics and admin API, `streaminfer reload` through the
  * epoch barrier, a kill -9 of the pipeline process (the supervisor restarts it on the pinned version), SIGTERM;
  * and the external mode against a real server, which must predict exactly what the embedded mode does.
@@ -99,7 +99,7 @@ async function startWithTwoVersions(names: StreamNames) {
   return { file, stream, admin, pid };
 }
 
-describe('streaminfer stream (embedded, the shipped model)', () => {
+describe('streaminfer pipeline (embedded, the shipped model)', () => {
   it('predicts, serves probes and metrics, reloads through the epoch barrier, survives kill -9, drains on SIGTERM', async () => {
     const names = uniqueNames('sp');
     const { stream, admin, pid } = await startWithTwoVersions(names);
@@ -298,13 +298,13 @@ describe('streaminfer stream (embedded, the shipped model)', () => {
   it('a bad config is refused before anything starts, with the setting named', async () => {
     const names = uniqueNames('spb');
     const file = configFile(names, { consumer: { maxAckPending: 10, batchSize: 64 } });
-    const { code, out } = await runCliToExit(['stream', '--config', file]);
+    const { code, out } = await runCliToExit(['pipeline', '--config', file]);
     expect(code).toBe(2);
     expect(out).toContain('consumer.batchSize');
   });
 });
 
-describe('streaminfer stream --mode external', () => {
+describe('streaminfer pipeline --mode external', () => {
   it('predicts through a serving cluster over WebSocket exactly what the embedded mode predicts', async () => {
     server = await startServer({ models: ['delay-risk'], env: { STREAMINFER_MODEL_NAME: 'delay-risk' } });
     const embeddedNames = uniqueNames('spee');
