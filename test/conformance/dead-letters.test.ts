@@ -17,12 +17,12 @@ import {
   pickupThenGps,
   readStream,
   type StreamNames,
-  startStreamCli,
+  startPipelineCli,
   stopChild,
   uniqueNames,
   waitFor,
-  writeStreamConfig,
-} from '../integration/stream-kit';
+  writePipelineConfig,
+} from '../integration/pipeline-kit';
 
 const PARTITIONS = 4;
 
@@ -52,7 +52,7 @@ afterAll(async () => {
  */
 async function startPipeline(names: StreamNames, over: Record<string, unknown> = {}) {
   created.push(names);
-  const file = writeStreamConfig(
+  const file = writePipelineConfig(
     names,
     { maxAckPending: 30, ackWaitMs: 5_000, batchSize: 10 },
     {
@@ -63,7 +63,7 @@ async function startPipeline(names: StreamNames, over: Record<string, unknown> =
       ...over,
     },
   );
-  const stream = startStreamCli(['--config', file]);
+  const stream = startPipelineCli(['--config', file]);
   children.push(stream.child);
   const { admin } = await stream.ready();
   return { stream, admin };

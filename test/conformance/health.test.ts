@@ -24,14 +24,14 @@ import {
   deleteStreams,
   eventSubjectFor,
   NATS_URL,
+  type PipelineCli,
   readStream,
-  type StreamCli,
   type StreamNames,
-  startStreamCli,
+  startPipelineCli,
   uniqueNames,
   waitFor,
-  writeStreamConfig,
-} from '../integration/stream-kit';
+  writePipelineConfig,
+} from '../integration/pipeline-kit';
 import { brokerBinaryLike, ownBroker } from './own-broker';
 
 const PARTITIONS = 2;
@@ -50,19 +50,19 @@ afterAll(async () => {
   await nats.close();
 });
 
-function start(file: string, args: string[] = []): StreamCli {
-  const cli = startStreamCli(['--config', file, ...args]);
+function start(file: string, args: string[] = []): PipelineCli {
+  const cli = startPipelineCli(['--config', file, ...args]);
   children.push(cli.child);
   return cli;
 }
 
-async function stop(cli: StreamCli): Promise<void> {
+async function stop(cli: PipelineCli): Promise<void> {
   cli.child.kill('SIGTERM');
   await cli.exited;
 }
 
 function config(names: StreamNames, over: Record<string, unknown> = {}): string {
-  return writeStreamConfig(
+  return writePipelineConfig(
     names,
     { maxAckPending: 2048, ackWaitMs: 30_000, batchSize: 512 },
     {

@@ -17,16 +17,16 @@ import {
   deleteStreams,
   eventSubjectFor,
   NATS_URL,
+  type PipelineCli,
   partitionsDrained,
   pickupThenGps,
   readStream,
-  type StreamCli,
   type StreamNames,
-  startStreamCli,
+  startPipelineCli,
   uniqueNames,
   waitFor,
-  writeStreamConfig,
-} from './stream-kit';
+  writePipelineConfig,
+} from './pipeline-kit';
 
 let nats: NatsHandle;
 const created: StreamNames[] = [];
@@ -34,7 +34,7 @@ const children: ChildProcess[] = [];
 let server: ServerHandle | undefined;
 
 beforeAll(async () => {
-  nats = await connectNats({ servers: NATS_URL, name: 'stream-process-test' });
+  nats = await connectNats({ servers: NATS_URL, name: 'pipeline-process-test' });
 });
 
 afterAll(async () => {
@@ -44,14 +44,14 @@ afterAll(async () => {
   await nats.close();
 });
 
-function startStream(args: string[]): StreamCli {
-  const stream = startStreamCli(args);
+function startPipeline(args: string[]): PipelineCli {
+  const stream = startPipelineCli(args);
   children.push(stream.child);
   return stream;
 }
 
 function configFile(names: StreamNames, over: Record<string, unknown> = {}): string {
-  return writeStreamConfig(
+  return writePipelineConfig(
     names,
     { maxAckPending: 512, ackWaitMs: 5_000, batchSize: 64 },
     {
@@ -94,7 +94,7 @@ async function startWithTwoVersions(names: StreamNames) {
   const models = modelsSubset([], ['delay-risk']);
   cpSync(path.join(MODELS_DIR, 'delay-risk', '1'), path.join(models, 'delay-risk', '2'), { recursive: true });
   const file = configFile(names, { inference: { mode: 'embedded', modelsDir: models } });
-  const stream = startStream(['--config', file]);
+  const stream = startPipeline(['--config', file]);
   const { admin, pid } = await stream.ready();
   return { file, stream, admin, pid };
 }
@@ -310,8 +310,8 @@ describe('streaminfer pipeline --mode external', () => {
     const embeddedNames = uniqueNames('spee');
     const externalNames = uniqueNames('spex');
     created.push(embeddedNames, externalNames);
-    const embedded = startStream(['--config', configFile(embeddedNames)]);
-    const external = startStream([
+    const embedded = startPipeline(['--config', configFile(embeddedNames)]);
+    const external = startPipeline([
       '--config',
       configFile(externalNames, { inference: { mode: 'external', url: server.wsUrl } }),
     ]);
