@@ -305,7 +305,7 @@ describe('streaminfer pipeline (embedded, the shipped model)', () => {
 });
 
 describe('streaminfer pipeline --mode external', () => {
-  it('predicts through a serving cluster over WebSocket exactly what the embedded mode predicts', async () => {
+  it('predicts through a server over WebSocket exactly what the embedded mode predicts', async () => {
     server = await startServer({ models: ['delay-risk'], env: { STREAMINFER_MODEL_NAME: 'delay-risk' } });
     const embeddedNames = uniqueNames('spee');
     const externalNames = uniqueNames('spex');
