@@ -66,7 +66,7 @@ export function pipelineOverrides(
   return o;
 }
 
-/** What `streaminfer stream` prints before it runs: the command's name before 0.2 (docs/decisions/0008). */
+/** What `streaminfer stream` prints before it runs: the command's name in 0.1 (docs/decisions/0008). */
 export const STREAM_DEPRECATED = '`streaminfer stream` is deprecated; use `streaminfer pipeline`';
 
 export type PipelineAction = (flags: PipelineFlags) => Promise<void>;
