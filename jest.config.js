@@ -1,7 +1,7 @@
 /**
  * Tests are written in TypeScript and compiled by `npm run build`; jest runs the compiled output. The global
  * setup gives the run its shared NATS broker, the current nats-server release (test/broker-setup.ts);
- * jest.nats-2.9.config.js runs the stream and fleet suites again against Debian's 2.9.
+ * jest.nats-2.9.config.js runs the pipeline and fleet suites again against Debian's 2.9.
  */
 module.exports = {
   testEnvironment: '<rootDir>/test/node-realm-environment.js',

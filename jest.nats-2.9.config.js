@@ -1,6 +1,6 @@
 /**
  * The NATS 2.9 compatibility run (`npm test` runs it after the main run): the suites that use the shared broker
- * for the stream pipeline and the fleet store, and fleet.test.ts (its own nats-server, STREAMINFER_TEST_NATS_SERVER),
+ * for the pipeline and the fleet store, and fleet.test.ts (its own nats-server, STREAMINFER_TEST_NATS_SERVER),
  * again, against Debian's nats-server 2.9 (test/broker-setup-2.9.ts). Chosen by duration to add about 90 s on
  * 2 cores; README "Supported NATS versions" says which suites are left out and why. The whole conformance suite
  * (test/conformance) runs here too: where 2.9 lacks a feature (subject transforms: the broker cannot place
@@ -9,13 +9,13 @@
 const base = require('./jest.config');
 
 const SUITES = [
-  'stream-io',
-  'stream-ackwait',
-  'stream-checkpoints',
-  'stream-leases',
-  'stream-lease-thread',
-  'stream-pipeline',
-  'stream-process',
+  'pipeline-io',
+  'pipeline-ackwait',
+  'pipeline-checkpoints',
+  'pipeline-leases',
+  'pipeline-lease-thread',
+  'pipeline',
+  'pipeline-process',
   'fleet',
   'fleet-membership',
   'fleet-record',

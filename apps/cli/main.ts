@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-/** `streaminfer` command line: serve, status, reload, models, fleet, bench, simulate, stream (one file each in commands/). */
+/** `streaminfer` command line: serve, status, reload, models, fleet, bench, simulate, pipeline (one file each in commands/). */
 import { Command } from 'commander';
 import { commandKit, fail } from './command-kit';
 import { registerBench } from './commands/bench-model';
@@ -7,12 +7,12 @@ import { registerFleet } from './commands/fleet';
 import { registerModels } from './commands/models';
 import { registerModelsKeygen } from './commands/models-keygen';
 import { registerModelsPush } from './commands/models-push';
+import { registerPipeline } from './commands/pipeline';
 import { registerReload } from './commands/reload';
 import { registerRollout } from './commands/rollout';
 import { registerServe } from './commands/serve';
 import { registerSimulate } from './commands/simulate';
 import { registerStatus } from './commands/status';
-import { registerStream } from './commands/stream';
 
 const program = new Command();
 program
@@ -30,6 +30,6 @@ registerRollout(models, commandKit);
 registerFleet(program, commandKit);
 registerBench(program, fail);
 registerSimulate(program, fail);
-registerStream(program, fail);
+registerPipeline(program, fail);
 
 program.parseAsync(process.argv).catch((error: Error) => fail(error.message));

@@ -1,5 +1,5 @@
 /**
- * The pipeline config file (`streaminfer stream --config pipeline.json`; the shipped one is
+ * The pipeline config file (`streaminfer pipeline --config pipeline.json`; the shipped one is
  * deploy/pipeline.json). Every field has a default; the file overrides them and flags override the file.
  * Unknown keys and bad values are refused up front with the path of the culprit, before any I/O.
  */

@@ -4,7 +4,7 @@
  * once and for ever (a hot loop of ~150 error lines a second was seen), so the lease is kept, the partition
  * is reported `failed` (/health 503, streaminfer_stream_partition_failed), and its start is tried again
  * with a backoff doubling from 1 s up to 60 s — one log line per attempt — until an operator recovers it
- * (POST /api/partitions/<k>/recover, `streaminfer stream recover`).
+ * (POST /api/partitions/<k>/recover, `streaminfer pipeline recover`).
  */
 import type { Logger } from 'pino';
 import type { PartitionMetrics } from './metrics';
@@ -70,7 +70,7 @@ export class FailedPartitions {
     this.metrics.failed.set({ partition: String(partition) }, 1);
     this.logger.error(
       { partition, attempts, retryInMs: delay, err: reason },
-      'partition failed: its checkpoint does not read (lease kept; recover it: streaminfer stream recover)',
+      'partition failed: its checkpoint does not read (lease kept; recover it: streaminfer pipeline recover)',
     );
   }
 

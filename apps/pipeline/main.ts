@@ -1,5 +1,5 @@
 /**
- * The pipeline process (forked by `streaminfer stream`, apps/pipeline/supervise.ts): the admin endpoint first
+ * The pipeline process (forked by `streaminfer pipeline`, apps/pipeline/supervise.ts): the admin endpoint first
  * (so /health answers "starting"), then the inference backend and the pipeline. It drains on SIGTERM, on a
  * 'shutdown' message and on the loss of its supervisor; a reload arrives as a 'reload' message (SIGHUP on
  * the supervisor) or on the admin API.
@@ -91,7 +91,7 @@ async function main(): Promise<void> {
     metrics,
     logger,
     onEpoch: (pin, epoch) => send({ type: 'epoch', model: pin.model, version: pin.version, epoch }),
-    // `streaminfer stream --version`: the supervisor says so for the first start only.
+    // `streaminfer pipeline --version`: the supervisor says so for the first start only.
     pinFromOperator: process.env.STREAMINFER_PIPELINE_PIN_FROM_OPERATOR === '1',
     // Exit non-zero: the supervisor restarts the process (with its crash backoff) and its leases come back.
     onFatal: (err) => {
@@ -116,7 +116,7 @@ function refusedSetting(err: unknown): boolean {
 main().catch((err: unknown) => {
   const message = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
   // pino may not exist yet (bad config): stderr is the one place that always works.
-  process.stderr.write(`streaminfer stream: ${message}\n`);
+  process.stderr.write(`streaminfer pipeline: ${message}\n`);
   send({ type: 'failed', error: message });
   const code = refusedSetting(err) ? EXIT_SETTING_REFUSED : 1;
   process.exitCode = code;

@@ -37,7 +37,7 @@ export interface PipelineDeps {
   /** Called whenever an epoch starts (at start, at each committed reload, when following another's). */
   onEpoch?: (pin: ModelPin, epoch: number) => void;
   /**
-   * The config's model pin was given by the operator on the command line (`streaminfer stream --version`):
+   * The config's model pin was given by the operator on the command line (`streaminfer pipeline --version`):
    * it wins over the epoch log at start, recorded as a transition. Otherwise the log wins.
    */
   pinFromOperator?: boolean;

@@ -1,5 +1,5 @@
 /**
- * `streaminfer stream`: supervises one pipeline process as the server's supervisor does its nodes — forks
+ * `streaminfer pipeline`: supervises one pipeline process as the server's supervisor does its nodes — forks
  * it, restarts it after a crash with the same backoff (by crash streak, reset by a stable run), re-reads the
  * config on SIGHUP (a model or version change goes through the pipeline's epoch barrier; anything else
  * needs a restart, and says so), and drains it on SIGTERM / SIGINT.
@@ -45,7 +45,7 @@ export function loadPipelineConfig(
   return resolvePipelineConfig(fromFile, overrides);
 }
 
-export async function superviseStream(options: SuperviseOptions): Promise<number> {
+export async function supervisePipeline(options: SuperviseOptions): Promise<number> {
   const { logger } = options;
   let config = loadPipelineConfig(options.configFile, options.overrides);
   let child: ChildProcess | undefined;
@@ -132,7 +132,7 @@ export async function superviseStream(options: SuperviseOptions): Promise<number
     const { model: _pinned, ...restBefore } = config;
     const { model: after, ...restAfter } = next;
     if (JSON.stringify(restBefore) !== JSON.stringify(restAfter))
-      logger.warn('SIGHUP: settings other than model need a restart of `streaminfer stream` to apply');
+      logger.warn('SIGHUP: settings other than model need a restart of `streaminfer pipeline` to apply');
     // A change of the file's model, not a difference from the pin: a reload by API (the pin now) must not
     // be undone by a SIGHUP that only re-reads certificates.
     const before = fileModel;

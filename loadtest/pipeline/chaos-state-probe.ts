@@ -1,5 +1,5 @@
 /**
- * What a checkpoint of `streaminfer stream` has to write, without a broker: the delivery decider fed the
+ * What a checkpoint of `streaminfer pipeline` has to write, without a broker: the delivery decider fed the
  * bench's workload (the stream-chaos scenario's shape: ⌈rate × 4⌉ deliveries, GPS ~4 s) in event-time order,
  * its snapshot serialised every `every` events — size, serialisation time (the pipeline does it at its
  * barrier, on its event loop), and the parts. Run after a build:

@@ -1,5 +1,5 @@
 /**
- * `streaminfer stream` instances for the partitioned stream scenarios: start one (its supervisor and what its
+ * `streaminfer pipeline` instances for the partitioned stream scenarios: start one (its supervisor and what its
  * stdout says — every (re)start's pid and admin port, restores, catch-ups, completed checkpoints), read its
  * /health and /metrics, read the broker's view of every partition's durable, and clean a run up (its
  * streams, checkpoint and lease buckets).
@@ -34,7 +34,7 @@ export interface StreamInstance {
 
 const num = (v: unknown): number => Number(v);
 
-/** Start `streaminfer stream --config <file>` as instance `id` and wait for its first "pipeline ready". */
+/** Start `streaminfer pipeline --config <file>` as instance `id` and wait for its first "pipeline ready". */
 export async function startInstance(
   repoRoot: string,
   label: string,

@@ -41,7 +41,7 @@ export interface Pipe {
   names: RunNames;
   nats: NatsHandle;
   samples: LagSample[];
-  /** other process trees whose CPU counts as the pipeline's (the serving cluster of external mode) */
+  /** other process trees whose CPU counts as the pipeline's (the server of external mode) */
   extraPids?: number[];
   /** the null pipeline (null-pipeline.ts): its output is the events republished, read back as first predictions */
   reference?: boolean;
@@ -75,7 +75,7 @@ export interface RunMeasure {
   drainTailMs: number | undefined;
   /**
    * % of one core over the simulator's run: the pipeline's process tree (supervisor, pipeline, workers),
-   * the serving cluster in external mode, the simulator and nats-server.
+   * the server in external mode, the simulator and nats-server.
    */
   cpu: { pipelinePct?: number; serverPct?: number; simulatorPct?: number; brokerPct?: number };
   readBack: { total: number; first: number; revisions: number };

@@ -1,5 +1,5 @@
 /**
- * The processes of the `stream` scenario: the supervised pipeline (`streaminfer stream --config F`),
+ * The processes of the `stream` scenario: the supervised pipeline (`streaminfer pipeline --config F`),
  * the simulator (`streaminfer simulate ... --json`), the broker's CPU, and the pipeline's admin API.
  * Every child runs in its own process group and is killed on the bench's exit, whatever happens.
  */
@@ -68,7 +68,7 @@ export interface PipelineHandle {
   stop(graceMs?: number): Promise<{ code: number | null; signal: NodeJS.Signals | null; killed: boolean }>;
 }
 
-/** Start `streaminfer stream --config <file>` and wait for the supervisor's "pipeline ready" line. */
+/** Start `streaminfer pipeline --config <file>` and wait for the supervisor's "pipeline ready" line. */
 export function startPipeline(
   repoRoot: string,
   label: string,
@@ -77,7 +77,7 @@ export function startPipeline(
   /** every stdout line of the supervisor and its pipeline processes (restarts, restores: the chaos bench) */
   onLine?: (line: string) => void,
 ): Promise<PipelineHandle> {
-  const args = ['stream', '--config', configFile];
+  const args = ['pipeline', '--config', configFile];
   return awaitReady(
     label,
     spawnCli(repoRoot, args),

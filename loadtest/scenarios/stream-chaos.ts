@@ -1,5 +1,5 @@
 /**
- * stream-chaos: `streaminfer stream` with checkpoints and key partitions under kill -9. One live simulation is
+ * stream-chaos: `streaminfer pipeline` with checkpoints and key partitions under kill -9. One live simulation is
  * published to two pipelines' own event streams (same records, same order, same partition of each key): a
  * reference — one instance working all partitions, left alone — and a victim whose partitions are shared by
  * two instances (leases in NATS KV). Every killEveryS, alternating between the two victim instances, one is
@@ -62,7 +62,7 @@ async function cleanupChaos(res: ChaosResources, notes: string[]): Promise<void>
 export const streamChaos: Scenario = {
   name: 'stream-chaos',
   description:
-    '`streaminfer stream` with checkpoints and key partitions under kill -9: one live simulation published to a ' +
+    '`streaminfer pipeline` with checkpoints and key partitions under kill -9: one live simulation published to a ' +
     `reference (one instance, ${PARTITIONS} partitions) and a victim (two instances sharing ${PARTITIONS} partitions ` +
     'through KV leases); a victim instance’s process is SIGKILLed at a fixed period, alternating, and once the ' +
     'whole instance (a fresh one joins after the survivor took its partitions). Per kill and partition: time ' +

@@ -1,5 +1,5 @@
 /**
- * stream-scale: how `streaminfer stream` scales out over key partitions on this host. One instance's capacity
+ * stream-scale: how `streaminfer pipeline` scales out over key partitions on this host. One instance's capacity
  * C at the freshness SLO (slo.freshnessP95Ms: the highest offered rate whose freshness p95 stays within it and
  * whose lag stays bounded, stepping the rate up), the planning table for a target rate at a utilisation
  * (instances = ceil(target / (u·C))), then 1, 2 and 3 instances sharing the same partitions at the same
@@ -508,7 +508,7 @@ function scaleRuns(steps: readonly Step[], command: string[]): RunRecord[] {
 export const streamScale: Scenario = {
   name: 'stream-scale',
   description:
-    '`streaminfer stream` scale-out over key partitions: one instance’s capacity at the freshness SLO (stepped ' +
+    '`streaminfer pipeline` scale-out over key partitions: one instance’s capacity at the freshness SLO (stepped ' +
     'rate), the planning table for 3,000 ev/s at 75 % utilisation, and 1, 2 and 3 instances sharing the same ' +
     'partitions at the same offered rates — throughput, freshness p95 and CPU per process (instances, broker, ' +
     'producer) on this host’s shared cores.',

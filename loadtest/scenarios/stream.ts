@@ -1,5 +1,5 @@
 /**
- * stream: the event-stream pipeline (`streaminfer stream`) on NATS JetStream, with the simulator, the
+ * stream: the event-stream pipeline (`streaminfer pipeline`) on NATS JetStream, with the simulator, the
  * broker and the pipeline all on this host. Three questions:
  *   1. sustained rate — step the simulator's rate up against one running pipeline and find the highest
  *      rate with freshness p95 < 500 ms, zero loss and a lag that does not grow; figures at 50/80/100 %;
@@ -35,7 +35,7 @@ import {
 export const stream: Scenario = {
   name: 'stream',
   description:
-    'Event-stream pipeline (`streaminfer stream`, shipped deploy/pipeline.json, embedded delay-risk, 1 worker) ' +
+    'Event-stream pipeline (`streaminfer pipeline`, shipped deploy/pipeline.json, embedded delay-risk, 1 worker) ' +
     'on NATS JetStream with `streaminfer simulate` (reference workload, GPS every ~4 s) and the broker on the ' +
     'same host: sustained rate (freshness p95 < 500 ms, zero loss, lag not growing), backlog drain after a ' +
     'pause, embedded vs external inference. Freshness = the first prediction’s broker-stored time − its event_time.',

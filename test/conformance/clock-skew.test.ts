@@ -15,11 +15,11 @@ import {
   NATS_URL,
   readStream,
   type StreamNames,
-  startStreamCli,
+  startPipelineCli,
   uniqueNames,
   waitFor,
-  writeStreamConfig,
-} from '../integration/stream-kit';
+  writePipelineConfig,
+} from '../integration/pipeline-kit';
 
 jest.setTimeout(90_000);
 
@@ -47,12 +47,12 @@ async function metric(admin: number, name: string): Promise<number | undefined> 
 }
 
 test('events from the far future or past are dead-lettered with the reason; the watermark stays behind the clock', async () => {
-  const file = writeStreamConfig(
+  const file = writePipelineConfig(
     names,
     { batchSize: 64 },
     { partitions: 1, checkpoint: { enabled: true, intervalMs: 1000, bucket: `${names.tag}_ckpt` } },
   );
-  const stream = startStreamCli(['--config', file]);
+  const stream = startPipelineCli(['--config', file]);
   children.push(stream.child);
   const { admin } = await stream.ready();
 

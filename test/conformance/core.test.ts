@@ -32,15 +32,15 @@ import {
   deleteStreams,
   eventSubjectFor,
   NATS_URL,
+  type PipelineCli,
   partitionsDrained,
   readStream,
-  type StreamCli,
   type StreamNames,
-  startStreamCli,
+  startPipelineCli,
   uniqueNames,
   waitFor,
-  writeStreamConfig,
-} from '../integration/stream-kit';
+  writePipelineConfig,
+} from '../integration/pipeline-kit';
 
 jest.setTimeout(90_000);
 
@@ -55,9 +55,9 @@ let models: string;
 const created: StreamNames[] = [];
 const children: ChildProcess[] = [];
 /** The shared pipeline: cases 1–3, and the failure-free reference of case 4. */
-let ref: { names: StreamNames; cli: StreamCli; admin: number };
+let ref: { names: StreamNames; cli: PipelineCli; admin: number };
 /** The pipeline of case 4, killed mid-stream; started with the shared one. */
-let chaos: { names: StreamNames; cli: StreamCli };
+let chaos: { names: StreamNames; cli: PipelineCli };
 /** Every distinct event id published to each pipeline's input, for the closing account. */
 const published = new Map<string, Set<string>>();
 
@@ -67,10 +67,10 @@ interface Ev {
   payload: string;
 }
 
-function startPipeline(names: StreamNames): StreamCli {
+function startPipeline(names: StreamNames): PipelineCli {
   created.push(names);
   published.set(names.tag, new Set());
-  const file = writeStreamConfig(
+  const file = writePipelineConfig(
     names,
     { maxAckPending: 512, ackWaitMs: 5_000, batchSize: 64 },
     {
@@ -81,7 +81,7 @@ function startPipeline(names: StreamNames): StreamCli {
       checkpoint: { enabled: true, intervalMs: 1_000, bucket: `${names.tag}_ckpt` },
     },
   );
-  const cli = startStreamCli(['--config', file]);
+  const cli = startPipelineCli(['--config', file]);
   children.push(cli.child);
   return cli;
 }
@@ -186,7 +186,7 @@ async function sideIds(names: StreamNames): Promise<{ late: string[]; dlq: numbe
 }
 
 /** Acks wait for a checkpoint after every effect's PubAck: nothing pending or unacked means all is out. */
-async function drained(names: StreamNames, cli: StreamCli): Promise<void> {
+async function drained(names: StreamNames, cli: PipelineCli): Promise<void> {
   await waitFor(
     'every partition consumed and acked',
     () => partitionsDrained(nats, names, PARTITIONS),

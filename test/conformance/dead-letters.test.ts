@@ -1,7 +1,7 @@
 /**
  * Dead letters, from outside: what a producer publishes on the input subjects that the pipeline does not
  * predict on reaches `delivery.dlq` with its reason, and never stops the events behind it. Only the public
- * contract: `streaminfer stream` as a user runs it (the shipped model), publishes on
+ * contract: `streaminfer pipeline` as a user runs it (the shipped model), publishes on
  * `delivery.events.<partition>.<delivery_id>`, reads `delivery.dlq` / `delivery.predictions.>` and /metrics.
  */
 import type { ChildProcess } from 'node:child_process';
@@ -17,12 +17,12 @@ import {
   pickupThenGps,
   readStream,
   type StreamNames,
-  startStreamCli,
+  startPipelineCli,
   stopChild,
   uniqueNames,
   waitFor,
-  writeStreamConfig,
-} from '../integration/stream-kit';
+  writePipelineConfig,
+} from '../integration/pipeline-kit';
 
 const PARTITIONS = 4;
 
@@ -52,7 +52,7 @@ afterAll(async () => {
  */
 async function startPipeline(names: StreamNames, over: Record<string, unknown> = {}) {
   created.push(names);
-  const file = writeStreamConfig(
+  const file = writePipelineConfig(
     names,
     { maxAckPending: 30, ackWaitMs: 5_000, batchSize: 10 },
     {
@@ -63,7 +63,7 @@ async function startPipeline(names: StreamNames, over: Record<string, unknown> =
       ...over,
     },
   );
-  const stream = startStreamCli(['--config', file]);
+  const stream = startPipelineCli(['--config', file]);
   children.push(stream.child);
   const { admin } = await stream.ready();
   return { stream, admin };

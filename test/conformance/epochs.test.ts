@@ -14,14 +14,14 @@ import {
   deleteStreams,
   eventSubjectFor,
   NATS_URL,
+  type PipelineCli,
   readStream,
-  type StreamCli,
   type StreamNames,
-  startStreamCli,
+  startPipelineCli,
   uniqueNames,
   waitFor,
-  writeStreamConfig,
-} from '../integration/stream-kit';
+  writePipelineConfig,
+} from '../integration/pipeline-kit';
 
 let nats: NatsHandle;
 const created: StreamNames[] = [];
@@ -52,13 +52,13 @@ async function epochLog(names: StreamNames) {
   );
 }
 
-function start(file: string, args: string[] = []): StreamCli {
-  const cli = startStreamCli(['--config', file, ...args]);
+function start(file: string, args: string[] = []): PipelineCli {
+  const cli = startPipelineCli(['--config', file, ...args]);
   children.push(cli.child);
   return cli;
 }
 
-async function stop(cli: StreamCli): Promise<void> {
+async function stop(cli: PipelineCli): Promise<void> {
   cli.child.kill('SIGTERM');
   expect(await cli.exited).toBe(0);
 }
@@ -69,7 +69,7 @@ it('a plain restart continues the reloaded epoch; --version is a recorded transi
   const models = modelsSubset([], ['delay-risk']);
   cpSync(path.join(MODELS_DIR, 'delay-risk', '1'), path.join(models, 'delay-risk', '2'), { recursive: true });
   // The config pins version 1 throughout, as a deploy that never changes it.
-  const file = writeStreamConfig(
+  const file = writePipelineConfig(
     names,
     { maxAckPending: 512, ackWaitMs: 5_000, batchSize: 64 },
     {

@@ -1,6 +1,6 @@
 /**
  * Conformance: the pipeline's `/health` tells the truth, judged from outside — the
- * `streaminfer stream` process, its admin listener (/health, /metrics, the recover route and CLI) and the
+ * `streaminfer pipeline` process, its admin listener (/health, /metrics, the recover route and CLI) and the
  * broker's streams.
  *
  * - A stalled pipeline is stale while it is stalled: paused with 748 events waiting against a lag SLO of
@@ -8,7 +8,7 @@
  *   — the oldest unprocessed event ages while nothing is published — and clears soon after it caught up.
  * - NATS down: /health is 503 and says why; back to 200 once the broker is back, predicting again.
  * - A corrupt checkpoint pointer: the partition is `failed` (503, a metric), retried with a backoff (a
- *   handful of log lines, not a hot loop), and `streaminfer stream recover` brings it back from the
+ *   handful of log lines, not a hot loop), and `streaminfer pipeline recover` brings it back from the
  *   previous checkpoint or from the ack floor, every event predicted once.
  *
  * The dev broker is STREAMINFER_TEST_NATS (default 127.0.0.1:4222); the broker-down case runs a nats-server
@@ -24,14 +24,14 @@ import {
   deleteStreams,
   eventSubjectFor,
   NATS_URL,
+  type PipelineCli,
   readStream,
-  type StreamCli,
   type StreamNames,
-  startStreamCli,
+  startPipelineCli,
   uniqueNames,
   waitFor,
-  writeStreamConfig,
-} from '../integration/stream-kit';
+  writePipelineConfig,
+} from '../integration/pipeline-kit';
 import { brokerBinaryLike, ownBroker } from './own-broker';
 
 const PARTITIONS = 2;
@@ -50,19 +50,19 @@ afterAll(async () => {
   await nats.close();
 });
 
-function start(file: string, args: string[] = []): StreamCli {
-  const cli = startStreamCli(['--config', file, ...args]);
+function start(file: string, args: string[] = []): PipelineCli {
+  const cli = startPipelineCli(['--config', file, ...args]);
   children.push(cli.child);
   return cli;
 }
 
-async function stop(cli: StreamCli): Promise<void> {
+async function stop(cli: PipelineCli): Promise<void> {
   cli.child.kill('SIGTERM');
   await cli.exited;
 }
 
 function config(names: StreamNames, over: Record<string, unknown> = {}): string {
-  return writeStreamConfig(
+  return writePipelineConfig(
     names,
     { maxAckPending: 2048, ackWaitMs: 30_000, batchSize: 512 },
     {
@@ -351,7 +351,7 @@ describe('conformance: /health', () => {
     // Recover from the previous checkpoint: what came after it is replayed, nothing published twice.
     await publish(nats, names, delivery(d0, 5, 10));
     const recovered = await runCliToExit([
-      'stream',
+      'pipeline',
       'recover',
       '--partition',
       '0',
@@ -369,7 +369,7 @@ describe('conformance: /health', () => {
     await waitFor('d0 and d1 predicted', async () => (await predictions(nats, names)).length >= 20, 30_000);
     // A running partition is not recovered.
     const again = await runCliToExit([
-      'stream',
+      'pipeline',
       'recover',
       '--partition',
       '0',
@@ -392,7 +392,7 @@ describe('conformance: /health', () => {
       20_000,
     );
     const floor = await runCliToExit([
-      'stream',
+      'pipeline',
       'recover',
       '--partition',
       '0',

@@ -15,11 +15,11 @@ import {
   NATS_URL,
   readStream,
   type StreamNames,
-  startStreamCli,
+  startPipelineCli,
   uniqueNames,
   waitFor,
-  writeStreamConfig,
-} from '../integration/stream-kit';
+  writePipelineConfig,
+} from '../integration/pipeline-kit';
 
 jest.setTimeout(90_000);
 
@@ -93,12 +93,12 @@ function events(delivery: string, base: number): { inOrder: Ev[]; stragglers: Ev
 }
 
 test('late exactly when more than allowedLatenessMs behind the watermark; the same input decides the same', async () => {
-  const file = writeStreamConfig(
+  const file = writePipelineConfig(
     names,
     { batchSize: 64 },
     { partitions: PARTITIONS, checkpoint: { enabled: true, intervalMs: 1000, bucket: `${names.tag}_ckpt` } },
   );
-  const stream = startStreamCli(['--config', file]);
+  const stream = startPipelineCli(['--config', file]);
   children.push(stream.child);
   await stream.ready();
 

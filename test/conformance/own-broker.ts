@@ -7,7 +7,7 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { CURRENT_NATS, DEBIAN_NATS, freePort } from '../integration/nats-auth-kit';
-import { waitFor } from '../integration/stream-kit';
+import { waitFor } from '../integration/pipeline-kit';
 
 /**
  * The nats-server binary of the release under test: Debian's 2.9 when the dev broker (STREAMINFER_TEST_NATS)

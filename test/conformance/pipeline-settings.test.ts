@@ -1,6 +1,6 @@
 /**
  * The pipeline's settings, from outside: a model or version the repository does not hold stops
- * `streaminfer stream` with exit 2 and the reason, like every other bad setting (no restart loop), and a
+ * `streaminfer pipeline` with exit 2 and the reason, like every other bad setting (no restart loop), and a
  * reload to one answers 404 with the typed code. Only the public contract: the command, its exit status
  * and output, the admin API.
  */
@@ -10,13 +10,13 @@ import { modelsSubset } from '../integration/harness';
 import {
   deleteStreams,
   NATS_URL,
-  type StreamCli,
+  type PipelineCli,
   type StreamNames,
-  startStreamCli,
+  startPipelineCli,
   stopChild,
   uniqueNames,
-  writeStreamConfig,
-} from '../integration/stream-kit';
+  writePipelineConfig,
+} from '../integration/pipeline-kit';
 
 let nats: NatsHandle;
 const created: StreamNames[] = [];
@@ -32,9 +32,9 @@ afterAll(async () => {
   await nats.close();
 });
 
-function start(names: StreamNames, model: Record<string, string>): StreamCli {
+function start(names: StreamNames, model: Record<string, string>): PipelineCli {
   created.push(names);
-  const file = writeStreamConfig(
+  const file = writePipelineConfig(
     names,
     { maxAckPending: 512, ackWaitMs: 5_000, batchSize: 64 },
     {
@@ -44,13 +44,13 @@ function start(names: StreamNames, model: Record<string, string>): StreamCli {
       inference: { mode: 'embedded', modelsDir: modelsSubset(['delay-risk']) },
     },
   );
-  const stream = startStreamCli(['--config', file]);
+  const stream = startPipelineCli(['--config', file]);
   children.push(stream.child);
   return stream;
 }
 
 /** The exit status, or 'running' if the command is still up after `ms` (a restart loop). */
-function exitWithin(stream: StreamCli, ms: number): Promise<number | null | 'running'> {
+function exitWithin(stream: PipelineCli, ms: number): Promise<number | null | 'running'> {
   return Promise.race([
     stream.exited,
     new Promise<'running'>((resolve) => setTimeout(() => resolve('running'), ms).unref()),

@@ -1,5 +1,5 @@
 /**
- * The producer contract, judged from outside as another team would (docs/producers.md): `streaminfer stream`
+ * The producer contract, judged from outside as another team would (docs/producers.md): `streaminfer pipeline`
  * with the shipped model on the real broker (STREAMINFER_TEST_NATS), producers publishing on the public
  * subjects, the test reading `delivery.predictions.>`, `delivery.dlq` and `/metrics` only.
  *
@@ -16,14 +16,14 @@ import { modelsSubset } from '../integration/harness';
 import {
   deleteStreams,
   NATS_URL,
+  type PipelineCli,
   readStream,
-  type StreamCli,
   type StreamNames,
-  startStreamCli,
+  startPipelineCli,
   uniqueNames,
   waitFor,
-  writeStreamConfig,
-} from '../integration/stream-kit';
+  writePipelineConfig,
+} from '../integration/pipeline-kit';
 
 const PARTITIONS = 4;
 const T0 = Date.UTC(2026, 10, 8, 10, 0, 0);
@@ -31,7 +31,7 @@ const iso = (ms: number) => new Date(ms).toISOString().replace('.000Z', 'Z');
 
 let nats: NatsHandle;
 let names: StreamNames;
-let stream: StreamCli;
+let stream: PipelineCli;
 let admin: number;
 /** nats-server 2.10+: streams can transform subjects (`partition()`), so the broker can place events. */
 let brokerPlaces: boolean;
@@ -174,7 +174,7 @@ beforeAll(async () => {
   const [major = 0, minor = 0] = (nats.nc.info?.version ?? '0.0').split('.').map(Number);
   brokerPlaces = major > 2 || (major === 2 && minor >= 10);
   names = uniqueNames('cprod');
-  const file = writeStreamConfig(
+  const file = writePipelineConfig(
     names,
     { maxAckPending: 512, ackWaitMs: 5_000, batchSize: 64 },
     {
@@ -184,7 +184,7 @@ beforeAll(async () => {
       inference: { mode: 'embedded', modelsDir: modelsSubset(['delay-risk']) },
     },
   );
-  stream = startStreamCli(['--config', file]);
+  stream = startPipelineCli(['--config', file]);
   admin = (await stream.ready()).admin;
 }, 120_000);
 

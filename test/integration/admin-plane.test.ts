@@ -270,8 +270,8 @@ test('a listener other machines reach, without a token, refuses to start (exit 2
     // The pipeline's admin endpoint has the same rule.
     const pipeline = path.join(dir, 'pipeline.json');
     writeFileSync(pipeline, JSON.stringify({ admin: { host: '0.0.0.0', port: 0 } }));
-    const stream = await runCliToExit(['stream', '--config', pipeline], { STREAMINFER_ADMIN_TOKEN: '' });
-    expect([stream.code, stream.out]).toEqual([
+    const started = await runCliToExit(['pipeline', '--config', pipeline], { STREAMINFER_ADMIN_TOKEN: '' });
+    expect([started.code, started.out]).toEqual([
       2,
       expect.stringMatching(/"0\.0\.0\.0" \(admin\.host\).*no token/),
     ]);

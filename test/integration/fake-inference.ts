@@ -1,5 +1,5 @@
 /**
- * A stand-in for a StreamInfer serving cluster as the pipeline's external mode sees it: `GET
+ * A stand-in for a StreamInfer server as the pipeline's external mode sees it: `GET
  * /v2/models/<m>/versions/<v>/ready` and predictions over the WebSocket `/ws` (JSON frames). The risk is a
  * pure function of the row, so any instance predicts the same value for the same decision. `hold()` keeps
  * every answer back until `release()`: a test can keep a pipeline's calls in flight across a lease change.

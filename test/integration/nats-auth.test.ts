@@ -43,7 +43,7 @@ import {
   userPasswordServer,
 } from './nats-auth-kit';
 import { createFleetNet } from './netns-kit';
-import { startStreamCli } from './stream-kit';
+import { startPipelineCli } from './pipeline-kit';
 
 jest.setTimeout(120_000);
 
@@ -174,7 +174,7 @@ async function pipelinePart(s: AuthServer, captured: Captured): Promise<void> {
       admin: { port: 0 },
     }),
   );
-  const stream = startStreamCli(['--config', file], s.pipeline.env);
+  const stream = startPipelineCli(['--config', file], s.pipeline.env);
   try {
     const { admin: adminPort } = await stream.ready();
     const simulate = await runCliToExit(
@@ -320,7 +320,7 @@ describe('refusals fail fast and name the server', () => {
     expect(simulate.code).toBe(2);
     expect(simulate.out).toContain(`NATS at nats://<redacted>@127.0.0.1:${s.port} refused the credentials`);
     expect(simulate.out).not.toContain('wrong-pw-7h1x');
-    const stream = startStreamCli(['--nats', url, '--admin-port', '0', '--models-dir', MODELS_DIR]);
+    const stream = startPipelineCli(['--nats', url, '--admin-port', '0', '--models-dir', MODELS_DIR]);
     expect(await stream.exited).toBe(2);
     expect(stream.output()).toContain(
       `NATS at nats://<redacted>@127.0.0.1:${s.port} refused the credentials`,

@@ -46,7 +46,7 @@ function prometheusConfig(adminPort: number, closedPort: number): string {
     text = text.replace(from, to);
   };
   substitute(/localhost:8001/g, `127.0.0.1:${adminPort}`);
-  // Nothing listens there: the pipeline job stays down, as it would on a host without `streaminfer stream`.
+  // Nothing listens there: the pipeline job stays down, as it would on a host without `streaminfer pipeline`.
   substitute(/localhost:9470/g, `127.0.0.1:${closedPort}`);
   substitute(/scrape_interval: 15s/g, 'scrape_interval: 1s');
   substitute(/evaluation_interval: 15s/g, 'evaluation_interval: 1s');

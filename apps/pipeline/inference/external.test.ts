@@ -1,7 +1,7 @@
 /**
  * The external backend against a tiny fake server (ws + http on one port) whose misbehaviour each test
  * scripts: shed answers, a dropped connection, duplicate answers, silence. The real server is in
- * test/integration/stream-external.test.ts.
+ * test/integration/pipeline-external.test.ts.
  */
 import * as http from 'node:http';
 import type { AddressInfo } from 'node:net';

@@ -216,7 +216,7 @@ export async function modesPhase(
   let server: ServerHandle | undefined;
   try {
     server = await ctx.startStreamInfer({
-      label: 'serving cluster',
+      label: 'server',
       nodes: 1,
       workers: 1,
       args: ['--host', '127.0.0.1', '--models-dir', modelsDir],

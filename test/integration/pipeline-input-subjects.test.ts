@@ -12,14 +12,14 @@ import {
   provisionStreams,
   streamLayout,
 } from '../../apps/pipeline';
-import { NATS_URL, uniqueNames } from './stream-kit';
+import { NATS_URL, uniqueNames } from './pipeline-kit';
 
 let nats: NatsHandle;
 let places: boolean;
 const toDelete: string[] = [];
 
 beforeAll(async () => {
-  nats = await connectNats({ servers: NATS_URL, name: 'stream-input-subjects-test' });
+  nats = await connectNats({ servers: NATS_URL, name: 'pipeline-input-subjects-test' });
   places = brokerPlacesEvents(nats.nc.info?.version);
 });
 

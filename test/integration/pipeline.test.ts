@@ -2,8 +2,8 @@
  * The delivery pipeline against the real broker (the shared test broker, broker-kit): the issue's
  * correctness cases end to end — producer publishes with Msg-Id, the pipeline consumes, decides, predicts
  * and publishes; the test reads the output streams back. The model is replaced by a deterministic function
- * of the feature row (the backends have their own tests, and `streaminfer stream` runs the real model in
- * stream-process.test.ts): these tests are about the stream semantics.
+ * of the feature row (the backends have their own tests, and `streaminfer pipeline` runs the real model in
+ * pipeline-process.test.ts): these tests are about the stream semantics.
  */
 
 import pino from 'pino';
@@ -34,7 +34,7 @@ import {
   type StreamNames,
   uniqueNames,
   waitFor,
-} from './stream-kit';
+} from './pipeline-kit';
 
 const logger = pino({ level: process.env.TEST_LOG ?? 'silent' });
 const T0 = Date.UTC(2026, 10, 8, 10, 0, 0);
@@ -45,7 +45,7 @@ const created: StreamNames[] = [];
 const running: DeliveryPipeline[] = [];
 
 beforeAll(async () => {
-  nats = await connectNats({ servers: NATS_URL, name: 'stream-pipeline-test' });
+  nats = await connectNats({ servers: NATS_URL, name: 'pipeline-test' });
 });
 
 afterAll(async () => {

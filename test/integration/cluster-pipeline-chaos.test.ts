@@ -23,15 +23,15 @@ import { type NatsCluster, startNatsCluster } from './nats-cluster-kit';
 import {
   deleteStreams,
   NATS_URL,
+  type PipelineCli,
   partitionsDrained,
   readStream,
-  type StreamCli,
   type StreamNames,
-  startStreamCli,
+  startPipelineCli,
   uniqueNames,
   waitFor,
-  writeStreamConfig,
-} from './stream-kit';
+  writePipelineConfig,
+} from './pipeline-kit';
 
 jest.setTimeout(360_000);
 
@@ -47,8 +47,8 @@ let reference: StreamNames;
 beforeAll(async () => {
   cluster = await startNatsCluster();
   console.log(`cluster stream chaos: ${cluster.isolation}, ${cluster.version}`);
-  lone = await connectNats({ servers: NATS_URL, name: 'cluster-stream-chaos-reference' });
-  onCluster = await connectNats({ servers: cluster.urls, name: 'cluster-stream-chaos', replicas: 3 });
+  lone = await connectNats({ servers: NATS_URL, name: 'cluster-pipeline-chaos-reference' });
+  onCluster = await connectNats({ servers: cluster.urls, name: 'cluster-pipeline-chaos', replicas: 3 });
 });
 
 afterAll(async () => {
@@ -59,8 +59,8 @@ afterAll(async () => {
   await cluster?.destroy();
 });
 
-function startStream(names: StreamNames, over: Record<string, unknown>): StreamCli {
-  const file = writeStreamConfig(
+function startPipeline(names: StreamNames, over: Record<string, unknown>): PipelineCli {
+  const file = writePipelineConfig(
     names,
     { maxAckPending: 20_000, ackWaitMs: 10_000, batchSize: 256 },
     {
@@ -71,7 +71,7 @@ function startStream(names: StreamNames, over: Record<string, unknown>): StreamC
       ...over,
     },
   );
-  const stream = startStreamCli(['--config', file]);
+  const stream = startPipelineCli(['--config', file]);
   children.push(stream.child);
   return stream;
 }
@@ -176,8 +176,8 @@ test('leaders killed, a node partitioned, every node restarted, as events flow: 
   expect(batch.length).toBe(EVENTS);
   const began = Date.now();
 
-  const ref = startStream(reference, {});
-  const run = startStream(chaos, { nats: cluster.urls, replicas: 3 });
+  const ref = startPipeline(reference, {});
+  const run = startPipeline(chaos, { nats: cluster.urls, replicas: 3 });
   await Promise.all([ref.ready(), run.ready()]);
   await cluster.waitStreamReady(chaos.events);
   expect((await onCluster.jsm.streams.info(chaos.events)).config.num_replicas).toBe(3);

@@ -1,5 +1,5 @@
 /**
- * `streaminfer stream`: runs the delivery pipeline (apps/pipeline) on NATS JetStream under its supervisor.
+ * `streaminfer pipeline`: runs the delivery pipeline (apps/pipeline) on NATS JetStream under its supervisor.
  * Everything comes from `--config` (the shipped one is deploy/pipeline.json); the flags below override it.
  */
 import type { Command } from 'commander';
@@ -8,11 +8,11 @@ import { mergeNatsSettings, NatsAuthError, natsSettingsFromEnv } from '../../../
 import { readPipelineAdminSecrets } from '../../pipeline/admin';
 import { pipelineNatsAuth } from '../../pipeline/connection';
 import { PipelineConfigError } from '../../pipeline/errors';
-import { loadPipelineConfig, superviseStream } from '../../pipeline/supervise';
+import { loadPipelineConfig, supervisePipeline } from '../../pipeline/supervise';
 import { addNatsOptions, type NatsFlags, natsFlagSettings } from '../nats-options';
-import { streamRecoverCommand } from './stream-recover';
+import { pipelineRecoverCommand } from './pipeline-recover';
 
-interface StreamFlags extends NatsFlags {
+interface PipelineFlags extends NatsFlags {
   config?: string;
   nats?: string;
   mode?: string;
@@ -34,8 +34,8 @@ function intFlag(name: string, value: string, fail: (message: string) => never):
  * Flags (and the STREAMINFER_NATS_* file and user settings, under the flags) as a config override: only what
  * is given. A password or token stays in the environment; the pipeline process reads it there.
  */
-export function streamOverrides(
-  flags: StreamFlags,
+export function pipelineOverrides(
+  flags: PipelineFlags,
   fail: (message: string) => never,
   env: Readonly<Record<string, string | undefined>> = process.env,
 ): Record<string, unknown> {
@@ -66,10 +66,37 @@ export function streamOverrides(
   return o;
 }
 
-export function registerStream(program: Command, fail: (message: string) => never): void {
-  const stream = addNatsOptions(program.command('stream'));
-  stream.addCommand(streamRecoverCommand(fail));
-  stream
+/** What `streaminfer stream` prints before it runs: the command's name in 0.1 (docs/decisions/0008). */
+export const STREAM_DEPRECATED = '`streaminfer stream` is deprecated; use `streaminfer pipeline`';
+
+export type PipelineAction = (flags: PipelineFlags) => Promise<void>;
+
+/**
+ * `pipeline`, and `stream` as its deprecated alias: the same options, subcommands and action; the alias is left
+ * out of `--help` and prints STREAM_DEPRECATED to stderr first. `action` is replaceable for tests.
+ */
+export function registerPipeline(
+  program: Command,
+  fail: (message: string) => never,
+  action: PipelineAction = (flags) => runPipeline(flags, fail),
+): void {
+  pipelineCommand(program.command('pipeline'), fail, action);
+  pipelineCommand(program.command('stream', { hidden: true }), fail, action)
+    .description('deprecated name of `streaminfer pipeline`: the same command, after a notice on stderr')
+    // Before the action of the command or of a subcommand (`stream recover`), once.
+    .hook('preAction', () => {
+      process.stderr.write(`${STREAM_DEPRECATED}\n`);
+    });
+}
+
+function pipelineCommand(
+  command: Command,
+  fail: (message: string) => never,
+  action: PipelineAction,
+): Command {
+  addNatsOptions(command);
+  command.addCommand(pipelineRecoverCommand(fail));
+  return command
     .description(
       'run the delivery pipeline on NATS JetStream: events → event-time features → delay-risk → predictions and alerts',
     )
@@ -85,25 +112,27 @@ export function registerStream(program: Command, fail: (message: string) => neve
     .option('--admin-port <port>', 'health, metrics and admin API port (default 9470; 0 picks one)')
     .option('--subject-root <prefix>', 'prefix every subject (tenants, tests)')
     .option('--log-level <level>', 'pino log level')
-    .action(async (flags: StreamFlags) => {
-      const overrides = streamOverrides(flags, fail);
-      const logger = pino({ base: { component: 'stream-supervisor', pid: process.pid } });
-      try {
-        const config = loadPipelineConfig(flags.config, overrides);
-        // The admin token file and TLS files are checked here, before anything starts (exit 2 naming the file).
-        readPipelineAdminSecrets(config.admin, process.env, (message) => logger.warn(message));
-        // The NATS files (password, token, seed, creds, certificates) are read and checked now, once more
-        // by the pipeline process.
-        pipelineNatsAuth(config.nats);
-      } catch (err) {
-        if (err instanceof NatsAuthError) fail(err.message);
-        fail(err instanceof PipelineConfigError ? `config ${err.message}` : (err as Error).message);
-      }
-      process.exitCode = await superviseStream({
-        configFile: flags.config,
-        overrides,
-        logger,
-        pinFromOperator: flags.version !== undefined,
-      });
-    });
+    .action((flags: PipelineFlags) => action(flags));
+}
+
+async function runPipeline(flags: PipelineFlags, fail: (message: string) => never): Promise<void> {
+  const overrides = pipelineOverrides(flags, fail);
+  const logger = pino({ base: { component: 'stream-supervisor', pid: process.pid } });
+  try {
+    const config = loadPipelineConfig(flags.config, overrides);
+    // The admin token file and TLS files are checked here, before anything starts (exit 2 naming the file).
+    readPipelineAdminSecrets(config.admin, process.env, (message) => logger.warn(message));
+    // The NATS files (password, token, seed, creds, certificates) are read and checked now, once more
+    // by the pipeline process.
+    pipelineNatsAuth(config.nats);
+  } catch (err) {
+    if (err instanceof NatsAuthError) fail(err.message);
+    fail(err instanceof PipelineConfigError ? `config ${err.message}` : (err as Error).message);
+  }
+  process.exitCode = await supervisePipeline({
+    configFile: flags.config,
+    overrides,
+    logger,
+    pinFromOperator: flags.version !== undefined,
+  });
 }

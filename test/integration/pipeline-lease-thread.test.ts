@@ -17,7 +17,7 @@ import {
 import { loadNatsAuth } from '../../libs/nats-auth';
 
 import { bucketNames, pollUntil, Timeline } from './lease-kit';
-import { NATS_URL } from './stream-kit';
+import { NATS_URL } from './pipeline-kit';
 
 const logger = pino({ level: 'silent' });
 const GROUP = 'lease-thread';
@@ -68,7 +68,7 @@ function range(n: number): number[] {
 }
 
 beforeAll(async () => {
-  nats = await connectNats({ servers: NATS_URL, name: 'stream-lease-thread-test' });
+  nats = await connectNats({ servers: NATS_URL, name: 'pipeline-lease-thread-test' });
 });
 
 afterEach(async () => {

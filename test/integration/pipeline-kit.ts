@@ -118,8 +118,8 @@ export async function waitFor(
   }
 }
 
-/** `streaminfer stream` as a child process, and what its supervisor said. */
-export interface StreamCli {
+/** `streaminfer pipeline` as a child process, and what its supervisor said. */
+export interface PipelineCli {
   child: ChildProcess;
   output: () => string;
   /** Every 'pipeline ready' so far: the pipeline process's pid and admin port, one per (re)start. */
@@ -129,8 +129,8 @@ export interface StreamCli {
   exited: Promise<number | null>;
 }
 
-export function startStreamCli(args: string[], env: Record<string, string> = {}): StreamCli {
-  const child = runCli(['stream', ...args], env);
+export function startPipelineCli(args: string[], env: Record<string, string> = {}): PipelineCli {
+  const child = runCli(['pipeline', ...args], env);
   let output = '';
   child.stdout!.on('data', (c: Buffer) => (output += c.toString()));
   child.stderr!.on('data', (c: Buffer) => (output += c.toString()));
@@ -154,7 +154,7 @@ export function startStreamCli(args: string[], env: Record<string, string> = {})
         throw new Error(`${err.message}\n${output.slice(-3000)}`);
       });
       const r = readies()[n - 1];
-      if (!r) throw new Error(`stream exited (${child.exitCode}):\n${output.slice(-3000)}`);
+      if (!r) throw new Error(`pipeline exited (${child.exitCode}):\n${output.slice(-3000)}`);
       return r;
     },
   };
@@ -165,12 +165,12 @@ export function startStreamCli(args: string[], env: Record<string, string> = {})
  * its side-output spool in the config's directory;
  * `consumer` is merged into the consumer settings, `over` replaces top-level ones.
  */
-export function writeStreamConfig(
+export function writePipelineConfig(
   names: StreamNames,
   consumer: Record<string, unknown>,
   over: Record<string, unknown> = {},
 ): string {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'stream-config-'));
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'pipeline-config-'));
   const file = path.join(dir, 'pipeline.json');
   writeFileSync(
     file,

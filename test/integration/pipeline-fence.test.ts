@@ -1,5 +1,5 @@
 /**
- * The lease fence is per acquisition, not per partition. Two `streaminfer stream` instances (processes, on the
+ * The lease fence is per acquisition, not per partition. Two `streaminfer pipeline` instances (processes, on the
  * shared test broker, checkpoints on) share 4 partitions. Instance A's predictions are held in flight at its
  * inference server (a stand-in that can hold answers), A is SIGSTOPped past its lease TTL, B takes its
  * partitions and replays them, then A wakes (SIGCONT): B gives partitions back on rebalance and A's lease
@@ -16,16 +16,16 @@ import {
   deleteStreams,
   eventSubjectFor,
   NATS_URL,
+  type PipelineCli,
   partitionsDrained,
   pickupThenGps,
   readStream,
-  type StreamCli,
   type StreamNames,
-  startStreamCli,
+  startPipelineCli,
   uniqueNames,
   waitFor,
-  writeStreamConfig,
-} from './stream-kit';
+  writePipelineConfig,
+} from './pipeline-kit';
 
 const PARTITIONS = 4;
 const TTL_MS = 2000;
@@ -37,7 +37,7 @@ const fakes: FakeInference[] = [];
 const stopped: number[] = [];
 
 beforeAll(async () => {
-  nats = await connectNats({ servers: NATS_URL, name: 'stream-fence-test' });
+  nats = await connectNats({ servers: NATS_URL, name: 'pipeline-fence-test' });
 });
 
 afterAll(async () => {
@@ -68,8 +68,8 @@ function instanceIds(tag: string): { a: string; b: string } {
   throw new Error('no instance id pair');
 }
 
-function startStream(names: StreamNames, id: string, inferenceUrl: string): StreamCli {
-  const file = writeStreamConfig(
+function startPipeline(names: StreamNames, id: string, inferenceUrl: string): PipelineCli {
+  const file = writePipelineConfig(
     names,
     { maxAckPending: 512, ackWaitMs: 30_000, batchSize: 64 },
     {
@@ -87,12 +87,12 @@ function startStream(names: StreamNames, id: string, inferenceUrl: string): Stre
       inference: { mode: 'external', url: inferenceUrl },
     },
   );
-  const stream = startStreamCli(['--config', file]);
+  const stream = startPipelineCli(['--config', file]);
   children.push(stream.child);
   return stream;
 }
 
-async function owned(run: StreamCli): Promise<number[] | null> {
+async function owned(run: PipelineCli): Promise<number[] | null> {
   const last = run.readies().at(-1);
   if (!last) return null;
   const res = await fetch(`http://127.0.0.1:${last.admin}/health`, {
@@ -131,10 +131,10 @@ describe('stream: a stalled owner that claims its partitions again', () => {
     fakes.push(fakeA, fakeB);
 
     const ids = instanceIds(names.tag);
-    const a = startStream(names, ids.a, fakeA.wsUrl);
+    const a = startPipeline(names, ids.a, fakeA.wsUrl);
     await a.ready();
     await waitFor('A works every partition', async () => (await owned(a))?.length === PARTITIONS, 30_000);
-    const b = startStream(names, ids.b, fakeB.wsUrl);
+    const b = startPipeline(names, ids.b, fakeB.wsUrl);
     await b.ready();
     await waitFor(
       'the partitions shared 2/2',
@@ -200,7 +200,7 @@ describe('stream: a stalled owner that claims its partitions again', () => {
     for (const p of all) count.set(p.decision_id, (count.get(p.decision_id) ?? 0) + 1);
     const twice = [...count].filter(([, n]) => n > 1).map(([id]) => id);
     process.stderr.write(
-      `stream-fence: A owned ${aPartitions} then ${reacquired}; ${onA.length * gpsEach} calls held; ` +
+      `pipeline-fence: A owned ${aPartitions} then ${reacquired}; ${onA.length * gpsEach} calls held; ` +
         `${all.length} predictions for ${expected} GPS points, ${twice.length} decisions twice\n`,
     );
     // No checkpoint of A's old acquisitions once B's first for that partition is written.

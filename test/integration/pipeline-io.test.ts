@@ -424,7 +424,7 @@ describe('pipeline runner', () => {
       reason: expect.stringMatching(/^processor_error: /),
     });
     expect(await source.lag()).toEqual({ pending: 0, ackPending: 0, redelivered: 0 });
-    console.log(`stream-io runner: 51 events (1 dead-lettered) through the pipeline in ${elapsedMs} ms`);
+    console.log(`pipeline-io runner: 51 events (1 dead-lettered) through the pipeline in ${elapsedMs} ms`);
   });
 
   test('a message processed for longer than ack_wait is kept alive (in-progress acks), never redelivered', async () => {

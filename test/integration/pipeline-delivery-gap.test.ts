@@ -19,11 +19,11 @@ import {
   partitionsDrained,
   readStream,
   type StreamNames,
-  startStreamCli,
+  startPipelineCli,
   uniqueNames,
   waitFor,
-  writeStreamConfig,
-} from './stream-kit';
+  writePipelineConfig,
+} from './pipeline-kit';
 
 jest.setTimeout(120_000);
 
@@ -75,7 +75,7 @@ const children: ChildProcess[] = [];
 let closeRelay = () => {};
 
 beforeAll(async () => {
-  nats = await connectNats({ servers: NATS_URL, name: 'stream-delivery-gap' });
+  nats = await connectNats({ servers: NATS_URL, name: 'pipeline-delivery-gap' });
   names = uniqueNames('gap');
 });
 
@@ -89,7 +89,7 @@ afterAll(async () => {
 test('deliveries lost on a cut connection are decided in stream order: none lost, none twice', async () => {
   const r = await relay(new URL(NATS_URL.split(',')[0]!));
   closeRelay = r.close;
-  const file = writeStreamConfig(
+  const file = writePipelineConfig(
     names,
     { ackWaitMs: 4000, batchSize: 64, maxAckPending: 5000 },
     {
@@ -99,7 +99,7 @@ test('deliveries lost on a cut connection are decided in stream order: none lost
       checkpoint: { enabled: true, intervalMs: 1000, bucket: `${names.tag}_ckpt` },
     },
   );
-  const stream = startStreamCli(['--config', file]);
+  const stream = startPipelineCli(['--config', file]);
   children.push(stream.child);
   await stream.ready();
 

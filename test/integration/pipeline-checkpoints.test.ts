@@ -5,7 +5,7 @@
 
 import { connectNats, type NatsHandle } from '../../apps/pipeline/connection';
 import { CheckpointStore } from '../../apps/pipeline/io/checkpoints';
-import { NATS_URL } from './stream-kit';
+import { NATS_URL } from './pipeline-kit';
 
 const bucket = `ckpt${process.pid}t${Date.now().toString(36)}`;
 let nats: NatsHandle;
@@ -26,7 +26,7 @@ const checkpoint = (id: number, position: number, writer: string) =>
   );
 
 beforeAll(async () => {
-  nats = await connectNats({ servers: NATS_URL, name: 'stream-checkpoints-test' });
+  nats = await connectNats({ servers: NATS_URL, name: 'pipeline-checkpoints-test' });
 });
 
 afterAll(async () => {

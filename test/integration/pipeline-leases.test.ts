@@ -14,7 +14,7 @@ import {
 } from '../../apps/pipeline';
 
 import { bucketNames, pollUntil, Timeline } from './lease-kit';
-import { NATS_URL } from './stream-kit';
+import { NATS_URL } from './pipeline-kit';
 
 const logger = pino({ level: 'silent' });
 const GROUP = 'streaminfer-delivery';
@@ -55,7 +55,7 @@ function covered(partitions: number, ...all: PartitionLeases[]): boolean {
 }
 
 beforeAll(async () => {
-  nats = await connectNats({ servers: NATS_URL, name: 'stream-leases-test' });
+  nats = await connectNats({ servers: NATS_URL, name: 'pipeline-leases-test' });
 });
 
 afterEach(async () => {
@@ -231,7 +231,7 @@ test('NATS gone: renewals keep failing, and the partitions are released as lost 
   const bucket = names.next();
   const timeline = new Timeline();
   const ttlMs = 1500;
-  const own = await connectNats({ servers: NATS_URL, name: 'stream-leases-test-cut' });
+  const own = await connectNats({ servers: NATS_URL, name: 'pipeline-leases-test-cut' });
   const x = await instance(bucket, 'inst-x', timeline, 2, ttlMs, own);
   await pollUntil('x owns both', () => covered(2, x) && timeline.events.length === 2);
   const renewedAt = Math.max(...x.owned().map((p) => x.renewedAt(p) ?? 0));

@@ -1,5 +1,5 @@
 /**
- * `streaminfer stream` with checkpoints and two instances under kill -9. The same workload (20,000 events)
+ * `streaminfer pipeline` with checkpoints and two instances under kill -9. The same workload (20,000 events)
  * goes through two pipelines on their own streams: a reference run by one instance left alone, and a chaos
  * pipeline whose four partitions are shared by two instances (leases in NATS KV) while they are killed three
  * times as events flow: an instance's process (its supervisor restarts it, and it takes its leases back), the
@@ -18,15 +18,15 @@ import { checkSnapshot } from '../../libs/event-time';
 import {
   deleteStreams,
   NATS_URL,
+  type PipelineCli,
   partitionsDrained,
   readStream,
-  type StreamCli,
   type StreamNames,
-  startStreamCli,
+  startPipelineCli,
   uniqueNames,
   waitFor,
-  writeStreamConfig,
-} from './stream-kit';
+  writePipelineConfig,
+} from './pipeline-kit';
 
 const PARTITIONS = 4;
 
@@ -36,7 +36,7 @@ const buckets: string[] = [];
 const children: ChildProcess[] = [];
 
 beforeAll(async () => {
-  nats = await connectNats({ servers: NATS_URL, name: 'stream-chaos-test' });
+  nats = await connectNats({ servers: NATS_URL, name: 'pipeline-chaos-test' });
 });
 
 afterAll(async () => {
@@ -47,8 +47,8 @@ afterAll(async () => {
   await nats.close();
 });
 
-function startStream(names: StreamNames, bucket: string, env: Record<string, string> = {}): StreamCli {
-  const file = writeStreamConfig(
+function startPipeline(names: StreamNames, bucket: string, env: Record<string, string> = {}): PipelineCli {
+  const file = writePipelineConfig(
     names,
     { maxAckPending: 20_000, ackWaitMs: 6_000, batchSize: 256 },
     {
@@ -58,7 +58,7 @@ function startStream(names: StreamNames, bucket: string, env: Record<string, str
       checkpoint: { enabled: true, intervalMs: 1_000, bucket },
     },
   );
-  const stream = startStreamCli(['--config', file], { STREAMINFER_TEST_HOOKS: '1', ...env });
+  const stream = startPipelineCli(['--config', file], { STREAMINFER_TEST_HOOKS: '1', ...env });
   children.push(stream.child);
   return stream;
 }
@@ -70,7 +70,7 @@ async function predictions(names: StreamNames): Promise<Array<Prediction & { msg
   }));
 }
 
-async function health(run: StreamCli): Promise<{ instance: { owned: number[] } } | null> {
+async function health(run: PipelineCli): Promise<{ instance: { owned: number[] } } | null> {
   const readies = run.readies();
   const last = readies[readies.length - 1];
   if (!last) return null;
@@ -78,9 +78,9 @@ async function health(run: StreamCli): Promise<{ instance: { owned: number[] } }
   return res?.status === 200 ? ((await res.json()) as { instance: { owned: number[] } }) : null;
 }
 
-const owned = async (run: StreamCli) => (await health(run))?.instance.owned.length ?? 0;
+const owned = async (run: PipelineCli) => (await health(run))?.instance.owned.length ?? 0;
 
-describe('streaminfer stream with checkpoints and two instances, under kill -9', () => {
+describe('streaminfer pipeline with checkpoints and two instances, under kill -9', () => {
   it('three kills (a process, one inside a checkpoint, a whole instance): exactly the failure-free predictions, value for value', async () => {
     const reference = uniqueNames('chr');
     const chaos = uniqueNames('chx');
@@ -100,11 +100,11 @@ describe('streaminfer stream with checkpoints and two instances, under kill -9',
     const batch = records.slice(0, 20_000);
     expect(batch.length).toBe(20_000);
 
-    const ref = startStream(reference, refBucket);
+    const ref = startPipeline(reference, refBucket);
     // The chaos pipeline's instances: a test hook holds each checkpoint 300 ms between object and pointer.
     const hook = { STREAMINFER_TEST_CHECKPOINT_DELAY_MS: '300' };
-    let a = startStream(chaos, chaosBucket, hook);
-    const b = startStream(chaos, chaosBucket, hook);
+    let a = startPipeline(chaos, chaosBucket, hook);
+    const b = startPipeline(chaos, chaosBucket, hook);
     await Promise.all([ref.ready(), a.ready(), b.ready()]);
     await waitFor(
       'the partitions shared 2/2',
@@ -112,8 +112,8 @@ describe('streaminfer stream with checkpoints and two instances, under kill -9',
       30_000,
     );
 
-    const count = (run: StreamCli, what: string) => run.output().split(what).length;
-    const killProcess = async (run: StreamCli, n: number, inCheckpoint: boolean) => {
+    const count = (run: PipelineCli, what: string) => run.output().split(what).length;
+    const killProcess = async (run: PipelineCli, n: number, inCheckpoint: boolean) => {
       const readies = run.readies();
       const pid = readies[readies.length - 1]!.pid;
       const what = inCheckpoint ? 'pointer pending' : 'checkpoint completed';
@@ -168,7 +168,7 @@ describe('streaminfer stream with checkpoints and two instances, under kill -9',
         });
         // Not before the dead instance's leases expired (10 s TTL, renewed every 3.3 s).
         expect(Date.now() - died).toBeGreaterThan(5_000);
-        a = startStream(chaos, chaosBucket, hook);
+        a = startPipeline(chaos, chaosBucket, hook);
         await a.ready();
         await waitFor(
           'a new instance takes its share',
@@ -201,7 +201,7 @@ describe('streaminfer stream with checkpoints and two instances, under kill -9',
             info?.num_redelivered,
           ]);
         }
-        const tail = (run: StreamCli) =>
+        const tail = (run: PipelineCli) =>
           run
             .output()
             .split('\n')

@@ -1,5 +1,5 @@
 /**
- * `streaminfer stream` as a user runs it: the supervised pipeline process on the real broker with the
+ * `streaminfer pipeline` as a user runs it: the supervised pipeline process on the real broker with the
  * shipped delay-risk model (embedded), its probes, metrics and admin API, `streaminfer reload` through the
  * epoch barrier, a kill -9 of the pipeline process (the supervisor restarts it on the pinned version), SIGTERM;
  * and the external mode against a real server, which must predict exactly what the embedded mode does.
@@ -17,16 +17,16 @@ import {
   deleteStreams,
   eventSubjectFor,
   NATS_URL,
+  type PipelineCli,
   partitionsDrained,
   pickupThenGps,
   readStream,
-  type StreamCli,
   type StreamNames,
-  startStreamCli,
+  startPipelineCli,
   uniqueNames,
   waitFor,
-  writeStreamConfig,
-} from './stream-kit';
+  writePipelineConfig,
+} from './pipeline-kit';
 
 let nats: NatsHandle;
 const created: StreamNames[] = [];
@@ -34,7 +34,7 @@ const children: ChildProcess[] = [];
 let server: ServerHandle | undefined;
 
 beforeAll(async () => {
-  nats = await connectNats({ servers: NATS_URL, name: 'stream-process-test' });
+  nats = await connectNats({ servers: NATS_URL, name: 'pipeline-process-test' });
 });
 
 afterAll(async () => {
@@ -44,14 +44,14 @@ afterAll(async () => {
   await nats.close();
 });
 
-function startStream(args: string[]): StreamCli {
-  const stream = startStreamCli(args);
+function startPipeline(args: string[]): PipelineCli {
+  const stream = startPipelineCli(args);
   children.push(stream.child);
   return stream;
 }
 
 function configFile(names: StreamNames, over: Record<string, unknown> = {}): string {
-  return writeStreamConfig(
+  return writePipelineConfig(
     names,
     { maxAckPending: 512, ackWaitMs: 5_000, batchSize: 64 },
     {
@@ -94,12 +94,12 @@ async function startWithTwoVersions(names: StreamNames) {
   const models = modelsSubset([], ['delay-risk']);
   cpSync(path.join(MODELS_DIR, 'delay-risk', '1'), path.join(models, 'delay-risk', '2'), { recursive: true });
   const file = configFile(names, { inference: { mode: 'embedded', modelsDir: models } });
-  const stream = startStream(['--config', file]);
+  const stream = startPipeline(['--config', file]);
   const { admin, pid } = await stream.ready();
   return { file, stream, admin, pid };
 }
 
-describe('streaminfer stream (embedded, the shipped model)', () => {
+describe('streaminfer pipeline (embedded, the shipped model)', () => {
   it('predicts, serves probes and metrics, reloads through the epoch barrier, survives kill -9, drains on SIGTERM', async () => {
     const names = uniqueNames('sp');
     const { stream, admin, pid } = await startWithTwoVersions(names);
@@ -298,20 +298,20 @@ describe('streaminfer stream (embedded, the shipped model)', () => {
   it('a bad config is refused before anything starts, with the setting named', async () => {
     const names = uniqueNames('spb');
     const file = configFile(names, { consumer: { maxAckPending: 10, batchSize: 64 } });
-    const { code, out } = await runCliToExit(['stream', '--config', file]);
+    const { code, out } = await runCliToExit(['pipeline', '--config', file]);
     expect(code).toBe(2);
     expect(out).toContain('consumer.batchSize');
   });
 });
 
-describe('streaminfer stream --mode external', () => {
-  it('predicts through a serving cluster over WebSocket exactly what the embedded mode predicts', async () => {
+describe('streaminfer pipeline --mode external', () => {
+  it('predicts through a server over WebSocket exactly what the embedded mode predicts', async () => {
     server = await startServer({ models: ['delay-risk'], env: { STREAMINFER_MODEL_NAME: 'delay-risk' } });
     const embeddedNames = uniqueNames('spee');
     const externalNames = uniqueNames('spex');
     created.push(embeddedNames, externalNames);
-    const embedded = startStream(['--config', configFile(embeddedNames)]);
-    const external = startStream([
+    const embedded = startPipeline(['--config', configFile(embeddedNames)]);
+    const external = startPipeline([
       '--config',
       configFile(externalNames, { inference: { mode: 'external', url: server.wsUrl } }),
     ]);

@@ -1,5 +1,5 @@
 /**
- * `streaminfer stream recover --partition <k> --from previous|ack-floor`: the operator's way out for a
+ * `streaminfer pipeline recover --partition <k> --from previous|ack-floor`: the operator's way out for a
  * partition the pipeline reports `failed` (its checkpoint does not read; /health lists it under
  * partitions_failed). Calls POST /api/partitions/<k>/recover on the pipeline's admin listener (the one
  * holding the partition's lease).
@@ -27,7 +27,7 @@ interface RecoverAnswer {
   message?: string;
 }
 
-export function streamRecoverCommand(fail: (message: string) => never): Command {
+export function pipelineRecoverCommand(fail: (message: string) => never): Command {
   return new Command('recover')
     .description(
       "recover a failed partition (its checkpoint does not read): keep the bad pointer aside and restore from the previous checkpoint, or start from the broker's ack floor with empty keyed state",

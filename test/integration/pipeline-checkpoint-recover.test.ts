@@ -8,7 +8,7 @@ import { Kvm } from '@nats-io/kv';
 import { Objm } from '@nats-io/obj';
 import { connectNats, type NatsHandle } from '../../apps/pipeline/connection';
 import { type Checkpoint, CheckpointStore } from '../../apps/pipeline/io/checkpoints';
-import { NATS_URL } from './stream-kit';
+import { NATS_URL } from './pipeline-kit';
 
 const bucket = `ckrec${process.pid}t${Date.now().toString(36)}`;
 let nats: NatsHandle;
@@ -29,7 +29,7 @@ const checkpoint = (
 });
 
 beforeAll(async () => {
-  nats = await connectNats({ servers: NATS_URL, name: 'stream-checkpoint-recover-test' });
+  nats = await connectNats({ servers: NATS_URL, name: 'pipeline-checkpoint-recover-test' });
 });
 
 afterAll(async () => {
