@@ -27,6 +27,7 @@ import {
   planningMeasure,
   planningSection,
   type StreamReport,
+  stagesSection,
   streamData,
   sustainedChart,
   sustainedSection,
@@ -68,11 +69,20 @@ export const stream: Scenario = {
       planningSection(report, ctx, plan, s, at3000);
       sustainedChart(report, s);
       nullSection(report, plan, s, reference.s, reference.error);
+      stagesSection(report, s);
       if (s.drain) drainSection(report, s.drain, s.sustained);
       modesSection(report, plan, modeRate, modes);
       modesFigures(report, modeRate, modes);
       closingSection(report, ctx, s, at3000, modes);
       Object.assign(data, streamData(s, at3000, modeRate, modes));
+      if (s.profiled)
+        data['profile'] = {
+          rate: s.profiled.m.rate,
+          seconds: s.profiled.seconds,
+          events: s.profiled.events,
+          stages: s.profiled.stages,
+          ...(s.profiled.error ? { error: s.profiled.error } : {}),
+        };
       data['nullPipeline'] = {
         sustained: reference.s.sustained,
         steps: reference.s.steps.map((m) => ({ rate: m.rate, pass: m.pass, freshness: m.freshness })),

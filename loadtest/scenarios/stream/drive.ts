@@ -10,6 +10,8 @@ import type { RunRecord, ScenarioContext } from '../../harness/types';
 import { roundRate } from '../../pipeline/analysis';
 import type { NatsHandle } from '../../pipeline/broker';
 import { measureRun, type Pipe, type RunMeasure, waitDrained } from '../../pipeline/measure';
+import { getHealth } from '../../pipeline/procs';
+import { type CpuProfile, type StageCost, stageCosts } from '../../pipeline/profile-stages';
 import { type DrainFigures, drainPhase } from './drain';
 import { ms, runRecord, shippedInference, withPipeline } from './kit';
 import { PLANNING, type Plan } from './plan';
@@ -23,6 +25,17 @@ export interface SustainedRun {
   drain: DrainFigures | undefined;
   /** a run at PLANNING.rate when no step or fraction ran at it */
   planningRun: RunMeasure | undefined;
+  /** a run at the sustained rate with the pipeline process's main thread profiled (GET /api/profile) */
+  profiled?: ProfiledRun;
+}
+
+export interface ProfiledRun {
+  m: RunMeasure;
+  seconds: number;
+  /** events the pipeline received while it was profiled */
+  events: number;
+  stages: StageCost[];
+  error?: string;
 }
 
 /** Each run's simulator seed: steps, fractions and the planning run each take the next. */
@@ -159,6 +172,8 @@ export async function sustainedPhase(
         drainTimeoutMs: plan.drainTimeoutMs,
       });
     }
+    if (s.sustained !== undefined)
+      s.profiled = await profiledRun(ctx, pipe, plan, broker, s.sustained, seeds);
     const drainRate = roundRate((s.sustained ?? plan.steps[0]!) * 0.5);
     s.drain = await drainPhase(ctx, pipe, plan, drainRate, s.sustained, broker);
   });
@@ -166,6 +181,7 @@ export async function sustainedPhase(
   for (const m of s.steps) runs.push(runRecord(m, 'pipeline-embedded', a.record));
   for (const f of s.fractions) runs.push(runRecord(f.m, 'pipeline-embedded', a.record));
   if (s.planningRun) runs.push(runRecord(s.planningRun, 'pipeline-embedded', a.record));
+  if (s.profiled) runs.push(runRecord(s.profiled.m, 'pipeline-embedded', a.record));
   if (s.drain) runs.push(runRecord(s.drain.measure, 'pipeline-embedded', a.record));
   if (a.error) runs.push({ label: 'pipeline (embedded)', target: 'pipeline-embedded', error: a.error });
   return { s, runs };
@@ -299,4 +315,52 @@ export async function nullPhase(
   const runs = s.steps.map((m) => runRecord(m, 'null-pipeline', a.record));
   if (a.error) runs.push({ label: 'null pipeline', target: 'null-pipeline', error: a.error });
   return { s, runs, ...(a.error ? { error: a.error } : {}) };
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
+
+/** One more step at the sustained rate, its measured window profiled: the cost per event by stage. */
+async function profiledRun(
+  ctx: ScenarioContext,
+  pipe: Pipe,
+  plan: Plan,
+  broker: number | undefined,
+  rate: number,
+  seeds: Seeds,
+): Promise<ProfiledRun> {
+  const seconds = Math.max(2, plan.stepS - plan.rampS - plan.settleS - 1);
+  const port = pipe.handle.adminPort;
+  let found: Omit<ProfiledRun, 'm'> = { seconds, events: 0, stages: [], error: 'not taken' };
+  ctx.log(`profile: ${rate} ev/s, the pipeline process's main thread profiled for ${seconds} s`);
+  const m = await measureRun(
+    pipe,
+    {
+      label: `profiled ${rate} ev/s`,
+      rate,
+      durationS: plan.stepS,
+      rampS: plan.rampS,
+      settleS: plan.settleS,
+      seed: seeds.next++,
+      brokerPid: broker,
+      drainTimeoutMs: plan.drainTimeoutMs,
+    },
+    {
+      during: async (spawnedMs) => {
+        try {
+          await sleep(spawnedMs + (plan.rampS + plan.settleS) * 1000 - Date.now());
+          const before = (await getHealth(port)).counts['received'] ?? 0;
+          const res = await fetch(`http://127.0.0.1:${port}/api/profile?seconds=${seconds}`, {
+            signal: AbortSignal.timeout((seconds + 30) * 1000),
+          });
+          if (res.status !== 200) throw new Error(`GET /api/profile: HTTP ${res.status} ${await res.text()}`);
+          const profile = (await res.json()) as CpuProfile;
+          const events = ((await getHealth(port)).counts['received'] ?? 0) - before;
+          found = { seconds, events, stages: stageCosts(profile, events) };
+        } catch (e) {
+          found = { seconds, events: 0, stages: [], error: errText(e) };
+        }
+      },
+    },
+  );
+  return { m, ...found };
 }

@@ -546,3 +546,37 @@ export function nullSection(
       }),
     });
 }
+
+/** The profiled run's cost per event by stage (main thread of the pipeline process). */
+export function stagesSection({ md, notes }: StreamReport, s: SustainedRun): void {
+  const p = s.profiled;
+  if (!p) return;
+  md.push('### Cost per event by stage', '');
+  if (p.error || p.events === 0) {
+    notes.push(`stage profile: ${p.error ?? 'no events while profiling'}`);
+    md.push(`No stage table: ${p.error ?? 'no events while profiling'}.`, '');
+    return;
+  }
+  md.push(
+    `A run at the sustained rate (${fmt(p.m.rate)} ev/s) with the pipeline process's main thread profiled for ` +
+      `${p.seconds} s (GET /api/profile, 1 ms sampling) while it received ${fmt(p.events)} events; each ` +
+      'sample is given to the first stage of its stack in this order: checkpoint, decode (parse and checks), ' +
+      'encode (effects), infer (the backend; the model itself runs on its worker thread), publish, ack, receive ' +
+      '(NATS client reads), decide (decider, event-time engine, per-message bookkeeping), metrics, admin, gc. ' +
+      `The run: freshness p95 ${ms(p.m.freshness.p95)} ms, pipeline CPU ${cpuText(p.m.cpu.pipelinePct)} ` +
+      '(its process tree: supervisor, pipeline, inference worker).',
+    '',
+    markdownTable(
+      ['stage', 'µs per event', 'share of busy time', 'CPU ms'],
+      p.stages
+        .filter((c) => c.stage !== 'idle')
+        .map((c) => [
+          c.stage,
+          (c.usPerEvent ?? 0).toFixed(1),
+          `${c.pct.toFixed(1)} %`,
+          fmt(Math.round(c.ms)),
+        ]),
+    ),
+    '',
+  );
+}
