@@ -436,7 +436,10 @@ describe('delivery pipeline on JetStream', () => {
     expect(dead).toEqual([]);
     expect(firsts.length).toBe(predicted.size);
     expect(predicted).toEqual(expected);
-    expect(late.size).toBeLessThan(expected.size * 0.1);
+    // Late is bounded by what the two restarts can send back: each partition's pulled-ahead messages, at most
+    // maxAckPending (512) per partition (2) per restart. How many of those there were at the restart is the
+    // host's timing (12.6 % of the expected predictions in one CI run, under 10 % in most).
+    expect(late.size).toBeLessThanOrEqual(2 * 2 * 512);
     const status = await a.pipeline.status();
     expect(status.counts.duplicates).toBeGreaterThan(0);
   }, 120_000);
