@@ -38,6 +38,7 @@ import {
 } from '../event-time';
 import { ALERT_THRESHOLD } from './contract';
 import {
+  addToIndex,
   byTime,
   computeFeaturesSorted,
   emptyFold,
@@ -45,24 +46,19 @@ import {
   featureVector,
   foldHistory,
   indexHistory,
+  type MutableHistoryIndex,
   N_FEATURES,
   type NotReady,
   type SettledStops,
   SPEED_STEP_MS,
   SPEED_WINDOW_MS,
   settleStops,
+  speedKmh,
   TRAFFIC_WINDOW_MS,
 } from './features';
-import { haversineKm } from './geo';
+import { segmentUm } from './geo';
 import { type HistoryColumns, packHistory, unpackHistory } from './history-codec';
-import {
-  type DeliveryEvent,
-  type GpsEvent,
-  MAX_EVENT_BYTES,
-  parseEvent,
-  type StatusEvent,
-  type TrafficEvent,
-} from './schema';
+import { type DeliveryEvent, type GpsEvent, MAX_EVENT_BYTES, parseEvent, type StatusEvent } from './schema';
 import { type KeyText, SnapshotJob } from './snapshot-job';
 
 /** Engine windows of a delivery (results are counted; the features read the history). */
@@ -144,8 +140,8 @@ interface DeliveryState {
   alerting: boolean;
   /** The stop scan settled a little behind the latest decision (derived, not snapshotted; see SettledStops). */
   settled: SettledStops | undefined;
-  /** The history's statuses and traffic alerts (derived, rebuilt after a fold; see HistoryIndex). */
-  index: { statuses: StatusEvent[]; traffic: TrafficEvent[] } | undefined;
+  /** The history by type and its running path (derived, rebuilt after a fold; see HistoryIndex). */
+  index: MutableHistoryIndex | undefined;
 }
 
 /** 2: histories in columns, decisions as indices into them with their rows in base64, a compact engine. */
@@ -608,10 +604,7 @@ export class DeliveryDecider {
     const at = insertionIndex(state.events, event);
     state.events.splice(at, 0, event);
     if (state.settled !== undefined && event.eventTimeMs < state.settled.before) state.settled = undefined;
-    if (state.index !== undefined && event.type !== 'gps') {
-      if (event.type === 'status') insertInOrder(state.index.statuses, event);
-      else insertInOrder(state.index.traffic, event);
-    }
+    if (state.index !== undefined) addToIndex(state.index, event);
     this.historyEvents++;
     const own = this.decide(state, event.event_id, event.eventTimeMs);
     if (own.ok) {
@@ -770,17 +763,16 @@ export class DeliveryDecider {
   }
 }
 
-/** pathSpeedKmh over the speed window's points (the same sums in the same order: the same float). */
+/** pathSpeedKmh over the speed window's points (the same micrometre sums: the same float). */
 function pointsSpeedKmh(events: readonly StreamEvent<EnginePoint>[]): number {
   if (events.length < 2) return 0;
-  let km = 0;
+  let um = 0;
   for (let i = 1; i < events.length; i++) {
     const a = events[i - 1]!.payload as readonly [number, number];
     const b = events[i]!.payload as readonly [number, number];
-    km += haversineKm(a[0], a[1], b[0], b[1]);
+    um += segmentUm(a[0], a[1], b[0], b[1]);
   }
-  const hours = (events[events.length - 1]!.eventTime - events[0]!.eventTime) / 3_600_000;
-  return hours > 0 ? km / hours : 0;
+  return speedKmh(um, events[0]!.eventTime, events[events.length - 1]!.eventTime);
 }
 
 const BASE64_RE = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
@@ -831,13 +823,6 @@ function upperBound(events: readonly DeliveryEvent[], t: number): number {
     else hi = mid;
   }
   return lo;
-}
-
-/** Inserts an event into a sorted list of events (of one type), from the end. */
-function insertInOrder<E extends DeliveryEvent>(list: E[], e: E): void {
-  let i = list.length;
-  while (i > 0 && byTime(list[i - 1]!, e) > 0) i--;
-  list.splice(i, 0, e);
 }
 
 /** Where an event goes in a sorted history; most arrive in order, so search from the end. */

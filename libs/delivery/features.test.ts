@@ -1,4 +1,5 @@
 import {
+  addToIndex,
   byTime,
   computeFeatures,
   computeFeaturesSorted,
@@ -300,5 +301,55 @@ describe('settled stop scans and the history index (the pipeline’s shortcuts)'
     }
     expect(compared).toBeGreaterThan(1000);
     expect(withStops).toBeGreaterThan(100);
+  });
+
+  test('an index built event by event in random arrival orders, with late points, equals the plain computation', () => {
+    const { records } = simulate({
+      seed: 23,
+      deliveries: 8,
+      durationMs: 30 * 60_000,
+      gpsIntervalMs: 4_000,
+      subSecondTimes: true,
+    });
+    const byDelivery = new Map<string, DeliveryEvent[]>();
+    for (const r of records) {
+      const parsed = parseEvent(r.payload);
+      if (!parsed.ok) continue;
+      const list = byDelivery.get(parsed.event.delivery_id) ?? [];
+      if (!list.some((e) => e.event_id === parsed.event.event_id)) list.push(parsed.event);
+      byDelivery.set(parsed.event.delivery_id, list);
+    }
+    let seed = 99;
+    const rand = () => (seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648;
+    let compared = 0;
+    let moving = 0;
+    for (const events of byDelivery.values()) {
+      const inTime = [...events].sort(byTime);
+      // Arrival: each event up to 30 s behind its time, and one in 20 up to 8 minutes (late, out of order).
+      const arrival = inTime
+        .map((e) => ({ e, at: e.eventTimeMs + (rand() < 0.05 ? rand() * 480_000 : rand() * 30_000) }))
+        .sort((a, b) => a.at - b.at)
+        .map((a) => a.e);
+      const sorted: DeliveryEvent[] = [];
+      const index = indexHistory([]);
+      for (const e of arrival) {
+        let at = sorted.length;
+        while (at > 0 && byTime(sorted[at - 1]!, e) > 0) at--;
+        sorted.splice(at, 0, e);
+        addToIndex(index, e);
+        // This event's decision, and a later one's (as a revision re-decides it), on the same index.
+        for (const count of [at + 1, Math.min(sorted.length, at + 1 + Math.floor(rand() * 40))]) {
+          const t = sorted[count - 1]!.eventTimeMs;
+          const within = sorted.slice(0, count);
+          const plain = computeFeatures(within, t);
+          const fast = computeFeaturesSorted(sorted, count, t, undefined, undefined, index);
+          expect(fast).toEqual(plain);
+          compared++;
+          if (plain.ok && plain.features.speed_5m_kmh > 0) moving++;
+        }
+      }
+    }
+    expect(compared).toBeGreaterThan(2000);
+    expect(moving).toBeGreaterThan(1000);
   });
 });

@@ -12,6 +12,18 @@ export function haversineKm(lat1: number, lon1: number, lat2: number, lon2: numb
   return 2 * EARTH_RADIUS_KM * Math.asin(Math.min(1, Math.sqrt(a)));
 }
 
+/**
+ * Micrometres per kilometre: path lengths are summed in whole micrometres (segmentUm). Integers add exactly in
+ * any order, so a running total over a delivery's points gives, by subtraction, the same length to the bit as
+ * a sum over any window of them; a micrometre is far below a GPS fix's error.
+ */
+export const UM_PER_KM = 1e9;
+
+/** One path segment's haversine length in whole micrometres. */
+export function segmentUm(lat1: number, lon1: number, lat2: number, lon2: number): number {
+  return Math.round(haversineKm(lat1, lon1, lat2, lon2) * UM_PER_KM);
+}
+
 /** The point `km` away from (lat, lon) along `bearingDeg` (0 = north, 90 = east). */
 export function destinationPoint(
   lat: number,
