@@ -193,9 +193,15 @@ export interface DeciderStats {
 type Engine = EventTimeEngine<EnginePoint, number>;
 type Output = EngineOutput<EnginePoint, number>;
 
-/** How far behind a decision its delivery's stop scan is settled, and how often (event time) it advances. */
-const SETTLE_MS = 2 * 60_000;
-const SETTLE_STEP_MS = 30_000;
+/**
+ * How far behind a decision its delivery's stop scan is settled, and how often (event time) it advances. Each
+ * decision scans from there: 30 s of points, not 2 min (the stop scan was the larger half of the features'
+ * cost). An event landing before it (more than 30 s out of order, beyond the 10 s out-of-orderness) drops the
+ * settled scan and the next decision scans from the history's start; a run still open (a driver stopped)
+ * holds the settled scan back whatever this is.
+ */
+const SETTLE_MS = 30_000;
+const SETTLE_STEP_MS = 10_000;
 
 /** Pruning runs on this grid of watermark (pruneAt). */
 const PRUNE_STEP_MS = SPEED_STEP_MS / 6;
