@@ -12,6 +12,7 @@
  */
 import * as fs from 'node:fs';
 import { parseArgs } from 'node:util';
+import { DEFAULT_PIPELINE_CONFIG } from '../../apps/pipeline';
 import { DeliveryDecider, simulationRecords } from '../../libs/delivery';
 import { quantileSorted } from '../harness/quantile';
 
@@ -32,16 +33,11 @@ const list = (s: string): number[] => s.split(',').map((v) => Number(v.trim()));
 
 function runCase(deliveries: number, gpsIntervalMs: number, minutes: number, measureMinutes: number): Case {
   const startMs = Date.UTC(2026, 10, 8, 10, 0, 0);
+  // The pipeline's defaults (deploy/pipeline.json has the same).
   const decider = new DeliveryDecider({
-    outOfOrdernessMs: 10_000,
-    allowedLatenessMs: 60_000,
-    idleTimeoutMs: 10_000,
-    stateTtlMs: 1_200_000,
-    dedupeTtlMs: 900_000,
-    maxClockSkewMs: 300_000,
-    maxEventAgeMs: 315_360_000_000,
-    alertThreshold: 0.8,
-    maxEventBytes: 65_536,
+    ...DEFAULT_PIPELINE_CONFIG.eventTime,
+    alertThreshold: DEFAULT_PIPELINE_CONFIG.alertThreshold,
+    maxEventBytes: DEFAULT_PIPELINE_CONFIG.maxEventBytes,
   });
   const records = simulationRecords({
     seed: 7,
