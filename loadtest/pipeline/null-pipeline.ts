@@ -7,7 +7,6 @@
  *
  *   node dist/loadtest/pipeline/null-pipeline.js --config <pipeline.json>
  */
-import * as fs from 'node:fs';
 import * as http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { parseArgs } from 'node:util';
@@ -20,32 +19,7 @@ import {
   provisionStreams,
   streamLayout,
 } from '../../apps/pipeline';
-
-interface NullConfig {
-  nats: string;
-  subjectRoot: string;
-  streams: { events: string; predictions: string; side: string; duplicateWindowMs: number };
-  consumer: { durable: string; maxAckPending: number; ackWaitMs: number; batchSize: number };
-  concurrency: number;
-  partitions: number;
-}
-
-function readConfig(file: string): NullConfig {
-  const raw = JSON.parse(fs.readFileSync(file, 'utf8')) as Record<string, unknown>;
-  const nats = raw['nats'];
-  const servers = typeof nats === 'string' ? nats : (nats as { servers?: unknown } | undefined)?.servers;
-  const config = { ...raw, nats: servers } as unknown as NullConfig;
-  const positive = (name: string, v: unknown) => {
-    if (!Number.isInteger(v) || (v as number) < 1) throw new Error(`${name} must be a positive integer`);
-  };
-  if (typeof config.nats !== 'string') throw new Error('nats must name the servers');
-  positive('partitions', config.partitions);
-  positive('concurrency', config.concurrency);
-  positive('consumer.maxAckPending', config.consumer?.maxAckPending);
-  positive('consumer.batchSize', config.consumer?.batchSize);
-  positive('consumer.ackWaitMs', config.consumer?.ackWaitMs);
-  return config;
-}
+import { loadPipelineConfig } from '../../apps/pipeline/supervise';
 
 const counts = { received: 0, duplicates: 0, invalid: 0, late: 0, dead_letters: 0, predictions: 0 };
 let publishFailures = 0;
@@ -54,7 +28,8 @@ const lag = { pending: 0, ack_pending: 0 };
 async function main(): Promise<void> {
   const { values } = parseArgs({ options: { config: { type: 'string' } } });
   if (!values.config) throw new Error('usage: null-pipeline --config <pipeline.json>');
-  const config = readConfig(values.config);
+  // The pipeline's own reading of the file: the same defaults, checks and errors.
+  const config = loadPipelineConfig(values.config, {});
   const layout = streamLayout({
     subjectRoot: config.subjectRoot,
     eventsStream: config.streams.events,
@@ -62,7 +37,7 @@ async function main(): Promise<void> {
     sideStream: config.streams.side,
     duplicateWindowMs: config.streams.duplicateWindowMs,
   });
-  const nats = await connectNats({ servers: config.nats, name: 'streaminfer-null-pipeline' });
+  const nats = await connectNats({ servers: config.nats.servers, name: 'streaminfer-null-pipeline' });
   const places = brokerPlacesEvents(nats.nc.info?.version);
   await provisionStreams(
     nats.jsm,
@@ -163,6 +138,7 @@ async function main(): Promise<void> {
   process.once('SIGINT', stop);
 }
 
+// A bench process of its own: a failed start or a dead partition loop ends it with a status the bench reads.
 main().catch((err: unknown) => {
   console.error(String(err instanceof Error ? err.stack : err));
   process.exit(1);

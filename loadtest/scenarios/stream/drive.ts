@@ -38,6 +38,14 @@ export interface ProfiledRun {
   error?: string;
 }
 
+/** What every judged run of the plan shares: its ramp, settle, broker and drain wait. */
+const judged = (plan: Plan, broker: number | undefined) => ({
+  rampS: plan.rampS,
+  settleS: plan.settleS,
+  brokerPid: broker,
+  drainTimeoutMs: plan.drainTimeoutMs,
+});
+
 /** Each run's simulator seed: steps, fractions and the planning run each take the next. */
 interface Seeds {
   next: number;
@@ -63,11 +71,8 @@ async function searchSustained(
       label: `${side} ${rate} ev/s`,
       rate,
       durationS: plan.stepS,
-      rampS: plan.rampS,
-      settleS: plan.settleS,
       seed: seeds.next++,
-      brokerPid: broker,
-      drainTimeoutMs: plan.drainTimeoutMs,
+      ...judged(plan, broker),
     });
     s.steps.push(m);
     ctx.log(
@@ -118,11 +123,8 @@ async function sustainedFractions(
       label: `${fraction * 100} % of sustained (${rate} ev/s)`,
       rate,
       durationS: plan.fractionS,
-      rampS: plan.rampS,
-      settleS: plan.settleS,
       seed: seeds.next++,
-      brokerPid: broker,
-      drainTimeoutMs: plan.drainTimeoutMs,
+      ...judged(plan, broker),
     });
     s.fractions.push({ fraction, m });
   }
@@ -338,11 +340,8 @@ async function profiledRun(
       label: `profiled ${rate} ev/s`,
       rate,
       durationS: plan.stepS,
-      rampS: plan.rampS,
-      settleS: plan.settleS,
       seed: seeds.next++,
-      brokerPid: broker,
-      drainTimeoutMs: plan.drainTimeoutMs,
+      ...judged(plan, broker),
     },
     {
       during: async (spawnedMs) => {
