@@ -97,6 +97,8 @@ async function nextChangeAccepted(since: number, what: string): Promise<{ ms: nu
   percent = (percent % 50) + 5;
   const until = Date.now() + 90_000;
   const answers: string[] = [];
+  // Which host said what: a refusal's message names its cause (a lease holder, a revision).
+  const messages: string[] = [];
   for (let attempt = 0; ; attempt++) {
     const host = hosts[attempt % hosts.length]!;
     const answer = await admin(host.adminUrl, 'POST', '/api/models/digits/canary', { percent }, 20_000);
@@ -112,8 +114,11 @@ async function nextChangeAccepted(since: number, what: string): Promise<{ ms: nu
       return { ms: accepted, refused: answers };
     }
     answers.push(`${answer.status} ${String(answer.body.code ?? answer.body.error ?? '')}`);
+    messages.push(`${host.id}: ${answer.status} ${String(answer.body.message ?? '')}`);
     if (Date.now() > until)
-      throw new Error(`${what}: no fleet change accepted in 90 s; answers: ${answers.slice(-5).join(', ')}`);
+      throw new Error(
+        `${what}: no fleet change accepted in 90 s; answers: ${answers.slice(-5).join(', ')}\n${messages.slice(-6).join('\n')}`,
+      );
     await new Promise((resolve) => setTimeout(resolve, 250));
   }
 }

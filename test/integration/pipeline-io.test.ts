@@ -61,6 +61,20 @@ async function waitFor(
   }
 }
 
+/**
+ * The source's lag once the broker has counted every ack sent (a plain ack is fire-and-forget: a consumer
+ * info right after it may still see the message pending); the last read after 5 s otherwise.
+ */
+async function settledLag(source: JetStreamSource): Promise<Awaited<ReturnType<JetStreamSource['lag']>>> {
+  let lag = await source.lag();
+  const deadline = Date.now() + 5000;
+  while ((lag.pending > 0 || lag.ackPending > 0 || lag.redelivered > 0) && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    lag = await source.lag();
+  }
+  return lag;
+}
+
 async function messageCount(stream: string): Promise<number> {
   return (await nats.jsm.streams.info(stream)).state.messages;
 }
@@ -283,7 +297,7 @@ describe('source', () => {
     };
     await publishThenAck(sink, got[0]!, [effect]);
     expect(await messageCount(layout.predictions.name)).toBe(1);
-    expect(await second.lag()).toEqual({ pending: 0, ackPending: 0, redelivered: 0 });
+    expect(await settledLag(second)).toEqual({ pending: 0, ackPending: 0, redelivered: 0 });
     await second.stop();
     await pulling;
   });
@@ -423,7 +437,7 @@ describe('pipeline runner', () => {
       raw: 'not json',
       reason: expect.stringMatching(/^processor_error: /),
     });
-    expect(await source.lag()).toEqual({ pending: 0, ackPending: 0, redelivered: 0 });
+    expect(await settledLag(source)).toEqual({ pending: 0, ackPending: 0, redelivered: 0 });
     console.log(`pipeline-io runner: 51 events (1 dead-lettered) through the pipeline in ${elapsedMs} ms`);
   });
 
@@ -453,7 +467,7 @@ describe('pipeline runner', () => {
     await new Promise((resolve) => setTimeout(resolve, 1500));
     expect(deliveries).toEqual([1, 1, 1]);
     expect(pipeline.stats).toMatchObject({ received: 3, acked: 3, naked: 0 });
-    expect(await source.lag()).toEqual({ pending: 0, ackPending: 0, redelivered: 0 });
+    expect(await settledLag(source)).toEqual({ pending: 0, ackPending: 0, redelivered: 0 });
     await pipeline.stop();
   }, 30_000);
 
@@ -515,6 +529,6 @@ describe('pipeline runner', () => {
       raw: expect.stringContaining('"event_id":"gps-0"'),
       delivery_count: 2,
     });
-    expect(await source.lag()).toEqual({ pending: 0, ackPending: 0, redelivered: 0 });
+    expect(await settledLag(source)).toEqual({ pending: 0, ackPending: 0, redelivered: 0 });
   });
 });

@@ -72,8 +72,11 @@ const text = new TextDecoder();
 
 /**
  * Every message of a stream (optionally of one subject filter), in order, read to the consumer's own end
- * (`pending` 0 on the last delivery). Stream info's subject counts are used only to tell an empty stream: in a
- * cluster, right after a leader change, they can be behind what the consumer then delivers.
+ * (`pending` 0 on the last delivery) and at least to the count stream info gave before the read. In a cluster
+ * either can be short on its own: right after a leader change the info's count can be behind what the
+ * consumer then delivers, and a consumer on a replica still catching up sees fewer messages than the leader
+ * counted. Past `pending` 0 the read waits up to 10 s for the counted rest, then returns what it has (the
+ * caller's check fails on its point).
  */
 export async function readStream(
   nats: NatsHandle,
@@ -91,7 +94,9 @@ export async function readStream(
     ...(filter ? { filter_subjects: filter } : {}),
   });
   const messages: ConsumerMessages = await consumer.consume();
+  let waiting: NodeJS.Timeout | undefined;
   for await (const m of messages) {
+    clearTimeout(waiting);
     const msgId = m.headers?.get('Nats-Msg-Id');
     const data = m.data;
     out.push({
@@ -100,8 +105,11 @@ export async function readStream(
       ...(msgId ? { msgId } : {}),
       json: <T>() => JSON.parse(text.decode(data)) as T,
     });
-    if (m.info.pending === 0) break;
+    if (m.info.pending > 0) continue;
+    if (out.length >= counted) break;
+    waiting = setTimeout(() => void messages.close(), 10_000);
   }
+  clearTimeout(waiting);
   await messages.close();
   return out;
 }
