@@ -690,9 +690,9 @@ export class DeliveryDecider {
     // The stop scan settled up to SETTLE_MS behind t, advanced every SETTLE_STEP_MS of event time: each
     // decision scans the last minutes instead of the whole history.
     const settleAt = t - SETTLE_MS;
-    if (state.settled === undefined || state.settled.before < settleAt - SETTLE_STEP_MS)
-      state.settled = settleStops(state.events, settleAt, state.settled);
     state.index ??= indexHistory(state.events);
+    if (state.settled === undefined || state.settled.before < settleAt - SETTLE_STEP_MS)
+      state.settled = settleStops(state.index.gps, settleAt, state.settled);
     const features = computeFeaturesSorted(state.events, count, t, state.folded, state.settled, state.index);
     if (!features.ok) return features;
     return { ok: true, row: featureVector(features.features, new Float32Array(N_FEATURES)) };

@@ -290,7 +290,7 @@ describe('settled stop scans and the history index (the pipeline’s shortcuts)'
         // As the decider does: settled two minutes back, resumed every 30 s of event time (first from a
         // prefix with no point yet).
         if (settled === undefined || settled.before < t - 150_000)
-          settled = settleStops(sorted, t - 120_000, settled);
+          settled = settleStops(index.gps, t - 120_000, settled);
         // Indexed lists must only hold the prefix's events for the comparison to be about the prefix.
         const plain = computeFeaturesSorted(sorted, count, t);
         const fast = computeFeaturesSorted(sorted, count, t, undefined, settled, index);

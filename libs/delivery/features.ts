@@ -84,58 +84,62 @@ export function countStops(points: readonly GpsEvent[]): number {
 }
 
 /**
- * The stop scan over the GPS points among the first `count` sorted events (others skipped, nothing
- * allocated): from each anchor, the run of points within STOP_RADIUS_KM of it is a stop when it lasts
- * STOP_MIN_MS, and the scan goes on after it (or from the next point when it is not). With `settledBefore`,
- * only runs decided by points before that time are taken — the scan stops at the first anchor at or after
- * it, or whose run could still grow — and `next` is where it stopped (the first point not taken).
+ * The stop scan over the first `count` of sorted GPS points (nothing allocated): from each anchor, the run of
+ * points within STOP_RADIUS_KM of it is a stop when it lasts STOP_MIN_MS, and the scan goes on after it (or
+ * from the next point when it is not). With `settledBefore`, only runs decided by points before that time are
+ * taken — the scan stops at the first anchor at or after it, or whose run could still grow — and `next` is
+ * where it stopped (the first point not taken).
  */
 function scanStops(
-  events: readonly DeliveryEvent[],
+  points: readonly GpsEvent[],
   count: number,
   settledBefore = Number.POSITIVE_INFINITY,
   from?: SettledStops,
 ): { stops: number; next: number } {
-  const nextGps = (from: number): number => {
-    let k = from;
-    while (k < count && events[k]!.type !== 'gps') k++;
-    return k;
-  };
   // Resuming a settled scan: its anchors' outcomes rest on points before its time only, so the scan from
-  // where it stopped, with its count, is the scan from the start. (Where it stopped may be its count's end,
-  // not a point: the next point is looked for with this count.)
+  // where it stopped, with its count, is the scan from the start.
   let stops = from?.stops ?? 0;
-  let i = nextGps(from?.next ?? 0);
-  while (i < count && events[i]!.eventTimeMs < settledBefore) {
-    const anchor = events[i] as GpsEvent;
+  let i = from?.next ?? 0;
+  while (i < count && points[i]!.eventTimeMs < settledBefore) {
+    const anchor = points[i]!;
     let lastIn = i;
-    let j = nextGps(i + 1);
+    let j = i + 1;
     while (j < count) {
-      const p = events[j] as GpsEvent;
+      const p = points[j]!;
       if (haversineKm(anchor.driver_lat, anchor.driver_lon, p.driver_lat, p.driver_lon) > STOP_RADIUS_KM)
         break;
       lastIn = j;
-      j = nextGps(j + 1);
+      j++;
     }
     // The run ends at point j: when that point is not settled yet (or there is none), its outcome is open.
-    if (settledBefore !== Number.POSITIVE_INFINITY && (j >= count || events[j]!.eventTimeMs >= settledBefore))
+    if (settledBefore !== Number.POSITIVE_INFINITY && (j >= count || points[j]!.eventTimeMs >= settledBefore))
       break;
-    if (events[lastIn]!.eventTimeMs - anchor.eventTimeMs >= STOP_MIN_MS) {
+    if (points[lastIn]!.eventTimeMs - anchor.eventTimeMs >= STOP_MIN_MS) {
       stops++;
       i = j;
     } else {
-      i = nextGps(i + 1);
+      i++;
     }
   }
   return { stops, next: i };
 }
 
+/** The GPS points among the first `count` sorted events, in their order. */
+function gpsOf(sorted: readonly DeliveryEvent[], count = sorted.length): GpsEvent[] {
+  const out: GpsEvent[] = [];
+  for (let i = 0; i < count; i++) {
+    const e = sorted[i]!;
+    if (e.type === 'gps') out.push(e);
+  }
+  return out;
+}
+
 /**
- * A stop scan settled up to `before` over a sorted history (settleStops): the stops it counted, the anchor it
- * stopped at (`next`) and `end`, the index of the first event at or after `before`. Valid while the events
- * before `before` are unchanged (no event inserted before it, nothing folded); then any scan whose count
- * reaches `end` can resume from it instead of from the first point — the pipeline's features at every event
- * would otherwise rescan the whole history.
+ * A stop scan settled up to `before` over a delivery's sorted GPS points (settleStops): the stops it
+ * counted, the point it stopped at (`next`) and `end`, the index of the first point at or after `before`.
+ * Valid while the points before `before` are unchanged (none inserted before it, nothing folded); then any
+ * scan whose count reaches `end` can resume from it instead of from the first point — the pipeline's
+ * features at every event would otherwise rescan the whole history.
  */
 export interface SettledStops {
   readonly before: number;
@@ -144,16 +148,12 @@ export interface SettledStops {
   readonly end: number;
 }
 
-/** The stop scan of `sorted` settled up to `before`, resumed from `from` (settled earlier, still valid). */
-export function settleStops(
-  sorted: readonly DeliveryEvent[],
-  before: number,
-  from?: SettledStops,
-): SettledStops {
+/** The stop scan of sorted GPS `points` settled up to `before`, resumed from `from` (settled earlier, still valid). */
+export function settleStops(points: readonly GpsEvent[], before: number, from?: SettledStops): SettledStops {
   let end = from && from.before <= before ? from.end : 0;
-  while (end < sorted.length && sorted[end]!.eventTimeMs < before) end++;
+  while (end < points.length && points[end]!.eventTimeMs < before) end++;
   const resume = from && from.before <= before ? from : undefined;
-  const { stops, next } = scanStops(sorted, end, before, resume);
+  const { stops, next } = scanStops(points, end, before, resume);
   return { before, stops, next, end };
 }
 
@@ -285,10 +285,13 @@ export function computeFeaturesSorted(
   let last: GpsEvent | undefined;
   let speed = 0;
   let alerts = 0;
+  /** Indexed: the prefix's points are the index's first gpsCount. */
+  let gpsCount = 0;
   if (index) {
     // The last point of the prefix and the first inside (t − 5 min, t], by binary search; the path between
     // them by subtraction of running totals.
     const lastAt = edge === undefined ? -1 : lastAtOrBefore(index.gps, edge);
+    gpsCount = lastAt + 1;
     if (lastAt >= 0) {
       last = index.gps[lastAt]!;
       const firstRecentAt = firstAfter(index.gps, t - SPEED_WINDOW_MS, lastAt + 1);
@@ -333,6 +336,9 @@ export function computeFeaturesSorted(
   }
   last ??= folded?.lastGps;
   if (!last) return { ok: false, missing: 'no_gps' };
+  // Plain: the points picked out of the prefix (the reference computation allocates; the pipeline's does not).
+  const points = index ? index.gps : gpsOf(sorted, count);
+  if (!index) gpsCount = points.length;
   return {
     ok: true,
     features: {
@@ -341,10 +347,10 @@ export function computeFeaturesSorted(
       stops:
         (folded?.stops ?? 0) +
         scanStops(
-          sorted,
-          count,
+          points,
+          gpsCount,
           Number.POSITIVE_INFINITY,
-          settled && count >= settled.end ? settled : undefined,
+          settled && gpsCount >= settled.end ? settled : undefined,
         ).stops,
       traffic_alerts_10m: alerts,
       minutes_to_promised: (promised - t) / 60_000,
@@ -392,16 +398,11 @@ export function foldHistory(
   const gpsBefore = finalBefore - SPEED_WINDOW_MS;
   const trafficBefore = finalBefore - TRAFFIC_WINDOW_MS;
   // The stop scan, only as far as its decisions rest on points before the GPS fold line.
-  const { stops, next } = scanStops(sorted, sorted.length, gpsBefore);
+  const points = gpsOf(sorted);
+  const { stops, next } = scanStops(points, points.length, gpsBefore);
   folded.stops += stops;
-  for (let k = next - 1; k >= 0; k--) {
-    const e = sorted[k]!;
-    if (e.type === 'gps') {
-      folded.lastGps = e;
-      break;
-    }
-  }
-  const firstKeptGps = next < sorted.length ? (sorted[next] as GpsEvent) : undefined;
+  if (next > 0) folded.lastGps = points[next - 1];
+  const firstKeptGps = points[next];
   const kept: DeliveryEvent[] = [];
   for (const e of sorted) {
     if (e.type === 'status') {

@@ -157,8 +157,13 @@ describe('zero loss', () => {
     );
   });
 
+  it('acks held for the next checkpoint are processed events, not loss', () => {
+    expect(zeroLoss({ ...clean, ackPendingEnd: 40, heldEnd: 40 }).ok).toBe(true);
+  });
+
   it.each<[string, Partial<ZeroLossInput> | { counts: Partial<ZeroLossInput['counts']> }, RegExp]>([
     ['an undrained consumer', { ackPendingEnd: 3 }, /not drained/],
+    ['unacked beyond the held acks', { ackPendingEnd: 5, heldEnd: 3 }, /2 not processed/],
     ['fewer processed than stored', { counts: { received: 990 } }, /processed 990 < stored 1000/],
     ['a dead letter', { counts: { dead_letters: 1, invalid: 1, received: 1001 } }, /dead letters/],
     [

@@ -158,6 +158,11 @@ export interface ZeroLossInput {
   /** consumer num_pending and ack_pending once the run has drained */
   pendingEnd: number;
   ackPendingEnd: number;
+  /**
+   * of ackPendingEnd, acks the pipeline holds for its next checkpoint (their events processed and their
+   * effects PubAcked; the shipped interval is 30 s, longer than a quick run's drain wait)
+   */
+  heldEnd?: number;
   /** first predictions read back from the output stream for this run, and their distinct event ids */
   firstInStream: number;
   distinctFirstInStream: number;
@@ -188,8 +193,9 @@ export interface ZeroLoss {
 
 /**
  * Zero loss, precisely — judged on what the broker holds, with the pipeline's counters as bounds:
- * (1) once drained, the durable consumer has nothing pending or unacked (every stored event was delivered
- *     and acked, and the pipeline acks only after its effects' PubAcks);
+ * (1) once drained, the durable consumer has nothing pending, and nothing unacked but the acks held for the
+ *     next checkpoint (every stored event was delivered and processed; the pipeline acks, or holds the ack,
+ *     only after its effects' PubAcks);
  * (2) the pipeline processed at least every stored event (received − duplicates ≥ stored);
  * (3) nothing was dead-lettered or sent to the late side output (the workload is clean);
  * (4) no event has two first predictions in the output stream, and the stream holds no more first
@@ -203,8 +209,11 @@ export function zeroLoss(i: ZeroLossInput): ZeroLoss {
   const processed = c.received - c.duplicates;
   const accounted = i.firstInStream + c.notReady;
   const reasons: string[] = [];
-  if (i.pendingEnd !== 0 || i.ackPendingEnd !== 0)
-    reasons.push(`consumer not drained: ${i.pendingEnd} pending, ${i.ackPendingEnd} unacked`);
+  const unprocessed = i.ackPendingEnd - (i.heldEnd ?? 0);
+  if (i.pendingEnd !== 0 || unprocessed > 0)
+    reasons.push(
+      `consumer not drained: ${i.pendingEnd} pending, ${i.ackPendingEnd} unacked (${Math.max(0, unprocessed)} not processed)`,
+    );
   if (processed < i.stored) reasons.push(`processed ${processed} < stored ${i.stored}`);
   if (c.dead_letters || c.invalid || c.late)
     reasons.push(`${c.dead_letters} dead letters, ${c.invalid} invalid, ${c.late} late on a clean workload`);

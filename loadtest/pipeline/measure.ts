@@ -29,6 +29,7 @@ import {
   type SimulatorRun,
   type SimulatorSummary,
   startSimulator,
+  toSample,
 } from './procs';
 
 export const FRESHNESS_TARGET_MS = 500;
@@ -99,7 +100,11 @@ function cpuOf(pipe: Pipe): { own?: number; extra?: number } {
 const diff = (a: number | undefined, b: number | undefined): number | undefined =>
   a === undefined || b === undefined ? undefined : b - a;
 
-/** Wait until the consumer shows nothing pending or unacked on two reads ≥ 1 s apart (its lag refreshes each second). */
+/**
+ * Wait until the consumer shows nothing pending and nothing unacked but the acks held for the next checkpoint,
+ * on two reads ≥ 1 s apart (its lag refreshes each second): every event processed and its effects published.
+ * Held acks go out at the next checkpoint, up to the shipped 30 s interval later.
+ */
 export async function waitDrained(pipe: Pipe, timeoutMs: number): Promise<number | undefined> {
   const t0 = Date.now();
   let zeroSince: number | undefined;
@@ -107,7 +112,7 @@ export async function waitDrained(pipe: Pipe, timeoutMs: number): Promise<number
     if (pipe.handle.exited()) throw new Error(`pipeline exited\n${pipe.handle.outputTail()}`);
     const h = await getHealth(pipe.handle.adminPort).catch(() => undefined);
     const now = Date.now();
-    if (h && h.consumer.pending + h.consumer.ack_pending === 0) {
+    if (h && h.consumer.pending + h.consumer.ack_pending - toSample(h, now).held <= 0) {
       zeroSince ??= now;
       if (now - zeroSince >= 1100) return zeroSince - t0;
     } else {
@@ -191,6 +196,7 @@ export async function measureRun(
     },
     pendingEnd: h1.consumer.pending,
     ackPendingEnd: h1.consumer.ack_pending,
+    heldEnd: toSample(h1, Date.now()).held,
     firstInStream: back.first.length,
     distinctFirstInStream: back.distinctFirst,
     ...(back.events !== undefined ? { eventsInStream: back.events } : {}),
