@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { parseReload } from './admin';
 import { DEFAULT_PIPELINE_CONFIG, resolvePipelineConfig, spoolDir } from './config';
 import { PipelineConfigError } from './errors';
+import { pipelineExecArgv } from './supervise';
 
 const repo = join(__dirname, '..', '..', '..');
 
@@ -49,6 +50,22 @@ describe('pipeline config', () => {
     expect(resolvePipelineConfig({ spool: { enabled: false } }).spool.enabled).toBe(false);
     expect(refused({ spool: { enabled: 'yes' } }).message).toMatch(/^spool\.enabled/);
     expect(refused({ spool: { path: '/x' } }).message).toMatch(/^spool\.path: unknown setting/);
+  });
+
+  test('runtime.semiSpaceMb: 64 by default, given to the pipeline process unless the operator set the flag', () => {
+    const defaults = resolvePipelineConfig({});
+    expect(defaults.runtime).toEqual({ semiSpaceMb: 64 });
+    expect(pipelineExecArgv(defaults, ['--enable-source-maps'], {})).toEqual([
+      '--enable-source-maps',
+      '--max-semi-space-size=64',
+    ]);
+    expect(pipelineExecArgv(resolvePipelineConfig({ runtime: { semiSpaceMb: 0 } }), [], {})).toEqual([]);
+    expect(pipelineExecArgv(defaults, ['--max-semi-space-size=8'], {})).toEqual(['--max-semi-space-size=8']);
+    expect(pipelineExecArgv(defaults, [], { NODE_OPTIONS: '--max-semi-space-size=32 --trace-gc' })).toEqual(
+      [],
+    );
+    for (const bad of [-1, 1025, 1.5])
+      expect(refused({ runtime: { semiSpaceMb: bad } }).message).toMatch(/^runtime\.semiSpaceMb/);
   });
 
   test('eventTime admission bounds: 5 min skew and 3,650 days by default; too small refused naming the key', () => {

@@ -119,6 +119,12 @@ export interface PipelineConfig {
    * state directory (STREAMINFER_STATE_DIR, as the server's, else ./.state): see spoolDir().
    */
   spool: { enabled: boolean; dir: string; maxBytes: number };
+  /**
+   * The pipeline process's V8 heap: semiSpaceMb is its young generation's semi-space (--max-semi-space-size);
+   * 0 leaves V8's default (16 MiB). Events, messages and effects die young by the thousand per second; a small
+   * young generation promotes them to the old one, whose collections mark the whole keyed state.
+   */
+  runtime: { semiSpaceMb: number };
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace';
 }
 
@@ -168,6 +174,7 @@ export const DEFAULT_PIPELINE_CONFIG: PipelineConfig = {
   slo: { freshnessP95Ms: 2000, lagMessages: 10_000 },
   checkpoint: { enabled: true, intervalMs: 30_000, bucket: 'streaminfer_checkpoints' },
   spool: { enabled: true, dir: '', maxBytes: 256 * 1024 * 1024 },
+  runtime: { semiSpaceMb: 64 },
   logLevel: 'info',
 };
 
@@ -227,6 +234,7 @@ const SHAPE: Shape = {
   slo: { freshnessP95Ms: 'int', lagMessages: 'int' },
   checkpoint: { enabled: 'boolean', intervalMs: 'int', bucket: 'string' },
   spool: { enabled: 'boolean', dir: 'string', maxBytes: 'int' },
+  runtime: { semiSpaceMb: 'int' },
   logLevel: ['fatal', 'error', 'warn', 'info', 'debug', 'trace'],
 };
 
@@ -379,6 +387,11 @@ export function resolvePipelineConfig(...overrides: unknown[]): PipelineConfig {
     throw new PipelineConfigError(
       'spool.maxBytes',
       `must be ${SPOOL_MIN_BYTES} to ${2 ** 40} bytes (got ${c.spool.maxBytes})`,
+    );
+  if (c.runtime.semiSpaceMb < 0 || c.runtime.semiSpaceMb > 1024)
+    throw new PipelineConfigError(
+      'runtime.semiSpaceMb',
+      `must be 0 (V8's default) to 1024 MiB (got ${c.runtime.semiSpaceMb})`,
     );
   if (c.checkpoint.enabled && c.consumer.ackWaitMs < 3 * c.checkpoint.intervalMs)
     throw new PipelineConfigError(

@@ -45,6 +45,21 @@ export function loadPipelineConfig(
   return resolvePipelineConfig(fromFile, overrides);
 }
 
+/**
+ * The pipeline process's Node flags: the supervisor's own, and runtime.semiSpaceMb as --max-semi-space-size
+ * unless the operator set that flag already (on the command line or in NODE_OPTIONS: theirs wins).
+ */
+export function pipelineExecArgv(
+  config: PipelineConfig,
+  execArgv: readonly string[],
+  env: NodeJS.ProcessEnv,
+): string[] {
+  const flag = '--max-semi-space-size';
+  const given = [...execArgv, ...(env.NODE_OPTIONS ?? '').split(/\s+/)].some((a) => a.startsWith(flag));
+  if (given || config.runtime.semiSpaceMb === 0) return [...execArgv];
+  return [...execArgv, `${flag}=${config.runtime.semiSpaceMb}`];
+}
+
 export async function supervisePipeline(options: SuperviseOptions): Promise<number> {
   const { logger } = options;
   let config = loadPipelineConfig(options.configFile, options.overrides);
@@ -68,6 +83,7 @@ export async function supervisePipeline(options: SuperviseOptions): Promise<numb
   const start = () => {
     readyAt = undefined;
     const c = fork(join(__dirname, 'main.js'), [], {
+      execArgv: pipelineExecArgv(config, process.execArgv, process.env),
       env: {
         ...process.env,
         STREAMINFER_PIPELINE_CONFIG: JSON.stringify(config),

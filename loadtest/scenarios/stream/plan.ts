@@ -50,8 +50,8 @@ export const QUICK: Plan = {
   backlogOnlyS: 4,
   modesS: 11,
   drainTimeoutMs: 30_000,
-  nullSteps: 6,
-  nullStep: 2000,
+  nullSteps: 8,
+  nullStep: 500,
 };
 
 /** The capacity-planning example of the issue: 3,000 GPS events/s against a p95 < 2 s SLO. */
