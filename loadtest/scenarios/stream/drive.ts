@@ -330,7 +330,7 @@ async function profiledRun(
   rate: number,
   seeds: Seeds,
 ): Promise<ProfiledRun> {
-  const seconds = Math.max(2, plan.stepS - plan.rampS - plan.settleS - 1);
+  const seconds = plan.profileS;
   const port = pipe.handle.adminPort;
   let found: Omit<ProfiledRun, 'm'> = { seconds, events: 0, stages: [], error: 'not taken' };
   ctx.log(`profile: ${rate} ev/s, the pipeline process's main thread profiled for ${seconds} s`);
@@ -339,7 +339,7 @@ async function profiledRun(
     {
       label: `profiled ${rate} ev/s`,
       rate,
-      durationS: plan.stepS,
+      durationS: plan.rampS + plan.settleS + seconds + 1,
       seed: seeds.next++,
       ...judged(plan, broker),
     },

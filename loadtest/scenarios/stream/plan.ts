@@ -20,6 +20,11 @@ export interface Plan {
   /** the null pipeline's steps: this many, this far apart, from the pipeline's sustained rate up */
   nullSteps: number;
   nullStep: number;
+  /**
+   * seconds the profiled run profiles: at least one checkpoint interval (the shipped 30 s), or a checkpoint's
+   * whole cost lands on whichever short window holds it (a 3 s window put it at 26 % or 0 %)
+   */
+  profileS: number;
 }
 
 export const FULL: Plan = {
@@ -36,6 +41,7 @@ export const FULL: Plan = {
   drainTimeoutMs: 90_000,
   nullSteps: 12,
   nullStep: 1000,
+  profileS: 60,
 };
 
 export const QUICK: Plan = {
@@ -52,6 +58,7 @@ export const QUICK: Plan = {
   drainTimeoutMs: 30_000,
   nullSteps: 8,
   nullStep: 500,
+  profileS: 32,
 };
 
 /** The capacity-planning example of the issue: 3,000 GPS events/s against a p95 < 2 s SLO. */
