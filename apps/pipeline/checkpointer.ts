@@ -256,6 +256,7 @@ export class Checkpointer {
     this.metrics.duration.observe(durationMs / 1000);
     this.metrics.pause.observe(taken.pausedMs / 1000);
     this.metrics.bytes.set(bytes.length);
+    this.metrics.written.inc(bytes.length);
     this.metrics.position.set(taken.position);
     this.logger.info(
       {

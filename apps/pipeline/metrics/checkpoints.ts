@@ -20,6 +20,11 @@ export class CheckpointMetrics extends MetricGroup {
     help: 'Size of the last completed checkpoint',
     registers: this.registers,
   });
+  readonly written = new Counter({
+    name: 'streaminfer_stream_checkpoint_written_bytes_total',
+    help: 'Bytes of completed checkpoints written, every partition (its rate: what checkpoints cost the store)',
+    registers: this.registers,
+  });
   readonly age = new Gauge({
     name: 'streaminfer_stream_checkpoint_age_seconds',
     help: 'Time since the last completed checkpoint (what a crash now would replay, in time)',

@@ -5,7 +5,7 @@
  */
 import * as fs from 'node:fs';
 import { errText, modelsDirWith, serverRecord } from '../../harness/scenario-kit';
-import type { ServerHandle } from '../../harness/server-process';
+import { processTreeRssBytes, type ServerHandle } from '../../harness/server-process';
 import type { RunRecord, ScenarioContext } from '../../harness/types';
 import { roundRate } from '../../pipeline/analysis';
 import type { NatsHandle } from '../../pipeline/broker';
@@ -35,7 +35,35 @@ export interface ProfiledRun {
   /** events the pipeline received while it was profiled */
   events: number;
   stages: StageCost[];
+  /** what the state and its checkpoints cost over the profiled window (undefined: not read) */
+  state?: StateCost;
   error?: string;
+}
+
+/** Memory and checkpoint bytes at the sustained rate, per live delivery (a key of the decider's state). */
+export interface StateCost {
+  /** deliveries in state at the window's end, every partition */
+  keys: number;
+  /** the decider's own estimate of its state (streaminfer_stream_state_bytes) */
+  stateBytes: number;
+  /** resident memory of the pipeline's process tree (supervisor, pipeline, inference worker) */
+  rssBytes: number | undefined;
+  /** checkpoint bytes written per second over the window (streaminfer_stream_checkpoint_written_bytes_total) */
+  checkpointBytesPerS: number;
+  /** the last completed checkpoint's size (one partition's) */
+  lastCheckpointBytes: number;
+}
+
+/** A metric's value summed over its label sets, from GET /metrics. */
+async function metricSum(port: number, name: string): Promise<number> {
+  const res = await fetch(`http://127.0.0.1:${port}/metrics`, { signal: AbortSignal.timeout(5000) });
+  let total = 0;
+  for (const line of (await res.text()).split('\n')) {
+    if (line !== name && !line.startsWith(`${name} `) && !line.startsWith(`${name}{`)) continue;
+    const v = Number(line.slice(line.lastIndexOf(' ') + 1));
+    if (Number.isFinite(v)) total += v;
+  }
+  return total;
 }
 
 /** What every judged run of the plan shares: its ramp, settle, broker and drain wait. */
@@ -321,6 +349,8 @@ export async function nullPhase(
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
 
+const WRITTEN = 'streaminfer_stream_checkpoint_written_bytes_total';
+
 /** One more step at the sustained rate, its measured window profiled: the cost per event by stage. */
 async function profiledRun(
   ctx: ScenarioContext,
@@ -348,13 +378,28 @@ async function profiledRun(
         try {
           await sleep(spawnedMs + (plan.rampS + plan.settleS) * 1000 - Date.now());
           const before = (await getHealth(port)).counts['received'] ?? 0;
+          const writtenBefore = await metricSum(port, WRITTEN);
+          const startedMs = Date.now();
           const res = await fetch(`http://127.0.0.1:${port}/api/profile?seconds=${seconds}`, {
             signal: AbortSignal.timeout((seconds + 30) * 1000),
           });
           if (res.status !== 200) throw new Error(`GET /api/profile: HTTP ${res.status} ${await res.text()}`);
           const profile = (await res.json()) as CpuProfile;
-          const events = ((await getHealth(port)).counts['received'] ?? 0) - before;
-          found = { seconds, events, stages: stageCosts(profile, events) };
+          const h = await getHealth(port);
+          const events = (h.counts['received'] ?? 0) - before;
+          const written = (await metricSum(port, WRITTEN)) - writtenBefore;
+          found = {
+            seconds,
+            events,
+            stages: stageCosts(profile, events),
+            state: {
+              keys: h.state_keys,
+              stateBytes: h.state_bytes,
+              rssBytes: processTreeRssBytes(pipe.handle.pid),
+              checkpointBytesPerS: written / ((Date.now() - startedMs) / 1000),
+              lastCheckpointBytes: await metricSum(port, 'streaminfer_stream_checkpoint_bytes'),
+            },
+          };
         } catch (e) {
           found = { seconds, events: 0, stages: [], error: errText(e) };
         }

@@ -579,4 +579,34 @@ export function stagesSection({ md, notes }: StreamReport, s: SustainedRun): voi
     ),
     '',
   );
+  const st = p.state;
+  if (!st || st.keys === 0) return;
+  const perKey = (bytes: number) => `${fmt(Math.round(bytes / st.keys))} B`;
+  md.push(
+    `State at the end of the profiled window: ${fmt(st.keys)} live deliveries. Checkpoint bytes per second are ` +
+      `the written-bytes counter over the ${p.seconds} s window (every partition, the shipped interval).`,
+    '',
+    markdownTable(
+      ['figure', 'total', 'per live delivery'],
+      [
+        [
+          'decider state (its estimate)',
+          `${(st.stateBytes / 2 ** 20).toFixed(1)} MiB`,
+          perKey(st.stateBytes),
+        ],
+        [
+          'resident memory (pipeline process tree)',
+          st.rssBytes === undefined ? '–' : `${(st.rssBytes / 2 ** 20).toFixed(0)} MiB`,
+          st.rssBytes === undefined ? '–' : perKey(st.rssBytes),
+        ],
+        [
+          'checkpoint bytes written per second',
+          `${fmt(Math.round(st.checkpointBytesPerS))} B/s`,
+          `${perKey(st.checkpointBytesPerS)}/s`,
+        ],
+        ['last checkpoint (one partition)', `${fmt(st.lastCheckpointBytes)} B`, '–'],
+      ],
+    ),
+    '',
+  );
 }
